@@ -1,0 +1,340 @@
+//! The heap box and the generic strong and weak handles.
+//!
+//! A handle is an `Arc` of a [`HandleBox`]: one allocation per resource, one atomic increment
+//! per clone, one atomic decrement per drop. Whether the handle owns its resource is decided
+//! once, at construction, and stored in the box; clone and drop never branch on it.
+
+use std::any::Any;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Weak};
+
+use crate::report::{DeleteFailure, report};
+use crate::{CloseError, DeleteError, RawValue, Resource, ThreadSafe};
+
+/// How a handle relates to its raw resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ownership {
+    /// The handle owns the resource: the deleter runs when the last clone drops.
+    Owned,
+    /// A non-owning reference: nothing is deleted.
+    Borrowed,
+    /// Nothing is deleted, but an owner value is kept alive until the last clone drops.
+    WithOwner,
+}
+
+enum Keep {
+    Owned,
+    Borrowed,
+    WithOwner(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
+    /// An owned resource already deleted by `close`.
+    Closed,
+}
+
+/// The heap record behind every handle: the raw value, how it is owned, and the resource's
+/// record (owner handles and metadata).
+///
+/// Field drop order is the point of this type. `Drop` runs the deleter first, while the record's
+/// owner handles are still alive; only then are the record and any with-owner value dropped.
+pub struct HandleBox<R: Resource> {
+    raw: R::Raw,
+    keep: Keep,
+    record: R,
+}
+
+// SAFETY: the box is shared between threads only if the resource opted in through the unsafe
+// `ThreadSafe` trait, whose contract is that the raw value may be used and deleted from any
+// thread. The record must itself be `Send + Sync`, and a with-owner value is `Send + Sync` by
+// construction.
+unsafe impl<R: ThreadSafe + Send + Sync> Send for HandleBox<R> {}
+// SAFETY: as for `Send` above; the box is immutable after construction.
+unsafe impl<R: ThreadSafe + Send + Sync> Sync for HandleBox<R> {}
+
+impl<R: Resource> HandleBox<R> {
+    fn new(raw: R::Raw, keep: Keep, record: R) -> Self {
+        R::live().increment();
+        HandleBox { raw, keep, record }
+    }
+
+    /// The raw value.
+    #[inline(always)]
+    pub fn raw(&self) -> R::Raw {
+        self.raw
+    }
+
+    /// The resource's record: owner handles and metadata.
+    #[inline(always)]
+    pub fn record(&self) -> &R {
+        &self.record
+    }
+
+    fn ownership(&self) -> Ownership {
+        match self.keep {
+            Keep::Owned | Keep::Closed => Ownership::Owned,
+            Keep::Borrowed => Ownership::Borrowed,
+            Keep::WithOwner(_) => Ownership::WithOwner,
+        }
+    }
+
+    /// Runs the deleter once, catching a panic. Marks the box closed so `Drop` will not run it.
+    fn delete_now(&mut self) -> Result<(), DeleteError> {
+        self.keep = Keep::Closed;
+        let (raw, record) = (self.raw, &self.record);
+        match catch_unwind(AssertUnwindSafe(|| R::delete(raw, record))) {
+            Ok(result) => result,
+            Err(payload) => Err(DeleteError::from_panic(payload)),
+        }
+    }
+}
+
+impl<R: Resource> Drop for HandleBox<R> {
+    fn drop(&mut self) {
+        if matches!(self.keep, Keep::Owned) {
+            if let Err(error) = self.delete_now() {
+                report(&DeleteFailure {
+                    type_name: R::NAME,
+                    raw: self.raw.to_intptr(),
+                    error: &error,
+                });
+            }
+            if let Some(registry) = R::registry() {
+                registry.unregister(self.raw, self);
+            }
+        }
+        R::live().decrement();
+    }
+}
+
+/// A shared handle to a resource of type `R`: the generic type behind every generated
+/// `FooHandle`.
+pub struct Handle<R: Resource> {
+    inner: Arc<HandleBox<R>>,
+}
+
+impl<R: Resource> Handle<R> {
+    /// Takes ownership of `raw`; the deleter runs when the last clone drops. Registers the
+    /// handle when the type has a registry.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a valid, live resource that nothing else will delete, and `R::delete` must
+    /// be the right way to delete it. The record's owners must keep alive whatever `raw` needs.
+    pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
+        let handle = Handle {
+            inner: Arc::new(HandleBox::new(raw, Keep::Owned, record)),
+        };
+        if let Some(registry) = R::registry() {
+            registry.register(&handle);
+        }
+        handle
+    }
+
+    /// A non-owning reference to `raw`: never deletes it. For a type with a registry, a raw
+    /// value that an owning handle already manages returns that handle instead (and `record`
+    /// is dropped), so its owners and metadata come along.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must stay valid for as long as any clone of this handle is used.
+    pub unsafe fn from_raw_borrowed(raw: R::Raw, record: R) -> Self {
+        if let Some(canonical) = R::registry().and_then(|registry| registry.lookup(raw)) {
+            return canonical;
+        }
+        Handle {
+            inner: Arc::new(HandleBox::new(raw, Keep::Borrowed, record)),
+        }
+    }
+
+    /// A non-owning handle that keeps `owner` alive until the last clone drops; `owner` is
+    /// dropped after the record.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must stay valid for as long as `owner` is alive.
+    pub unsafe fn from_raw_with_owner<O>(raw: R::Raw, record: R, owner: O) -> Self
+    where
+        O: Any + Send + Sync,
+    {
+        Handle {
+            inner: Arc::new(HandleBox::new(raw, Keep::WithOwner(Box::new(owner)), record)),
+        }
+    }
+
+    /// The raw value. Compiles to one load through the `Arc` pointer.
+    #[inline(always)]
+    pub fn raw(&self) -> R::Raw {
+        self.inner.raw
+    }
+
+    /// The raw value as a signed pointer-sized integer.
+    #[inline(always)]
+    pub fn as_intptr(&self) -> isize {
+        self.inner.raw.to_intptr()
+    }
+
+    /// The record: owner handles and metadata.
+    #[inline(always)]
+    pub fn record(&self) -> &R {
+        &self.inner.record
+    }
+
+    /// How this handle relates to its resource.
+    pub fn ownership(&self) -> Ownership {
+        self.inner.ownership()
+    }
+
+    /// Whether the resource is deleted when the last clone drops.
+    pub fn is_owning(&self) -> bool {
+        self.ownership() == Ownership::Owned
+    }
+
+    /// The number of strong handles to this box.
+    pub fn strong_count(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
+    /// Whether two handles share one box (not merely the same raw value).
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// A weak handle that does not keep the resource alive.
+    pub fn downgrade(&self) -> WeakHandle<R> {
+        WeakHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Deletes the resource now if this is the last strong handle, and returns the deleter's
+    /// result; otherwise hands the handle back in [`CloseError::StillShared`]. Closing a
+    /// borrowed or with-owner handle that is the last one drops it and returns `Ok`. The report
+    /// hook is not called: the error is returned instead.
+    pub fn close(self) -> Result<(), CloseError<Self>> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut boxed) => {
+                let result = if matches!(boxed.keep, Keep::Owned) {
+                    let result = boxed.delete_now();
+                    if let Some(registry) = R::registry() {
+                        registry.unregister(boxed.raw, &boxed);
+                    }
+                    result
+                } else {
+                    Ok(())
+                };
+                drop(boxed);
+                result.map_err(CloseError::Deleter)
+            }
+            Err(inner) => Err(CloseError::StillShared(Handle { inner })),
+        }
+    }
+
+    /// Transfers this strong reference into a raw pointer, for a C user-data slot. Nothing is
+    /// dropped until [`Handle::from_ffi`] takes it back.
+    pub fn into_ffi(self) -> *const core::ffi::c_void {
+        Arc::into_raw(self.inner).cast()
+    }
+
+    /// Takes back a reference transferred by [`Handle::into_ffi`].
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must come from `into_ffi` on a `Handle<R>` of this same `R`, and each such
+    /// pointer may be taken back only once.
+    pub unsafe fn from_ffi(ptr: *const core::ffi::c_void) -> Self {
+        // SAFETY: the caller promises `ptr` came from `Arc::into_raw` of an `Arc<HandleBox<R>>`
+        // and is taken back once, which is `Arc::from_raw`'s contract.
+        let inner = unsafe { Arc::from_raw(ptr.cast::<HandleBox<R>>()) };
+        Handle { inner }
+    }
+
+    /// The number of live boxes of this type (see [`crate::LiveCount`]).
+    pub fn live_count() -> Option<usize> {
+        R::live().get()
+    }
+
+    pub(crate) fn box_ptr(&self) -> *const HandleBox<R> {
+        Arc::as_ptr(&self.inner)
+    }
+}
+
+impl<R: Resource> Clone for Handle<R> {
+    #[inline]
+    fn clone(&self) -> Self {
+        Handle {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<R: Resource> PartialEq for Handle<R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.raw == other.inner.raw
+    }
+}
+
+impl<R: Resource> Eq for Handle<R> {}
+
+impl<R: Resource> Hash for Handle<R> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.inner.raw.hash(state)
+    }
+}
+
+impl<R: Resource> fmt::Debug for Handle<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(R::NAME)
+            .field("raw", &format_args!("{:#x}", self.as_intptr()))
+            .field("ownership", &self.ownership())
+            .field("strong", &self.strong_count())
+            .finish()
+    }
+}
+
+/// A weak reference to a handle's box: does not keep the resource alive, and upgrades only
+/// while some strong handle exists.
+pub struct WeakHandle<R: Resource> {
+    inner: Weak<HandleBox<R>>,
+}
+
+impl<R: Resource> WeakHandle<R> {
+    /// A weak handle that never upgrades.
+    pub fn new() -> Self {
+        WeakHandle { inner: Weak::new() }
+    }
+
+    /// A strong handle, if the resource has not started being deleted. Once the last strong
+    /// handle is gone this returns `None` forever, even while the deleter is still running.
+    pub fn upgrade(&self) -> Option<Handle<R>> {
+        self.inner.upgrade().map(|inner| Handle { inner })
+    }
+
+    /// Whether this weak handle points at the box of `handle`.
+    pub fn points_to(&self, handle: &Handle<R>) -> bool {
+        core::ptr::eq(self.inner.as_ptr(), handle.box_ptr())
+    }
+
+    pub(crate) fn points_to_box(&self, boxed: &HandleBox<R>) -> bool {
+        core::ptr::eq(self.inner.as_ptr(), boxed)
+    }
+}
+
+impl<R: Resource> Default for WeakHandle<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R: Resource> Clone for WeakHandle<R> {
+    fn clone(&self) -> Self {
+        WeakHandle {
+            inner: Weak::clone(&self.inner),
+        }
+    }
+}
+
+impl<R: Resource> fmt::Debug for WeakHandle<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Weak<{}>", R::NAME)
+    }
+}

@@ -1,0 +1,34 @@
+//! The parsed declaration that validation and expansion work on.
+
+use proc_macro2::Span;
+use syn::{Ident, Path, Type, Visibility};
+
+/// A `#[derive(ResourceHandle)]` struct, fully parsed.
+pub(crate) struct Declaration<'a> {
+    pub vis: &'a Visibility,
+    /// The struct's name; the generated types are named after it.
+    pub ident: &'a Ident,
+    pub spec: Spec,
+    pub fields: Vec<Field<'a>>,
+}
+
+/// The keys of `#[handle(...)]`.
+pub(crate) struct Spec {
+    pub raw: Type,
+    pub accessor: Ident,
+    pub delete: Option<Path>,
+    /// The span of `unsafe_send_sync`, when present.
+    pub send_sync: Option<Span>,
+    /// The span of `registry`, when present.
+    pub registry: Option<Span>,
+    /// The path to the runtime crate.
+    pub krate: Path,
+}
+
+/// One named field of the struct.
+pub(crate) struct Field<'a> {
+    pub ident: &'a Ident,
+    pub ty: &'a Type,
+    /// Marked `#[owner]`: a handle the resource depends on.
+    pub owner: bool,
+}

@@ -1,0 +1,48 @@
+//! `#[derive(ResourceHandle)]`: declares a C resource and generates its handle types.
+//!
+//! Use it through `handles_core`, which re-exports it. The pipeline is one file per stage:
+//! [`parse`] reads the struct and its attributes into the [`ast`] model, collecting every
+//! mistake; [`validate`] checks the model as a whole; [`expand`] writes the generated items,
+//! one function per item.
+#![deny(missing_docs)]
+
+mod ast;
+mod diagnostics;
+mod expand;
+mod parse;
+mod validate;
+
+use proc_macro::TokenStream;
+
+/// Declares a resource and generates `<Name>Handle`, `<Name>Weak` and `<Name>Box`.
+///
+/// ```text
+/// #[derive(ResourceHandle)]
+/// #[handle(raw = *mut c_void, accessor = as_ptr, delete = unmap, unsafe_send_sync)]
+/// pub struct Mapping {
+///     #[owner] file: MemFdHandle,
+///     len: usize,
+/// }
+/// ```
+///
+/// Keys of `#[handle(...)]`:
+/// - `raw = Type` (required): the raw value's type.
+/// - `accessor = name`: the raw accessor's name (default `as_raw`).
+/// - `delete = path`: the deleter, `fn(Raw, &Name) -> Result<(), E>`; without it the type has
+///   no owning constructor.
+/// - `unsafe_send_sync`: promises the raw value may be used from any thread.
+/// - `registry`: keeps a per-type map from raw value to the owning handle (needs
+///   `unsafe_send_sync`).
+/// - `crate = path`: where `handles_core` is, if it was renamed.
+///
+/// Field attribute: `#[owner]` marks a field holding a handle (or `Option` of one) that the
+/// resource depends on.
+#[proc_macro_derive(ResourceHandle, attributes(handle, owner))]
+pub fn derive_resource_handle(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    let result = parse::parse(&input).and_then(|decl| {
+        validate::validate(&decl)?;
+        Ok(expand::expand(&decl))
+    });
+    result.unwrap_or_else(syn::Error::into_compile_error).into()
+}

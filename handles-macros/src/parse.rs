@@ -1,0 +1,279 @@
+//! Reads the struct and its `#[handle(...)]` and `#[owner]` attributes into a [`Declaration`].
+//!
+//! A small hand-written parser: each key is read as `name` or `name = tokens`, and the tokens
+//! are then parsed as the type the key expects. Every problem is recorded and parsing goes on,
+//! so one compile shows all of them.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::spanned::Spanned;
+use syn::{Attribute, Data, DeriveInput, Fields, Ident, Path, Token, Type};
+
+use crate::ast::{Declaration, Field, Spec};
+use crate::diagnostics::Diagnostics;
+
+/// The keys `#[handle(...)]` accepts.
+const KEYS: &[&str] = &[
+    "raw",
+    "accessor",
+    "delete",
+    "unsafe_send_sync",
+    "registry",
+    "crate",
+];
+
+/// One `key` or `key = value` item, before its value is interpreted.
+struct Item {
+    key: Ident,
+    value: Option<TokenStream>,
+}
+
+/// The keys read so far, each with the span where it first appeared.
+#[derive(Default)]
+struct SpecBuilder {
+    seen: HashMap<String, Span>,
+    raw: Option<Type>,
+    accessor: Option<Ident>,
+    delete: Option<Path>,
+    send_sync: Option<Span>,
+    registry: Option<Span>,
+    krate: Option<Path>,
+}
+
+pub(crate) fn parse(input: &DeriveInput) -> syn::Result<Declaration<'_>> {
+    let mut diagnostics = Diagnostics::default();
+    let spec = parse_spec(input, &mut diagnostics);
+    let fields = parse_fields(input, &mut diagnostics);
+    if !input.generics.params.is_empty() {
+        diagnostics.error(
+            input.generics.span(),
+            "#[derive(ResourceHandle)] does not support generic parameters: a resource has one concrete raw type",
+        );
+    }
+    diagnostics.finish()?;
+    Ok(Declaration {
+        vis: &input.vis,
+        ident: &input.ident,
+        spec: spec.expect("a missing spec is always reported as an error"),
+        fields,
+    })
+}
+
+fn parse_spec(input: &DeriveInput, diagnostics: &mut Diagnostics) -> Option<Spec> {
+    let attrs: Vec<&Attribute> = input
+        .attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("handle"))
+        .collect();
+    if attrs.is_empty() {
+        diagnostics.error(
+            input.ident.span(),
+            "missing #[handle(raw = ...)] attribute: #[derive(ResourceHandle)] needs at least the raw type",
+        );
+        return None;
+    }
+    let mut builder = SpecBuilder::default();
+    for attr in &attrs {
+        match attr.parse_args_with(parse_items) {
+            Ok(items) => {
+                for item in items {
+                    builder.accept(item, diagnostics);
+                }
+            }
+            Err(error) => diagnostics.push(error),
+        }
+    }
+    let Some(raw) = builder.raw else {
+        diagnostics.error(
+            attrs[0].span(),
+            "missing `raw = Type` in #[handle(...)]: the type of the raw resource value",
+        );
+        return None;
+    };
+    Some(Spec {
+        raw,
+        accessor: builder
+            .accessor
+            .unwrap_or_else(|| Ident::new("as_raw", Span::call_site())),
+        delete: builder.delete,
+        send_sync: builder.send_sync,
+        registry: builder.registry,
+        krate: builder
+            .krate
+            .unwrap_or_else(|| syn::parse_quote!(::handles_core)),
+    })
+}
+
+/// Reads `key`, `key = value`, ... where a value runs to the next comma outside `<...>`.
+fn parse_items(input: ParseStream<'_>) -> syn::Result<Vec<Item>> {
+    let mut items = Vec::new();
+    while !input.is_empty() {
+        let key = input.call(Ident::parse_any)?;
+        let value = if input.peek(Token![=]) {
+            let eq: Token![=] = input.parse()?;
+            let tokens = value_tokens(input)?;
+            if tokens.is_empty() {
+                return Err(syn::Error::new(
+                    eq.span,
+                    format!("expected a value after `{key} =`"),
+                ));
+            }
+            Some(tokens)
+        } else {
+            None
+        };
+        items.push(Item { key, value });
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(items)
+}
+
+fn value_tokens(input: ParseStream<'_>) -> syn::Result<TokenStream> {
+    let mut tokens = TokenStream::new();
+    let mut angle_depth = 0usize;
+    let mut after_dash = false;
+    while !input.is_empty() && !(angle_depth == 0 && input.peek(Token![,])) {
+        let tree: TokenTree = input.parse()?;
+        if let TokenTree::Punct(punct) = &tree {
+            match punct.as_char() {
+                '<' => angle_depth += 1,
+                // `->` in a function-pointer type is not a closing angle bracket.
+                '>' if !after_dash => angle_depth = angle_depth.saturating_sub(1),
+                _ => {}
+            }
+            after_dash = punct.as_char() == '-';
+        } else {
+            after_dash = false;
+        }
+        tokens.extend([tree]);
+    }
+    Ok(tokens)
+}
+
+impl SpecBuilder {
+    fn accept(&mut self, item: Item, diagnostics: &mut Diagnostics) {
+        let name = item.key.unraw().to_string();
+        if !KEYS.contains(&name.as_str()) {
+            diagnostics.error(item.key.span(), unknown_key_message(&name));
+            return;
+        }
+        if let Some(first) = self.seen.get(&name) {
+            let mut error =
+                syn::Error::new(item.key.span(), format!("duplicate `{name}` key in #[handle]"));
+            error.combine(syn::Error::new(*first, format!("`{name}` first given here")));
+            diagnostics.push(error);
+            return;
+        }
+        self.seen.insert(name.clone(), item.key.span());
+        match name.as_str() {
+            "raw" => self.raw = typed_value(&item, diagnostics),
+            "accessor" => self.accessor = typed_value(&item, diagnostics),
+            "delete" => self.delete = typed_value(&item, diagnostics),
+            "crate" => self.krate = typed_value(&item, diagnostics),
+            "unsafe_send_sync" => self.send_sync = flag(&item, diagnostics),
+            "registry" => self.registry = flag(&item, diagnostics),
+            _ => unreachable!("every key in KEYS is handled"),
+        }
+    }
+}
+
+fn typed_value<T: syn::parse::Parse>(item: &Item, diagnostics: &mut Diagnostics) -> Option<T> {
+    let Some(tokens) = &item.value else {
+        diagnostics.error(
+            item.key.span(),
+            format!("`{}` needs a value: `{} = ...`", item.key, item.key),
+        );
+        return None;
+    };
+    match T::parse.parse2(tokens.clone()) {
+        Ok(value) => Some(value),
+        Err(error) => {
+            diagnostics.push(error);
+            None
+        }
+    }
+}
+
+fn flag(item: &Item, diagnostics: &mut Diagnostics) -> Option<Span> {
+    if let Some(tokens) = &item.value {
+        diagnostics.error(
+            tokens.span(),
+            format!("`{}` is a flag and takes no value", item.key),
+        );
+    }
+    Some(item.key.span())
+}
+
+fn unknown_key_message(name: &str) -> String {
+    let nearest = KEYS
+        .iter()
+        .map(|key| (strsim::damerau_levenshtein(name, key), *key))
+        .filter(|(distance, key)| *distance <= (key.len() / 3).max(2) || key.contains(name))
+        .min();
+    let known = KEYS.join("`, `");
+    match nearest {
+        Some((_, key)) => format!("unknown key `{name}` in #[handle]; did you mean `{key}`?"),
+        None => format!("unknown key `{name}` in #[handle]; expected one of `{known}`"),
+    }
+}
+
+fn parse_fields<'a>(input: &'a DeriveInput, diagnostics: &mut Diagnostics) -> Vec<Field<'a>> {
+    let data = match &input.data {
+        Data::Struct(data) => data,
+        Data::Enum(data) => {
+            diagnostics.error(
+                data.enum_token.span,
+                "#[derive(ResourceHandle)] needs a struct with named fields; enums are not supported",
+            );
+            return Vec::new();
+        }
+        Data::Union(data) => {
+            diagnostics.error(
+                data.union_token.span,
+                "#[derive(ResourceHandle)] needs a struct with named fields; unions are not supported",
+            );
+            return Vec::new();
+        }
+    };
+    match &data.fields {
+        Fields::Named(named) => named
+            .named
+            .iter()
+            .map(|field| Field {
+                ident: field.ident.as_ref().expect("named fields have names"),
+                ty: &field.ty,
+                owner: is_owner(&field.attrs, diagnostics),
+            })
+            .collect(),
+        Fields::Unnamed(unnamed) => {
+            diagnostics.error(
+                unnamed.span(),
+                "#[derive(ResourceHandle)] does not support tuple structs: name the fields, which become getters",
+            );
+            Vec::new()
+        }
+        Fields::Unit => Vec::new(),
+    }
+}
+
+fn is_owner(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> bool {
+    let mut first: Option<&Attribute> = None;
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("owner")) {
+        if let Err(error) = attr.meta.require_path_only() {
+            diagnostics.error(error.span(), "#[owner] takes no arguments");
+        }
+        if let Some(first) = first {
+            let mut error = syn::Error::new(attr.span(), "duplicate #[owner] attribute");
+            error.combine(syn::Error::new(first.span(), "first #[owner] here"));
+            diagnostics.push(error);
+        }
+        first.get_or_insert(attr);
+    }
+    first.is_some()
+}

@@ -1,0 +1,137 @@
+//! Shared fixtures for the downstream-usage tests: resources whose deleters record what they do,
+//! so tests can assert exactly-once deletion and its order.
+#![deny(missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use handles_core::ResourceHandle;
+
+/// One thing a recording deleter did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A node was deleted.
+    DeleteNode(u64),
+    /// A leaf was deleted.
+    DeleteLeaf(u64),
+}
+
+static LOG: Mutex<Vec<Event>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Appends to the shared log.
+pub fn record(event: Event) {
+    LOG.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+}
+
+/// The events of the shared log that concern `ids`, in order.
+pub fn events_for(ids: &[u64]) -> Vec<Event> {
+    LOG.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .copied()
+        .filter(|event| match event {
+            Event::DeleteNode(id) | Event::DeleteLeaf(id) => ids.contains(id),
+        })
+        .collect()
+}
+
+/// A fresh raw id, never handed out before in this process.
+pub fn fresh_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Serialises tests that read live counts or replace the report hook, which are process-wide.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why a recording deleter was told to fail.
+#[derive(Debug)]
+pub struct Refused(pub u64);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refused to delete {}", self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// What a node's deleter does besides recording.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Succeeds.
+    #[default]
+    Succeed,
+    /// Returns `Err(Refused)`.
+    Fail,
+    /// Panics.
+    Panic,
+}
+
+fn delete_node(raw: u64, node: &Node) -> Result<(), Refused> {
+    // The parent must still be alive while its child is deleted.
+    if let Some(parent) = &node.parent {
+        assert!(parent.strong_count() >= 1);
+        assert!(
+            !events_for(&[parent.id()]).contains(&Event::DeleteNode(parent.id())),
+            "parent deleted before its child"
+        );
+    }
+    record(Event::DeleteNode(raw));
+    match node.behaviour {
+        Behaviour::Succeed => Ok(()),
+        Behaviour::Fail => Err(Refused(raw)),
+        Behaviour::Panic => panic!("deleter of node {raw} panicked"),
+    }
+}
+
+/// A node in a tree of resources: optionally owned by a parent node of the same type.
+#[derive(ResourceHandle)]
+#[handle(raw = u64, accessor = id, delete = delete_node, unsafe_send_sync, registry)]
+pub struct Node {
+    /// The node this one depends on.
+    #[owner]
+    pub parent: Option<NodeHandle>,
+    /// What the deleter does.
+    pub behaviour: Behaviour,
+}
+
+impl NodeHandle {
+    /// A new owning node with a fresh id.
+    pub fn create(parent: Option<NodeHandle>) -> NodeHandle {
+        Self::create_with(parent, Behaviour::Succeed)
+    }
+
+    /// A new owning node whose deleter behaves as told.
+    pub fn create_with(parent: Option<NodeHandle>, behaviour: Behaviour) -> NodeHandle {
+        // SAFETY: the id is fresh, so nothing else owns it, and `delete_node` is its deleter.
+        unsafe { NodeHandle::from_raw(fresh_id(), Node { parent, behaviour }) }
+    }
+}
+
+fn delete_leaf(raw: u64, _: &Leaf) -> Result<(), Refused> {
+    record(Event::DeleteLeaf(raw));
+    Ok(())
+}
+
+/// A leaf that depends on a node.
+#[derive(ResourceHandle)]
+#[handle(raw = u64, delete = delete_leaf, unsafe_send_sync)]
+pub struct Leaf {
+    /// The node this leaf needs.
+    #[owner]
+    pub node: NodeHandle,
+    /// A label fixed at creation.
+    pub label: &'static str,
+}
+
+impl LeafHandle {
+    /// A new owning leaf under `node`.
+    pub fn create(node: NodeHandle, label: &'static str) -> LeafHandle {
+        // SAFETY: the id is fresh and `delete_leaf` is its deleter.
+        unsafe { LeafHandle::from_raw(fresh_id(), Leaf { node, label }) }
+    }
+}
