@@ -99,7 +99,9 @@ impl<H> fmt::Debug for CloseError<H> {
 impl<H> fmt::Display for CloseError<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CloseError::StillShared(_) => f.write_str("the resource is still shared by other handles"),
+            CloseError::StillShared(_) => {
+                f.write_str("the resource is still shared by other handles")
+            }
             CloseError::Deleter(error) => write!(f, "deleting the resource failed: {error}"),
         }
     }

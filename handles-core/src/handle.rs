@@ -157,7 +157,11 @@ impl<R: Resource> Handle<R> {
         O: Any + Send + Sync,
     {
         Handle {
-            inner: Arc::new(HandleBox::new(raw, Keep::WithOwner(Box::new(owner)), record)),
+            inner: Arc::new(HandleBox::new(
+                raw,
+                Keep::WithOwner(Box::new(owner)),
+                record,
+            )),
         }
     }
 

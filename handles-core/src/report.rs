@@ -32,13 +32,17 @@ pub fn set_report_hook<F>(hook: F) -> bool
 where
     F: Fn(&DeleteFailure<'_>) + Send + Sync + 'static,
 {
-    let mut slot = HOOK.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut slot = HOOK
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     slot.replace(Arc::new(hook)).is_some()
 }
 
 /// Restores the default hook (one line on stderr).
 pub fn reset_report_hook() {
-    let mut slot = HOOK.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut slot = HOOK
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     *slot = None;
 }
 

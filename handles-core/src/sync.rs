@@ -10,5 +10,7 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 /// Locks `mutex`, ignoring poisoning: every critical section in this crate leaves its map in a
 /// consistent state before it can panic, so a poisoned lock carries no broken invariant.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

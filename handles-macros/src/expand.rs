@@ -90,8 +90,8 @@ fn resource_impl(decl: &Declaration<'_>) -> TokenStream {
 
 fn thread_safe_impl(decl: &Declaration<'_>) -> TokenStream {
     let (krate, ident) = (&decl.spec.krate, decl.ident);
-    decl.spec.send_sync.map_or_else(TokenStream::new, |span| {
-        quote_spanned! {span=>
+    decl.spec.send_sync.map_or_else(TokenStream::new, |_| {
+        quote! {
             /// SAFETY: declared with `unsafe_send_sync`: the author of this declaration promises
             /// that the raw value may be used, shared and deleted from any thread.
             unsafe impl #krate::ThreadSafe for #ident {}
@@ -101,15 +101,21 @@ fn thread_safe_impl(decl: &Declaration<'_>) -> TokenStream {
 
 fn type_definitions(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let (krate, ident, vis) = (&decl.spec.krate, decl.ident, decl.vis);
-    let Names { handle, weak, boxed } = names;
+    let Names {
+        handle,
+        weak,
+        boxed,
+    } = names;
     let handle_doc = format!(
         "A shared handle to a [`{ident}`] resource. Clones share one heap box; whether the \
          resource is deleted when the last clone drops depends on how it was constructed \
          (see [`{handle}::ownership`])."
     );
-    let weak_doc =
-        format!("A weak handle to a [`{ident}`] resource: upgrades to a [`{handle}`] while one lives.");
-    let boxed_doc = format!("The heap box behind a [`{handle}`]: the raw value and its [`{ident}`] record.");
+    let weak_doc = format!(
+        "A weak handle to a [`{ident}`] resource: upgrades to a [`{handle}`] while one lives."
+    );
+    let boxed_doc =
+        format!("The heap box behind a [`{handle}`]: the raw value and its [`{ident}`] record.");
     quote! {
         #[doc = #handle_doc]
         #[repr(transparent)]
@@ -125,7 +131,9 @@ fn type_definitions(decl: &Declaration<'_>, names: &Names) -> TokenStream {
 }
 
 fn constructors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
-    let Declaration { ident, vis, spec, .. } = decl;
+    let Declaration {
+        ident, vis, spec, ..
+    } = decl;
     let (krate, raw, handle) = (&spec.krate, &spec.raw, &names.handle);
     let owned = spec.delete.as_ref().map(|deleter| {
         let doc = format!(
@@ -199,6 +207,8 @@ fn accessors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
         }
     });
     quote! {
+        // Getters a program does not call are not dead code of its own making.
+        #[allow(dead_code)]
         impl #handle {
             /// The raw resource value. Do not delete it: the handle decides that.
             #[inline(always)]

@@ -40,9 +40,14 @@ use proc_macro::TokenStream;
 #[proc_macro_derive(ResourceHandle, attributes(handle, owner))]
 pub fn derive_resource_handle(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
-    let result = parse::parse(&input).and_then(|decl| {
-        validate::validate(&decl)?;
-        Ok(expand::expand(&decl))
-    });
-    result.unwrap_or_else(syn::Error::into_compile_error).into()
+    let mut diagnostics = diagnostics::Diagnostics::default();
+    let declaration = parse::parse(&input, &mut diagnostics);
+    if let Some(declaration) = &declaration {
+        validate::validate(declaration, &mut diagnostics);
+    }
+    match (diagnostics.finish(), declaration) {
+        (Ok(()), Some(declaration)) => expand::expand(&declaration).into(),
+        (Err(errors), _) => errors.into_compile_error().into(),
+        (Ok(()), None) => unreachable!("a missing declaration is always reported"),
+    }
 }

@@ -43,21 +43,25 @@ struct SpecBuilder {
     krate: Option<Path>,
 }
 
-pub(crate) fn parse(input: &DeriveInput) -> syn::Result<Declaration<'_>> {
-    let mut diagnostics = Diagnostics::default();
-    let spec = parse_spec(input, &mut diagnostics);
-    let fields = parse_fields(input, &mut diagnostics);
+/// Parses the whole input, recording every problem in `diagnostics`. Returns a declaration
+/// whenever the spec could be read, even if a field had problems, so that validation can
+/// report its own findings in the same compile.
+pub(crate) fn parse<'a>(
+    input: &'a DeriveInput,
+    diagnostics: &mut Diagnostics,
+) -> Option<Declaration<'a>> {
+    let spec = parse_spec(input, diagnostics);
+    let fields = parse_fields(input, diagnostics);
     if !input.generics.params.is_empty() {
         diagnostics.error(
             input.generics.span(),
             "#[derive(ResourceHandle)] does not support generic parameters: a resource has one concrete raw type",
         );
     }
-    diagnostics.finish()?;
-    Ok(Declaration {
+    Some(Declaration {
         vis: &input.vis,
         ident: &input.ident,
-        spec: spec.expect("a missing spec is always reported as an error"),
+        spec: spec?,
         fields,
     })
 }
@@ -88,7 +92,7 @@ fn parse_spec(input: &DeriveInput, diagnostics: &mut Diagnostics) -> Option<Spec
     }
     let Some(raw) = builder.raw else {
         diagnostics.error(
-            attrs[0].span(),
+            attrs[0].path().span(),
             "missing `raw = Type` in #[handle(...)]: the type of the raw resource value",
         );
         return None;
@@ -138,7 +142,11 @@ fn value_tokens(input: ParseStream<'_>) -> syn::Result<TokenStream> {
     let mut tokens = TokenStream::new();
     let mut angle_depth = 0usize;
     let mut after_dash = false;
-    while !input.is_empty() && !(angle_depth == 0 && input.peek(Token![,])) {
+    loop {
+        let at_separator = angle_depth == 0 && input.peek(Token![,]);
+        if input.is_empty() || at_separator {
+            break;
+        }
         let tree: TokenTree = input.parse()?;
         if let TokenTree::Punct(punct) = &tree {
             match punct.as_char() {
@@ -164,9 +172,14 @@ impl SpecBuilder {
             return;
         }
         if let Some(first) = self.seen.get(&name) {
-            let mut error =
-                syn::Error::new(item.key.span(), format!("duplicate `{name}` key in #[handle]"));
-            error.combine(syn::Error::new(*first, format!("`{name}` first given here")));
+            let mut error = syn::Error::new(
+                item.key.span(),
+                format!("duplicate `{name}` key in #[handle]"),
+            );
+            error.combine(syn::Error::new(
+                *first,
+                format!("`{name}` first given here"),
+            ));
             diagnostics.push(error);
             return;
         }

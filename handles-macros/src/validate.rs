@@ -31,11 +31,9 @@ const GENERATED_METHODS: &[&str] = &[
     "strong_count",
 ];
 
-pub(crate) fn validate(decl: &Declaration<'_>) -> syn::Result<()> {
-    let mut diagnostics = Diagnostics::default();
-    check_registry(decl, &mut diagnostics);
-    check_names(decl, &mut diagnostics);
-    diagnostics.finish()
+pub(crate) fn validate(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
+    check_registry(decl, diagnostics);
+    check_names(decl, diagnostics);
 }
 
 fn check_registry(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
@@ -52,7 +50,9 @@ fn check_names(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
     if GENERATED_METHODS.contains(&accessor.to_string().as_str()) {
         diagnostics.error(
             accessor.span(),
-            format!("accessor name `{accessor}` collides with a generated method of the handle type"),
+            format!(
+                "accessor name `{accessor}` collides with a generated method of the handle type"
+            ),
         );
     }
     for field in &decl.fields {
@@ -64,7 +64,7 @@ fn check_names(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
                 format!("field `{name}` would get a getter that collides with the generated method `{name}`; rename the field"),
             );
         }
-        if name == accessor.to_string() {
+        if *accessor == name {
             diagnostics.error(
                 field.ident.span(),
                 format!("field `{name}` collides with the raw accessor `{accessor}`; rename the field or choose another `accessor`"),

@@ -123,8 +123,16 @@ fn close_returns_the_deleter_error_without_reporting_it() {
         other => panic!("expected a caught panic, got {other:?}"),
     }
     handles_core::reset_report_hook();
-    assert_eq!(*reports.lock().unwrap(), 0, "close must return errors, not report them");
-    assert_eq!(events_for(&[id]), vec![Event::DeleteNode(id)], "deleted once");
+    assert_eq!(
+        *reports.lock().unwrap(),
+        0,
+        "close must return errors, not report them"
+    );
+    assert_eq!(
+        events_for(&[id]),
+        vec![Event::DeleteNode(id)],
+        "deleted once"
+    );
 }
 
 #[test]
@@ -200,10 +208,16 @@ fn registry_returns_the_canonical_handle_for_a_managed_raw_value() {
     };
     // SAFETY: the id is managed by `node`, which outlives this borrow.
     let borrowed = unsafe { NodeHandle::from_raw_borrowed(id, record) };
-    assert!(borrowed.is_owning(), "the canonical owning handle comes back");
+    assert!(
+        borrowed.is_owning(),
+        "the canonical owning handle comes back"
+    );
     assert_eq!(borrowed.parent().as_ref(), Some(&parent), "with its owners");
     drop((found, borrowed, node));
-    assert!(NodeHandle::lookup(id).is_none(), "unregistered after deletion");
+    assert!(
+        NodeHandle::lookup(id).is_none(),
+        "unregistered after deletion"
+    );
 }
 
 #[test]
@@ -221,7 +235,10 @@ fn equality_and_hash_follow_the_raw_value() {
     });
     let debug = format!("{node:?}");
     assert!(debug.starts_with("Node {"), "{debug}");
-    assert!(debug.contains("ownership: Owned") && debug.contains("strong: 1"), "{debug}");
+    assert!(
+        debug.contains("ownership: Owned") && debug.contains("strong: 1"),
+        "{debug}"
+    );
     assert!(!twin.ptr_eq(&node));
     assert_eq!(twin, node);
     let set: HashSet<_> = [node.clone(), twin].into_iter().collect();
@@ -246,7 +263,9 @@ fn live_counts_return_to_their_start() {
     let _serial = serial();
     let start = NodeHandle::live_count().expect("the tests build with live-count");
     let root = NodeHandle::create(None);
-    let children: Vec<_> = (0..10).map(|_| NodeHandle::create(Some(root.clone()))).collect();
+    let children: Vec<_> = (0..10)
+        .map(|_| NodeHandle::create(Some(root.clone())))
+        .collect();
     assert_eq!(NodeHandle::live_count(), Some(start + 11));
     drop(root);
     assert_eq!(NodeHandle::live_count(), Some(start + 11));

@@ -1,0 +1,7 @@
+use handles_core::ResourceHandle;
+
+#[derive(ResourceHandle)]
+#[handle(raw = u32, registry)]
+struct Thing {}
+
+fn main() {}
