@@ -1,1 +1,60 @@
-//! placeholder while building
+//! RAII handles to CUDA driver resources, declared with `handles_core`'s derive.
+//!
+//! Every resource is a shared handle: clones are cheap, the resource is destroyed exactly once
+//! when the last clone drops, and a handle keeps alive what its resource depends on (a stream
+//! its context, a pointer its pool and deallocation stream), so the application may drop
+//! things in any order.
+//!
+//! | handle | owns | keeps alive |
+//! |---|---|---|
+//! | [`ContextHandle`] | a primary-context retain | — |
+//! | [`StreamHandle`] | a stream | its context |
+//! | [`EventHandle`] | an event | its context |
+//! | [`MemoryPoolHandle`] | a pool | its device's primary context |
+//! | [`DevicePtrHandle`] | an allocation | its pool, its context, its deallocation stream |
+//!
+//! No call needs a context bound to the thread first: each constructor and deleter makes the
+//! context it needs current for the call and restores the caller's. The driver library is
+//! loaded lazily; without it every entry point returns [`Error::DriverNotFound`].
+//!
+//! ```no_run
+//! use handles_cuda::{ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle};
+//!
+//! # fn main() -> handles_cuda::Result<()> {
+//! let context = ContextHandle::primary(0)?;
+//! let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
+//! let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+//! let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 20, &stream)?;
+//! buffer.memset_async(0, 1 << 20, &stream)?;
+//! drop((context, pool)); // the buffer keeps both alive
+//! drop(buffer); // freed on `stream`, then the pool, then the context retain
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod context;
+mod cudarc_interop;
+mod device_ptr;
+mod driver;
+mod error;
+mod event;
+mod ipc;
+mod pool;
+mod scope;
+mod stream;
+
+pub use context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
+pub use device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
+pub use driver::{device_count, ensure_loaded, is_available, mem_get_info};
+pub use error::{Error, Result};
+pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak, IpcEventHandle};
+pub use ipc::{IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled};
+pub use pool::{
+    MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
+};
+pub use stream::{
+    LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
+};
+
+/// The raw driver API, as used by this crate (cudarc's bindings).
+pub use cudarc::driver::sys;

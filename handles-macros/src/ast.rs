@@ -27,6 +27,8 @@ pub(crate) struct Spec {
 
 /// One named field of the struct.
 pub(crate) struct Field<'a> {
+    /// The field's visibility, which its getter gets too.
+    pub vis: &'a Visibility,
     pub ident: &'a Ident,
     pub ty: &'a Type,
     /// Marked `#[owner]`: a handle the resource depends on.

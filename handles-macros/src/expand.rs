@@ -192,7 +192,8 @@ fn accessors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let Declaration { vis, spec, .. } = decl;
     let (raw, accessor, handle) = (&spec.raw, &spec.accessor, &names.handle);
     let getters = decl.fields.iter().map(|field| {
-        let (name, ty) = (field.ident, field.ty);
+        // A getter is as visible as its field: the handle exposes exactly what the record does.
+        let (name, ty, vis) = (field.ident, field.ty, field.vis);
         let doc = if field.owner {
             format!("The `{name}` owner this resource keeps alive.")
         } else {

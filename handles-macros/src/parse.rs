@@ -259,6 +259,7 @@ fn parse_fields<'a>(input: &'a DeriveInput, diagnostics: &mut Diagnostics) -> Ve
             .named
             .iter()
             .map(|field| Field {
+                vis: &field.vis,
                 ident: field.ident.as_ref().expect("named fields have names"),
                 ty: &field.ty,
                 owner: is_owner(&field.attrs, diagnostics),

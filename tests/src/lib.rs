@@ -135,3 +135,63 @@ impl LeafHandle {
         unsafe { LeafHandle::from_raw(fresh_id(), Leaf { node, label }) }
     }
 }
+
+/// Helpers for tests that re-run their own test binary as a child process.
+pub mod child {
+    use std::process::{Command, Output};
+
+    /// The environment variable that tells a test it runs as a child, and in which role.
+    pub const ROLE: &str = "HANDLES_TEST_CHILD_ROLE";
+
+    /// The role this process was started in, if it is a child.
+    pub fn role() -> Option<String> {
+        std::env::var(ROLE).ok()
+    }
+
+    /// Runs the test `name` of this same test binary in a child process with `ROLE=role` and
+    /// the extra environment `env`, and returns its output.
+    pub fn run(name: &str, role: &str, env: &[(&str, String)]) -> Output {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut command = Command::new(exe);
+        command
+            .args([
+                name,
+                "--exact",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, role);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().expect("spawn the child test process")
+    }
+
+    /// Panics with the child's output unless it exited with status 0.
+    pub fn assert_success(output: &Output) {
+        assert!(
+            output.status.success(),
+            "child failed with {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Lowercase hex of `bytes`.
+    pub fn to_hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    /// Bytes of a lowercase hex string; `None` if it is not valid hex.
+    pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+        if text.len() % 2 != 0 {
+            return None;
+        }
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+            .collect()
+    }
+}

@@ -1,0 +1,126 @@
+//! A tour of handles-cuda on a real GPU: a pool allocation, a memset and a copy timed with
+//! events, and an IPC round trip with a child process. Prints each step of the lifecycle.
+//!
+//! Run with `cargo run -p handles-cuda --example tour`. Without an NVIDIA driver it says so
+//! and exits with status 0.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::process::Command;
+
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcPointer, MemoryPoolHandle,
+    PoolProps, StreamFlags, StreamHandle,
+};
+
+const SIZE: usize = 64 << 20;
+
+fn main() {
+    let result = match std::env::args().nth(1).as_deref() {
+        Some("--import") => child(),
+        _ => parent(),
+    };
+    match result {
+        Ok(()) => {}
+        Err(Error::DriverNotFound) => {
+            println!("No NVIDIA driver was found on this machine, so the tour has nothing to run.");
+        }
+        Err(error) => {
+            eprintln!("tour failed: {error}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn parent() -> handles_cuda::Result<()> {
+    handles_cuda::ensure_loaded()?;
+    println!("devices: {}", handles_cuda::device_count()?);
+    let context = ContextHandle::primary(0)?;
+    println!("context   {context:?}");
+    let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0)?;
+    println!("stream    {stream:?}");
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(0)
+    })?;
+    println!("pool      {pool:?} (IPC-capable)");
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream)?;
+    println!("buffer    {buffer:?}, {} MiB from the pool", SIZE >> 20);
+
+    let (start, end) = (
+        EventHandle::create(&context, EventFlags::timing())?,
+        EventHandle::create(&context, EventFlags::timing())?,
+    );
+    start.record(&stream)?;
+    buffer.memset_async(0x5a, SIZE, &stream)?;
+    end.record(&stream)?;
+    end.synchronize()?;
+    let ms = start.elapsed_ms(&end)?;
+    println!(
+        "memset    {} MiB in {ms:.3} ms ({:.0} GB/s)",
+        SIZE >> 20,
+        SIZE as f64 / ms as f64 / 1e6
+    );
+    let greeting = b"hello from the parent process";
+    buffer.copy_from_host(greeting, &stream)?;
+
+    let pointer = buffer.export_ipc()?;
+    let fd = pool.export_posix_fd()?;
+    // SAFETY: clears close-on-exec on a descriptor we own, so the child inherits it.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) };
+    println!(
+        "ipc       exported the pool as fd {} and the buffer as {} bytes",
+        fd.as_raw_fd(),
+        IpcPointer::LEN
+    );
+    let hex: String = pointer
+        .to_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let status = Command::new(std::env::current_exe().expect("own path"))
+        .args(["--import", &fd.as_raw_fd().to_string(), &hex])
+        .status()
+        .expect("spawn the child");
+    println!("ipc       child exited with {status}");
+
+    println!("dropping the context, pool and stream handles first:");
+    drop((context, pool));
+    println!(
+        "  buffer still owns its pool: {:?}",
+        buffer.pool().as_ref().map(|p| p.strong_count())
+    );
+    drop(stream);
+    println!("dropping the buffer: freed on its stream, then the stream, pool and context go");
+    drop(buffer);
+    handles_cuda::clear_primary_cache();
+    println!("done");
+    Ok(())
+}
+
+fn child() -> handles_cuda::Result<()> {
+    let mut args = std::env::args().skip(2);
+    let fd: i32 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("fd argument");
+    let hex = args.next().expect("payload argument");
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect();
+    // SAFETY: the parent keeps the descriptor open for the child's lifetime.
+    let pool = MemoryPoolHandle::import_posix_fd(unsafe { BorrowedFd::borrow_raw(fd) })?;
+    let context = ContextHandle::primary(0)?;
+    let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
+    let pointer = IpcPointer::from_bytes(&bytes)?;
+    let first = DevicePtrHandle::import_ipc(&pool, &pointer, &stream)?;
+    let second = DevicePtrHandle::import_ipc(&pool, &pointer, &stream)?;
+    println!(
+        "  child   imported twice: one shared handle? {}",
+        first.ptr_eq(&second)
+    );
+    let mut text = vec![0u8; 29];
+    second.copy_to_host(&mut text, &stream)?;
+    println!("  child   read {:?}", String::from_utf8_lossy(&text));
+    Ok(())
+}

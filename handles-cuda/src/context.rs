@@ -1,0 +1,124 @@
+//! CUDA contexts: the device's primary context, the current context, and references.
+
+use std::cell::RefCell;
+
+use cudarc::driver::sys::{self, CUcontext, CUdevice};
+use handles_core::ResourceHandle;
+
+use crate::driver::{self, ensure_loaded};
+use crate::error::{Result, check, deleter_status};
+use crate::scope::{current_raw, in_context};
+
+/// A CUDA context.
+///
+/// Ownership: a handle from [`ContextHandle::primary`] owns one retain of the device's primary
+/// context and releases it when its last clone drops. [`ContextHandle::current`] and
+/// references made with `from_raw_borrowed` own nothing. Keeps alive: nothing; streams,
+/// events and pools keep their context alive.
+#[derive(ResourceHandle)]
+#[handle(raw = CUcontext, accessor = as_cu, delete = release_primary, unsafe_send_sync, registry)]
+pub struct Context {
+    /// The device ordinal, when known.
+    pub device: Option<usize>,
+    /// The driver's device id whose primary context this handle retains; `None` for contexts
+    /// this handle does not own.
+    pub primary_of: Option<CUdevice>,
+}
+
+fn release_primary(_: CUcontext, context: &Context) -> Result<()> {
+    let Some(device) = context.primary_of else {
+        return Ok(());
+    };
+    // SAFETY: this handle holds one retain of `device`'s primary context, released once here.
+    let status = unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
+    deleter_status(check("cuDevicePrimaryCtxRelease", status))
+}
+
+thread_local! {
+    /// Per-thread cache of primary-context handles, indexed by ordinal: a repeated lookup is
+    /// a thread-local read and one reference-count increment, with no driver call.
+    static PRIMARY: RefCell<Vec<Option<ContextHandle>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl ContextHandle {
+    /// The primary context of device `ordinal`, retained. Cached per thread: only the first
+    /// lookup on each thread calls the driver.
+    pub fn primary(ordinal: usize) -> Result<ContextHandle> {
+        let cached = PRIMARY
+            .try_with(|cache| cache.borrow().get(ordinal).cloned().flatten())
+            .ok()
+            .flatten();
+        if let Some(context) = cached {
+            return Ok(context);
+        }
+        let context = Self::retain_primary(ordinal)?;
+        // During thread teardown the cache is gone; the handle is then simply not cached.
+        let _ = PRIMARY.try_with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if cache.len() <= ordinal {
+                cache.resize(ordinal + 1, None);
+            }
+            cache[ordinal] = Some(context.clone());
+        });
+        Ok(context)
+    }
+
+    fn retain_primary(ordinal: usize) -> Result<ContextHandle> {
+        let device = driver::device(ordinal)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the driver is loaded and `device` is valid; `raw` is a valid out-pointer.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut raw, device)
+        })?;
+        let record = Context {
+            device: Some(ordinal),
+            primary_of: Some(device),
+        };
+        // SAFETY: we hold exactly one retain, which `release_primary` gives back.
+        Ok(unsafe { ContextHandle::from_raw(raw, record) })
+    }
+
+    /// The calling thread's current context: the handle that manages it if this program
+    /// created one, else a non-owning reference. `None` when no context is current.
+    pub fn current() -> Result<Option<ContextHandle>> {
+        ensure_loaded()?;
+        let raw = current_raw()?;
+        if raw.is_null() {
+            return Ok(None);
+        }
+        let record = Context {
+            device: None,
+            primary_of: None,
+        };
+        // SAFETY: the context is current, so it is live; the reference never destroys it, and
+        // the caller's use of it is bounded by whoever made it current.
+        Ok(Some(unsafe {
+            ContextHandle::from_raw_borrowed(raw, record)
+        }))
+    }
+
+    /// Blocks until all work in this context has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        in_context(self.as_cu(), || {
+            // SAFETY: the context is current for this call and kept alive by `self`.
+            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        })
+    }
+
+    /// Free and total device memory as seen from this context, in bytes.
+    pub fn mem_get_info(&self) -> Result<(usize, usize)> {
+        let mut info = (0, 0);
+        in_context(self.as_cu(), || {
+            info = driver::mem_get_info()?;
+            Ok(())
+        })?;
+        Ok(info)
+    }
+}
+
+/// Drops this thread's cached primary-context handles (each releases its retain if nothing
+/// else holds it). Threads release their cache automatically when they exit.
+pub fn clear_primary_cache() {
+    let taken = PRIMARY.try_with(|cache| std::mem::take(&mut *cache.borrow_mut()));
+    drop(taken);
+}

@@ -1,0 +1,87 @@
+//! The crate's error type: a driver status with its name, or a clear reason for bad input.
+
+use std::ffi::CStr;
+
+use cudarc::driver::sys::{self, CUresult};
+
+/// What went wrong in a call to this crate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// No CUDA driver library (`libcuda.so`) could be loaded on this machine.
+    #[error("no CUDA driver found: libcuda could not be loaded")]
+    DriverNotFound,
+    /// A driver call returned an error status.
+    #[error("{call} failed: {name} ({code})", code = *.code as u32)]
+    Driver {
+        /// The driver function that failed.
+        call: &'static str,
+        /// The status it returned.
+        code: CUresult,
+        /// The status's name, as `cuGetErrorName` gives it.
+        name: &'static str,
+    },
+    /// An argument was rejected before any driver call.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The driver status, for `Error::Driver`.
+    pub fn code(&self) -> Option<CUresult> {
+        match self {
+            Error::Driver { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the status the driver returns once it has shut down at process exit.
+    pub fn is_deinitialized(&self) -> bool {
+        self.code() == Some(CUresult::CUDA_ERROR_DEINITIALIZED)
+    }
+}
+
+/// Turns a status into a `Result`, naming the call that returned it.
+#[inline]
+pub(crate) fn check(call: &'static str, code: CUresult) -> Result<()> {
+    if code == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(driver_error(call, code))
+    }
+}
+
+#[cold]
+pub(crate) fn driver_error(call: &'static str, code: CUresult) -> Error {
+    Error::Driver {
+        call,
+        code,
+        name: error_name(code),
+    }
+}
+
+fn error_name(code: CUresult) -> &'static str {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: only reached after a driver call returned, so the library is loaded; the driver
+    // writes a pointer to a static string or leaves `name` null.
+    let status = unsafe { sys::cuGetErrorName(code, &mut name) };
+    if status != CUresult::CUDA_SUCCESS || name.is_null() {
+        return "CUDA_ERROR_UNKNOWN_STATUS";
+    }
+    // SAFETY: the driver returns a NUL-terminated string with static lifetime.
+    unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .unwrap_or("CUDA_ERROR_UNKNOWN_STATUS")
+}
+
+/// Maps the status of a deleter's driver call. `CUDA_ERROR_DEINITIALIZED` means the driver has
+/// already shut down at process exit and released everything itself: that is not a failure
+/// worth reporting.
+pub(crate) fn deleter_status(result: Result<()>) -> Result<()> {
+    match result {
+        Err(error) if error.is_deinitialized() => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,225 @@
+//! CUDA events: owned in a context, context-free, and interprocess (IPC) events.
+
+use cudarc::driver::sys::{self, CUevent};
+use handles_core::ResourceHandle;
+
+use crate::context::ContextHandle;
+use crate::driver::ensure_loaded;
+use crate::error::{Error, Result, check, deleter_status, driver_error};
+use crate::scope::{current_raw, in_context_or_undo};
+use crate::stream::StreamHandle;
+
+/// A CUDA event, with the flags it was created with.
+///
+/// Ownership: every constructor here owns the event and destroys it when the last clone
+/// drops; `from_raw_borrowed` references own nothing (and return the managing handle, with
+/// its metadata, when this program created the event). Keeps alive: its context, when created
+/// in one.
+#[derive(ResourceHandle)]
+#[handle(raw = CUevent, accessor = as_cu, delete = destroy_event, unsafe_send_sync, registry)]
+pub struct Event {
+    /// The context the event was created in, when created through a context handle.
+    #[owner]
+    pub context: Option<ContextHandle>,
+    /// The flags the event was created with.
+    pub flags: EventFlags,
+    /// The device ordinal of the creating context, when known.
+    pub device: Option<usize>,
+}
+
+fn destroy_event(raw: CUevent, _: &Event) -> Result<()> {
+    // SAFETY: the handle owns `raw` and this deleter runs once.
+    deleter_status(check("cuEventDestroy", unsafe {
+        sys::cuEventDestroy_v2(raw)
+    }))
+}
+
+/// Event creation flags. The default is timing off, spinning waits, not interprocess.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EventFlags {
+    /// Record timestamps, so `elapsed_ms` works (off by default: it makes events costlier).
+    pub timing: bool,
+    /// Host waits block the thread instead of spinning (`CU_EVENT_BLOCKING_SYNC`).
+    pub blocking_sync: bool,
+    /// The event can be shared with other processes (`CU_EVENT_INTERPROCESS`; needs timing off).
+    pub interprocess: bool,
+}
+
+impl EventFlags {
+    /// Flags of an event that records timestamps.
+    pub fn timing() -> Self {
+        EventFlags {
+            timing: true,
+            ..Self::default()
+        }
+    }
+
+    fn to_raw(self) -> Result<u32> {
+        if self.interprocess && self.timing {
+            return Err(Error::InvalidArgument(
+                "an interprocess event must be created with timing disabled".into(),
+            ));
+        }
+        let mut raw = 0;
+        if !self.timing {
+            raw |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        }
+        if self.blocking_sync {
+            raw |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        }
+        if self.interprocess {
+            raw |= sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32;
+        }
+        Ok(raw)
+    }
+}
+
+/// The 64-byte token that names an interprocess event in another process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpcEventHandle(pub [u8; 64]);
+
+impl IpcEventHandle {
+    /// Parses a token sent by another process; the length must be exactly 64 bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let array: [u8; 64] = bytes.try_into().map_err(|_| {
+            Error::InvalidArgument(format!(
+                "an IPC event handle is 64 bytes, got {}",
+                bytes.len()
+            ))
+        })?;
+        Ok(IpcEventHandle(array))
+    }
+}
+
+fn create_raw(flags: u32) -> Result<CUevent> {
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: a context is current (the caller checked); `raw` is a valid out-pointer.
+    check("cuEventCreate", unsafe {
+        sys::cuEventCreate(&mut raw, flags)
+    })?;
+    Ok(raw)
+}
+
+fn undo_create(raw: CUevent) {
+    // SAFETY: undoing our own creation; nothing else has seen `raw`.
+    let _ = unsafe { sys::cuEventDestroy_v2(raw) };
+}
+
+impl EventHandle {
+    /// Creates an event in `context`, which it keeps alive.
+    pub fn create(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
+        let raw_flags = flags.to_raw()?;
+        let raw = in_context_or_undo(context.as_cu(), || create_raw(raw_flags), undo_create)?;
+        let record = Event {
+            context: Some(context.clone()),
+            flags,
+            device: context.device().as_ref().copied(),
+        };
+        // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
+        Ok(unsafe { EventHandle::from_raw(raw, record) })
+    }
+
+    /// Creates an event in whatever context is current, without holding that context. Fails
+    /// with `CUDA_ERROR_INVALID_CONTEXT` if none is current.
+    pub fn create_in_current(flags: EventFlags) -> Result<Self> {
+        ensure_loaded()?;
+        let raw_flags = flags.to_raw()?;
+        if current_raw()?.is_null() {
+            return Err(driver_error(
+                "cuEventCreate",
+                sys::CUresult::CUDA_ERROR_INVALID_CONTEXT,
+            ));
+        }
+        let raw = create_raw(raw_flags)?;
+        let record = Event {
+            context: None,
+            flags,
+            device: None,
+        };
+        // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
+        Ok(unsafe { EventHandle::from_raw(raw, record) })
+    }
+
+    /// Records the event on `stream`.
+    pub fn record(&self, stream: &StreamHandle) -> Result<()> {
+        let event = self.as_cu();
+        stream.run(|raw_stream| {
+            // SAFETY: both the event and the stream are alive while their handles are.
+            check("cuEventRecord", unsafe {
+                sys::cuEventRecord(event, raw_stream)
+            })
+        })
+    }
+
+    /// Blocks until the work captured by the last `record` has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the event is alive while `self` is.
+        check("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(self.as_cu())
+        })
+    }
+
+    /// Milliseconds between `self` (recorded first) and `end`; both need timing enabled.
+    pub fn elapsed_ms(&self, end: &EventHandle) -> Result<f32> {
+        if !self.flags().timing || !end.flags().timing {
+            return Err(Error::InvalidArgument(
+                "elapsed_ms needs two events created with timing enabled".into(),
+            ));
+        }
+        let mut ms = 0.0;
+        // SAFETY: both events are alive; `ms` is a valid out-pointer.
+        check("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime_v2(&mut ms, self.as_cu(), end.as_cu())
+        })?;
+        Ok(ms)
+    }
+
+    /// The token another process passes to [`EventHandle::import_ipc`]. The event must have
+    /// been created with `interprocess` set.
+    pub fn export_ipc(&self) -> Result<IpcEventHandle> {
+        if !self.flags().interprocess {
+            return Err(Error::InvalidArgument(
+                "only events created with `interprocess` can be exported".into(),
+            ));
+        }
+        // SAFETY: an all-zero token is a valid value of this plain byte struct.
+        let mut token: sys::CUipcEventHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: the event is alive; `token` is a valid out-pointer.
+        check("cuIpcGetEventHandle", unsafe {
+            sys::cuIpcGetEventHandle(&mut token, self.as_cu())
+        })?;
+        Ok(IpcEventHandle(token.reserved.map(|byte| byte as u8)))
+    }
+
+    /// Opens an event exported by another process, in `context`. The returned handle owns the
+    /// opened event and keeps `context` alive. A malformed or stale token returns `Err`.
+    pub fn import_ipc(context: &ContextHandle, token: &IpcEventHandle) -> Result<Self> {
+        let raw_token = sys::CUipcEventHandle {
+            reserved: token.0.map(|byte| byte as std::ffi::c_char),
+        };
+        let raw = in_context_or_undo(
+            context.as_cu(),
+            || {
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: a context is current; `raw` is a valid out-pointer and the token is
+                // passed by value.
+                check("cuIpcOpenEventHandle", unsafe {
+                    sys::cuIpcOpenEventHandle(&mut raw, raw_token)
+                })?;
+                Ok(raw)
+            },
+            undo_create,
+        )?;
+        let record = Event {
+            context: Some(context.clone()),
+            flags: EventFlags {
+                timing: false,
+                blocking_sync: false,
+                interprocess: true,
+            },
+            device: context.device().as_ref().copied(),
+        };
+        // SAFETY: the opened event is ours to destroy with `cuEventDestroy`.
+        Ok(unsafe { EventHandle::from_raw(raw, record) })
+    }
+}

@@ -1,0 +1,153 @@
+//! Sharing pool allocations between processes, with the import cache that works around the
+//! driver's unreferenced duplicate imports.
+//!
+//! The driver does not count imports of one allocation (nvbug 5570902): a second
+//! `cuMemPoolImportPointer` of the same export data returns the same pointer, and the first
+//! `cuMemFreeAsync` unmaps it for both. Pinned host memory fails a second import with
+//! `CUDA_ERROR_ALREADY_MAPPED`. So each process keeps at most one live import per export
+//! data: a [`WeakCache`] keyed by the export bytes hands every importer the same handle, and a
+//! re-import waits until the previous import's free has been queued (see `handles-core`'s
+//! cache protocol).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cudarc::driver::sys::{self, CUdeviceptr};
+use handles_core::{CacheSlot, WeakCache};
+
+use crate::device_ptr::{AllocKind, DevicePtrHandle};
+use crate::error::{Error, Result, check};
+use crate::pool::MemoryPoolHandle;
+use crate::stream::StreamHandle;
+
+/// What another process needs to import one pool allocation: the driver's 64-byte export
+/// data and the allocation's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpcPointer {
+    /// `CUmemPoolPtrExportData`.
+    pub export_data: [u8; 64],
+    /// The allocation's size in bytes.
+    pub size: u64,
+}
+
+impl IpcPointer {
+    /// The serialized length: 64 bytes of export data and a little-endian `u64` size.
+    pub const LEN: usize = 72;
+
+    /// Serializes for sending to another process.
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut bytes = [0; Self::LEN];
+        bytes[..64].copy_from_slice(&self.export_data);
+        bytes[64..].copy_from_slice(&self.size.to_le_bytes());
+        bytes
+    }
+
+    /// Parses bytes from another process. Only the length and a non-zero size are checked
+    /// here; the driver rejects export data that names no live allocation at import.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        if bytes.len() != Self::LEN {
+            return Err(Error::InvalidArgument(format!(
+                "an IPC pointer payload is {} bytes, got {}",
+                Self::LEN,
+                bytes.len()
+            )));
+        }
+        let mut export_data = [0; 64];
+        export_data.copy_from_slice(&bytes[..64]);
+        let size = u64::from_le_bytes(bytes[64..].try_into().expect("8 bytes"));
+        if size == 0 {
+            return Err(Error::InvalidArgument(
+                "an IPC pointer payload with size 0 names no allocation".into(),
+            ));
+        }
+        Ok(IpcPointer { export_data, size })
+    }
+}
+
+static IMPORTS: WeakCache<[u8; 64], DevicePtrHandle> = WeakCache::new();
+static CACHE_ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the IPC import cache on (the default) or off.
+///
+/// With the cache off, every import calls the driver, so two imports of one allocation get
+/// two handles to the same pointer, and freeing either unmaps both on drivers with nvbug
+/// 5570902. Turn it off only on a driver known to count imports, or to observe the bug.
+pub fn set_import_cache_enabled(enabled: bool) {
+    CACHE_ENABLED.store(enabled, Ordering::SeqCst);
+}
+
+/// Whether the IPC import cache is on.
+pub fn import_cache_enabled() -> bool {
+    CACHE_ENABLED.load(Ordering::SeqCst)
+}
+
+/// The number of export datas with a live (or being created or freed) cached import.
+pub fn cached_imports() -> usize {
+    IMPORTS.len()
+}
+
+impl DevicePtrHandle {
+    /// The payload another process passes to [`DevicePtrHandle::import_ipc`]. The pointer
+    /// must come from an IPC-capable pool.
+    pub fn export_ipc(&self) -> Result<IpcPointer> {
+        let exportable = self.pool().as_ref().is_some_and(|pool| *pool.ipc());
+        if !exportable || *self.kind() != AllocKind::StreamOrdered {
+            return Err(Error::InvalidArgument(
+                "only allocations from a pool created with `ipc` set can be exported".into(),
+            ));
+        }
+        // SAFETY: all-zero is a valid value of this plain byte struct.
+        let mut data: sys::CUmemPoolPtrExportData = unsafe { std::mem::zeroed() };
+        // SAFETY: the allocation is alive; `data` is a valid out-pointer.
+        check("cuMemPoolExportPointer", unsafe {
+            sys::cuMemPoolExportPointer(&mut data, self.as_cu())
+        })?;
+        Ok(IpcPointer {
+            export_data: data.reserved,
+            size: *self.size() as u64,
+        })
+    }
+
+    /// Imports an allocation exported by another process, through `pool` (the exporter's pool,
+    /// imported with [`MemoryPoolHandle::import_posix_fd`]). The import is freed on `stream`.
+    ///
+    /// With the cache on (the default), importing the same allocation again while an import
+    /// lives returns that same handle, so the memory is unmapped exactly once, after the last
+    /// handle drops. A payload that names no live allocation returns the driver's error.
+    pub fn import_ipc(
+        pool: &MemoryPoolHandle,
+        pointer: &IpcPointer,
+        stream: &StreamHandle,
+    ) -> Result<Self> {
+        let size = usize::try_from(pointer.size)
+            .map_err(|_| Error::InvalidArgument("IPC pointer size does not fit in usize".into()))?;
+        if size == 0 {
+            return Err(Error::InvalidArgument("IPC pointer of size 0".into()));
+        }
+        if !import_cache_enabled() {
+            return import_uncached(pool, pointer, size, stream, None);
+        }
+        IMPORTS.get_or_try_insert_with(pointer.export_data, |slot| {
+            import_uncached(pool, pointer, size, stream, Some(slot))
+        })
+    }
+}
+
+fn import_uncached(
+    pool: &MemoryPoolHandle,
+    pointer: &IpcPointer,
+    size: usize,
+    stream: &StreamHandle,
+    slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
+) -> Result<DevicePtrHandle> {
+    let stream = crate::device_ptr::bind_stream(stream)?;
+    let mut data = sys::CUmemPoolPtrExportData {
+        reserved: pointer.export_data,
+    };
+    let mut raw: CUdeviceptr = 0;
+    // SAFETY: the pool is alive; `data` and `raw` are valid for the call. The driver
+    // validates the export data and returns an error for data it does not recognise.
+    check("cuMemPoolImportPointer", unsafe {
+        sys::cuMemPoolImportPointer(&mut raw, pool.as_cu(), &mut data)
+    })?;
+    Ok(DevicePtrHandle::imported(raw, size, pool, stream, slot))
+}

@@ -1,0 +1,308 @@
+//! CUDA memory pools: created from properties (optionally IPC-capable), the device's pools,
+//! references, and pools imported from another process.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use cudarc::driver::sys::{self, CUmemoryPool};
+use handles_core::ResourceHandle;
+
+use crate::context::ContextHandle;
+use crate::driver::{self, ensure_loaded};
+use crate::error::{Error, Result, check, deleter_status};
+use crate::scope::in_context;
+
+/// A CUDA memory pool.
+///
+/// Ownership: [`MemoryPoolHandle::create`] and [`MemoryPoolHandle::import_posix_fd`] own the
+/// pool; before destroying it, the deleter revokes peer access with one `cuMemPoolSetAccess`
+/// call per non-owning device (a driver that recycles pool handles would otherwise hand the
+/// access to the next pool). [`MemoryPoolHandle::device_current`],
+/// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
+/// the context it was created through. Pointers allocated from a pool keep the pool alive.
+#[derive(ResourceHandle)]
+#[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, unsafe_send_sync, registry)]
+pub struct MemoryPool {
+    /// The primary context of the device the pool was created on.
+    #[owner]
+    pub context: Option<ContextHandle>,
+    /// Where the pool's memory lives, when known.
+    pub location: Option<PoolLocation>,
+    /// Whether the pool can export its memory to other processes (POSIX file descriptor).
+    pub ipc: bool,
+}
+
+/// Where a pool's memory lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolLocation {
+    /// Device memory of the device with this ordinal.
+    Device(usize),
+    /// Pinned host memory.
+    Host,
+}
+
+/// Properties for [`MemoryPoolHandle::create`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolProps {
+    /// Where the memory lives.
+    pub location: PoolLocation,
+    /// Make the pool exportable through a POSIX file descriptor.
+    pub ipc: bool,
+    /// The pool's maximum size in bytes; 0 lets the driver choose.
+    pub max_size: usize,
+}
+
+impl PoolProps {
+    /// Device memory of `ordinal`, not exportable.
+    pub fn device(ordinal: usize) -> Self {
+        PoolProps {
+            location: PoolLocation::Device(ordinal),
+            ipc: false,
+            max_size: 0,
+        }
+    }
+}
+
+fn raw_location(location: PoolLocation) -> sys::CUmemLocation {
+    match location {
+        PoolLocation::Device(ordinal) => sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ordinal as i32,
+        },
+        PoolLocation::Host => sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        },
+    }
+}
+
+fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags> {
+    let mut location = raw_location(PoolLocation::Device(device));
+    let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    // SAFETY: the pool is alive; both pointers are valid for the call.
+    check("cuMemPoolGetAccess", unsafe {
+        sys::cuMemPoolGetAccess(&mut flags, pool, &mut location)
+    })?;
+    Ok(flags)
+}
+
+/// Revokes every peer device's access, one `cuMemPoolSetAccess` per device: the driver rejects
+/// a list that includes the owning device, so one call for all devices changes nothing.
+fn revoke_peer_access(pool: CUmemoryPool, owner: Option<usize>) -> Result<usize> {
+    let mut revoked = 0;
+    let mut first_error = None;
+    for device in 0..driver::device_count()? {
+        if Some(device) == owner {
+            continue;
+        }
+        match access_of(pool, device) {
+            Ok(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE) => continue,
+            Ok(_) => {}
+            Err(error) => {
+                first_error.get_or_insert(error);
+                continue;
+            }
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: raw_location(PoolLocation::Device(device)),
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE,
+        };
+        // SAFETY: the pool is alive; `desc` is one valid descriptor.
+        let status = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
+        match check("cuMemPoolSetAccess", status) {
+            Ok(()) => revoked += 1,
+            // An imported pool does not know its owning device; the driver rejects revoking
+            // the owner, which is the one device that must keep access.
+            Err(error)
+                if owner.is_none()
+                    && error.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_DEVICE) => {}
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    first_error.map_or(Ok(revoked), Err)
+}
+
+fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
+    let owner = match pool.location {
+        Some(PoolLocation::Device(ordinal)) => Some(ordinal),
+        _ => None,
+    };
+    let revoked = deleter_status(revoke_peer_access(raw, owner).map(drop));
+    // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
+    // none is left; this deleter runs once.
+    let destroyed = deleter_status(check("cuMemPoolDestroy", unsafe {
+        sys::cuMemPoolDestroy(raw)
+    }));
+    destroyed.and(revoked)
+}
+
+impl MemoryPoolHandle {
+    /// Creates a pool from `props`. The pool keeps the device's primary context alive.
+    pub fn create(props: &PoolProps) -> Result<Self> {
+        ensure_loaded()?;
+        let context = match props.location {
+            PoolLocation::Device(ordinal) => ContextHandle::primary(ordinal)?,
+            PoolLocation::Host => ContextHandle::primary(0)?,
+        };
+        // SAFETY: the props struct is plain data for which all-zero is the documented default.
+        let mut raw_props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        raw_props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        raw_props.handleTypes = if props.ipc {
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        } else {
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
+        };
+        raw_props.location = raw_location(props.location);
+        raw_props.maxSize = props.max_size;
+        let mut raw = std::ptr::null_mut();
+        in_context(context.as_cu(), || {
+            // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
+            check("cuMemPoolCreate", unsafe {
+                sys::cuMemPoolCreate(&mut raw, &raw_props)
+            })
+        })?;
+        let record = MemoryPool {
+            context: Some(context),
+            location: Some(props.location),
+            ipc: props.ipc,
+        };
+        // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.
+        Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+    }
+
+    /// A reference to device `ordinal`'s current pool (`cuDeviceGetMemPool`), the one
+    /// `cuMemAllocAsync` uses.
+    pub fn device_current(ordinal: usize) -> Result<Self> {
+        Self::device_pool(ordinal, "cuDeviceGetMemPool", |raw, device| {
+            // SAFETY: `raw` is a valid out-pointer and `device` a valid device.
+            unsafe { sys::cuDeviceGetMemPool(raw, device) }
+        })
+    }
+
+    /// A reference to device `ordinal`'s default pool (`cuDeviceGetDefaultMemPool`).
+    pub fn device_default(ordinal: usize) -> Result<Self> {
+        Self::device_pool(ordinal, "cuDeviceGetDefaultMemPool", |raw, device| {
+            // SAFETY: `raw` is a valid out-pointer and `device` a valid device.
+            unsafe { sys::cuDeviceGetDefaultMemPool(raw, device) }
+        })
+    }
+
+    fn device_pool(
+        ordinal: usize,
+        call: &'static str,
+        get: impl FnOnce(&mut CUmemoryPool, sys::CUdevice) -> sys::CUresult,
+    ) -> Result<Self> {
+        let device = driver::device(ordinal)?;
+        let mut raw = std::ptr::null_mut();
+        check(call, get(&mut raw, device))?;
+        let record = MemoryPool {
+            context: None,
+            location: Some(PoolLocation::Device(ordinal)),
+            ipc: false,
+        };
+        // SAFETY: device pools live as long as the driver; the reference never destroys it.
+        Ok(unsafe { MemoryPoolHandle::from_raw_borrowed(raw, record) })
+    }
+
+    /// Exports the pool as a POSIX file descriptor for another process to import. The pool
+    /// must have been created with `ipc` set.
+    pub fn export_posix_fd(&self) -> Result<OwnedFd> {
+        if !self.ipc() {
+            return Err(Error::InvalidArgument(
+                "only pools created with `ipc` set can be exported".into(),
+            ));
+        }
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: the pool is alive; for POSIX descriptors the driver writes an `int`.
+        check("cuMemPoolExportToShareableHandle", unsafe {
+            sys::cuMemPoolExportToShareableHandle(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.as_cu(),
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        })?;
+        // SAFETY: the driver returned a fresh descriptor that the caller now owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Imports a pool that another process exported with [`MemoryPoolHandle::export_posix_fd`].
+    /// The descriptor is not consumed. The returned handle owns the imported pool.
+    pub fn import_posix_fd(fd: BorrowedFd<'_>) -> Result<Self> {
+        ensure_loaded()?;
+        let context = ContextHandle::primary(0)?;
+        let mut raw = std::ptr::null_mut();
+        in_context(context.as_cu(), || {
+            // SAFETY: for POSIX descriptors the driver takes the descriptor's value in place
+            // of the pointer; it duplicates what it needs and does not close `fd`.
+            check("cuMemPoolImportFromShareableHandle", unsafe {
+                sys::cuMemPoolImportFromShareableHandle(
+                    &mut raw,
+                    fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                )
+            })
+        })?;
+        let record = MemoryPool {
+            context: Some(context),
+            location: None,
+            ipc: true,
+        };
+        // SAFETY: the imported pool is ours to destroy with `cuMemPoolDestroy`.
+        Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+    }
+
+    /// Grants (`true`) or revokes (`false`) read-write access to this pool's memory from
+    /// device `ordinal`.
+    pub fn set_peer_access(&self, ordinal: usize, enabled: bool) -> Result<()> {
+        driver::device(ordinal)?;
+        let desc = sys::CUmemAccessDesc {
+            location: raw_location(PoolLocation::Device(ordinal)),
+            flags: if enabled {
+                sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            } else {
+                sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+            },
+        };
+        // SAFETY: the pool is alive; `desc` is one valid descriptor.
+        check("cuMemPoolSetAccess", unsafe {
+            sys::cuMemPoolSetAccess(self.as_cu(), &desc, 1)
+        })
+    }
+
+    /// Whether device `ordinal` can read and write this pool's memory.
+    pub fn peer_access(&self, ordinal: usize) -> Result<bool> {
+        driver::device(ordinal)?;
+        Ok(access_of(self.as_cu(), ordinal)?
+            == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    }
+
+    /// Bytes currently allocated from the pool (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
+    pub fn used_bytes(&self) -> Result<u64> {
+        self.attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+    }
+
+    /// Bytes the pool currently reserves from the device (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`).
+    pub fn reserved_bytes(&self) -> Result<u64> {
+        self.attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    }
+
+    /// Releases reserved memory back to the device, keeping at least `keep` bytes.
+    pub fn trim_to(&self, keep: usize) -> Result<()> {
+        // SAFETY: the pool is alive.
+        check("cuMemPoolTrimTo", unsafe {
+            sys::cuMemPoolTrimTo(self.as_cu(), keep)
+        })
+    }
+
+    fn attribute(&self, attribute: sys::CUmemPool_attribute) -> Result<u64> {
+        let mut value: u64 = 0;
+        // SAFETY: the pool is alive; these attributes are 64-bit values.
+        check("cuMemPoolGetAttribute", unsafe {
+            sys::cuMemPoolGetAttribute(self.as_cu(), attribute, (&mut value as *mut u64).cast())
+        })?;
+        Ok(value)
+    }
+}

@@ -1,0 +1,66 @@
+//! Running a driver call in a given context and restoring the caller's context afterwards.
+//!
+//! Many driver calls act on "the current context" of the calling thread. Instead of asking the
+//! caller to bind a context first (a hidden precondition), each constructor and deleter that
+//! needs one names it, and these helpers make it current only for the duration of the call.
+
+use cudarc::driver::sys::{self, CUcontext};
+
+use crate::error::{Result, check};
+
+/// The calling thread's current context, or null.
+#[inline]
+pub(crate) fn current_raw() -> Result<CUcontext> {
+    let mut current = std::ptr::null_mut();
+    // SAFETY: callers have loaded the driver; `current` is a valid out-pointer.
+    check("cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&mut current)
+    })?;
+    Ok(current)
+}
+
+#[inline]
+fn set_current(context: CUcontext) -> Result<()> {
+    // SAFETY: `context` is null or a live context kept alive by the caller's handle.
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(context) })
+}
+
+/// Runs `create` with `context` current and restores the caller's context.
+///
+/// If `context` is already current this costs one `cuCtxGetCurrent`. If restoring the caller's
+/// context fails, `undo` destroys what `create` made and the restore error is returned, so a
+/// failure never leaks the new resource nor leaves the thread in the wrong context silently.
+pub(crate) fn in_context_or_undo<T>(
+    context: CUcontext,
+    create: impl FnOnce() -> Result<T>,
+    undo: impl FnOnce(T),
+) -> Result<T> {
+    let previous = current_raw()?;
+    if previous == context {
+        return create();
+    }
+    set_current(context)?;
+    let created = create();
+    match (created, set_current(previous)) {
+        (Ok(value), Ok(())) => Ok(value),
+        (Ok(value), Err(restore)) => {
+            undo(value);
+            Err(restore)
+        }
+        (Err(error), _) => Err(error),
+    }
+}
+
+/// Runs `call` with `context` current, restoring the caller's context afterwards. For calls
+/// that create nothing (deleters, synchronisation): the call's own status wins over a restore
+/// failure.
+pub(crate) fn in_context(context: CUcontext, call: impl FnOnce() -> Result<()>) -> Result<()> {
+    let previous = current_raw()?;
+    if previous == context {
+        return call();
+    }
+    set_current(context)?;
+    let called = call();
+    let restored = set_current(previous);
+    called.and(restored)
+}

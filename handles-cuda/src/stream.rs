@@ -1,0 +1,137 @@
+//! CUDA streams: owned streams in a context, references, with-owner wrappers and the built-in
+//! default streams.
+
+use cudarc::driver::sys::{self, CUstream};
+use handles_core::ResourceHandle;
+
+use crate::context::ContextHandle;
+use crate::error::{Result, check, deleter_status};
+use crate::scope::{in_context, in_context_or_undo};
+
+/// A CUDA stream.
+///
+/// Ownership: [`StreamHandle::create`] owns the stream and destroys it when the last clone
+/// drops; references (`from_raw_borrowed`, [`StreamHandle::legacy`],
+/// [`StreamHandle::per_thread`]) and with-owner wrappers destroy nothing. Keeps alive: its
+/// context, when it has one, so the context outlives the stream.
+#[derive(ResourceHandle)]
+#[handle(raw = CUstream, accessor = as_cu, delete = destroy_stream, unsafe_send_sync, registry)]
+pub struct Stream {
+    /// The context the stream belongs to, when known.
+    #[owner]
+    pub context: Option<ContextHandle>,
+}
+
+fn destroy_stream(raw: CUstream, _: &Stream) -> Result<()> {
+    // SAFETY: the handle owns `raw`, and this deleter runs once; its context is still alive.
+    deleter_status(check("cuStreamDestroy", unsafe {
+        sys::cuStreamDestroy_v2(raw)
+    }))
+}
+
+/// The raw value of the legacy default stream (`CU_STREAM_LEGACY`).
+pub const LEGACY_STREAM: CUstream = 0x1 as CUstream;
+/// The raw value of the per-thread default stream (`CU_STREAM_PER_THREAD`).
+pub const PER_THREAD_STREAM: CUstream = 0x2 as CUstream;
+
+/// Flags for [`StreamHandle::create`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamFlags {
+    /// Do not synchronise with the legacy default stream (`CU_STREAM_NON_BLOCKING`).
+    pub non_blocking: bool,
+}
+
+impl StreamHandle {
+    /// Creates a stream in `context` with the given flags and priority (lower numbers are
+    /// higher priority; the driver clamps out-of-range values). The context is made current
+    /// only for the call, and the caller's context is restored.
+    pub fn create(context: &ContextHandle, flags: StreamFlags, priority: i32) -> Result<Self> {
+        let raw_flags = if flags.non_blocking {
+            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
+        } else {
+            sys::CUstream_flags::CU_STREAM_DEFAULT as u32
+        };
+        let raw = in_context_or_undo(
+            context.as_cu(),
+            || {
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: the context is current; `raw` is a valid out-pointer.
+                check("cuStreamCreateWithPriority", unsafe {
+                    sys::cuStreamCreateWithPriority(&mut raw, raw_flags, priority)
+                })?;
+                Ok(raw)
+            },
+            |raw| {
+                // SAFETY: undoing our own creation; nothing else has seen `raw`.
+                let _ = unsafe { sys::cuStreamDestroy_v2(raw) };
+            },
+        )?;
+        let record = Stream {
+            context: Some(context.clone()),
+        };
+        // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
+        Ok(unsafe { StreamHandle::from_raw(raw, record) })
+    }
+
+    /// A reference to the legacy default stream. It resolves to whichever context is current
+    /// when it is used; use [`StreamHandle::legacy_in`] to pin a context.
+    pub fn legacy() -> Self {
+        // SAFETY: the built-in stream token is always valid and never destroyed.
+        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, Stream { context: None }) }
+    }
+
+    /// A reference to the per-thread default stream of the thread that uses it.
+    pub fn per_thread() -> Self {
+        // SAFETY: the built-in stream token is always valid and never destroyed.
+        unsafe { StreamHandle::from_raw_borrowed(PER_THREAD_STREAM, Stream { context: None }) }
+    }
+
+    /// The legacy default stream bound to `context`: work and frees on it run in that context
+    /// whatever is current on the calling thread.
+    pub fn legacy_in(context: &ContextHandle) -> Self {
+        let record = Stream {
+            context: Some(context.clone()),
+        };
+        // SAFETY: the built-in stream token is always valid and never destroyed.
+        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, record) }
+    }
+
+    /// Whether this is one of the built-in default-stream tokens (null, legacy, per-thread),
+    /// whose meaning depends on the current context.
+    pub fn is_default_token(&self) -> bool {
+        let raw = self.as_cu();
+        raw.is_null() || raw == LEGACY_STREAM || raw == PER_THREAD_STREAM
+    }
+
+    /// Blocks until all work queued on the stream has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        self.run(|raw| {
+            // SAFETY: the stream is alive while `self` is.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(raw)
+            })
+        })
+    }
+
+    /// Runs a stream-ordered driver call on this stream. A real stream carries its context,
+    /// so the call needs no current context; a default-stream token means "the current
+    /// context's", so a token bound to a context makes that context current for the call.
+    #[inline]
+    pub(crate) fn run(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
+        let raw = self.as_cu();
+        match self.context() {
+            Some(context) if self.is_default_token() => in_context(context.as_cu(), || call(raw)),
+            _ => call(raw),
+        }
+    }
+
+    /// Runs a driver call on this stream with the stream's context current. For calls that
+    /// validate memory against the current context (host/device copies).
+    pub(crate) fn run_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
+        let raw = self.as_cu();
+        match self.context() {
+            Some(context) => in_context(context.as_cu(), || call(raw)),
+            None => call(raw),
+        }
+    }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds every test, example and bench binary in release mode and copies the executables into
+# .gpu/ (git-ignored), ready to be carried to a machine with a GPU but no cargo.
+#
+#   scripts/gpu-collect.sh
+#   # then, on the GPU machine, from the repository root:
+#   scripts/gpu-run.sh            # runs every test binary with --include-ignored, the tour
+#                                 # example and the GPU bench; logs go to $OUT or ./gpu-logs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .gpu
+mkdir -p .gpu
+cargo build --release -p handles-cuda --example tour
+cp target/release/examples/tour .gpu/tour
+cargo test --workspace --release --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, shutil, os
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+        continue
+    if not msg["profile"].get("test"):
+        continue
+    kind = msg["target"]["kind"][0]
+    name = msg["target"]["name"].replace("-", "_")
+    # The UI suite and the macro crate tests need cargo and rustc, absent on the GPU machine.
+    if name == "ui" or kind == "proc-macro":
+        continue
+    dest = os.path.join(".gpu", "test-" + kind + "-" + name)
+    shutil.copy(msg["executable"], dest)
+    print(dest)
+'
+if cargo metadata --no-deps --format-version 1 | grep -q '"name":"gpu_bench"'; then
+  cargo build --release -p handles-bench --bin gpu_bench
+  cp target/release/gpu_bench .gpu/gpu_bench
+fi
+# Debug info would push the folder past the 64 MiB the device call carries.
+strip .gpu/test-* .gpu/tour
+[ -f .gpu/gpu_bench ] && strip .gpu/gpu_bench
+cp scripts/gpu-run.sh .gpu/
+[ -d bench ] && cp -r bench/*.py .gpu/ 2>/dev/null || true
+du -sh .gpu

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
+# Usage: .gpu/gpu-run.sh [tests|tour|sanitizer|soak|bench]...   (default: tests tour)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${OUT:-gpu-logs}
+mkdir -p "$logs"
+status=0
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests tour)
+for step in "${steps[@]}"; do
+  case $step in
+    tests)
+      for test in .gpu/test-*; do
+        echo "== $test" | tee -a "$logs/tests.log"
+        "$test" --include-ignored --skip two_gpus --test-threads=1 >>"$logs/tests.log" 2>&1 || status=1
+        grep -E "^test result|FAILED|panicked" "$logs/tests.log" | tail -n 3
+      done
+      ;;
+    tour)
+      .gpu/tour 2>&1 | tee "$logs/tour.log" || status=1
+      ;;
+    sanitizer)
+      for test in .gpu/test-test-gpu .gpu/test-test-gpu_process; do
+        echo "== compute-sanitizer $test" | tee -a "$logs/sanitizer.log"
+        compute-sanitizer --tool memcheck --leak-check full --target-processes all \
+          "$test" --include-ignored --skip two_gpus --test-threads=1 >>"$logs/sanitizer.log" 2>&1 || status=1
+        grep -E "ERROR SUMMARY|LEAK SUMMARY|test result" "$logs/sanitizer.log" | tail -n 3
+      done
+      ;;
+    soak)
+      .gpu/test-test-soak --include-ignored --nocapture 2>&1 | tee "$logs/soak.log" || status=1
+      ;;
+    bench)
+      .gpu/gpu_bench 2>&1 | tee "$logs/bench.log" || status=1
+      python3 .gpu/cuda_core_bench.py 2>&1 | tee "$logs/cuda_core.log" || status=1
+      ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+exit $status

@@ -1,0 +1,56 @@
+//! Without an NVIDIA driver, every entry point returns a clear error and nothing panics. On a
+//! machine with a driver, the same calls succeed; either way the test asserts what it saw.
+
+use handles_cuda::{ContextHandle, Error, EventFlags, EventHandle, MemoryPoolHandle, PoolProps};
+
+#[test]
+fn entry_points_return_driver_not_found_or_work() {
+    match handles_cuda::ensure_loaded() {
+        Err(Error::DriverNotFound) => {
+            assert!(!handles_cuda::is_available());
+            assert_eq!(handles_cuda::device_count(), Err(Error::DriverNotFound));
+            assert_eq!(
+                ContextHandle::primary(0).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(ContextHandle::current().unwrap_err(), Error::DriverNotFound);
+            assert_eq!(
+                EventHandle::create_in_current(EventFlags::default()).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                MemoryPoolHandle::create(&PoolProps::device(0)).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                Error::DriverNotFound.to_string(),
+                "no CUDA driver found: libcuda could not be loaded"
+            );
+        }
+        Err(other) => panic!("a driver is present but failed to initialise: {other}"),
+        Ok(()) => {
+            assert!(handles_cuda::device_count().unwrap() >= 1);
+            assert!(ContextHandle::primary(0).is_ok());
+        }
+    }
+}
+
+#[test]
+fn malformed_ipc_payloads_are_rejected_before_the_driver() {
+    assert!(matches!(
+        handles_cuda::IpcPointer::from_bytes(&[0u8; 10]),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut zero_size = [7u8; handles_cuda::IpcPointer::LEN];
+    zero_size[64..].copy_from_slice(&0u64.to_le_bytes());
+    assert!(handles_cuda::IpcPointer::from_bytes(&zero_size).is_err());
+    let pointer = handles_cuda::IpcPointer {
+        export_data: [3; 64],
+        size: 4096,
+    };
+    assert_eq!(
+        handles_cuda::IpcPointer::from_bytes(&pointer.to_bytes()),
+        Ok(pointer)
+    );
+    assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 63]).is_err());
+}

@@ -1,0 +1,445 @@
+//! GPU tests of handles-cuda. They need a CUDA GPU and are ignored by default; run them with
+//! `--include-ignored` on a machine that has one (see README, "GPU tests"). None of them
+//! returns early: without a GPU they fail.
+
+use std::sync::{Arc, Mutex};
+
+use handles_core::DeleteFailure;
+use handles_cuda::sys;
+use handles_cuda::{
+    AllocKind, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcPointer,
+    MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+};
+use handles_tests::serial;
+
+/// Collects every deleter failure reported while it lives, and restores the default hook.
+struct Failures(Arc<Mutex<Vec<String>>>);
+
+impl Failures {
+    fn watch() -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        handles_core::set_report_hook(move |failure: &DeleteFailure<'_>| {
+            sink.lock().unwrap().push(format!(
+                "{} {:#x}: {}",
+                failure.type_name, failure.raw, failure.error
+            ));
+        });
+        Failures(seen)
+    }
+
+    fn assert_none(&self) {
+        let seen = self.0.lock().unwrap();
+        assert!(seen.is_empty(), "deleter failures: {seen:?}");
+    }
+}
+
+impl Drop for Failures {
+    fn drop(&mut self) {
+        handles_core::reset_report_hook();
+    }
+}
+
+struct LiveCounts([usize; 5]);
+
+impl LiveCounts {
+    fn now() -> Self {
+        LiveCounts([
+            ContextHandle::live_count().unwrap(),
+            StreamHandle::live_count().unwrap(),
+            EventHandle::live_count().unwrap(),
+            MemoryPoolHandle::live_count().unwrap(),
+            DevicePtrHandle::live_count().unwrap(),
+        ])
+    }
+}
+
+fn stream(context: &ContextHandle) -> StreamHandle {
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn primary_context_is_cached_per_thread() {
+    let _serial = serial();
+    let first = ContextHandle::primary(0).unwrap();
+    let second = ContextHandle::primary(0).unwrap();
+    assert!(
+        first.ptr_eq(&second),
+        "a repeated lookup returns the cached handle"
+    );
+    assert!(first.is_owning());
+    assert_eq!(*first.device(), Some(0));
+    let raw = first.as_cu();
+    let other_thread = std::thread::spawn(move || {
+        let context = ContextHandle::primary(0).unwrap();
+        (context.as_cu() as usize, context.strong_count())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(other_thread.0, raw as usize, "the same primary context");
+    let current = ContextHandle::current().unwrap();
+    // Nothing made a context current on this thread: the handles never need that.
+    assert!(current.is_none() || current.unwrap().as_cu() == raw);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn objects_outlive_a_context_dropped_first_and_are_destroyed_before_it() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let start = LiveCounts::now();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let stream = stream(&context);
+        let event = EventHandle::create(&context, EventFlags::timing()).unwrap();
+        let end = EventHandle::create(&context, EventFlags::timing()).unwrap();
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 20, &stream).unwrap();
+        // The application drops the context and the pool first.
+        handles_cuda::clear_primary_cache();
+        drop(context);
+        drop(pool.clone());
+        assert!(stream.context().as_ref().unwrap().strong_count() >= 3);
+        event.record(&stream).unwrap();
+        buffer.memset_async(0xab, 1 << 20, &stream).unwrap();
+        end.record(&stream).unwrap();
+        end.synchronize().unwrap();
+        assert!(event.elapsed_ms(&end).unwrap() >= 0.0);
+        let mut host = vec![0u8; 4096];
+        buffer.copy_to_host(&mut host, &stream).unwrap();
+        assert!(host.iter().all(|&byte| byte == 0xab));
+        assert_eq!(pool.used_bytes().unwrap(), 1 << 20);
+        drop(buffer);
+        stream.synchronize().unwrap();
+        assert_eq!(pool.used_bytes().unwrap(), 0, "the free ran on the stream");
+    }
+    assert_eq!(LiveCounts::now().0, start.0, "every handle destroyed");
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn borrowed_handles_never_destroy() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let owned = stream(&context);
+    // A reference to a raw value this program manages returns the managing handle.
+    // SAFETY: `owned` keeps the stream alive.
+    let canonical = unsafe {
+        StreamHandle::from_raw_borrowed(owned.as_cu(), handles_cuda::Stream { context: None })
+    };
+    assert!(canonical.ptr_eq(&owned));
+    // A stream created outside the handles: the reference must not destroy it.
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: `context` is made current only for this call; `raw` is a valid out-pointer.
+    unsafe {
+        assert_eq!(
+            sys::cuCtxPushCurrent_v2(context.as_cu()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuStreamCreate(&mut raw, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        let mut popped = std::ptr::null_mut();
+        assert_eq!(
+            sys::cuCtxPopCurrent_v2(&mut popped),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    // SAFETY: the stream stays alive until we destroy it below.
+    let borrowed =
+        unsafe { StreamHandle::from_raw_borrowed(raw, handles_cuda::Stream { context: None }) };
+    assert!(!borrowed.is_owning());
+    drop(borrowed.clone());
+    drop(borrowed);
+    // SAFETY: the stream is still ours; query and destroy it.
+    unsafe {
+        assert_eq!(
+            sys::cuStreamQuery(raw),
+            sys::CUresult::CUDA_SUCCESS,
+            "still alive"
+        );
+        assert_eq!(sys::cuStreamDestroy_v2(raw), sys::CUresult::CUDA_SUCCESS);
+    }
+    let device_pool = MemoryPoolHandle::device_current(0).unwrap();
+    assert!(!device_pool.is_owning());
+    drop(device_pool);
+    let again = MemoryPoolHandle::device_current(0).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&again, 256, &owned).unwrap();
+    drop(buffer);
+    owned.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn with_owner_handles_keep_cudarc_objects_alive() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let cudarc_context = cudarc::driver::CudaContext::new(0).unwrap();
+    let cudarc_stream = cudarc_context.new_stream().unwrap();
+    let stream_count = Arc::strong_count(&cudarc_stream);
+    let wrapped = StreamHandle::from_cudarc(&cudarc_stream);
+    assert_eq!(wrapped.ownership(), handles_core::Ownership::WithOwner);
+    assert_eq!(Arc::strong_count(&cudarc_stream), stream_count + 1);
+    let slice = cudarc_stream.alloc_zeros::<u32>(1024).unwrap();
+    let buffer = DevicePtrHandle::from_cudarc_slice(slice);
+    assert_eq!(*buffer.size(), 4096);
+    let weak_stream = Arc::downgrade(&cudarc_stream);
+    drop(cudarc_stream);
+    drop(cudarc_context);
+    assert!(
+        weak_stream.upgrade().is_some(),
+        "the handles keep the cudarc stream alive"
+    );
+    let mut host = vec![1u8; 4096];
+    buffer.copy_to_host(&mut host, &wrapped).unwrap();
+    assert!(host.iter().all(|&byte| byte == 0));
+    drop(buffer);
+    drop(wrapped);
+    assert!(
+        weak_stream.upgrade().is_none(),
+        "released with the last handle"
+    );
+    let context = ContextHandle::primary(0).unwrap();
+    let back = context.to_cudarc().unwrap();
+    assert_eq!(back.cu_ctx(), context.as_cu());
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn deallocation_stream_can_be_read_and_replaced() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let (first, second) = (stream(&context), stream(&context));
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &first).unwrap();
+    assert_eq!(buffer.deallocation_stream().unwrap(), first);
+    buffer.set_deallocation_stream(&second).unwrap();
+    assert_eq!(buffer.deallocation_stream().unwrap(), second);
+    // A default-stream token is bound to the context current when it is set: none here.
+    assert!(
+        buffer
+            .set_deallocation_stream(&StreamHandle::legacy())
+            .is_err()
+    );
+    buffer
+        .set_deallocation_stream(&StreamHandle::legacy_in(&context))
+        .unwrap();
+    buffer.set_deallocation_stream(&second).unwrap();
+    first.synchronize().unwrap();
+    drop(buffer);
+    second.synchronize().unwrap();
+    assert_eq!(pool.used_bytes().unwrap(), 0);
+    let synchronous = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    assert_eq!(*synchronous.kind(), AllocKind::Synchronous);
+    assert!(synchronous.set_deallocation_stream(&second).is_err());
+    failures.assert_none();
+}
+
+/// Makes a second, non-primary context on device 0 current, standing in for "another device's
+/// context", and returns it for destruction.
+fn make_foreign_context_current() -> sys::CUcontext {
+    let mut foreign = std::ptr::null_mut();
+    // SAFETY: creating a context with default parameters on device 0; it becomes current.
+    unsafe {
+        assert_eq!(
+            sys::cuCtxCreate_v4(&mut foreign, std::ptr::null_mut(), 0, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    foreign
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn frees_run_in_the_right_context_whatever_is_current() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let on_token =
+        DevicePtrHandle::alloc_from_pool(&pool, 4096, &StreamHandle::legacy_in(&context)).unwrap();
+    let on_stream = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream(&context)).unwrap();
+    let synchronous = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    let host = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let foreign = make_foreign_context_current();
+    drop(on_token);
+    drop(synchronous);
+    let after_drop = ContextHandle::current().unwrap().unwrap();
+    assert_eq!(
+        after_drop.as_cu(),
+        foreign,
+        "the caller's context is restored"
+    );
+    // SAFETY: clearing the current context and destroying our own foreign context.
+    unsafe {
+        assert_eq!(
+            sys::cuCtxSetCurrent(std::ptr::null_mut()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    drop(on_stream);
+    drop(host);
+    assert!(
+        ContextHandle::current().unwrap().is_none(),
+        "still no context current"
+    );
+    context.synchronize().unwrap();
+    assert_eq!(pool.used_bytes().unwrap(), 0, "both pool frees ran");
+    // SAFETY: the foreign context is ours and nothing uses it any more.
+    unsafe {
+        assert_eq!(sys::cuCtxDestroy_v2(foreign), sys::CUresult::CUDA_SUCCESS);
+    }
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bad_input_returns_errors_and_leaks_nothing() {
+    let _serial = serial();
+    let start = LiveCounts::now();
+    let count = handles_cuda::device_count().unwrap();
+    assert!(matches!(
+        ContextHandle::primary(count + 3),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        MemoryPoolHandle::create(&PoolProps::device(count)),
+        Err(Error::InvalidArgument(_))
+    ));
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let (free_before, _) = context.mem_get_info().unwrap();
+    let impossible = DevicePtrHandle::alloc_from_pool(&pool, 1 << 62, &stream);
+    assert!(
+        matches!(
+            impossible,
+            Err(Error::Driver {
+                code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                ..
+            })
+        ),
+        "{impossible:?}"
+    );
+    assert!(DevicePtrHandle::alloc(&context, 1 << 62).is_err());
+    assert!(DevicePtrHandle::alloc_async(1 << 62, &stream).is_err());
+    assert!(matches!(
+        DevicePtrHandle::alloc_from_pool(&pool, 0, &stream),
+        Err(Error::InvalidArgument(_))
+    ));
+    let (free_after, _) = context.mem_get_info().unwrap();
+    assert!(
+        free_after + (4 << 20) >= free_before,
+        "{free_before} -> {free_after}"
+    );
+    // Malformed IPC input.
+    let ipc_pool = MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(0)
+    })
+    .unwrap();
+    let garbage = IpcPointer {
+        export_data: [0x5a; 64],
+        size: 4096,
+    };
+    assert!(DevicePtrHandle::import_ipc(&ipc_pool, &garbage, &stream).is_err());
+    assert_eq!(
+        handles_cuda::cached_imports(),
+        0,
+        "a failed import caches nothing"
+    );
+    let not_ipc = DevicePtrHandle::alloc_from_pool(&pool, 64, &stream).unwrap();
+    assert!(
+        not_ipc.export_ipc().is_err(),
+        "a non-IPC pool cannot export"
+    );
+    let plain_event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    assert!(plain_event.export_ipc().is_err());
+    let bad_token = handles_cuda::IpcEventHandle([0x11; 64]);
+    assert!(EventHandle::import_ipc(&context, &bad_token).is_err());
+    assert!(
+        EventHandle::create(
+            &context,
+            EventFlags {
+                timing: true,
+                interprocess: true,
+                blocking_sync: false
+            }
+        )
+        .is_err()
+    );
+    drop((not_ipc, plain_event, ipc_pool, pool, stream, context));
+    handles_cuda::clear_primary_cache();
+    assert_eq!(LiveCounts::now().0, start.0);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn no_leaks_device_memory_and_live_counts_return() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let start = LiveCounts::now();
+    let context = ContextHandle::primary(0).unwrap();
+    context.synchronize().unwrap();
+    let (free_before, _) = context.mem_get_info().unwrap();
+    for round in 0..3 {
+        let stream = stream(&context);
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        let pooled: Vec<_> = (0..64)
+            .map(|i| DevicePtrHandle::alloc_from_pool(&pool, (i + 1) << 16, &stream).unwrap())
+            .collect();
+        let big: Vec<_> = (0..4)
+            .map(|_| DevicePtrHandle::alloc(&context, 64 << 20).unwrap())
+            .collect();
+        let events: Vec<_> = (0..16)
+            .map(|_| EventHandle::create(&context, EventFlags::default()).unwrap())
+            .collect();
+        for event in &events {
+            event.record(&stream).unwrap();
+        }
+        let (free_during, _) = context.mem_get_info().unwrap();
+        assert!(
+            free_during + (256 << 20) <= free_before,
+            "round {round}: memory in use"
+        );
+        drop((pooled, big, events, pool));
+        stream.synchronize().unwrap();
+    }
+    context.synchronize().unwrap();
+    let (free_after, _) = context.mem_get_info().unwrap();
+    assert!(
+        free_after + (2 << 20) >= free_before,
+        "device memory leaked: {free_before} before, {free_after} after"
+    );
+    drop(context);
+    handles_cuda::clear_primary_cache();
+    assert_eq!(LiveCounts::now().0, start.0);
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn two_gpus_pool_peer_access_is_revoked_before_destroy() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    assert!(
+        handles_cuda::device_count().unwrap() >= 2,
+        "this test needs two GPUs"
+    );
+    for _ in 0..50 {
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        assert!(
+            !pool.peer_access(1).unwrap(),
+            "a new pool inherited peer access"
+        );
+        pool.set_peer_access(1, true).unwrap();
+        assert!(pool.peer_access(1).unwrap());
+        drop(pool);
+    }
+    failures.assert_none();
+}

@@ -1,0 +1,264 @@
+//! GPU tests that need more than one process: IPC sharing of pool allocations with a child
+//! process, and clean process exit with live handles. The test binary re-runs itself as the
+//! child (see `handles_tests::child`). Ignored by default: they need a CUDA GPU.
+
+use std::cell::RefCell;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Arc, Barrier, OnceLock};
+
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, IpcPointer, MemoryPoolHandle,
+    PoolLocation, PoolProps, StreamFlags, StreamHandle,
+};
+use handles_tests::child;
+
+const SIZE: usize = 1 << 20;
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn stream(context: &ContextHandle) -> StreamHandle {
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+}
+
+fn inheritable(fd: RawFd) {
+    // SAFETY: changes only the close-on-exec flag of a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        assert!(flags >= 0);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC), 0);
+    }
+}
+
+/// Exports a pool and one filled allocation, runs the child importer, and checks that the
+/// exporter's memory is intact afterwards.
+fn share_with_child(test: &str, location: PoolLocation) {
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        location,
+        ipc: true,
+        max_size: 0,
+    })
+    .unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
+    let data = pattern(SIZE);
+    buffer.copy_from_host(&data, &stream).unwrap();
+    let pointer = buffer.export_ipc().unwrap();
+    let stale = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+    let stale_pointer = stale.export_ipc().unwrap();
+    drop(stale);
+    stream.synchronize().unwrap();
+    let fd = pool.export_posix_fd().unwrap();
+    inheritable(fd.as_raw_fd());
+    let output = child::run(
+        test,
+        "ipc-importer",
+        &[
+            ("HANDLES_IPC_FD", fd.as_raw_fd().to_string()),
+            ("HANDLES_IPC_POINTER", child::to_hex(&pointer.to_bytes())),
+            (
+                "HANDLES_IPC_STALE",
+                child::to_hex(&stale_pointer.to_bytes()),
+            ),
+        ],
+    );
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    child::assert_success(&output);
+    let mut back = vec![0u8; SIZE];
+    buffer.copy_to_host(&mut back, &stream).unwrap();
+    assert!(
+        back == data,
+        "the exporter's allocation survived the child's imports and frees"
+    );
+}
+
+fn env_bytes(name: &str) -> Vec<u8> {
+    child::from_hex(&std::env::var(name).unwrap()).unwrap()
+}
+
+/// The child: imports the same allocation twice and from four threads at once, reads it,
+/// drops everything, and checks that bad payloads fail cleanly.
+fn import_in_child() {
+    let fd: RawFd = std::env::var("HANDLES_IPC_FD").unwrap().parse().unwrap();
+    // SAFETY: the parent passed this descriptor open and it stays open for the whole child.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let pool = MemoryPoolHandle::import_posix_fd(fd).unwrap();
+    let pointer = IpcPointer::from_bytes(&env_bytes("HANDLES_IPC_POINTER")).unwrap();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let expected = pattern(SIZE);
+    let read = |handle: &DevicePtrHandle| {
+        let mut back = vec![0u8; SIZE];
+        handle.copy_to_host(&mut back, &stream).unwrap();
+        assert!(
+            back == expected,
+            "imported memory reads the exporter's data"
+        );
+    };
+
+    let first = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
+    let second = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
+    assert!(first.ptr_eq(&second), "two imports share one handle");
+    assert_eq!(handles_cuda::cached_imports(), 1);
+    read(&first);
+    drop(first);
+    stream.synchronize().unwrap();
+    read(&second); // still mapped: the first drop did not free it
+    drop(second);
+    stream.synchronize().unwrap();
+    assert_eq!(
+        handles_cuda::cached_imports(),
+        0,
+        "the entry left with the last handle"
+    );
+    println!("child: imported twice, one shared allocation, freed once");
+
+    let barrier = Arc::new(Barrier::new(4));
+    let raws: Vec<u64> = std::thread::scope(|scope| {
+        let joins: Vec<_> = (0..4)
+            .map(|_| {
+                let (barrier, pool, stream) = (barrier.clone(), pool.clone(), stream.clone());
+                scope.spawn(move || {
+                    barrier.wait();
+                    let handle = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
+                    let raw = handle.as_cu();
+                    barrier.wait();
+                    raw
+                })
+            })
+            .collect();
+        joins.into_iter().map(|join| join.join().unwrap()).collect()
+    });
+    assert!(raws.iter().all(|raw| *raw == raws[0]), "{raws:x?}");
+    stream.synchronize().unwrap();
+    let again = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
+    read(&again);
+    drop(again);
+    println!("child: four concurrent importers shared one allocation; re-import works");
+
+    let stale = IpcPointer::from_bytes(&env_bytes("HANDLES_IPC_STALE")).unwrap();
+    assert!(
+        DevicePtrHandle::import_ipc(&pool, &stale, &stream).is_err(),
+        "freed allocation"
+    );
+    let random = IpcPointer {
+        export_data: [0xc3; 64],
+        size: 4096,
+    };
+    assert!(
+        DevicePtrHandle::import_ipc(&pool, &random, &stream).is_err(),
+        "random bytes"
+    );
+    assert_eq!(handles_cuda::cached_imports(), 0);
+    stream.synchronize().unwrap();
+    println!("child: stale and random payloads returned errors");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ipc_device_memory_shared_with_a_child_process() {
+    if child::role().as_deref() == Some("ipc-importer") {
+        return import_in_child();
+    }
+    share_with_child(
+        "ipc_device_memory_shared_with_a_child_process",
+        PoolLocation::Device(0),
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ipc_pinned_host_memory_imported_twice() {
+    if child::role().as_deref() == Some("ipc-importer") {
+        return import_in_child();
+    }
+    share_with_child("ipc_pinned_host_memory_imported_twice", PoolLocation::Host);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ipc_events_cross_processes() {
+    let context = ContextHandle::primary(0).unwrap();
+    if child::role().as_deref() == Some("event-importer") {
+        let bytes = env_bytes("HANDLES_IPC_EVENT");
+        let token = handles_cuda::IpcEventHandle::from_bytes(&bytes).unwrap();
+        let event = EventHandle::import_ipc(&context, &token).unwrap();
+        event.synchronize().unwrap();
+        println!("child: waited on the parent's event");
+        return;
+    }
+    let flags = EventFlags {
+        interprocess: true,
+        ..EventFlags::default()
+    };
+    let event = EventHandle::create(&context, flags).unwrap();
+    let stream = stream(&context);
+    event.record(&stream).unwrap();
+    let token = event.export_ipc().unwrap();
+    let output = child::run(
+        "ipc_events_cross_processes",
+        "event-importer",
+        &[("HANDLES_IPC_EVENT", child::to_hex(&token.0))],
+    );
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    child::assert_success(&output);
+}
+
+static KEPT: OnceLock<(StreamHandle, EventHandle, DevicePtrHandle)> = OnceLock::new();
+
+thread_local! {
+    static THREAD_KEPT: RefCell<Vec<DevicePtrHandle>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The child: leaves handles in a static, in the thread-locals of the main thread and of an
+/// exiting thread, and stream-ordered frees still pending, then exits.
+fn exit_with_live_handles(how: &str) {
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let kept = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    assert!(KEPT.set((stream.clone(), event, kept)).is_ok());
+    let (thread_stream, thread_pool) = (stream.clone(), pool.clone());
+    std::thread::spawn(move || {
+        let cached = ContextHandle::primary(0).unwrap(); // fills this thread's cache
+        let buffer = DevicePtrHandle::alloc_from_pool(&thread_pool, SIZE, &thread_stream).unwrap();
+        THREAD_KEPT.with(|kept| kept.borrow_mut().push(buffer));
+        drop(cached);
+    })
+    .join()
+    .unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
+    THREAD_KEPT.with(|kept| kept.borrow_mut().push(buffer));
+    for _ in 0..32 {
+        let pending = DevicePtrHandle::alloc_from_pool(&pool, 16 * SIZE, &stream).unwrap();
+        pending.memset_async(1, 16 * SIZE, &stream).unwrap();
+        drop(pending); // its free is queued behind the memset, not yet run
+    }
+    println!("child: exiting ({how}) with live handles and pending frees");
+    if how == "exit" {
+        std::process::exit(0);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn process_exit_with_live_handles_is_clean() {
+    match child::role().as_deref() {
+        Some("exit") => return exit_with_live_handles("exit"),
+        Some("return") => return exit_with_live_handles("return"),
+        _ => {}
+    }
+    for how in ["exit", "return"] {
+        let output = child::run("process_exit_with_live_handles_is_clean", how, &[]);
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        child::assert_success(&output);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !stderr.contains("handles: failed"),
+            "{how}: a deleter failed at exit:\n{stderr}"
+        );
+    }
+}
