@@ -9,7 +9,7 @@ use handles_core::{CacheSlot, ResourceHandle};
 use crate::context::ContextHandle;
 use crate::error::{Error, Result, check, deleter_status, driver_error};
 use crate::pool::MemoryPoolHandle;
-use crate::scope::{in_context, in_context_or_undo};
+use crate::scope::{in_context_of, in_context_or_undo};
 use crate::stream::StreamHandle;
 
 /// How an allocation was made, which fixes how it is freed. An asynchronous allocation is
@@ -90,10 +90,7 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
 }
 
 fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>) -> Result<()> {
-    match &allocation.context {
-        Some(context) => in_context(context.as_cu(), call),
-        None => call(),
-    }
+    in_context_of(allocation.context.as_ref(), call)
 }
 
 /// Makes a stream usable for a free at any later time on any thread: a default-stream token

@@ -6,7 +6,7 @@ use handles_core::ResourceHandle;
 use crate::context::ContextHandle;
 use crate::driver::ensure_loaded;
 use crate::error::{Error, Result, check, deleter_status, driver_error};
-use crate::scope::{current_raw, in_context_or_undo};
+use crate::scope::{current_raw, in_context_of, in_context_or_undo};
 use crate::stream::StreamHandle;
 
 /// A CUDA event, with the flags it was created with.
@@ -184,10 +184,15 @@ impl EventHandle {
         }
         // SAFETY: an all-zero token is a valid value of this plain byte struct.
         let mut token: sys::CUipcEventHandle = unsafe { std::mem::zeroed() };
-        // SAFETY: the event is alive; `token` is a valid out-pointer.
-        check("cuIpcGetEventHandle", unsafe {
-            sys::cuIpcGetEventHandle(&mut token, self.as_cu())
-        })?;
+        let raw = self.as_cu();
+        let export = || {
+            // SAFETY: the event is alive; `token` is a valid out-pointer.
+            check("cuIpcGetEventHandle", unsafe {
+                sys::cuIpcGetEventHandle(&mut token, raw)
+            })
+        };
+        // The driver wants a current context for the export.
+        in_context_of(self.context().as_ref(), export)?;
         Ok(IpcEventHandle(token.reserved.map(|byte| byte as u8)))
     }
 

@@ -17,6 +17,7 @@ use handles_core::{CacheSlot, WeakCache};
 use crate::device_ptr::{AllocKind, DevicePtrHandle};
 use crate::error::{Error, Result, check};
 use crate::pool::MemoryPoolHandle;
+use crate::scope::in_context_of;
 use crate::stream::StreamHandle;
 
 /// What another process needs to import one pool allocation: the driver's 64-byte export
@@ -97,10 +98,16 @@ impl DevicePtrHandle {
         }
         // SAFETY: all-zero is a valid value of this plain byte struct.
         let mut data: sys::CUmemPoolPtrExportData = unsafe { std::mem::zeroed() };
-        // SAFETY: the allocation is alive; `data` is a valid out-pointer.
-        check("cuMemPoolExportPointer", unsafe {
-            sys::cuMemPoolExportPointer(&mut data, self.as_cu())
-        })?;
+        let raw = self.as_cu();
+        // The driver validates the pointer against the current context.
+        let export = || {
+            // SAFETY: the allocation is alive; `data` is a valid out-pointer.
+            check("cuMemPoolExportPointer", unsafe {
+                sys::cuMemPoolExportPointer(&mut data, raw)
+            })
+        };
+        let pool_context = self.pool().as_ref().and_then(|pool| pool.context().as_ref());
+        in_context_of(pool_context, export)?;
         Ok(IpcPointer {
             export_data: data.reserved,
             size: *self.size() as u64,
@@ -144,10 +151,13 @@ fn import_uncached(
         reserved: pointer.export_data,
     };
     let mut raw: CUdeviceptr = 0;
-    // SAFETY: the pool is alive; `data` and `raw` are valid for the call. The driver
-    // validates the export data and returns an error for data it does not recognise.
-    check("cuMemPoolImportPointer", unsafe {
-        sys::cuMemPoolImportPointer(&mut raw, pool.as_cu(), &mut data)
-    })?;
+    let import = || {
+        // SAFETY: the pool is alive; `data` and `raw` are valid for the call. The driver
+        // validates the export data and returns an error for data it does not recognise.
+        check("cuMemPoolImportPointer", unsafe {
+            sys::cuMemPoolImportPointer(&mut raw, pool.as_cu(), &mut data)
+        })
+    };
+    in_context_of(pool.context().as_ref(), import)?;
     Ok(DevicePtrHandle::imported(raw, size, pool, stream, slot))
 }

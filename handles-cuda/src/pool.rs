@@ -36,8 +36,11 @@ pub struct MemoryPool {
 pub enum PoolLocation {
     /// Device memory of the device with this ordinal.
     Device(usize),
-    /// Pinned host memory.
+    /// Pinned host memory. An IPC-capable host pool is placed on the host NUMA node nearest
+    /// to device 0, because the driver accepts exportable host pools only on a NUMA node.
     Host,
+    /// Pinned host memory on this host NUMA node.
+    HostNuma(i32),
 }
 
 /// Properties for [`MemoryPoolHandle::create`].
@@ -72,7 +75,26 @@ fn raw_location(location: PoolLocation) -> sys::CUmemLocation {
             type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
             id: 0,
         },
+        PoolLocation::HostNuma(node) => sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+            id: node,
+        },
     }
+}
+
+/// The host NUMA node nearest to device `ordinal` (0 when the driver does not say).
+fn host_numa_node(ordinal: usize) -> Result<i32> {
+    let device = driver::device(ordinal)?;
+    let mut node = -1;
+    // SAFETY: the driver is loaded and `device` is valid; `node` is a valid out-pointer.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut node,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
+            device,
+        )
+    })?;
+    Ok(node.max(0))
 }
 
 fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags> {
@@ -143,7 +165,11 @@ impl MemoryPoolHandle {
         ensure_loaded()?;
         let context = match props.location {
             PoolLocation::Device(ordinal) => ContextHandle::primary(ordinal)?,
-            PoolLocation::Host => ContextHandle::primary(0)?,
+            PoolLocation::Host | PoolLocation::HostNuma(_) => ContextHandle::primary(0)?,
+        };
+        let location = match props.location {
+            PoolLocation::Host if props.ipc => PoolLocation::HostNuma(host_numa_node(0)?),
+            other => other,
         };
         // SAFETY: the props struct is plain data for which all-zero is the documented default.
         let mut raw_props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
@@ -153,7 +179,7 @@ impl MemoryPoolHandle {
         } else {
             sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
         };
-        raw_props.location = raw_location(props.location);
+        raw_props.location = raw_location(location);
         raw_props.maxSize = props.max_size;
         let mut raw = std::ptr::null_mut();
         in_context(context.as_cu(), || {
@@ -164,7 +190,7 @@ impl MemoryPoolHandle {
         })?;
         let record = MemoryPool {
             context: Some(context),
-            location: Some(props.location),
+            location: Some(location),
             ipc: props.ipc,
         };
         // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.

@@ -64,3 +64,14 @@ pub(crate) fn in_context(context: CUcontext, call: impl FnOnce() -> Result<()>) 
     let restored = set_current(previous);
     called.and(restored)
 }
+
+/// [`in_context`] for a handle's optional context: without one, runs `call` as it is.
+pub(crate) fn in_context_of(
+    context: Option<&crate::context::ContextHandle>,
+    call: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    match context {
+        Some(context) => in_context(context.as_cu(), call),
+        None => call(),
+    }
+}

@@ -6,7 +6,7 @@ use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
 use crate::error::{Result, check, deleter_status};
-use crate::scope::{in_context, in_context_or_undo};
+use crate::scope::{in_context, in_context_of, in_context_or_undo};
 
 /// A CUDA stream.
 ///
@@ -129,9 +129,6 @@ impl StreamHandle {
     /// validate memory against the current context (host/device copies).
     pub(crate) fn run_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
         let raw = self.as_cu();
-        match self.context() {
-            Some(context) => in_context(context.as_cu(), || call(raw)),
-            None => call(raw),
-        }
+        in_context_of(self.context().as_ref(), || call(raw))
     }
 }

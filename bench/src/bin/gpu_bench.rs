@@ -1,0 +1,203 @@
+//! Raw driver calls, handles-cuda and cudarc's safe layer, interleaved in one process, with
+//! medians and ratios to raw. Run on a machine with a GPU:
+//! `cargo run --release -p handles-bench --bin gpu_bench` (or `.gpu/gpu_bench` after
+//! `scripts/gpu-collect.sh`). Prints a Markdown table.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, sys};
+use handles_bench::{Measured, Variant, interleave, keep};
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
+    StreamFlags, StreamHandle,
+};
+
+const ROUNDS: usize = 31;
+
+fn ok(status: sys::CUresult) {
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+}
+
+fn report(op: &str, measured: &Measured) {
+    let raw = measured.medians[0];
+    for (name, median) in measured.names.iter().zip(&measured.medians) {
+        println!("| {op} | {name} | {median:.1} | {:.3} |", median / raw);
+    }
+}
+
+fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measured {
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    interleave(
+        &mut [
+            Variant::new("raw cuEventCreate+cuEventDestroy", || {
+                let mut event = std::ptr::null_mut();
+                // SAFETY: the primary context is current on this thread.
+                unsafe {
+                    ok(sys::cuEventCreate(&mut event, flags));
+                    ok(sys::cuEventDestroy_v2(keep(event)));
+                }
+            }),
+            Variant::new("handles-cuda EventHandle::create+drop", || {
+                drop(keep(EventHandle::create(context, EventFlags::default()).unwrap()));
+            }),
+            Variant::new("cudarc new_event+drop", || {
+                drop(keep(cudarc_context.new_event(None).unwrap()));
+            }),
+        ],
+        ROUNDS,
+        2000,
+        || {},
+    )
+}
+
+fn pool_allocations(
+    stream: &StreamHandle,
+    pool: &MemoryPoolHandle,
+    tracked: &Arc<cudarc::driver::CudaStream>,
+    untracked: &Arc<cudarc::driver::CudaStream>,
+) -> Measured {
+    let (raw_stream, raw_pool) = (stream.as_cu(), pool.as_cu());
+    interleave(
+        &mut [
+            Variant::new("raw cuMemAllocFromPoolAsync+cuMemFreeAsync", || {
+                let mut ptr = 0;
+                // SAFETY: pool and stream are alive; the pointer is freed once.
+                unsafe {
+                    ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 1024, raw_pool, raw_stream));
+                    ok(sys::cuMemFreeAsync(keep(ptr), raw_stream));
+                }
+            }),
+            Variant::new("handles-cuda alloc_from_pool+drop", || {
+                drop(keep(DevicePtrHandle::alloc_from_pool(pool, 1024, stream).unwrap()));
+            }),
+            Variant::new("cudarc alloc (event tracking on)+drop", || {
+                // SAFETY: the memory is never read.
+                drop(keep(unsafe { tracked.alloc::<u8>(1024) }.unwrap()));
+            }),
+            Variant::new("cudarc alloc (event tracking off)+drop", || {
+                // SAFETY: the memory is never read.
+                drop(keep(unsafe { untracked.alloc::<u8>(1024) }.unwrap()));
+            }),
+        ],
+        ROUNDS,
+        1000,
+        || {
+            stream.synchronize().unwrap();
+            tracked.synchronize().unwrap();
+            untracked.synchronize().unwrap();
+        },
+    )
+}
+
+fn streams(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measured {
+    interleave(
+        &mut [
+            Variant::new("raw cuStreamCreateWithPriority+cuStreamDestroy", || {
+                let mut stream = std::ptr::null_mut();
+                // SAFETY: the primary context is current on this thread.
+                unsafe {
+                    ok(sys::cuStreamCreateWithPriority(&mut stream, 1, 0));
+                    ok(sys::cuStreamDestroy_v2(keep(stream)));
+                }
+            }),
+            Variant::new("handles-cuda StreamHandle::create+drop", || {
+                let flags = StreamFlags { non_blocking: true };
+                drop(keep(StreamHandle::create(context, flags, 0).unwrap()));
+            }),
+            Variant::new("cudarc new_stream+drop", || {
+                drop(keep(cudarc_context.new_stream().unwrap()));
+            }),
+        ],
+        21,
+        200,
+        || {},
+    )
+}
+
+fn context_lookup() -> Measured {
+    let device = 0;
+    interleave(
+        &mut [
+            Variant::new("raw cuDevicePrimaryCtxRetain+Release", || {
+                let mut context = std::ptr::null_mut();
+                // SAFETY: retain and release once each.
+                unsafe {
+                    ok(sys::cuDevicePrimaryCtxRetain(&mut context, device));
+                    ok(sys::cuDevicePrimaryCtxRelease_v2(device));
+                }
+            }),
+            Variant::new("handles-cuda ContextHandle::primary (cached)+drop", || {
+                drop(keep(ContextHandle::primary(0).unwrap()));
+            }),
+            Variant::new("cudarc CudaContext::new+drop", || {
+                drop(keep(CudaContext::new(0).unwrap()));
+            }),
+        ],
+        ROUNDS,
+        20_000,
+        || {},
+    )
+}
+
+fn clones(stream: &StreamHandle) -> Measured {
+    let arc = Arc::new(stream.as_cu() as usize);
+    interleave(
+        &mut [
+            Variant::new("Arc clone+drop", || drop(keep(arc.clone()))),
+            Variant::new("StreamHandle clone+drop", || drop(keep(stream.clone()))),
+        ],
+        ROUNDS,
+        1_000_000,
+        || {},
+    )
+}
+
+struct Plain {
+    raw: sys::CUstream,
+}
+
+fn accessor(stream: &StreamHandle) -> Measured {
+    let plain = Box::new(Plain { raw: stream.as_cu() });
+    interleave(
+        &mut [
+            Variant::new("field load through a Box", || {
+                keep(keep(&plain).raw);
+            }),
+            Variant::new("StreamHandle::as_cu", || {
+                keep(keep(stream).as_cu());
+            }),
+        ],
+        ROUNDS,
+        10_000_000,
+        || {},
+    )
+}
+
+fn main() {
+    if let Err(error) = handles_cuda::ensure_loaded() {
+        println!("gpu_bench needs a CUDA driver: {error}");
+        return;
+    }
+    let context = ContextHandle::primary(0).unwrap();
+    // The raw variants assume a current context; so do cudarc's. Ours do not need one, and
+    // find it already current here, which is the comparable case.
+    // SAFETY: the primary context is alive while `context` is.
+    unsafe { ok(sys::cuCtxSetCurrent(context.as_cu())) };
+    let cudarc_context = CudaContext::new(0).unwrap();
+    let untracked_context = CudaContext::new(0).unwrap();
+    // SAFETY: this context's slices are never shared across streams in this benchmark.
+    unsafe { untracked_context.disable_event_tracking() };
+    let tracked = cudarc_context.new_stream().unwrap();
+    let untracked = untracked_context.new_stream().unwrap();
+    let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+
+    println!("| op | variant | median ns/op | ratio to first row |");
+    println!("|---|---|---|---|");
+    report("event create+drop (timing off)", &events(&context, &cudarc_context));
+    report("pool alloc+free 1 KiB", &pool_allocations(&stream, &pool, &tracked, &untracked));
+    report("stream create+drop", &streams(&context, &cudarc_context));
+    report("primary context lookup", &context_lookup());
+    report("handle clone+drop", &clones(&stream));
+    report("raw accessor", &accessor(&stream));
+}

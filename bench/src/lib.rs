@@ -1,0 +1,83 @@
+//! Interleaved timing of several variants of one operation, for ratios measured side by side.
+#![deny(missing_docs)]
+
+use std::hint::black_box;
+use std::time::Instant;
+
+/// One variant of an operation: a name and a closure that runs the operation once.
+pub struct Variant<'a> {
+    /// Shown in the table.
+    pub name: &'static str,
+    /// Runs the operation once.
+    pub run: Box<dyn FnMut() + 'a>,
+}
+
+impl<'a> Variant<'a> {
+    /// A named variant.
+    pub fn new(name: &'static str, run: impl FnMut() + 'a) -> Self {
+        Variant {
+            name,
+            run: Box::new(run),
+        }
+    }
+}
+
+/// Median nanoseconds per operation of each variant.
+pub struct Measured {
+    /// The variants' names, in order.
+    pub names: Vec<&'static str>,
+    /// Median ns/op of each variant.
+    pub medians: Vec<f64>,
+}
+
+/// Runs `rounds` rounds; in each round every variant runs `iterations` times in turn, so slow
+/// drifts (clocks, driver state) hit all variants alike. `between` runs after each batch,
+/// untimed (for example to synchronise a stream).
+pub fn interleave(
+    variants: &mut [Variant<'_>],
+    rounds: usize,
+    iterations: usize,
+    mut between: impl FnMut(),
+) -> Measured {
+    let mut samples = vec![Vec::with_capacity(rounds); variants.len()];
+    for variant in variants.iter_mut() {
+        for _ in 0..iterations.min(1000) {
+            (variant.run)();
+        }
+        between();
+    }
+    for round in 0..rounds {
+        // Rotate the starting variant each round so no variant always runs first.
+        for offset in 0..variants.len() {
+            let index = (round + offset) % variants.len();
+            let variant = &mut variants[index];
+            let start = Instant::now();
+            for _ in 0..iterations {
+                (variant.run)();
+            }
+            let elapsed = start.elapsed();
+            between();
+            samples[index].push(elapsed.as_nanos() as f64 / iterations as f64);
+        }
+    }
+    Measured {
+        names: variants.iter().map(|variant| variant.name).collect(),
+        medians: samples.into_iter().map(median).collect(),
+    }
+}
+
+/// The median of `values`.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let middle = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
+    }
+}
+
+/// Keeps a value observable so the optimiser cannot drop the work that produced it.
+pub fn keep<T>(value: T) -> T {
+    black_box(value)
+}
