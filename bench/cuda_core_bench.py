@@ -9,6 +9,9 @@ try:
     from cuda.core import Device, EventOptions
 except ImportError:  # older releases kept everything under .experimental
     from cuda.core.experimental import Device, EventOptions
+import cuda.core
+
+print(f"<!-- cuda.core {getattr(cuda.core, '__version__', '?')} -->")
 from cuda.bindings import driver
 
 ROUNDS = 31
@@ -58,10 +61,11 @@ def main():
         event = check(driver.cuEventCreate(flags))
         check(driver.cuEventDestroy(event))
 
-    options = EventOptions(enable_timing=False)
+    # cuda.core's default event options have timing disabled, like the raw call above.
+    print("<!-- EventOptions fields:", getattr(EventOptions, "__dataclass_fields__", {}).keys(), "-->")
 
     def core_event():
-        dev.create_event(options).close()
+        dev.create_event().close()
 
     report("event create+drop (timing off)",
            interleave([("cuda.bindings cuEventCreate+Destroy", raw_event),

@@ -45,22 +45,49 @@ impl ContextHandle {
     /// lookup on each thread calls the driver.
     pub fn primary(ordinal: usize) -> Result<ContextHandle> {
         let cached = PRIMARY
-            .try_with(|cache| cache.borrow().get(ordinal).cloned().flatten())
+            .try_with(|cache| {
+                let cache = cache.try_borrow().ok()?;
+                cache.get(ordinal).cloned().flatten()
+            })
             .ok()
             .flatten();
         if let Some(context) = cached {
             return Ok(context);
         }
         let context = Self::retain_primary(ordinal)?;
-        // During thread teardown the cache is gone; the handle is then simply not cached.
+        // During thread teardown the cache is gone, and inside `with_primary` it is borrowed;
+        // the handle is then simply not cached.
         let _ = PRIMARY.try_with(|cache| {
-            let mut cache = cache.borrow_mut();
+            let Ok(mut cache) = cache.try_borrow_mut() else {
+                return;
+            };
             if cache.len() <= ordinal {
                 cache.resize(ordinal + 1, None);
             }
             cache[ordinal] = Some(context.clone());
         });
         Ok(context)
+    }
+
+    /// Runs `f` with device `ordinal`'s primary context, borrowed from this thread's cache:
+    /// after the first call on a thread this is a thread-local read, with no reference-count
+    /// traffic and no driver call.
+    #[inline]
+    pub fn with_primary<R>(ordinal: usize, f: impl FnOnce(&ContextHandle) -> R) -> Result<R> {
+        let mut f = Some(f);
+        let hit = PRIMARY.try_with(|cache| {
+            let cache = cache.try_borrow().ok()?;
+            match cache.get(ordinal) {
+                Some(Some(context)) => f.take().map(|f| f(context)),
+                _ => None,
+            }
+        });
+        if let Ok(Some(result)) = hit {
+            return Ok(result);
+        }
+        let context = Self::primary(ordinal)?;
+        let f = f.take().expect("not called on a cache miss");
+        Ok(f(&context))
     }
 
     fn retain_primary(ordinal: usize) -> Result<ContextHandle> {
@@ -119,6 +146,7 @@ impl ContextHandle {
 /// Drops this thread's cached primary-context handles (each releases its retain if nothing
 /// else holds it). Threads release their cache automatically when they exit.
 pub fn clear_primary_cache() {
-    let taken = PRIMARY.try_with(|cache| std::mem::take(&mut *cache.borrow_mut()));
+    let taken =
+        PRIMARY.try_with(|cache| cache.try_borrow_mut().map(|mut c| std::mem::take(&mut *c)));
     drop(taken);
 }

@@ -315,8 +315,9 @@ impl DevicePtrHandle {
         stream.run_bound(|raw_stream| {
             // SAFETY: the range is within the allocation; `src` outlives the copy because we
             // synchronise before returning.
-            check("cuMemcpyHtoDAsync", unsafe {
-                sys::cuMemcpyHtoDAsync_v2(raw, src.as_ptr().cast(), src.len(), raw_stream)
+            // Unified addressing: the same call copies into device or pinned host memory.
+            check("cuMemcpyAsync", unsafe {
+                sys::cuMemcpyAsync(raw, src.as_ptr() as CUdeviceptr, src.len(), raw_stream)
             })
         })?;
         stream.synchronize()
@@ -329,8 +330,8 @@ impl DevicePtrHandle {
         stream.run_bound(|raw_stream| {
             // SAFETY: the range is within the allocation; `dst` outlives the copy because we
             // synchronise before returning.
-            check("cuMemcpyDtoHAsync", unsafe {
-                sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), raw, dst.len(), raw_stream)
+            check("cuMemcpyAsync", unsafe {
+                sys::cuMemcpyAsync(dst.as_mut_ptr() as CUdeviceptr, raw, dst.len(), raw_stream)
             })
         })?;
         stream.synchronize()

@@ -100,14 +100,22 @@ impl DevicePtrHandle {
         let mut data: sys::CUmemPoolPtrExportData = unsafe { std::mem::zeroed() };
         let raw = self.as_cu();
         // The driver validates the pointer against the current context.
-        let export = || {
+        let mut export = || {
             // SAFETY: the allocation is alive; `data` is a valid out-pointer.
             check("cuMemPoolExportPointer", unsafe {
                 sys::cuMemPoolExportPointer(&mut data, raw)
             })
         };
-        let pool_context = self.pool().as_ref().and_then(|pool| pool.context().as_ref());
-        in_context_of(pool_context, export)?;
+        let pool = self.pool().as_ref().expect("checked above");
+        if let Err(error) = in_context_of(pool.context().as_ref(), &mut export) {
+            // The driver refuses to export a pointer of a pool whose own shareable handle was
+            // never exported; export (and close) it once, then retry.
+            if error.code() != Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE) {
+                return Err(error);
+            }
+            drop(pool.export_posix_fd()?);
+            in_context_of(pool.context().as_ref(), &mut export)?;
+        }
         Ok(IpcPointer {
             export_data: data.reserved,
             size: *self.size() as u64,

@@ -38,7 +38,9 @@ fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measure
                 }
             }),
             Variant::new("handles-cuda EventHandle::create+drop", || {
-                drop(keep(EventHandle::create(context, EventFlags::default()).unwrap()));
+                drop(keep(
+                    EventHandle::create(context, EventFlags::default()).unwrap(),
+                ));
             }),
             Variant::new("cudarc new_event+drop", || {
                 drop(keep(cudarc_context.new_event(None).unwrap()));
@@ -63,12 +65,16 @@ fn pool_allocations(
                 let mut ptr = 0;
                 // SAFETY: pool and stream are alive; the pointer is freed once.
                 unsafe {
-                    ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 1024, raw_pool, raw_stream));
+                    ok(sys::cuMemAllocFromPoolAsync(
+                        &mut ptr, 1024, raw_pool, raw_stream,
+                    ));
                     ok(sys::cuMemFreeAsync(keep(ptr), raw_stream));
                 }
             }),
             Variant::new("handles-cuda alloc_from_pool+drop", || {
-                drop(keep(DevicePtrHandle::alloc_from_pool(pool, 1024, stream).unwrap()));
+                drop(keep(
+                    DevicePtrHandle::alloc_from_pool(pool, 1024, stream).unwrap(),
+                ));
             }),
             Variant::new("cudarc alloc (event tracking on)+drop", || {
                 // SAFETY: the memory is never read.
@@ -129,12 +135,38 @@ fn context_lookup() -> Measured {
             Variant::new("handles-cuda ContextHandle::primary (cached)+drop", || {
                 drop(keep(ContextHandle::primary(0).unwrap()));
             }),
+            Variant::new("handles-cuda ContextHandle::with_primary (cached)", || {
+                keep(ContextHandle::with_primary(0, |context| context.as_cu()).unwrap());
+            }),
             Variant::new("cudarc CudaContext::new+drop", || {
                 drop(keep(CudaContext::new(0).unwrap()));
             }),
         ],
         ROUNDS,
         20_000,
+        || {},
+    )
+}
+
+/// The pieces an owning handle adds to a driver call, to show where the floor is.
+fn floor_parts(context: &ContextHandle) -> Measured {
+    interleave(
+        &mut [
+            Variant::new("Arc::new+drop (the handle's one allocation)", || {
+                drop(keep(Arc::new(keep([0usize; 6]))));
+            }),
+            Variant::new("cuCtxGetCurrent (the context check)", || {
+                let mut current = std::ptr::null_mut();
+                // SAFETY: a valid out-pointer.
+                unsafe { ok(sys::cuCtxGetCurrent(&mut current)) };
+                keep(current);
+            }),
+            Variant::new("ContextHandle clone+drop (the owner reference)", || {
+                drop(keep(context.clone()));
+            }),
+        ],
+        ROUNDS,
+        100_000,
         || {},
     )
 }
@@ -157,7 +189,9 @@ struct Plain {
 }
 
 fn accessor(stream: &StreamHandle) -> Measured {
-    let plain = Box::new(Plain { raw: stream.as_cu() });
+    let plain = Box::new(Plain {
+        raw: stream.as_cu(),
+    });
     interleave(
         &mut [
             Variant::new("field load through a Box", || {
@@ -194,10 +228,20 @@ fn main() {
 
     println!("| op | variant | median ns/op | ratio to first row |");
     println!("|---|---|---|---|");
-    report("event create+drop (timing off)", &events(&context, &cudarc_context));
-    report("pool alloc+free 1 KiB", &pool_allocations(&stream, &pool, &tracked, &untracked));
+    report(
+        "event create+drop (timing off)",
+        &events(&context, &cudarc_context),
+    );
+    report(
+        "pool alloc+free 1 KiB",
+        &pool_allocations(&stream, &pool, &tracked, &untracked),
+    );
     report("stream create+drop", &streams(&context, &cudarc_context));
     report("primary context lookup", &context_lookup());
     report("handle clone+drop", &clones(&stream));
+    report(
+        "floor parts (ns, ratio to first row)",
+        &floor_parts(&context),
+    );
     report("raw accessor", &accessor(&stream));
 }
