@@ -37,6 +37,11 @@ pub fn events_for(ids: &[u64]) -> Vec<Event> {
         .collect()
 }
 
+/// Empties the shared log (for tests that own their whole binary, to keep lookups short).
+pub fn clear_log() {
+    LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
 /// A fresh raw id, never handed out before in this process.
 pub fn fresh_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
