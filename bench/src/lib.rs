@@ -70,7 +70,7 @@ pub fn interleave(
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     let middle = values.len() / 2;
-    if values.len() % 2 == 0 {
+    if values.len().is_multiple_of(2) {
         (values[middle - 1] + values[middle]) / 2.0
     } else {
         values[middle]
@@ -80,4 +80,13 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 /// Keeps a value observable so the optimiser cannot drop the work that produced it.
 pub fn keep<T>(value: T) -> T {
     black_box(value)
+}
+
+/// The raw accessor, out of line so its machine code can be read:
+/// `objdump -d --no-show-raw-insn target/release/gpu_bench | grep -A4 '<handles_bench::accessor_probe>:'`
+/// shows two loads (the `Arc` pointer, then the field) and `ret`: what a field load through
+/// a `Box` compiles to.
+#[inline(never)]
+pub fn accessor_probe(stream: &handles_cuda::StreamHandle) -> handles_cuda::sys::CUstream {
+    stream.as_cu()
 }

@@ -55,6 +55,16 @@ fn owned() -> PlainHandle {
     unsafe { PlainHandle::from_raw(fresh(), Plain { tag: 1 }) }
 }
 
+fn borrowed() -> PlainHandle {
+    // SAFETY: a stand-in value that is never deleted.
+    unsafe { PlainHandle::from_raw_borrowed(7, Plain { tag: 1 }) }
+}
+
+fn with_owner() -> PlainHandle {
+    // SAFETY: a stand-in value that is never deleted.
+    unsafe { PlainHandle::from_raw_with_owner(7, Plain { tag: 1 }, 5u8) }
+}
+
 fn registered() -> RegisteredHandle {
     // SAFETY: a fresh id; the deleter does nothing.
     unsafe { RegisteredHandle::from_raw(fresh(), Registered {}) }
@@ -79,20 +89,10 @@ fn create_drop(c: &mut Criterion) {
     });
     group.bench_function("owned handle", |b| b.iter(|| drop(black_box(owned()))));
     group.bench_function("borrowed handle", |b| {
-        // SAFETY: a stand-in value that is never deleted.
-        b.iter(|| {
-            drop(black_box(unsafe {
-                PlainHandle::from_raw_borrowed(7, Plain { tag: 1 })
-            }))
-        })
+        b.iter(|| drop(black_box(borrowed())))
     });
     group.bench_function("with-owner handle", |b| {
-        // SAFETY: a stand-in value that is never deleted.
-        b.iter(|| {
-            drop(black_box(unsafe {
-                PlainHandle::from_raw_with_owner(7, Plain { tag: 1 }, 5u8)
-            }))
-        })
+        b.iter(|| drop(black_box(with_owner())))
     });
     group.bench_function("owned registered handle", |b| {
         b.iter(|| drop(black_box(registered())))

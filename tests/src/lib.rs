@@ -7,6 +7,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use handles_core::ResourceHandle;
 
+/// The README's code blocks, compiled and run as doctests.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// One thing a recording deleter did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -191,7 +196,7 @@ pub mod child {
 
     /// Bytes of a lowercase hex string; `None` if it is not valid hex.
     pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-        if text.len() % 2 != 0 {
+        if !text.len().is_multiple_of(2) {
             return None;
         }
         (0..text.len())

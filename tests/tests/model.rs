@@ -101,12 +101,19 @@ impl Model {
             prop_assert!(!alive.contains(&id), "{id} deleted while strongly held");
             position.insert(id, index);
         }
-        let expected: BTreeSet<u64> = ids.iter().copied().filter(|id| !alive.contains(id)).collect();
+        let expected: BTreeSet<u64> = ids
+            .iter()
+            .copied()
+            .filter(|id| !alive.contains(id))
+            .collect();
         prop_assert_eq!(&seen, &expected, "deleted set differs from the model");
         for (child, at) in &position {
             if let Some(Some(owner)) = self.owner.get(child) {
                 let owner_at = position.get(owner).copied().unwrap_or(usize::MAX);
-                prop_assert!(owner_at > *at, "owner {owner} deleted before dependent {child}");
+                prop_assert!(
+                    owner_at > *at,
+                    "owner {owner} deleted before dependent {child}"
+                );
             }
         }
         let nodes = alive.iter().filter(|id| self.is_node[id]).count();
@@ -123,7 +130,10 @@ fn pick<T>(items: &[T], index: usize) -> Option<usize> {
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     clear_log();
-    let start = (NodeHandle::live_count().unwrap(), LeafHandle::live_count().unwrap());
+    let start = (
+        NodeHandle::live_count().unwrap(),
+        LeafHandle::live_count().unwrap(),
+    );
     let mut model = Model::default();
     let mut held: Vec<Strong> = Vec::new();
     let mut weaks: Vec<Weak> = Vec::new();
@@ -139,7 +149,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         match op {
             Op::CreateNode { parent } => {
                 let candidates = nodes(&held);
-                let parent = parent.and_then(|i| pick(&candidates, i)).map(|i| candidates[i].clone());
+                let parent = parent
+                    .and_then(|i| pick(&candidates, i))
+                    .map(|i| candidates[i].clone());
                 let node = NodeHandle::create(parent.clone());
                 model.owner.insert(node.id(), parent.map(|p| p.id()));
                 model.is_node.insert(node.id(), true);

@@ -200,6 +200,9 @@ fn accessor(stream: &StreamHandle) -> Measured {
             Variant::new("StreamHandle::as_cu", || {
                 keep(keep(stream).as_cu());
             }),
+            Variant::new("accessor_probe (out of line, for the disassembly)", || {
+                keep(handles_bench::accessor_probe(keep(stream)));
+            }),
         ],
         ROUNDS,
         10_000_000,
