@@ -13,7 +13,7 @@ for step in "${steps[@]}"; do
     tests)
       for test in .gpu/test-*; do
         echo "== $test" | tee -a "$logs/tests.log"
-        "$test" --include-ignored --skip two_gpus --skip soak --test-threads=1 >>"$logs/tests.log" 2>&1 || status=1
+        "$test" --include-ignored --skip two_gpus --skip soak --test-threads=1 --nocapture >>"$logs/tests.log" 2>&1 || status=1
         grep -E "^test result|FAILED|panicked" "$logs/tests.log" | tail -n 3
       done
       ;;

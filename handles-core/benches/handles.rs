@@ -132,6 +132,19 @@ fn clone_drop(c: &mut Criterion) {
 
 fn cache_and_registry(c: &mut Criterion) {
     let mut group = c.benchmark_group("cache");
+    // What one would write by hand: a locked map of `Weak`s, looked up and upgraded.
+    let arc = Arc::new(1u64);
+    let map = std::sync::Mutex::new(std::collections::HashMap::from([(
+        1u64,
+        Arc::downgrade(&arc),
+    )]));
+    group.bench_function("Mutex<HashMap<_, Weak>> hit baseline", |b| {
+        b.iter(|| {
+            drop(black_box(
+                map.lock().unwrap().get(&1).and_then(|weak| weak.upgrade()),
+            ))
+        })
+    });
     let kept = cached(1);
     group.bench_function("hit", |b| b.iter(|| drop(black_box(cached(1)))));
     group.bench_function("miss (create, then delete on drop)", |b| {
@@ -141,6 +154,13 @@ fn cache_and_registry(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("registry");
+    group.bench_function("Mutex<HashMap<_, Weak>> hit baseline", |b| {
+        b.iter(|| {
+            drop(black_box(
+                map.lock().unwrap().get(&1).and_then(|weak| weak.upgrade()),
+            ))
+        })
+    });
     let handle = registered();
     let raw = handle.as_raw();
     group.bench_function("lookup hit", |b| {

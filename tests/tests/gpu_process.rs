@@ -165,6 +165,42 @@ fn import_in_child() {
         Err(error) => println!("child: stale export data returned {error}"),
     }
     stream.synchronize().unwrap();
+    show_the_driver_bug_without_the_cache(&pool, &pointer, &stream);
+}
+
+/// With the cache off, two imports of one allocation are two handles to one pointer, and the
+/// driver unmaps it on the first free (nvbug 5570902). Printed, not asserted: the cache must
+/// stay correct whether or not a driver has the bug.
+fn show_the_driver_bug_without_the_cache(
+    pool: &MemoryPoolHandle,
+    pointer: &IpcPointer,
+    stream: &StreamHandle,
+) {
+    handles_cuda::set_import_cache_enabled(false);
+    let first = DevicePtrHandle::import_ipc(pool, pointer, stream).unwrap();
+    let second = DevicePtrHandle::import_ipc(pool, pointer, stream).unwrap();
+    handles_cuda::set_import_cache_enabled(true);
+    println!(
+        "child: cache off: two boxes, same pointer? {}",
+        !first.ptr_eq(&second) && first.as_cu() == second.as_cu()
+    );
+    drop(first);
+    stream.synchronize().unwrap();
+    let mut probe = vec![0u8; 64];
+    match second.copy_to_host(&mut probe, stream) {
+        Ok(()) => println!("child: cache off: the second import still reads after the first free"),
+        Err(error) => {
+            println!("child: cache off: the second import fails after the first free: {error}")
+        }
+    }
+    handles_core::set_report_hook(|failure| {
+        println!(
+            "child: cache off: freeing the second import: {}",
+            failure.error
+        )
+    });
+    drop(second);
+    handles_core::reset_report_hook();
 }
 
 #[test]
