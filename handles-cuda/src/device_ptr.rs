@@ -53,6 +53,14 @@ pub struct DevicePtr {
     import_slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
 }
 
+/// Where stream-ordered memory came from.
+pub(crate) enum Origin {
+    /// Allocated by this process.
+    Allocated,
+    /// Imported from another process; the import cache's entry, unless the cache is bypassed.
+    Imported(Option<CacheSlot<[u8; 64], DevicePtrHandle>>),
+}
+
 fn lock(stream: &Mutex<Option<StreamHandle>>) -> MutexGuard<'_, Option<StreamHandle>> {
     stream
         .lock()
@@ -139,7 +147,13 @@ impl DevicePtrHandle {
                 sys::cuMemAllocFromPoolAsync(&mut raw, size, pool.as_cu(), raw_stream)
             })
         })?;
-        Ok(Self::stream_ordered(raw, size, Some(pool.clone()), stream))
+        Ok(Self::stream_ordered(
+            raw,
+            size,
+            Some(pool.clone()),
+            stream,
+            Origin::Allocated,
+        ))
     }
 
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
@@ -153,24 +167,37 @@ impl DevicePtrHandle {
                 sys::cuMemAllocAsync(&mut raw, size, raw_stream)
             })
         })?;
-        Ok(Self::stream_ordered(raw, size, None, stream))
+        Ok(Self::stream_ordered(
+            raw,
+            size,
+            None,
+            stream,
+            Origin::Allocated,
+        ))
     }
 
-    fn stream_ordered(
+    /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync`.
+    pub(crate) fn stream_ordered(
         raw: CUdeviceptr,
         size: usize,
         pool: Option<MemoryPoolHandle>,
         stream: StreamHandle,
+        origin: Origin,
     ) -> Self {
+        let (kind, import_slot) = match origin {
+            Origin::Allocated => (AllocKind::StreamOrdered, None),
+            Origin::Imported(slot) => (AllocKind::IpcImport, slot),
+        };
         let record = DevicePtr {
             pool,
             context: None,
             size,
-            kind: AllocKind::StreamOrdered,
+            kind,
             dealloc_stream: Mutex::new(Some(stream)),
-            import_slot: None,
+            import_slot,
         };
-        // SAFETY: fresh stream-ordered memory owned by nobody else; freed with cuMemFreeAsync.
+        // SAFETY: fresh memory (or an import the cache guarantees is the only one of its
+        // export data) owned by nobody else; freed with cuMemFreeAsync on `stream`.
         unsafe { DevicePtrHandle::from_raw(raw, record) }
     }
 
@@ -253,27 +280,6 @@ impl DevicePtrHandle {
             dealloc_stream: Mutex::new(None),
             import_slot: None,
         }
-    }
-
-    /// Builds the record of an IPC import; used by the import path only.
-    pub(crate) fn imported(
-        raw: CUdeviceptr,
-        size: usize,
-        pool: &MemoryPoolHandle,
-        stream: StreamHandle,
-        slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
-    ) -> Self {
-        let record = DevicePtr {
-            pool: Some(pool.clone()),
-            context: None,
-            size,
-            kind: AllocKind::IpcImport,
-            dealloc_stream: Mutex::new(Some(stream)),
-            import_slot: slot,
-        };
-        // SAFETY: a fresh import owned by nobody else (the cache guarantees one per export);
-        // freed with cuMemFreeAsync.
-        unsafe { DevicePtrHandle::from_raw(raw, record) }
     }
 
     /// The stream a stream-ordered free will be queued on.

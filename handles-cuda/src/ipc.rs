@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, WeakCache};
 
-use crate::device_ptr::{AllocKind, DevicePtrHandle};
+use crate::device_ptr::{AllocKind, DevicePtrHandle, Origin};
 use crate::error::{Error, Result, check};
 use crate::pool::MemoryPoolHandle;
 use crate::scope::in_context_of;
@@ -167,5 +167,12 @@ fn import_uncached(
         })
     };
     in_context_of(pool.context().as_ref(), import)?;
-    Ok(DevicePtrHandle::imported(raw, size, pool, stream, slot))
+    let origin = Origin::Imported(slot);
+    Ok(DevicePtrHandle::stream_ordered(
+        raw,
+        size,
+        Some(pool.clone()),
+        stream,
+        origin,
+    ))
 }

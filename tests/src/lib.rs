@@ -146,6 +146,21 @@ impl LeafHandle {
     }
 }
 
+/// The number of live boxes of each handles-cuda type: context, stream, event, pool, pointer.
+pub fn cuda_live_counts() -> [usize; 5] {
+    use handles_cuda::{
+        ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, StreamHandle,
+    };
+    let count = |count: Option<usize>| count.expect("the tests build handles-core with live-count");
+    [
+        count(ContextHandle::live_count()),
+        count(StreamHandle::live_count()),
+        count(EventHandle::live_count()),
+        count(MemoryPoolHandle::live_count()),
+        count(DevicePtrHandle::live_count()),
+    ]
+}
+
 /// Helpers for tests that re-run their own test binary as a child process.
 pub mod child {
     use std::process::{Command, Output};
@@ -187,6 +202,27 @@ pub mod child {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
+    }
+
+    /// Runs the test `name` as a child twice, once leaving by `std::process::exit(0)` (role
+    /// `exit`) and once by returning from the test (role `return`), and checks that both
+    /// exit with status 0, printed `child: exiting (<role>)` and reported no deleter failure.
+    pub fn assert_clean_exits(name: &str) {
+        for how in ["exit", "return"] {
+            let output = run(name, how, &[]);
+            print!("{}", String::from_utf8_lossy(&output.stdout));
+            assert_success(&output);
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                stdout.contains(&format!("child: exiting ({how})")),
+                "{stdout}"
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                !stderr.contains("handles: failed"),
+                "{how}: a deleter failed at exit:\n{stderr}"
+            );
+        }
     }
 
     /// Lowercase hex of `bytes`.

@@ -10,7 +10,7 @@ use handles_cuda::{
     AllocKind, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcPointer,
     MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
 };
-use handles_tests::serial;
+use handles_tests::{cuda_live_counts, serial};
 
 /// Collects every deleter failure reported while it lives, and restores the default hook.
 struct Failures(Arc<Mutex<Vec<String>>>);
@@ -37,20 +37,6 @@ impl Failures {
 impl Drop for Failures {
     fn drop(&mut self) {
         handles_core::reset_report_hook();
-    }
-}
-
-struct LiveCounts([usize; 5]);
-
-impl LiveCounts {
-    fn now() -> Self {
-        LiveCounts([
-            ContextHandle::live_count().unwrap(),
-            StreamHandle::live_count().unwrap(),
-            EventHandle::live_count().unwrap(),
-            MemoryPoolHandle::live_count().unwrap(),
-            DevicePtrHandle::live_count().unwrap(),
-        ])
     }
 }
 
@@ -88,7 +74,7 @@ fn primary_context_is_cached_per_thread() {
 fn objects_outlive_a_context_dropped_first_and_are_destroyed_before_it() {
     let _serial = serial();
     let failures = Failures::watch();
-    let start = LiveCounts::now();
+    let start = cuda_live_counts();
     {
         let context = ContextHandle::primary(0).unwrap();
         let stream = stream(&context);
@@ -114,7 +100,7 @@ fn objects_outlive_a_context_dropped_first_and_are_destroyed_before_it() {
         stream.synchronize().unwrap();
         assert_eq!(pool.used_bytes().unwrap(), 0, "the free ran on the stream");
     }
-    assert_eq!(LiveCounts::now().0, start.0, "every handle destroyed");
+    assert_eq!(cuda_live_counts(), start, "every handle destroyed");
     failures.assert_none();
 }
 
@@ -301,7 +287,7 @@ fn frees_run_in_the_right_context_whatever_is_current() {
 #[ignore = "needs a CUDA GPU"]
 fn bad_input_returns_errors_and_leaks_nothing() {
     let _serial = serial();
-    let start = LiveCounts::now();
+    let start = cuda_live_counts();
     let count = handles_cuda::device_count().unwrap();
     assert!(matches!(
         ContextHandle::primary(count + 3),
@@ -375,7 +361,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     );
     drop((not_ipc, plain_event, ipc_pool, pool, stream, context));
     handles_cuda::clear_primary_cache();
-    assert_eq!(LiveCounts::now().0, start.0);
+    assert_eq!(cuda_live_counts(), start);
 }
 
 #[test]
@@ -383,7 +369,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
 fn no_leaks_device_memory_and_live_counts_return() {
     let _serial = serial();
     let failures = Failures::watch();
-    let start = LiveCounts::now();
+    let start = cuda_live_counts();
     let context = ContextHandle::primary(0).unwrap();
     context.synchronize().unwrap();
     let (free_before, _) = context.mem_get_info().unwrap();
@@ -418,7 +404,7 @@ fn no_leaks_device_memory_and_live_counts_return() {
     );
     drop(context);
     handles_cuda::clear_primary_cache();
-    assert_eq!(LiveCounts::now().0, start.0);
+    assert_eq!(cuda_live_counts(), start);
     failures.assert_none();
 }
 

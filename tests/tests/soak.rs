@@ -10,16 +10,7 @@ use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
     StreamFlags, StreamHandle,
 };
-
-fn live() -> [usize; 5] {
-    [
-        ContextHandle::live_count().unwrap(),
-        StreamHandle::live_count().unwrap(),
-        EventHandle::live_count().unwrap(),
-        MemoryPoolHandle::live_count().unwrap(),
-        DevicePtrHandle::live_count().unwrap(),
-    ]
-}
+use handles_tests::cuda_live_counts;
 
 /// Free device memory once the driver has settled: work drained and the device's default
 /// pool (used by `alloc_async`) trimmed.
@@ -46,7 +37,7 @@ fn soak_mixed_create_drop_eight_threads_four_streams() {
     let (operations, free_before, free_after, start_live, end_live, failures) = {
         let context = ContextHandle::primary(0).unwrap();
         let free_before = settled_free_memory(&context);
-        let start_live = live();
+        let start_live = cuda_live_counts();
         let failures = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = failures.clone();
         handles_core::set_report_hook(move |failure| {
@@ -58,7 +49,7 @@ fn soak_mixed_create_drop_eight_threads_four_streams() {
         let operations = run_mixed(seconds);
         handles_core::reset_report_hook();
         let free_after = settled_free_memory(&context);
-        let end_live = live();
+        let end_live = cuda_live_counts();
         let failures = failures.lock().unwrap().clone();
         (
             operations,
