@@ -1,8 +1,8 @@
 //! `#[derive(ResourceHandle)]`: declares a C resource and generates its handle types.
 //!
 //! Use it through `handles_core`, which re-exports it. The pipeline is one file per stage:
-//! [`parse`] reads the struct and its attributes into the [`ast`] model, collecting every
-//! mistake; [`validate`] checks the model as a whole; [`expand`] writes the generated items,
+//! `parse.rs` reads the struct and its attributes into the `ast.rs` model, collecting every
+//! mistake; `validate.rs` checks the model as a whole; `expand.rs` writes the generated items,
 //! one function per item.
 #![deny(missing_docs)]
 
