@@ -7,6 +7,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 
 use handles_core::{CacheSlot, ResourceHandle, WeakCache};
+use handles_tests::serial;
 
 /// What the imported resources' creator and deleter did, per key.
 static STATE: Mutex<Option<HashMap<u32, KeyState>>> = Mutex::new(None);
@@ -84,6 +85,7 @@ fn use_import(handle: &ImportHandle) {
 
 #[test]
 fn concurrent_get_or_create_returns_one_canonical_handle() {
+    let _serial = serial();
     let barrier = Arc::new(Barrier::new(8));
     let handles: Vec<ImportHandle> = thread::scope(|scope| {
         let joins: Vec<_> = (0..8)
@@ -106,6 +108,7 @@ fn concurrent_get_or_create_returns_one_canonical_handle() {
 
 #[test]
 fn create_drop_race_from_eight_threads_never_double_deletes() {
+    let _serial = serial();
     const KEYS: u32 = 3;
     const ROUNDS: usize = 20_000;
     let barrier = Arc::new(Barrier::new(8));
@@ -147,6 +150,7 @@ fn create_drop_race_from_eight_threads_never_double_deletes() {
 
 #[test]
 fn a_failed_create_caches_nothing_and_a_retry_succeeds() {
+    let _serial = serial();
     let failed: Result<ImportHandle, &str> =
         CACHE.get_or_try_insert_with(7, |_slot| Err("driver said no"));
     assert_eq!(failed.unwrap_err(), "driver said no");

@@ -1,5 +1,6 @@
 //! Downstream tests of the runtime: ownership kinds, deletion order, close, weak handles, the
 //! registry, the report hook and FFI transfer. Each checks a log written by the deleters.
+//! Every test holds `serial()`: live counts and the report hook are process-wide.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +12,7 @@ use handles_tests::{
 
 #[test]
 fn owned_handle_is_deleted_exactly_once_after_last_clone() {
+    let _serial = serial();
     let node = NodeHandle::create(None);
     let id = node.id();
     let clones: Vec<_> = (0..5).map(|_| node.clone()).collect();
@@ -23,6 +25,7 @@ fn owned_handle_is_deleted_exactly_once_after_last_clone() {
 
 #[test]
 fn dependents_are_deleted_before_their_owners() {
+    let _serial = serial();
     let root = NodeHandle::create(None);
     let child = NodeHandle::create(Some(root.clone()));
     let leaf = LeafHandle::create(child.clone(), "leaf");
@@ -46,6 +49,7 @@ fn dependents_are_deleted_before_their_owners() {
 
 #[test]
 fn borrowed_handle_never_deletes() {
+    let _serial = serial();
     let id = fresh_id();
     let record = Node {
         parent: None,
@@ -71,6 +75,7 @@ impl Drop for DropFlag {
 
 #[test]
 fn with_owner_handle_releases_owner_on_last_clone_only() {
+    let _serial = serial();
     let dropped = Arc::new(AtomicBool::new(false));
     let id = fresh_id();
     let record = Node {
@@ -90,6 +95,7 @@ fn with_owner_handle_releases_owner_on_last_clone_only() {
 
 #[test]
 fn close_hands_back_shared_handles_and_deletes_the_last() {
+    let _serial = serial();
     let node = NodeHandle::create(None);
     let id = node.id();
     let other = node.clone();
@@ -137,6 +143,7 @@ fn close_returns_the_deleter_error_without_reporting_it() {
 
 #[test]
 fn weak_handle_fails_to_upgrade_after_deletion() {
+    let _serial = serial();
     let node = NodeHandle::create(None);
     let weak = node.downgrade();
     let upgraded = weak.upgrade().expect("upgrades while alive");
@@ -197,6 +204,7 @@ fn a_panicking_hook_falls_back_to_stderr() {
 
 #[test]
 fn registry_returns_the_canonical_handle_for_a_managed_raw_value() {
+    let _serial = serial();
     let parent = NodeHandle::create(None);
     let node = NodeHandle::create(Some(parent.clone()));
     let id = node.id();
@@ -222,6 +230,7 @@ fn registry_returns_the_canonical_handle_for_a_managed_raw_value() {
 
 #[test]
 fn equality_and_hash_follow_the_raw_value() {
+    let _serial = serial();
     use std::collections::HashSet;
     let node = NodeHandle::create(None);
     let record = Node {
@@ -247,6 +256,7 @@ fn equality_and_hash_follow_the_raw_value() {
 
 #[test]
 fn ffi_round_trip_neither_leaks_nor_double_frees() {
+    let _serial = serial();
     let node = NodeHandle::create(None);
     let id = node.id();
     let user_data = node.clone().into_ffi();
