@@ -145,11 +145,16 @@ fn revoke_peer_access(pool: CUmemoryPool, owner: Option<usize>) -> Result<usize>
     first_error.map_or(Ok(revoked), Err)
 }
 
-fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
-    let owner = match pool.location {
-        Some(PoolLocation::Device(ordinal)) => Some(ordinal),
+/// The device whose memory the pool holds, which keeps its access.
+fn owning_device(location: &Option<PoolLocation>) -> Option<usize> {
+    match location {
+        Some(PoolLocation::Device(ordinal)) => Some(*ordinal),
         _ => None,
-    };
+    }
+}
+
+fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
+    let owner = owning_device(&pool.location);
     let revoked = deleter_status(revoke_peer_access(raw, owner).map(drop));
     // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
     // none is left; this deleter runs once.
@@ -296,6 +301,17 @@ impl MemoryPoolHandle {
         check("cuMemPoolSetAccess", unsafe {
             sys::cuMemPoolSetAccess(self.as_cu(), &desc, 1)
         })
+    }
+
+    /// Revokes every peer device's access to this pool, with one `cuMemPoolSetAccess` per
+    /// device that has access, and returns how many were revoked. The deleter of an owned pool
+    /// does this before destroying it.
+    pub fn revoke_peer_access(&self) -> Result<usize> {
+        revoke_peer_access(self.as_cu(), self.owning_device())
+    }
+
+    fn owning_device(&self) -> Option<usize> {
+        owning_device(self.location())
     }
 
     /// Whether device `ordinal` can read and write this pool's memory.
