@@ -417,6 +417,17 @@ fn two_gpus_pool_peer_access_is_revoked_before_destroy() {
         handles_cuda::device_count().unwrap() >= 2,
         "this test needs two GPUs"
     );
+    // The deleter's revoke, run on a live pool: one call per peer, and it takes effect.
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    pool.set_peer_access(1, true).unwrap();
+    assert_eq!(pool.revoke_peer_access().unwrap(), 1, "device 1 revoked");
+    assert!(!pool.peer_access(1).unwrap());
+    assert!(
+        pool.peer_access(0).unwrap(),
+        "the owning device keeps its access"
+    );
+    drop(pool);
+    // Recycled pool handles never come back with a peer's access.
     for _ in 0..50 {
         let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
         assert!(
@@ -425,7 +436,7 @@ fn two_gpus_pool_peer_access_is_revoked_before_destroy() {
         );
         pool.set_peer_access(1, true).unwrap();
         assert!(pool.peer_access(1).unwrap());
-        drop(pool);
+        pool.close().expect("revoke and destroy succeed");
     }
     failures.assert_none();
 }
