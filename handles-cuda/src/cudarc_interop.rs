@@ -9,7 +9,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 use crate::context::{Context, ContextHandle};
 use crate::device_ptr::DevicePtrHandle;
 use crate::driver::ensure_loaded;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, driver_error};
 use crate::stream::{Stream, StreamHandle};
 
 impl ContextHandle {
@@ -35,11 +35,8 @@ impl ContextHandle {
                 "this context's device is unknown; only primary contexts convert to cudarc".into(),
             ));
         };
-        let context = CudaContext::new(ordinal).map_err(|error| Error::Driver {
-            call: "CudaContext::new",
-            code: error.0,
-            name: "see code",
-        })?;
+        let context = CudaContext::new(ordinal)
+            .map_err(|error| driver_error("cudarc CudaContext::new", error.0))?;
         if context.cu_ctx() != self.as_cu() {
             return Err(Error::InvalidArgument(
                 "this is not the device's primary context".into(),

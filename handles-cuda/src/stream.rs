@@ -5,6 +5,7 @@ use cudarc::driver::sys::{self, CUstream};
 use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
+use crate::driver::ensure_loaded;
 use crate::error::{Result, check, deleter_status};
 use crate::scope::{in_context, in_context_of, in_context_or_undo};
 
@@ -119,15 +120,23 @@ impl StreamHandle {
     #[inline]
     pub(crate) fn run(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
         let raw = self.as_cu();
+        if !self.is_default_token() {
+            return call(raw);
+        }
+        // The built-in tokens can be made without a driver; everything else came from one.
+        ensure_loaded()?;
         match self.context() {
-            Some(context) if self.is_default_token() => in_context(context.as_cu(), || call(raw)),
-            _ => call(raw),
+            Some(context) => in_context(context.as_cu(), || call(raw)),
+            None => call(raw),
         }
     }
 
     /// Runs a driver call on this stream with the stream's context current. For calls that
     /// validate memory against the current context (host/device copies).
     pub(crate) fn run_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
+        if self.is_default_token() {
+            ensure_loaded()?;
+        }
         let raw = self.as_cu();
         in_context_of(self.context().as_ref(), || call(raw))
     }

@@ -1,7 +1,10 @@
 //! Without an NVIDIA driver, every entry point returns a clear error and nothing panics. On a
 //! machine with a driver, the same calls succeed; either way the test asserts what it saw.
 
-use handles_cuda::{ContextHandle, Error, EventFlags, EventHandle, MemoryPoolHandle, PoolProps};
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
+    StreamHandle,
+};
 
 #[test]
 fn entry_points_return_driver_not_found_or_work() {
@@ -20,6 +23,21 @@ fn entry_points_return_driver_not_found_or_work() {
             );
             assert_eq!(
                 MemoryPoolHandle::create(&PoolProps::device(0)).unwrap_err(),
+                Error::DriverNotFound
+            );
+            // The built-in stream tokens exist without a driver; using them must not panic.
+            let legacy = StreamHandle::legacy();
+            assert_eq!(legacy.synchronize().unwrap_err(), Error::DriverNotFound);
+            assert_eq!(
+                StreamHandle::per_thread().synchronize().unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                DevicePtrHandle::alloc_async(64, &legacy).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                MemoryPoolHandle::device_current(0).unwrap_err(),
                 Error::DriverNotFound
             );
             assert_eq!(
