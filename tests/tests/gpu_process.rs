@@ -307,3 +307,119 @@ fn process_exit_with_live_handles_is_clean() {
     }
     child::assert_clean_exits("process_exit_with_live_handles_is_clean");
 }
+
+/// The child: exports an allocation, announces it, and keeps it alive until stdin closes.
+fn export_until_released() {
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        location: PoolLocation::Device(0),
+        ipc: true,
+        max_size: 0,
+    })
+    .unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
+    buffer.memset_async(7, SIZE, &stream).unwrap();
+    stream.synchronize().unwrap();
+    let pointer = buffer.export_ipc().unwrap();
+    let fd = pool.export_posix_fd().unwrap();
+    println!(
+        "EXPORT {} {} {}",
+        std::process::id(),
+        fd.as_raw_fd(),
+        child::to_hex(&pointer.to_bytes())
+    );
+    std::io::Write::flush(&mut std::io::stdout()).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest).unwrap();
+}
+
+/// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd), for tests that need another
+/// process's descriptor without a socket.
+fn take_fd(pid: i32, fd: i32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system calls; the returned descriptors are checked and owned here.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let taken = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        let error = std::io::Error::last_os_error();
+        libc::close(pidfd);
+        assert!(taken >= 0, "pidfd_getfd: {error}");
+        std::os::fd::OwnedFd::from_raw_fd(taken)
+    }
+}
+
+/// An export from a process that has since exited. Driver 580 still imports it when this
+/// process holds the imported pool (the pool keeps the memory), so no layer above the driver
+/// can return `Err` for it; what must hold is that importing it and dropping the import is
+/// clean: no crash and no deleter failure. The driver's answer is printed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ipc_payload_from_an_exited_process_is_safe() {
+    use std::io::BufRead;
+    use std::os::fd::AsFd;
+    use std::process::{Command, Stdio};
+    if child::role().as_deref() == Some("exporter") {
+        return export_until_released();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut exporter = Command::new(exe)
+        .args([
+            "ipc_payload_from_an_exited_process_is_safe",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env(child::ROLE, "exporter")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(exporter.stdout.take().unwrap()).lines();
+    let line = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|line| line.contains("EXPORT "))
+        .expect("the exporter announces its allocation");
+    let fields: Vec<&str> = line[line.find("EXPORT ").unwrap()..].split(' ').collect();
+    let (pid, fd) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+    let pointer = IpcPointer::from_bytes(&child::from_hex(fields[3]).unwrap()).unwrap();
+
+    let pool = MemoryPoolHandle::import_posix_fd(take_fd(pid, fd).as_fd()).unwrap();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let live = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
+    let mut first = vec![0u8; 16];
+    live.copy_to_host(&mut first, &stream).unwrap();
+    assert_eq!(first, vec![7u8; 16], "imported while the exporter lives");
+    drop(live);
+    stream.synchronize().unwrap();
+
+    drop(exporter.stdin.take()); // the exporter returns and exits
+    lines.for_each(drop); // read its last output, so it never writes to a closed pipe
+    assert!(exporter.wait().unwrap().success());
+    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = failures.clone();
+    handles_core::set_report_hook(move |failure| {
+        sink.lock().unwrap().push(failure.error.to_string())
+    });
+    let after = DevicePtrHandle::import_ipc(&pool, &pointer, &stream);
+    println!(
+        "import after the exporter exited: {:?}",
+        after.as_ref().map(|handle| handle.as_cu())
+    );
+    drop(after);
+    stream.synchronize().unwrap();
+    drop(pool);
+    handles_core::reset_report_hook();
+    assert!(
+        failures.lock().unwrap().is_empty(),
+        "{:?}",
+        failures.lock().unwrap()
+    );
+}
