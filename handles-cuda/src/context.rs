@@ -42,31 +42,9 @@ thread_local! {
 
 impl ContextHandle {
     /// The primary context of device `ordinal`, retained. Cached per thread: only the first
-    /// lookup on each thread calls the driver.
+    /// lookup on each thread calls the driver; later ones cost one reference-count increment.
     pub fn primary(ordinal: usize) -> Result<ContextHandle> {
-        let cached = PRIMARY
-            .try_with(|cache| {
-                let cache = cache.try_borrow().ok()?;
-                cache.get(ordinal).cloned().flatten()
-            })
-            .ok()
-            .flatten();
-        if let Some(context) = cached {
-            return Ok(context);
-        }
-        let context = Self::retain_primary(ordinal)?;
-        // During thread teardown the cache is gone, and inside `with_primary` it is borrowed;
-        // the handle is then simply not cached.
-        let _ = PRIMARY.try_with(|cache| {
-            let Ok(mut cache) = cache.try_borrow_mut() else {
-                return;
-            };
-            if cache.len() <= ordinal {
-                cache.resize(ordinal + 1, None);
-            }
-            cache[ordinal] = Some(context.clone());
-        });
-        Ok(context)
+        Self::with_primary(ordinal, ContextHandle::clone)
     }
 
     /// Runs `f` with device `ordinal`'s primary context, borrowed from this thread's cache:
@@ -85,9 +63,27 @@ impl ContextHandle {
         if let Ok(Some(result)) = hit {
             return Ok(result);
         }
-        let context = Self::primary(ordinal)?;
+        let context = Self::retain_and_cache(ordinal)?;
         let f = f.take().expect("not called on a cache miss");
         Ok(f(&context))
+    }
+
+    /// The cache-miss path: retains the primary context and caches the handle for this thread.
+    #[cold]
+    fn retain_and_cache(ordinal: usize) -> Result<ContextHandle> {
+        let context = Self::retain_primary(ordinal)?;
+        // During thread teardown the cache is gone, and inside `with_primary` it is borrowed;
+        // the handle is then simply not cached.
+        let _ = PRIMARY.try_with(|cache| {
+            let Ok(mut cache) = cache.try_borrow_mut() else {
+                return;
+            };
+            if cache.len() <= ordinal {
+                cache.resize(ordinal + 1, None);
+            }
+            cache[ordinal] = Some(context.clone());
+        });
+        Ok(context)
     }
 
     fn retain_primary(ordinal: usize) -> Result<ContextHandle> {

@@ -146,6 +146,43 @@ impl LeafHandle {
     }
 }
 
+/// Collects every deleter failure reported while it lives (as `"Type 0xraw: error"`), and
+/// restores the default report hook when dropped.
+pub struct Failures(std::sync::Arc<Mutex<Vec<String>>>);
+
+impl Failures {
+    /// Installs the collecting hook.
+    pub fn watch() -> Self {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        handles_core::set_report_hook(move |failure| {
+            let line = format!(
+                "{} {:#x}: {}",
+                failure.type_name, failure.raw, failure.error
+            );
+            sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        });
+        Failures(seen)
+    }
+
+    /// The failures reported so far.
+    pub fn seen(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Panics with the failures if there were any.
+    pub fn assert_none(&self) {
+        let seen = self.seen();
+        assert!(seen.is_empty(), "deleter failures: {seen:?}");
+    }
+}
+
+impl Drop for Failures {
+    fn drop(&mut self) {
+        handles_core::reset_report_hook();
+    }
+}
+
 /// The number of live boxes of each handles-cuda type: context, stream, event, pool, pointer.
 pub fn cuda_live_counts() -> [usize; 5] {
     use handles_cuda::{

@@ -2,43 +2,14 @@
 //! `--include-ignored` on a machine that has one (see README, "GPU tests"). None of them
 //! returns early: without a GPU they fail.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use handles_core::DeleteFailure;
 use handles_cuda::sys;
 use handles_cuda::{
     AllocKind, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcPointer,
     MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
 };
-use handles_tests::{cuda_live_counts, serial};
-
-/// Collects every deleter failure reported while it lives, and restores the default hook.
-struct Failures(Arc<Mutex<Vec<String>>>);
-
-impl Failures {
-    fn watch() -> Self {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        handles_core::set_report_hook(move |failure: &DeleteFailure<'_>| {
-            sink.lock().unwrap().push(format!(
-                "{} {:#x}: {}",
-                failure.type_name, failure.raw, failure.error
-            ));
-        });
-        Failures(seen)
-    }
-
-    fn assert_none(&self) {
-        let seen = self.0.lock().unwrap();
-        assert!(seen.is_empty(), "deleter failures: {seen:?}");
-    }
-}
-
-impl Drop for Failures {
-    fn drop(&mut self) {
-        handles_core::reset_report_hook();
-    }
-}
+use handles_tests::{Failures, cuda_live_counts, serial};
 
 fn stream(context: &ContextHandle) -> StreamHandle {
     StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()

@@ -10,7 +10,7 @@ use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventFlags, EventHandle, IpcPointer, MemoryPoolHandle,
     PoolLocation, PoolProps, StreamFlags, StreamHandle,
 };
-use handles_tests::child;
+use handles_tests::{Failures, child};
 
 const SIZE: usize = 1 << 20;
 
@@ -194,19 +194,14 @@ fn show_the_driver_bug_without_the_cache(
         "child: cache off: two boxes around the same pointer? {}",
         !first.ptr_eq(&second) && first.as_cu() == second.as_cu()
     );
-    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = reports.clone();
-    handles_core::set_report_hook(move |failure| {
-        sink.lock().unwrap().push(failure.error.to_string())
-    });
+    let reports = Failures::watch();
     drop(first);
     stream.synchronize().unwrap();
     drop(second);
     stream.synchronize().unwrap();
-    handles_core::reset_report_hook();
     println!(
         "child: cache off: freeing both imports reported {:?}",
-        reports.lock().unwrap()
+        reports.seen()
     );
 }
 
@@ -403,11 +398,7 @@ fn ipc_payload_from_an_exited_process_is_safe() {
     drop(exporter.stdin.take()); // the exporter returns and exits
     lines.for_each(drop); // read its last output, so it never writes to a closed pipe
     assert!(exporter.wait().unwrap().success());
-    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = failures.clone();
-    handles_core::set_report_hook(move |failure| {
-        sink.lock().unwrap().push(failure.error.to_string())
-    });
+    let failures = Failures::watch();
     let after = DevicePtrHandle::import_ipc(&pool, &pointer, &stream);
     println!(
         "import after the exporter exited: {:?}",
@@ -416,10 +407,5 @@ fn ipc_payload_from_an_exited_process_is_safe() {
     drop(after);
     stream.synchronize().unwrap();
     drop(pool);
-    handles_core::reset_report_hook();
-    assert!(
-        failures.lock().unwrap().is_empty(),
-        "{:?}",
-        failures.lock().unwrap()
-    );
+    failures.assert_none();
 }

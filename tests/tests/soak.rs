@@ -3,14 +3,13 @@
 //! their starting figures and no deleter may have failed. Needs a CUDA GPU.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
     StreamFlags, StreamHandle,
 };
-use handles_tests::cuda_live_counts;
+use handles_tests::{Failures, cuda_live_counts};
 
 /// Free device memory once the driver has settled: work drained and the device's default
 /// pool (used by `alloc_async`) trimmed.
@@ -38,19 +37,12 @@ fn soak_mixed_create_drop_eight_threads_four_streams() {
         let context = ContextHandle::primary(0).unwrap();
         let free_before = settled_free_memory(&context);
         let start_live = cuda_live_counts();
-        let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-        let sink = failures.clone();
-        handles_core::set_report_hook(move |failure| {
-            sink.lock().unwrap().push(format!(
-                "{} {:#x}: {}",
-                failure.type_name, failure.raw, failure.error
-            ));
-        });
+        let watch = Failures::watch();
         let operations = run_mixed(seconds);
-        handles_core::reset_report_hook();
+        let failures = watch.seen();
+        drop(watch);
         let free_after = settled_free_memory(&context);
         let end_live = cuda_live_counts();
-        let failures = failures.lock().unwrap().clone();
         (
             operations,
             free_before,
