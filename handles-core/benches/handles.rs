@@ -23,10 +23,12 @@ fn forget(_: u64, _: &Plain) -> Result<(), std::io::Error> {
 
 /// A resource whose deleter does nothing, so only the handle's own cost is measured.
 #[derive(ResourceHandle)]
-#[handle(raw = u64, delete = forget, unsafe_send_sync)]
+#[handle(raw = u64, delete = forget)]
 struct Plain {
     tag: u32,
 }
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Plain {}
 
 fn forget_registered(_: u64, _: &Registered) -> Result<(), std::io::Error> {
     Ok(())
@@ -34,8 +36,10 @@ fn forget_registered(_: u64, _: &Registered) -> Result<(), std::io::Error> {
 
 /// The same, registered in its type's registry.
 #[derive(ResourceHandle)]
-#[handle(raw = u64, delete = forget_registered, unsafe_send_sync, registry)]
+#[handle(raw = u64, delete = forget_registered, registry)]
 struct Registered {}
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Registered {}
 
 fn forget_cached(_: u64, _: &Cached) -> Result<(), std::io::Error> {
     Ok(())
@@ -43,10 +47,12 @@ fn forget_cached(_: u64, _: &Cached) -> Result<(), std::io::Error> {
 
 /// The same, created through a keyed cache.
 #[derive(ResourceHandle)]
-#[handle(raw = u64, delete = forget_cached, unsafe_send_sync)]
+#[handle(raw = u64, delete = forget_cached)]
 struct Cached {
     slot: Option<CacheSlot<u64, CachedHandle>>,
 }
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Cached {}
 
 static CACHE: WeakCache<u64, CachedHandle> = WeakCache::new();
 

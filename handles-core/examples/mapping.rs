@@ -10,13 +10,15 @@ use handles_core::ResourceHandle;
 
 /// An anonymous in-memory file.
 #[derive(ResourceHandle)]
-#[handle(raw = i32, accessor = as_fd, delete = close_memfd, unsafe_send_sync)]
+#[handle(raw = i32, accessor = as_fd, delete = close_memfd)]
 pub struct MemFd {
     /// The name given to memfd_create, shown in /proc/self/fd.
     name: String,
     /// The file's size in bytes.
     size: usize,
 }
+// SAFETY: descriptors and mappings may be used and released from any thread.
+unsafe impl handles_core::ThreadSafe for MemFd {}
 
 fn close_memfd(fd: i32, memfd: &MemFd) -> io::Result<()> {
     println!("  delete MemFd {fd} ({})", memfd.name);
@@ -30,12 +32,14 @@ fn close_memfd(fd: i32, memfd: &MemFd) -> io::Result<()> {
 
 /// A shared mapping of a memfd; keeps the file open while mapped.
 #[derive(ResourceHandle)]
-#[handle(raw = *mut c_void, accessor = as_ptr, delete = unmap, unsafe_send_sync)]
+#[handle(raw = *mut c_void, accessor = as_ptr, delete = unmap)]
 pub struct Mapping {
     #[owner]
     file: MemFdHandle,
     len: usize,
 }
+// SAFETY: descriptors and mappings may be used and released from any thread.
+unsafe impl handles_core::ThreadSafe for Mapping {}
 
 fn unmap(ptr: *mut c_void, mapping: &Mapping) -> io::Result<()> {
     // The owner is still alive here: the deleter runs before the record's fields drop.

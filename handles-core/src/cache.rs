@@ -103,14 +103,22 @@ impl<K: Eq + Hash + Clone + 'static, H: ResourceHandle> WeakCache<K, H> {
         }
         let id = state.next_id;
         state.next_id += 1;
-        state.entries.insert(key.clone(), Entry { id, weak: None });
+        // Every `K::clone` (user code that may panic) runs before the placeholder is inserted,
+        // and nothing that can panic runs between the insertion and the slot's construction:
+        // from then on, whatever unwinds drops the slot, which removes the placeholder and wakes
+        // the waiters. A placeholder without a slot would make later callers wait forever.
+        let placeholder_key = key.clone();
+        let slot_key = key.clone();
+        state
+            .entries
+            .insert(placeholder_key, Entry { id, weak: None });
         drop(state);
-
         let slot = CacheSlot {
             cache: self,
-            key: key.clone(),
+            key: slot_key,
             id,
         };
+
         let handle = create(slot)?;
         let mut state = lock(&self.state);
         if let Some(entry) = state.entries.get_mut(&key)

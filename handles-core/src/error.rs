@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Why a deleter did not complete: it returned an error, or it panicked.
 ///
@@ -23,7 +24,8 @@ impl DeleteError {
         DeleteError::Failed(error.into())
     }
 
-    /// Describes a caught panic payload.
+    /// Describes a caught panic payload, then drops the payload without letting its `Drop`
+    /// unwind (a payload is any type, and its `Drop` may panic).
     pub(crate) fn from_panic(payload: Box<dyn Any + Send>) -> Self {
         let message = if let Some(text) = payload.downcast_ref::<&'static str>() {
             (*text).to_owned()
@@ -32,6 +34,7 @@ impl DeleteError {
         } else {
             "a panic with a non-string payload".to_owned()
         };
+        drop_without_unwinding(payload);
         DeleteError::Panicked(message)
     }
 
@@ -64,6 +67,15 @@ impl StdError for DeleteError {
             DeleteError::Failed(error) => Some(&**error),
             DeleteError::Panicked(_) => None,
         }
+    }
+}
+
+/// Drops `value`, catching a panic from its `Drop`. The panic's own payload is leaked rather than
+/// dropped, because its `Drop` could panic again; a leaked payload is the price of never
+/// unwinding out of a handle's `Drop`, which would abort a thread that is already unwinding.
+pub(crate) fn drop_without_unwinding<T>(value: T) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        std::mem::forget(payload);
     }
 }
 

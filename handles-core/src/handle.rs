@@ -2,14 +2,18 @@
 //!
 //! A handle is an `Arc` of a [`HandleBox`]: one allocation per resource, one atomic increment
 //! per clone, one atomic decrement per drop. Whether the handle owns its resource is decided
-//! once, at construction, and stored in the box; clone and drop never branch on it.
+//! once, at construction, and stored in the box; clone and drop never branch on it. The last
+//! drop goes through [`crate::release`], which tears owner chains down iteratively.
 
 use std::any::Any;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Weak};
 
+use crate::error::drop_without_unwinding;
+use crate::release::release;
 use crate::report::{DeleteFailure, report};
 use crate::{CloseError, DeleteError, RawValue, Resource, ThreadSafe};
 
@@ -36,11 +40,12 @@ enum Keep {
 /// record (owner handles and metadata).
 ///
 /// Field drop order is the point of this type. `Drop` runs the deleter first, while the record's
-/// owner handles are still alive; only then are the record and any with-owner value dropped.
+/// owner handles are still alive; then the record is dropped, and only then any with-owner value
+/// (fields drop in declaration order, so `keep` must stay after `record`).
 pub struct HandleBox<R: Resource> {
     raw: R::Raw,
-    keep: Keep,
     record: R,
+    keep: Keep,
 }
 
 // SAFETY: the box is shared between threads only if the resource opted in through the unsafe
@@ -54,7 +59,7 @@ unsafe impl<R: ThreadSafe + Send + Sync> Sync for HandleBox<R> {}
 impl<R: Resource> HandleBox<R> {
     fn new(raw: R::Raw, keep: Keep, record: R) -> Self {
         R::live().increment();
-        HandleBox { raw, keep, record }
+        HandleBox { raw, record, keep }
     }
 
     /// The raw value.
@@ -95,13 +100,17 @@ impl<R: Resource> Drop for HandleBox<R> {
                 report(&DeleteFailure {
                     type_name: R::NAME,
                     raw: self.raw.to_intptr(),
+                    raw_value: &self.raw,
                     error: &error,
                 });
+                // The deleter's error type is user code: its `Drop` must not unwind out of here.
+                drop_without_unwinding(error);
             }
             if let Some(registry) = R::registry() {
-                registry.unregister(self.raw, self);
+                registry.unregister(self.raw, core::ptr::from_ref(self));
             }
         }
+        // Counted before the fields drop: a field's `Drop` is user code that might panic.
         R::live().decrement();
     }
 }
@@ -109,60 +118,82 @@ impl<R: Resource> Drop for HandleBox<R> {
 /// A shared handle to a resource of type `R`: the generic type behind every generated
 /// `FooHandle`.
 pub struct Handle<R: Resource> {
-    inner: Arc<HandleBox<R>>,
+    /// Taken out only by `Drop` (which hands it to [`release`]) and by the methods that consume
+    /// the handle without dropping it (`close`, `into_ffi`), through [`Handle::into_inner`].
+    inner: ManuallyDrop<Arc<HandleBox<R>>>,
 }
 
 impl<R: Resource> Handle<R> {
+    #[inline(always)]
+    fn new(inner: Arc<HandleBox<R>>) -> Self {
+        Handle {
+            inner: ManuallyDrop::new(inner),
+        }
+    }
+
+    /// Moves the `Arc` out without running `Drop`.
+    #[inline(always)]
+    fn into_inner(self) -> Arc<HandleBox<R>> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so the `Arc` is taken exactly once.
+        unsafe { ManuallyDrop::take(&mut this.inner) }
+    }
+
     /// Takes ownership of `raw`; the deleter runs when the last clone drops. Registers the
     /// handle when the type has a registry.
     ///
     /// # Safety
     ///
-    /// `raw` must be a valid, live resource that nothing else will delete, and `R::delete` must
-    /// be the right way to delete it. The record's owners must keep alive whatever `raw` needs.
+    /// - `raw` must be a valid, live resource that nothing else deletes, and `R::delete` must be
+    ///   the right way to delete it, exactly once.
+    /// - `record` must describe `raw` truthfully: the deleter and every method that trusts the
+    ///   record's metadata (a length, a size, a device) rely on it.
+    /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
-        let handle = Handle {
-            inner: Arc::new(HandleBox::new(raw, Keep::Owned, record)),
-        };
+        let handle = Handle::new(Arc::new(HandleBox::new(raw, Keep::Owned, record)));
         if let Some(registry) = R::registry() {
             registry.register(&handle);
         }
         handle
     }
 
-    /// A non-owning reference to `raw`: never deletes it. For a type with a registry, a raw
-    /// value that an owning handle already manages returns that handle instead (and `record`
-    /// is dropped), so its owners and metadata come along.
+    /// A non-owning reference to `raw`: this call never makes anything delete it. For a type
+    /// with a registry, a raw value that an owning handle already manages returns *that owning
+    /// handle* instead (and `record` is dropped), so its owners and metadata come along; the
+    /// resource is then deleted when the last clone of the owning handle drops, as before.
     ///
     /// # Safety
     ///
-    /// `raw` must stay valid for as long as any clone of this handle is used.
+    /// - `raw` must stay valid for as long as any clone of the returned handle is used.
+    /// - `record` must describe `raw` truthfully (see [`Handle::from_raw_owned`]).
     pub unsafe fn from_raw_borrowed(raw: R::Raw, record: R) -> Self {
         if let Some(canonical) = R::registry().and_then(|registry| registry.lookup(raw)) {
             return canonical;
         }
-        Handle {
-            inner: Arc::new(HandleBox::new(raw, Keep::Borrowed, record)),
-        }
+        Handle::new(Arc::new(HandleBox::new(raw, Keep::Borrowed, record)))
     }
 
     /// A non-owning handle that keeps `owner` alive until the last clone drops; `owner` is
     /// dropped after the record.
     ///
+    /// `owner` may be any value, including other handles. A handle that, through its owner
+    /// value, owns itself again (for example a stream kept alive by a buffer that the stream's
+    /// own owner value keeps) is a reference cycle: like an `Arc` cycle it is never freed, and it
+    /// is never undefined behaviour.
+    ///
     /// # Safety
     ///
-    /// `raw` must stay valid for as long as `owner` is alive.
+    /// - `raw` must stay valid for as long as `owner` is alive.
+    /// - `record` must describe `raw` truthfully (see [`Handle::from_raw_owned`]).
     pub unsafe fn from_raw_with_owner<O>(raw: R::Raw, record: R, owner: O) -> Self
     where
         O: Any + Send + Sync,
     {
-        Handle {
-            inner: Arc::new(HandleBox::new(
-                raw,
-                Keep::WithOwner(Box::new(owner)),
-                record,
-            )),
-        }
+        Handle::new(Arc::new(HandleBox::new(
+            raw,
+            Keep::WithOwner(Box::new(owner)),
+            record,
+        )))
     }
 
     /// The raw value. Compiles to one load through the `Arc` pointer.
@@ -215,12 +246,16 @@ impl<R: Resource> Handle<R> {
     /// borrowed or with-owner handle that is the last one drops it and returns `Ok`. The report
     /// hook is not called: the error is returned instead.
     pub fn close(self) -> Result<(), CloseError<Self>> {
-        match Arc::try_unwrap(self.inner) {
+        let inner = self.into_inner();
+        // The registry's weak entry still points at this allocation after `try_unwrap` moved
+        // the box out, so the allocation's address is what identifies our entry.
+        let identity = Arc::as_ptr(&inner);
+        match Arc::try_unwrap(inner) {
             Ok(mut boxed) => {
                 let result = if matches!(boxed.keep, Keep::Owned) {
                     let result = boxed.delete_now();
                     if let Some(registry) = R::registry() {
-                        registry.unregister(boxed.raw, &boxed);
+                        registry.unregister(boxed.raw, identity);
                     }
                     result
                 } else {
@@ -229,27 +264,31 @@ impl<R: Resource> Handle<R> {
                 drop(boxed);
                 result.map_err(CloseError::Deleter)
             }
-            Err(inner) => Err(CloseError::StillShared(Handle { inner })),
+            Err(inner) => Err(CloseError::StillShared(Handle::new(inner))),
         }
     }
 
     /// Transfers this strong reference into a raw pointer, for a C user-data slot. Nothing is
     /// dropped until [`Handle::from_ffi`] takes it back.
     pub fn into_ffi(self) -> *const core::ffi::c_void {
-        Arc::into_raw(self.inner).cast()
+        Arc::into_raw(self.into_inner()).cast()
     }
 
     /// Takes back a reference transferred by [`Handle::into_ffi`].
     ///
     /// # Safety
     ///
-    /// `ptr` must come from `into_ffi` on a `Handle<R>` of this same `R`, and each such
-    /// pointer may be taken back only once.
+    /// - `ptr` must come from `into_ffi` on a `Handle<R>` of this same `R`.
+    /// - Each such pointer may be taken back only once.
+    /// - Unless `Handle<R>` is `Send` (the resource implements [`ThreadSafe`] and its record is
+    ///   `Send + Sync`), `from_ffi` must run on the thread that called `into_ffi`: otherwise the
+    ///   pointer has carried a non-thread-safe handle to another thread.
     pub unsafe fn from_ffi(ptr: *const core::ffi::c_void) -> Self {
         // SAFETY: the caller promises `ptr` came from `Arc::into_raw` of an `Arc<HandleBox<R>>`
-        // and is taken back once, which is `Arc::from_raw`'s contract.
+        // and is taken back once, which is `Arc::from_raw`'s contract, and that it did not cross
+        // threads unless the handle is `Send`.
         let inner = unsafe { Arc::from_raw(ptr.cast::<HandleBox<R>>()) };
-        Handle { inner }
+        Handle::new(inner)
     }
 
     /// The number of live boxes of this type (see [`crate::LiveCount`]).
@@ -265,9 +304,17 @@ impl<R: Resource> Handle<R> {
 impl<R: Resource> Clone for Handle<R> {
     #[inline]
     fn clone(&self) -> Self {
-        Handle {
-            inner: Arc::clone(&self.inner),
-        }
+        Handle::new(Arc::clone(&self.inner))
+    }
+}
+
+impl<R: Resource> Drop for Handle<R> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `drop` runs once and `self.inner` is not used after it, so the `Arc` is taken
+        // exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        release(inner);
     }
 }
 
@@ -288,7 +335,7 @@ impl<R: Resource> Hash for Handle<R> {
 impl<R: Resource> fmt::Debug for Handle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(R::NAME)
-            .field("raw", &format_args!("{:#x}", self.as_intptr()))
+            .field("raw", &self.inner.raw)
             .field("ownership", &self.ownership())
             .field("strong", &self.strong_count())
             .finish()
@@ -310,7 +357,7 @@ impl<R: Resource> WeakHandle<R> {
     /// A strong handle, if the resource has not started being deleted. Once the last strong
     /// handle is gone this returns `None` forever, even while the deleter is still running.
     pub fn upgrade(&self) -> Option<Handle<R>> {
-        self.inner.upgrade().map(|inner| Handle { inner })
+        self.inner.upgrade().map(Handle::new)
     }
 
     /// Whether this weak handle points at the box of `handle`.
@@ -318,7 +365,7 @@ impl<R: Resource> WeakHandle<R> {
         core::ptr::eq(self.inner.as_ptr(), handle.box_ptr())
     }
 
-    pub(crate) fn points_to_box(&self, boxed: &HandleBox<R>) -> bool {
+    pub(crate) fn points_to_box(&self, boxed: *const HandleBox<R>) -> bool {
         core::ptr::eq(self.inner.as_ptr(), boxed)
     }
 }

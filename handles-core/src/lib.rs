@@ -14,11 +14,14 @@
 //!
 //! /// An open file descriptor.
 //! #[derive(ResourceHandle)]
-//! #[handle(raw = i32, accessor = as_fd, delete = close_fd, unsafe_send_sync)]
+//! #[handle(raw = i32, accessor = as_fd, delete = close_fd)]
 //! pub struct Fd {
 //!     /// Where it came from, for diagnostics.
 //!     path: String,
 //! }
+//!
+//! // SAFETY: a descriptor may be used and closed from any thread.
+//! unsafe impl handles_core::ThreadSafe for Fd {}
 //!
 //! // SAFETY: a fresh descriptor from `open` that nothing else owns.
 //! let raw = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
@@ -45,6 +48,7 @@ mod handle;
 mod live;
 mod raw;
 mod registry;
+mod release;
 mod report;
 mod resource;
 mod sync;
@@ -75,14 +79,16 @@ pub mod __private {
 
     use crate::{DeleteError, Resource};
 
-    /// Calls a declared deleter and boxes its error type.
+    /// Calls a declared deleter and boxes its error type. Its name is what a compile error shows
+    /// for a deleter with the wrong signature.
     #[inline(always)]
-    pub fn call_deleter<R: Resource, E>(
-        deleter: fn(R::Raw, &R) -> Result<(), E>,
+    pub fn deleters_take_the_raw_value_and_a_shared_self<R: Resource, E, F>(
+        deleter: F,
         raw: R::Raw,
         record: &R,
     ) -> Result<(), DeleteError>
     where
+        F: Fn(R::Raw, &R) -> Result<(), E>,
         E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     {
         deleter(raw, record).map_err(DeleteError::new)
@@ -90,4 +96,10 @@ pub mod __private {
 
     /// Compile-time check that an `#[owner]` field has a handle type.
     pub const fn assert_owner<T: crate::Owner>() {}
+
+    /// Compile-time check that a type declared with `registry` opted into thread safety.
+    pub const fn registry_needs_thread_safe<T: crate::ThreadSafe>() {}
+
+    /// Compile-time check that a field marked `#[handle(copy)]` is `Copy`.
+    pub const fn fields_marked_copy_must_be_copy<T: Copy>() {}
 }

@@ -5,9 +5,12 @@ use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use crate::handle::HandleBox;
 use crate::sync::{Mutex, lock};
-use crate::{Handle, RawValue, Resource, WeakHandle};
+use crate::{Handle, Resource, ThreadSafe, WeakHandle};
 
-type Map<R> = HashMap<isize, WeakHandle<R>, BuildHasherDefault<DefaultHasher>>;
+/// Keyed by the raw value itself, whose `Eq` and `Hash` the unsafe [`crate::RawValue`] contract
+/// makes exact: no lossy conversion (such as to a pointer-sized integer) can make two resources
+/// share an entry.
+type Map<R> = HashMap<<R as Resource>::Raw, WeakHandle<R>, BuildHasherDefault<DefaultHasher>>;
 
 /// Maps raw values to the owning handle that manages them, so that a non-owning lookup of a
 /// raw value the program already manages returns that handle, with its owners and metadata.
@@ -19,6 +22,13 @@ type Map<R> = HashMap<isize, WeakHandle<R>, BuildHasherDefault<DefaultHasher>>;
 pub struct Registry<R: Resource> {
     map: Mutex<Map<R>>,
 }
+
+// SAFETY: the map holds raw values and weak handles. Sharing it between threads moves raw values
+// and boxes across threads, which `ThreadSafe` permits (the raw value may be used from any
+// thread) together with `R: Send + Sync` for the records; every access goes through the mutex.
+unsafe impl<R: ThreadSafe + Send + Sync> Sync for Registry<R> {}
+// SAFETY: as for `Sync` above.
+unsafe impl<R: ThreadSafe + Send + Sync> Send for Registry<R> {}
 
 impl<R: Resource> Registry<R> {
     /// An empty registry.
@@ -37,9 +47,12 @@ impl<R: Resource> Registry<R> {
         }
     }
 
-    /// The live owning handle that manages `raw`, if there is one.
+    /// The live owning handle that manages `raw`, if there is one. The handle returned always
+    /// has exactly the raw value asked for.
     pub fn lookup(&self, raw: R::Raw) -> Option<Handle<R>> {
-        lock(&self.map).get(&raw.to_intptr())?.upgrade()
+        let handle = lock(&self.map).get(&raw)?.upgrade()?;
+        // Checked, not assumed: the registry's promise must not rest on the map alone.
+        (handle.raw() == raw).then_some(handle)
     }
 
     /// The number of registered raw values.
@@ -55,16 +68,24 @@ impl<R: Resource> Registry<R> {
     pub(crate) fn register(&self, handle: &Handle<R>) {
         // A new owner of a raw value replaces any entry: the driver may reuse a raw value as
         // soon as the old resource is deleted, before the old box has unregistered.
-        lock(&self.map).insert(handle.as_intptr(), handle.downgrade());
+        let replaced = lock(&self.map).insert(handle.raw(), handle.downgrade());
+        // Dropped after the lock is released: dropping a weak handle can free its allocation.
+        drop(replaced);
     }
 
-    pub(crate) fn unregister(&self, raw: R::Raw, boxed: &HandleBox<R>) {
+    /// Removes the entry of `raw` if it still belongs to the box at `boxed`, the address of the
+    /// box's `Arc` allocation (which the entry's weak handle keeps allocated, so it cannot have
+    /// been reused by another box).
+    pub(crate) fn unregister(&self, raw: R::Raw, boxed: *const HandleBox<R>) {
         let mut map = lock(&self.map);
-        let key = raw.to_intptr();
         // Remove only our own entry: a reused raw value may already belong to a newer box.
-        if map.get(&key).is_some_and(|weak| weak.points_to_box(boxed)) {
-            map.remove(&key);
-        }
+        let removed = if map.get(&raw).is_some_and(|weak| weak.points_to_box(boxed)) {
+            map.remove(&raw)
+        } else {
+            None
+        };
+        drop(map);
+        drop(removed);
     }
 }
 

@@ -15,8 +15,11 @@ use crate::DeleteError;
 pub struct DeleteFailure<'a> {
     /// The resource type's name, as declared.
     pub type_name: &'static str,
-    /// The raw value that was being deleted, as an integer.
+    /// The raw value that was being deleted, as an integer (see [`crate::RawValue::to_intptr`]).
     pub raw: isize,
+    /// The same raw value, printable as the C API shows it: integers in decimal, pointers in
+    /// hex.
+    pub raw_value: &'a dyn std::fmt::Debug,
     /// What went wrong.
     pub error: &'a DeleteError,
 }
@@ -32,44 +35,74 @@ pub fn set_report_hook<F>(hook: F) -> bool
 where
     F: Fn(&DeleteFailure<'_>) + Send + Sync + 'static,
 {
-    let mut slot = HOOK
+    let previous = HOOK
         .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    slot.replace(Arc::new(hook)).is_some()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .replace(Arc::new(hook));
+    // The old hook is dropped after the lock is released: dropping it can release handles it
+    // captured, whose deleters may fail and report, which takes the lock again.
+    let had_custom_hook = previous.is_some();
+    drop(previous);
+    had_custom_hook
 }
 
 /// Restores the default hook (one line on stderr).
 pub fn reset_report_hook() {
-    let mut slot = HOOK
+    let previous = HOOK
         .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    *slot = None;
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    // Dropped outside the lock, as in `set_report_hook`.
+    drop(previous);
 }
 
-/// Hands a failure to the installed hook, or prints it. Never panics: a panicking hook is
-/// caught and the failure is printed instead, so nothing is lost and nothing aborts.
+/// Hands a failure to the installed hook, or prints it. Never unwinds: a panicking hook is
+/// caught and the failure is printed instead, and a panic while printing (the error's `Display`
+/// is user code) is caught too, so nothing aborts a thread that is already unwinding.
 pub(crate) fn report(failure: &DeleteFailure<'_>) {
     let hook = HOOK
         .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .clone();
-    let delivered = match hook {
-        Some(hook) => catch_unwind(AssertUnwindSafe(|| hook(failure))).is_ok(),
+    let delivered = match &hook {
+        Some(hook) => quietly(|| hook(failure)),
         None => false,
     };
     if !delivered {
-        print_failure(failure);
+        quietly(|| print_failure(failure));
+    }
+    // The last clone of a replaced hook may be dropped here; its `Drop` is user code too.
+    crate::error::drop_without_unwinding(hook);
+}
+
+/// Runs `f`, catching a panic; `true` if it returned normally. A caught payload is dropped
+/// without unwinding.
+fn quietly(f: impl FnOnce()) -> bool {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(()) => true,
+        Err(payload) => {
+            crate::error::drop_without_unwinding(payload);
+            false
+        }
     }
 }
 
 fn print_failure(failure: &DeleteFailure<'_>) {
+    // The error is formatted first, on its own: its `Display` is user code and may panic, and
+    // the line must still come out whole.
+    let error = match catch_unwind(AssertUnwindSafe(|| failure.error.to_string())) {
+        Ok(text) => text,
+        Err(payload) => {
+            crate::error::drop_without_unwinding(payload);
+            "(the error's Display implementation panicked)".to_owned()
+        }
+    };
     // `eprintln!` panics if stderr is closed; a report must never panic, so write by hand.
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "handles: failed to delete {} {:#x}: {}",
+        "handles: failed to delete {} {:?}: {error}",
         failure.type_name,
-        failure.raw,
-        failure.error
+        failure.raw_value,
     );
 }

@@ -30,13 +30,29 @@ pub trait Resource: Sized + 'static {
 /// Declares that a resource's raw value may be used, shared and deleted from any thread.
 ///
 /// Handles of a resource are `Send` and `Sync` only if it implements this trait (and its record
-/// fields are `Send + Sync`). The derive implements it for the `unsafe_send_sync` key, which is
-/// spelled with `unsafe` because the compiler cannot check the promise.
+/// fields are `Send + Sync`). The opt-in is one line next to the declaration, written by its
+/// author, where `#![forbid(unsafe_code)]` and reviewers see it:
+///
+/// ```
+/// # use handles_core::ResourceHandle;
+/// # fn close_fd(_: i32, _: &Fd) -> std::io::Result<()> { Ok(()) }
+/// #[derive(ResourceHandle)]
+/// #[handle(raw = i32, delete = close_fd)]
+/// pub struct Fd {}
+///
+/// // SAFETY: a descriptor may be used and closed from any thread.
+/// unsafe impl handles_core::ThreadSafe for Fd {}
+/// ```
 ///
 /// # Safety
 ///
 /// The C API must allow the raw value to be passed to any of its functions, including the
 /// deleter, from any thread, and concurrently where the handle is shared.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has not opted into thread safety, so its handles are neither `Send` nor `Sync`",
+    label = "`{Self}` does not implement `ThreadSafe`",
+    note = "if the C API allows the raw value to be used and deleted from any thread, opt in next to the declaration: `unsafe impl handles_core::ThreadSafe for {Self} {{}}`"
+)]
 pub unsafe trait ThreadSafe: Resource {}
 
 /// A generated strong handle type (`FooHandle`), a thin wrapper around [`Handle<R>`].

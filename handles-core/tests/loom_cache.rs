@@ -42,11 +42,13 @@ fn delete_item(_: u64, item: &Item) -> Result<(), std::io::Error> {
 }
 
 #[derive(ResourceHandle)]
-#[handle(raw = u64, delete = delete_item, unsafe_send_sync)]
+#[handle(raw = u64, delete = delete_item)]
 struct Item {
     counters: &'static Counters,
     slot: Option<CacheSlot<u8, ItemHandle>>,
 }
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Item {}
 
 fn leak<T>(value: T) -> &'static T {
     Box::leak(Box::new(value))

@@ -16,7 +16,7 @@ use crate::scope::{current_raw, in_context};
 /// references made with `from_raw_borrowed` own nothing. Keeps alive: nothing; streams,
 /// events and pools keep their context alive.
 #[derive(ResourceHandle)]
-#[handle(raw = CUcontext, accessor = as_cu, delete = release_primary, unsafe_send_sync, registry)]
+#[handle(raw = CUcontext, accessor = as_cu, delete = release_primary, registry)]
 pub struct Context {
     /// The device ordinal, when known.
     pub device: Option<usize>,
@@ -24,6 +24,8 @@ pub struct Context {
     /// this handle does not own.
     pub primary_of: Option<CUdevice>,
 }
+// SAFETY: the CUDA driver API lets contexts be used and destroyed from any thread.
+unsafe impl handles_core::ThreadSafe for Context {}
 
 fn release_primary(_: CUcontext, context: &Context) -> Result<()> {
     let Some(device) = context.primary_of else {

@@ -35,7 +35,7 @@ pub enum AllocKind {
 /// and with-owner wrappers free nothing. Keeps alive: the pool it came from, the context of
 /// synchronous and host allocations, and its deallocation stream (with that stream's context).
 #[derive(ResourceHandle)]
-#[handle(raw = CUdeviceptr, accessor = as_cu, delete = free_allocation, unsafe_send_sync)]
+#[handle(raw = CUdeviceptr, accessor = as_cu, delete = free_allocation)]
 pub struct DevicePtr {
     /// The pool the memory came from (or was imported through).
     #[owner]
@@ -52,6 +52,8 @@ pub struct DevicePtr {
     /// The IPC import cache entry, released after the free.
     import_slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
 }
+// SAFETY: the CUDA driver API lets device pointers be used and destroyed from any thread.
+unsafe impl handles_core::ThreadSafe for DevicePtr {}
 
 /// Where stream-ordered memory came from.
 pub(crate) enum Origin {

@@ -16,7 +16,7 @@ use crate::stream::StreamHandle;
 /// in one. Events are not registered: creating one is the hottest path of the crate (a few
 /// hundred nanoseconds in the driver), and a registry lock would add a third to it.
 #[derive(ResourceHandle)]
-#[handle(raw = CUevent, accessor = as_cu, delete = destroy_event, unsafe_send_sync)]
+#[handle(raw = CUevent, accessor = as_cu, delete = destroy_event)]
 pub struct Event {
     /// The context the event was created in, when created through a context handle.
     #[owner]
@@ -26,6 +26,8 @@ pub struct Event {
     /// The device ordinal of the creating context, when known.
     pub device: Option<usize>,
 }
+// SAFETY: the CUDA driver API lets events be used and destroyed from any thread.
+unsafe impl handles_core::ThreadSafe for Event {}
 
 fn destroy_event(raw: CUevent, _: &Event) -> Result<()> {
     // SAFETY: the handle owns `raw` and this deleter runs once.

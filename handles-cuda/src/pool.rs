@@ -20,7 +20,7 @@ use crate::scope::in_context;
 /// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
 /// the context it was created through. Pointers allocated from a pool keep the pool alive.
 #[derive(ResourceHandle)]
-#[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, unsafe_send_sync, registry)]
+#[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
     /// The primary context of the device the pool was created on.
     #[owner]
@@ -30,6 +30,8 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     pub ipc: bool,
 }
+// SAFETY: the CUDA driver API lets memory pools be used and destroyed from any thread.
+unsafe impl handles_core::ThreadSafe for MemoryPool {}
 
 /// Where a pool's memory lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -16,12 +16,14 @@ use crate::scope::{in_context, in_context_of, in_context_or_undo};
 /// [`StreamHandle::per_thread`]) and with-owner wrappers destroy nothing. Keeps alive: its
 /// context, when it has one, so the context outlives the stream.
 #[derive(ResourceHandle)]
-#[handle(raw = CUstream, accessor = as_cu, delete = destroy_stream, unsafe_send_sync, registry)]
+#[handle(raw = CUstream, accessor = as_cu, delete = destroy_stream, registry)]
 pub struct Stream {
     /// The context the stream belongs to, when known.
     #[owner]
     pub context: Option<ContextHandle>,
 }
+// SAFETY: the CUDA driver API lets streams be used and destroyed from any thread.
+unsafe impl handles_core::ThreadSafe for Stream {}
 
 fn destroy_stream(raw: CUstream, _: &Stream) -> Result<()> {
     // SAFETY: the handle owns `raw`, and this deleter runs once; its context is still alive.

@@ -17,8 +17,6 @@ pub(crate) struct Spec {
     pub raw: Type,
     pub accessor: Ident,
     pub delete: Option<Path>,
-    /// The span of `unsafe_send_sync`, when present.
-    pub send_sync: Option<Span>,
     /// The span of `registry`, when present.
     pub registry: Option<Span>,
     /// The path to the runtime crate.
@@ -33,4 +31,6 @@ pub(crate) struct Field<'a> {
     pub ty: &'a Type,
     /// Marked `#[owner]`: a handle the resource depends on.
     pub owner: bool,
+    /// Marked `#[handle(copy)]`: the getter returns the value, not a reference.
+    pub copy: bool,
 }

@@ -22,7 +22,7 @@ pub(crate) fn expand(decl: &Declaration<'_>) -> TokenStream {
     let items = [
         owner_checks(decl),
         resource_impl(decl),
-        thread_safe_impl(decl),
+        registry_check(decl),
         type_definitions(decl, &names),
         constructors(decl, &names),
         accessors(decl, &names),
@@ -49,8 +49,12 @@ fn resource_impl(decl: &Declaration<'_>) -> TokenStream {
     let (krate, raw) = (&spec.krate, &spec.raw);
     let name = ident.to_string();
     let delete = match &spec.delete {
-        Some(deleter) => quote! {
-            #krate::__private::call_deleter::<Self, _>(#deleter, raw, record)
+        // Spanned at the deleter, so a wrong signature is reported there; the helper's name is
+        // the note that says what the signature must be.
+        Some(deleter) => quote_spanned! {syn::spanned::Spanned::span(deleter)=>
+            #krate::__private::deleters_take_the_raw_value_and_a_shared_self::<Self, _, _>(
+                #deleter, raw, record,
+            )
         },
         None => quote! {
             let _ = (raw, record);
@@ -66,9 +70,10 @@ fn resource_impl(decl: &Declaration<'_>) -> TokenStream {
         }
     });
     quote! {
+        #[automatically_derived]
         impl #krate::Resource for #ident {
             type Raw = #raw;
-            const NAME: &'static str = #name;
+            const NAME: &'static ::core::primitive::str = #name;
 
             #[inline]
             fn delete(
@@ -88,13 +93,13 @@ fn resource_impl(decl: &Declaration<'_>) -> TokenStream {
     }
 }
 
-fn thread_safe_impl(decl: &Declaration<'_>) -> TokenStream {
+/// A type with a registry shares it between threads, so it must have opted into thread safety
+/// (`unsafe impl ThreadSafe`, written by the declaration's author); checked at the key.
+fn registry_check(decl: &Declaration<'_>) -> TokenStream {
     let (krate, ident) = (&decl.spec.krate, decl.ident);
-    decl.spec.send_sync.map_or_else(TokenStream::new, |_| {
-        quote! {
-            /// SAFETY: declared with `unsafe_send_sync`: the author of this declaration promises
-            /// that the raw value may be used, shared and deleted from any thread.
-            unsafe impl #krate::ThreadSafe for #ident {}
+    decl.spec.registry.map_or_else(TokenStream::new, |span| {
+        quote_spanned! {span=>
+            const _: () = #krate::__private::registry_needs_thread_safe::<#ident>();
         }
     })
 }
@@ -146,8 +151,11 @@ fn constructors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
             ///
             /// # Safety
             ///
-            /// `raw` must be a live resource that nothing else deletes, and the deleter must be
-            /// the right way to delete it.
+            /// - `raw` must be a live resource that nothing else deletes, and the deleter must be
+            ///   the right way to delete it, exactly once.
+            /// - `record` must describe `raw` truthfully: the deleter and every method that
+            ///   trusts the record's metadata (a length, a size) rely on it.
+            /// - The record's owners must keep alive whatever `raw` needs until the deleter ran.
             #[inline]
             #vis unsafe fn from_raw(raw: #raw, record: #ident) -> Self {
                 // SAFETY: forwarded from this function's contract.
@@ -156,26 +164,35 @@ fn constructors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
         }
     });
     quote! {
+        #[automatically_derived]
         impl #handle {
             #owned
 
-            /// A non-owning reference to `raw`: it is never deleted through this handle. If the
-            /// type has a registry and an owning handle manages `raw`, that handle is returned.
+            /// A non-owning reference to `raw`, which this call never causes to be deleted. If
+            /// the type has a registry and an owning handle manages `raw`, that *owning* handle
+            /// is returned instead (its owners and metadata come along, `record` is dropped),
+            /// and the resource is deleted when its last clone drops, as before.
             ///
             /// # Safety
             ///
-            /// `raw` must stay valid while any clone of the returned handle is used.
+            /// - `raw` must stay valid while any clone of the returned handle is used.
+            /// - `record` must describe `raw` truthfully: methods that trust the record's
+            ///   metadata (a length, a size) rely on it.
             #[inline]
             #vis unsafe fn from_raw_borrowed(raw: #raw, record: #ident) -> Self {
                 // SAFETY: forwarded from this function's contract.
                 Self(unsafe { #krate::Handle::from_raw_borrowed(raw, record) })
             }
 
-            /// A non-owning handle that keeps `owner` alive until the last clone drops.
+            /// A non-owning handle that keeps `owner` alive until the last clone drops; `owner`
+            /// is dropped after the record. An owner value that leads back to this handle forms
+            /// a reference cycle, which is never freed (and is never undefined behaviour).
             ///
             /// # Safety
             ///
-            /// `raw` must stay valid for as long as `owner` lives.
+            /// - `raw` must stay valid for as long as `owner` lives.
+            /// - `record` must describe `raw` truthfully: methods that trust the record's
+            ///   metadata (a length, a size) rely on it.
             #[inline]
             #vis unsafe fn from_raw_with_owner<O>(raw: #raw, record: #ident, owner: O) -> Self
             where
@@ -190,7 +207,7 @@ fn constructors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
 
 fn accessors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let Declaration { vis, spec, .. } = decl;
-    let (raw, accessor, handle) = (&spec.raw, &spec.accessor, &names.handle);
+    let (krate, raw, accessor, handle) = (&spec.krate, &spec.raw, &spec.accessor, &names.handle);
     let getters = decl.fields.iter().map(|field| {
         // A getter is as visible as its field: the handle exposes exactly what the record does.
         let (name, ty, vis) = (field.ident, field.ty, field.vis);
@@ -199,17 +216,32 @@ fn accessors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
         } else {
             format!("The `{name}` metadata recorded at creation.")
         };
-        quote! {
-            #[doc = #doc]
-            #[inline]
-            #vis fn #name(&self) -> &#ty {
-                &self.0.record().#name
+        if field.copy {
+            let check = quote_spanned! {syn::spanned::Spanned::span(ty)=>
+                const { #krate::__private::fields_marked_copy_must_be_copy::<#ty>() };
+            };
+            quote! {
+                #[doc = #doc]
+                #[inline]
+                #vis fn #name(&self) -> #ty {
+                    #check
+                    self.0.record().#name
+                }
+            }
+        } else {
+            quote! {
+                #[doc = #doc]
+                #[inline]
+                #vis fn #name(&self) -> &#ty {
+                    &self.0.record().#name
+                }
             }
         }
     });
     quote! {
         // Getters a program does not call are not dead code of its own making.
         #[allow(dead_code)]
+        #[automatically_derived]
         impl #handle {
             /// The raw resource value. Do not delete it: the handle decides that.
             #[inline(always)]
@@ -235,6 +267,7 @@ fn sharing_methods(decl: &Declaration<'_>, names: &Names) -> TokenStream {
         }
     });
     quote! {
+        #[automatically_derived]
         impl #handle {
             /// A weak handle to the same box.
             #[inline]
@@ -260,7 +293,10 @@ fn sharing_methods(decl: &Declaration<'_>, names: &Names) -> TokenStream {
             ///
             /// # Safety
             ///
-            /// `ptr` must come from `into_ffi` on this same handle type, and be taken back once.
+            /// - `ptr` must come from `into_ffi` on this same handle type.
+            /// - Each such pointer may be taken back only once.
+            /// - Unless this handle type is `Send`, `from_ffi` must run on the thread that
+            ///   called `into_ffi`.
             #vis unsafe fn from_ffi(ptr: *const #krate::__private::c_void) -> Self {
                 // SAFETY: forwarded from this function's contract.
                 Self(unsafe { #krate::Handle::from_ffi(ptr) })
@@ -268,7 +304,7 @@ fn sharing_methods(decl: &Declaration<'_>, names: &Names) -> TokenStream {
 
             /// The number of live boxes of this type; `None` unless `handles-core` is built
             /// with the `live-count` feature.
-            #vis fn live_count() -> #krate::__private::Option<usize> {
+            #vis fn live_count() -> #krate::__private::Option<::core::primitive::usize> {
                 #krate::Handle::<<Self as #krate::ResourceHandle>::Resource>::live_count()
             }
 
@@ -282,6 +318,7 @@ fn value_trait_impls(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let Names { handle, weak, .. } = names;
     let p = quote!(#krate::__private);
     quote! {
+        #[automatically_derived]
         impl #p::Clone for #handle {
             #[inline]
             fn clone(&self) -> Self {
@@ -289,27 +326,32 @@ fn value_trait_impls(decl: &Declaration<'_>, names: &Names) -> TokenStream {
             }
         }
 
+        #[automatically_derived]
         impl #p::PartialEq for #handle {
             #[inline]
-            fn eq(&self, other: &Self) -> bool {
+            fn eq(&self, other: &Self) -> ::core::primitive::bool {
                 self.0 == other.0
             }
         }
 
+        #[automatically_derived]
         impl #p::Eq for #handle {}
 
+        #[automatically_derived]
         impl #p::Hash for #handle {
             fn hash<H: #p::Hasher>(&self, state: &mut H) {
                 #p::Hash::hash(&self.0, state)
             }
         }
 
+        #[automatically_derived]
         impl #p::fmt::Debug for #handle {
             fn fmt(&self, f: &mut #p::fmt::Formatter<'_>) -> #p::fmt::Result {
                 #p::fmt::Debug::fmt(&self.0, f)
             }
         }
 
+        #[automatically_derived]
         impl #p::Deref for #handle {
             type Target = #krate::Handle<<Self as #krate::ResourceHandle>::Resource>;
 
@@ -319,18 +361,21 @@ fn value_trait_impls(decl: &Declaration<'_>, names: &Names) -> TokenStream {
             }
         }
 
+        #[automatically_derived]
         impl #p::Clone for #weak {
             fn clone(&self) -> Self {
                 Self(#p::Clone::clone(&self.0))
             }
         }
 
+        #[automatically_derived]
         impl #p::fmt::Debug for #weak {
             fn fmt(&self, f: &mut #p::fmt::Formatter<'_>) -> #p::fmt::Result {
                 #p::fmt::Debug::fmt(&self.0, f)
             }
         }
 
+        #[automatically_derived]
         impl ::core::default::Default for #weak {
             fn default() -> Self {
                 Self(#krate::WeakHandle::new())
@@ -343,6 +388,7 @@ fn handle_trait_impls(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let (krate, ident) = (&decl.spec.krate, decl.ident);
     let Names { handle, weak, .. } = names;
     quote! {
+        #[automatically_derived]
         impl #krate::ResourceHandle for #handle {
             type Resource = #ident;
             type Weak = #weak;
@@ -363,6 +409,7 @@ fn handle_trait_impls(decl: &Declaration<'_>, names: &Names) -> TokenStream {
             }
         }
 
+        #[automatically_derived]
         impl #krate::WeakResourceHandle for #weak {
             type Strong = #handle;
 
@@ -381,6 +428,7 @@ fn weak_methods(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let (krate, vis) = (&decl.spec.krate, decl.vis);
     let Names { handle, weak, .. } = names;
     quote! {
+        #[automatically_derived]
         impl #weak {
             /// A strong handle, unless the resource's last strong handle is already gone.
             #[inline]

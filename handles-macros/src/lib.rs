@@ -10,6 +10,8 @@ mod ast;
 mod diagnostics;
 mod expand;
 mod parse;
+#[cfg(test)]
+mod tests;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -18,11 +20,13 @@ use proc_macro::TokenStream;
 ///
 /// ```text
 /// #[derive(ResourceHandle)]
-/// #[handle(raw = *mut c_void, accessor = as_ptr, delete = unmap, unsafe_send_sync)]
+/// #[handle(raw = *mut c_void, accessor = as_ptr, delete = unmap)]
 /// pub struct Mapping {
 ///     #[owner] file: MemFdHandle,
-///     len: usize,
+///     #[handle(copy)] len: usize,
 /// }
+/// // SAFETY: mappings may be used and unmapped from any thread.
+/// unsafe impl ThreadSafe for Mapping {}
 /// ```
 ///
 /// Keys of `#[handle(...)]`:
@@ -30,13 +34,13 @@ use proc_macro::TokenStream;
 /// - `accessor = name`: the raw accessor's name (default `as_raw`).
 /// - `delete = path`: the deleter, `fn(Raw, &Name) -> Result<(), E>`; without it the type has
 ///   no owning constructor.
-/// - `unsafe_send_sync`: promises the raw value may be used from any thread.
-/// - `registry`: keeps a per-type map from raw value to the owning handle (needs
-///   `unsafe_send_sync`).
+/// - `registry`: keeps a per-type map from raw value to the owning handle (needs the
+///   thread-safety opt-in, `unsafe impl ThreadSafe for Name {}`, written by the author).
 /// - `crate = path`: where `handles_core` is, if it was renamed.
 ///
-/// Field attribute: `#[owner]` marks a field holding a handle (or `Option` of one) that the
-/// resource depends on.
+/// Field attributes: `#[owner]` marks a field holding a handle (or `Option` of one) that the
+/// resource depends on; `#[handle(copy)]` makes a `Copy` field's getter return the value
+/// instead of a reference.
 #[proc_macro_derive(ResourceHandle, attributes(handle, owner))]
 pub fn derive_resource_handle(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);

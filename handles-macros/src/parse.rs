@@ -15,15 +15,11 @@ use syn::{Attribute, Data, DeriveInput, Fields, Ident, Path, Token, Type};
 use crate::ast::{Declaration, Field, Spec};
 use crate::diagnostics::Diagnostics;
 
-/// The keys `#[handle(...)]` accepts.
-const KEYS: &[&str] = &[
-    "raw",
-    "accessor",
-    "delete",
-    "unsafe_send_sync",
-    "registry",
-    "crate",
-];
+/// The keys `#[handle(...)]` accepts on the struct.
+const KEYS: &[&str] = &["raw", "accessor", "delete", "registry", "crate"];
+
+/// The keys `#[handle(...)]` accepts on a field.
+const FIELD_KEYS: &[&str] = &["copy"];
 
 /// One `key` or `key = value` item, before its value is interpreted.
 struct Item {
@@ -38,7 +34,6 @@ struct SpecBuilder {
     raw: Option<Type>,
     accessor: Option<Ident>,
     delete: Option<Path>,
-    send_sync: Option<Span>,
     registry: Option<Span>,
     krate: Option<Path>,
 }
@@ -103,7 +98,6 @@ fn parse_spec(input: &DeriveInput, diagnostics: &mut Diagnostics) -> Option<Spec
             .accessor
             .unwrap_or_else(|| Ident::new("as_raw", Span::call_site())),
         delete: builder.delete,
-        send_sync: builder.send_sync,
         registry: builder.registry,
         krate: builder
             .krate
@@ -167,8 +161,17 @@ fn value_tokens(input: ParseStream<'_>) -> syn::Result<TokenStream> {
 impl SpecBuilder {
     fn accept(&mut self, item: Item, diagnostics: &mut Diagnostics) {
         let name = item.key.unraw().to_string();
+        if name == "unsafe_send_sync" {
+            // An `unsafe impl` written by the macro would be invisible to
+            // `#![forbid(unsafe_code)]`, so the opt-in is the author's own line.
+            diagnostics.error(
+                item.key.span(),
+                "`unsafe_send_sync` is not a key: opt into thread safety with your own line next to the declaration, `unsafe impl handles_core::ThreadSafe for YourType {}`, so that `unsafe_code` lints and reviewers see it",
+            );
+            return;
+        }
         if !KEYS.contains(&name.as_str()) {
-            diagnostics.error(item.key.span(), unknown_key_message(&name));
+            diagnostics.error(item.key.span(), unknown_key_message(&name, KEYS, "#[handle]"));
             return;
         }
         if let Some(first) = self.seen.get(&name) {
@@ -189,7 +192,6 @@ impl SpecBuilder {
             "accessor" => self.accessor = typed_value(&item, diagnostics),
             "delete" => self.delete = typed_value(&item, diagnostics),
             "crate" => self.krate = typed_value(&item, diagnostics),
-            "unsafe_send_sync" => self.send_sync = flag(&item, diagnostics),
             "registry" => self.registry = flag(&item, diagnostics),
             _ => unreachable!("every key in KEYS is handled"),
         }
@@ -223,16 +225,16 @@ fn flag(item: &Item, diagnostics: &mut Diagnostics) -> Option<Span> {
     Some(item.key.span())
 }
 
-fn unknown_key_message(name: &str) -> String {
-    let nearest = KEYS
+fn unknown_key_message(name: &str, keys: &[&str], place: &str) -> String {
+    let nearest = keys
         .iter()
         .map(|key| (strsim::damerau_levenshtein(name, key), *key))
         .filter(|(distance, key)| *distance <= (key.len() / 3).max(2) || key.contains(name))
         .min();
-    let known = KEYS.join("`, `");
+    let known = keys.join("`, `");
     match nearest {
-        Some((_, key)) => format!("unknown key `{name}` in #[handle]; did you mean `{key}`?"),
-        None => format!("unknown key `{name}` in #[handle]; expected one of `{known}`"),
+        Some((_, key)) => format!("unknown key `{name}` in {place}; did you mean `{key}`?"),
+        None => format!("unknown key `{name}` in {place}; expected one of `{known}`"),
     }
 }
 
@@ -263,6 +265,7 @@ fn parse_fields<'a>(input: &'a DeriveInput, diagnostics: &mut Diagnostics) -> Ve
                 ident: field.ident.as_ref().expect("named fields have names"),
                 ty: &field.ty,
                 owner: is_owner(&field.attrs, diagnostics),
+                copy: is_copy(&field.attrs, diagnostics),
             })
             .collect(),
         Fields::Unnamed(unnamed) => {
@@ -290,4 +293,32 @@ fn is_owner(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> bool {
         first.get_or_insert(attr);
     }
     first.is_some()
+}
+
+/// Reads a field's `#[handle(copy)]`: the only field-level key so far.
+fn is_copy(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> bool {
+    let mut copy = false;
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("handle")) {
+        let items = match attr.parse_args_with(parse_items) {
+            Ok(items) => items,
+            Err(error) => {
+                diagnostics.push(error);
+                continue;
+            }
+        };
+        for item in items {
+            let name = item.key.unraw().to_string();
+            if !FIELD_KEYS.contains(&name.as_str()) {
+                diagnostics.error(
+                    item.key.span(),
+                    unknown_key_message(&name, FIELD_KEYS, "a field's #[handle]"),
+                );
+            } else if copy {
+                diagnostics.error(item.key.span(), "duplicate `copy` on this field");
+            } else {
+                copy = flag(&item, diagnostics).is_some();
+            }
+        }
+    }
+    copy
 }

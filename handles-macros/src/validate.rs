@@ -1,4 +1,8 @@
-//! Checks that need the whole declaration: name collisions and keys that need each other.
+//! Checks that need the whole declaration: name collisions and field types that cannot be
+//! copied into the generated impls.
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
 
 use crate::ast::Declaration;
 use crate::diagnostics::Diagnostics;
@@ -32,17 +36,32 @@ const GENERATED_METHODS: &[&str] = &[
 ];
 
 pub(crate) fn validate(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
-    check_registry(decl, diagnostics);
     check_names(decl, diagnostics);
+    check_no_self_in_fields(decl, diagnostics);
 }
 
-fn check_registry(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
-    if let (Some(registry), None) = (decl.spec.registry, decl.spec.send_sync) {
-        diagnostics.error(
-            registry,
-            "`registry` needs `unsafe_send_sync`: the registry is a process-wide static shared by all threads",
-        );
+/// A field type is copied into `impl FooHandle` (getters), where `Self` means the handle type,
+/// not the declared struct: reject it rather than let it silently mean something else.
+fn check_no_self_in_fields(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {
+    for field in &decl.fields {
+        if let Some(span) = find_self(field.ty.to_token_stream()) {
+            diagnostics.error(
+                span,
+                format!(
+                    "field types cannot mention `Self`: in the generated handle it would name the handle type, not `{}`; write `{}` instead",
+                    decl.ident, decl.ident
+                ),
+            );
+        }
     }
+}
+
+fn find_self(tokens: TokenStream) -> Option<proc_macro2::Span> {
+    tokens.into_iter().find_map(|tree| match tree {
+        TokenTree::Ident(ident) if ident == "Self" => Some(ident.span()),
+        TokenTree::Group(group) => find_self(group.stream()),
+        _ => None,
+    })
 }
 
 fn check_names(decl: &Declaration<'_>, diagnostics: &mut Diagnostics) {

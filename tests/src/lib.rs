@@ -100,7 +100,7 @@ fn delete_node(raw: u64, node: &Node) -> Result<(), Refused> {
 
 /// A node in a tree of resources: optionally owned by a parent node of the same type.
 #[derive(ResourceHandle)]
-#[handle(raw = u64, accessor = id, delete = delete_node, unsafe_send_sync, registry)]
+#[handle(raw = u64, accessor = id, delete = delete_node, registry)]
 pub struct Node {
     /// The node this one depends on.
     #[owner]
@@ -108,6 +108,8 @@ pub struct Node {
     /// What the deleter does.
     pub behaviour: Behaviour,
 }
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Node {}
 
 impl NodeHandle {
     /// A new owning node with a fresh id.
@@ -129,7 +131,7 @@ fn delete_leaf(raw: u64, _: &Leaf) -> Result<(), Refused> {
 
 /// A leaf that depends on a node.
 #[derive(ResourceHandle)]
-#[handle(raw = u64, delete = delete_leaf, unsafe_send_sync)]
+#[handle(raw = u64, delete = delete_leaf)]
 pub struct Leaf {
     /// The node this leaf needs.
     #[owner]
@@ -137,6 +139,8 @@ pub struct Leaf {
     /// A label fixed at creation.
     pub label: &'static str,
 }
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Leaf {}
 
 impl LeafHandle {
     /// A new owning leaf under `node`.

@@ -44,12 +44,14 @@ fn delete_import(_raw: u64, import: &Import) -> Result<(), std::io::Error> {
 
 /// Like an IPC import: importing the same key twice while one import lives would be a bug.
 #[derive(ResourceHandle)]
-#[handle(raw = u64, delete = delete_import, unsafe_send_sync)]
+#[handle(raw = u64, delete = delete_import)]
 struct Import {
     key: u32,
     deleted: Arc<AtomicBool>,
     slot: Option<CacheSlot<u32, ImportHandle>>,
 }
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Import {}
 
 static CACHE: WeakCache<u32, ImportHandle> = WeakCache::new();
 

@@ -1,7 +1,7 @@
 use handles_core::ResourceHandle;
 
 #[derive(ResourceHandle)]
-#[handle(raw = u32, unsafe_send_sync = true, accessor)]
+#[handle(raw = u32, registry = true, accessor)]
 struct Thing {}
 
 fn main() {}

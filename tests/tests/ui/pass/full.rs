@@ -12,11 +12,14 @@ fn unmap(_: *mut c_void, _: &Mapping) -> Result<(), std::io::Error> {
 
 /// A file.
 #[derive(ResourceHandle)]
-#[handle(raw = i32, accessor = as_fd, delete = close_file, unsafe_send_sync, registry)]
+#[handle(raw = i32, accessor = as_fd, delete = close_file, registry)]
 pub struct File {
     /// The path it was opened at.
     pub path: String,
 }
+
+// SAFETY: descriptors may be used and closed from any thread.
+unsafe impl handles_core::ThreadSafe for File {}
 
 /// A mapping of a file; keeps the file open while mapped.
 #[derive(ResourceHandle)]
@@ -24,14 +27,17 @@ pub struct File {
     raw = *mut c_void,
     accessor = as_ptr,
     delete = unmap,
-    unsafe_send_sync,
     crate = ::handles_core,
 )]
 pub struct Mapping {
     #[owner]
     file: FileHandle,
+    #[handle(copy)]
     len: usize,
 }
+
+// SAFETY: mappings may be used and unmapped from any thread.
+unsafe impl handles_core::ThreadSafe for Mapping {}
 
 fn assert_send_sync<T: Send + Sync>() {}
 
@@ -45,7 +51,7 @@ fn main() {
         MappingHandle::from_raw(std::ptr::null_mut(), Mapping { file: file.clone(), len: 4096 })
     };
     assert_eq!(mapping.file().as_fd(), 3);
-    assert_eq!(*mapping.len(), 4096);
+    assert_eq!(mapping.len(), 4096);
     assert_eq!(mapping.ownership(), Ownership::Owned);
     assert!(FileHandle::lookup(3).is_some());
     let weak: MappingWeak = mapping.downgrade();
