@@ -38,6 +38,12 @@ cp target/release/gpu_bench .gpu/gpu_bench
 # Debug info would push the folder past the 64 MiB the device call carries.
 strip .gpu/test-* .gpu/tour
 strip .gpu/gpu_bench
+# The simulated driver, for the `on_the_simulator` launchers and the fault sweep; only their
+# child processes load it (gpu-run.sh sets CUDA_SIM_LIBRARY_DIR), everything else uses the real
+# driver.
+mkdir -p .gpu/cuda-sim
+cp target/cuda-sim/libcuda.so .gpu/cuda-sim/libcuda.so
+strip .gpu/cuda-sim/libcuda.so
 cp scripts/gpu-run.sh .gpu/
 cp bench/cuda_core_bench.py .gpu/
 du -sh .gpu

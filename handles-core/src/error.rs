@@ -70,13 +70,22 @@ impl StdError for DeleteError {
     }
 }
 
-/// Drops `value`, catching a panic from its `Drop`. The panic's own payload is leaked rather than
-/// dropped, because its `Drop` could panic again; a leaked payload is the price of never
-/// unwinding out of a handle's `Drop`, which would abort a thread that is already unwinding.
+/// Drops `value`, catching a panic from its `Drop`. The caught panic's payload is dropped the
+/// same way; a chain of payloads whose `Drop`s keep panicking is leaked after a few rounds,
+/// because leaking a payload is the price of never unwinding out of a handle's `Drop`, which
+/// would abort a thread that is already unwinding.
 pub(crate) fn drop_without_unwinding<T>(value: T) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        std::mem::forget(payload);
+    let mut payload = match catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        Ok(()) => return,
+        Err(payload) => payload,
+    };
+    for _ in 0..4 {
+        payload = match catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            Ok(()) => return,
+            Err(next) => next,
+        };
     }
+    std::mem::forget(payload);
 }
 
 /// Why [`close`](crate::Handle::close) did not delete the resource cleanly.

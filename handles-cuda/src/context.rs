@@ -3,27 +3,49 @@
 use std::cell::RefCell;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice};
-use handles_core::ResourceHandle;
+use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 
 use crate::driver::{self, ensure_loaded};
-use crate::error::{Result, check, deleter_status};
+use crate::error::{Error, Result, check, deleter_status};
 use crate::scope::{current_raw, in_context};
 
 /// A CUDA context.
 ///
 /// Ownership: a handle from [`ContextHandle::primary`] owns one retain of the device's primary
-/// context and releases it when its last clone drops. [`ContextHandle::current`] and
+/// context and releases it when its last clone drops. There is one such handle per device in
+/// the process at a time (threads share it), so the registry maps the raw context to it. [`ContextHandle::current`] and
 /// references made with `from_raw_borrowed` own nothing. Keeps alive: nothing; streams,
 /// events and pools keep their context alive.
 #[derive(ResourceHandle)]
 #[handle(raw = CUcontext, accessor = as_cu, delete = release_primary, registry)]
 pub struct Context {
     /// The device ordinal, when known.
+    #[handle(copy)]
     pub device: Option<usize>,
     /// The driver's device id whose primary context this handle retains; `None` for contexts
     /// this handle does not own.
+    #[handle(copy)]
     pub primary_of: Option<CUdevice>,
+    /// The process-wide primary-context cache entry, released after the retain is.
+    primary_slot: Option<CacheSlot<usize, ContextHandle>>,
 }
+
+impl Context {
+    /// The record of a reference to a context this program does not own (for
+    /// `ContextHandle::from_raw_borrowed`): a known or unknown device, and no retain.
+    pub fn reference(device: Option<usize>) -> Context {
+        Context {
+            device,
+            primary_of: None,
+            primary_slot: None,
+        }
+    }
+}
+
+/// One retained primary context per device for the whole process, shared by every thread
+/// (each thread also keeps a clone in its own cache, below). A single box per device means a
+/// single registry entry per device, however many threads use it.
+static PRIMARIES: WeakCache<usize, ContextHandle> = WeakCache::new();
 // SAFETY: the CUDA driver API lets contexts be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for Context {}
 
@@ -90,17 +112,56 @@ impl ContextHandle {
 
     fn retain_primary(ordinal: usize) -> Result<ContextHandle> {
         let device = driver::device(ordinal)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the driver is loaded and `device` is valid; `raw` is a valid out-pointer.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut raw, device)
+        PRIMARIES.get_or_try_insert_with(ordinal, |slot| {
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: the driver is loaded and `device` is valid; `raw` is a valid out-pointer.
+            check("cuDevicePrimaryCtxRetain", unsafe {
+                sys::cuDevicePrimaryCtxRetain(&mut raw, device)
+            })?;
+            let record = Context {
+                device: Some(ordinal),
+                primary_of: Some(device),
+                primary_slot: Some(slot),
+            };
+            // SAFETY: we hold exactly one retain, which `release_primary` gives back.
+            Ok(unsafe { ContextHandle::from_raw(raw, record) })
+        })
+    }
+
+    /// An owning handle for the context `raw`, so that whatever is made in it can keep it
+    /// alive: the handle that manages it if this program made one, or a retain of the primary
+    /// context if `raw` is a device's primary context. Any other context (one made by another
+    /// library, which may destroy it at any time) is refused with an error rather than
+    /// referenced without a claim on its lifetime.
+    pub(crate) fn owning(raw: CUcontext) -> Result<ContextHandle> {
+        if raw.is_null() {
+            return Err(Error::InvalidArgument(
+                "no context is current on this thread".into(),
+            ));
+        }
+        if let Some(managed) = ContextHandle::lookup(raw) {
+            return Ok(managed);
+        }
+        let mut device: CUdevice = 0;
+        in_context(raw, || {
+            // SAFETY: `raw` is current for this call; `device` is a valid out-pointer.
+            check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut device) })
         })?;
-        let record = Context {
-            device: Some(ordinal),
-            primary_of: Some(device),
-        };
-        // SAFETY: we hold exactly one retain, which `release_primary` gives back.
-        Ok(unsafe { ContextHandle::from_raw(raw, record) })
+        for ordinal in 0..driver::device_count()? {
+            if driver::device(ordinal)? == device {
+                let primary = ContextHandle::primary(ordinal)?;
+                if primary.as_cu() == raw {
+                    return Ok(primary);
+                }
+                break;
+            }
+        }
+        Err(Error::InvalidArgument(
+            "the context is neither managed by a handle nor a device's primary context, so \
+             nothing here can keep it alive; wrap it with `ContextHandle::from_cudarc` or make \
+             the work's context explicit"
+                .into(),
+        ))
     }
 
     /// The calling thread's current context: the handle that manages it if this program
@@ -111,10 +172,7 @@ impl ContextHandle {
         if raw.is_null() {
             return Ok(None);
         }
-        let record = Context {
-            device: None,
-            primary_of: None,
-        };
+        let record = Context::reference(None);
         // SAFETY: the context is current, so it is live; the reference never destroys it, and
         // the caller's use of it is bounded by whoever made it current.
         Ok(Some(unsafe {

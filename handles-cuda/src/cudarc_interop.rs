@@ -10,16 +10,14 @@ use crate::context::{Context, ContextHandle};
 use crate::device_ptr::DevicePtrHandle;
 use crate::driver::ensure_loaded;
 use crate::error::{Error, Result, driver_error};
+use crate::scope::{current_raw, restore_current};
 use crate::stream::{Stream, StreamHandle};
 
 impl ContextHandle {
     /// Wraps a cudarc context. The handle keeps `context` alive (with-owner) and never
     /// releases it itself.
     pub fn from_cudarc(context: &Arc<CudaContext>) -> Self {
-        let record = Context {
-            device: Some(context.ordinal()),
-            primary_of: None,
-        };
+        let record = Context::reference(Some(context.ordinal()));
         // SAFETY: the raw context is valid while the cudarc context lives, and the handle
         // keeps it alive.
         unsafe { ContextHandle::from_raw_with_owner(context.cu_ctx(), record, context.clone()) }
@@ -30,13 +28,17 @@ impl ContextHandle {
     /// are not known to be a device's primary context.
     pub fn to_cudarc(&self) -> Result<Arc<CudaContext>> {
         ensure_loaded()?;
-        let Some(ordinal) = *self.device() else {
+        let Some(ordinal) = self.device() else {
             return Err(Error::InvalidArgument(
                 "this context's device is unknown; only primary contexts convert to cudarc".into(),
             ));
         };
-        let context = CudaContext::new(ordinal)
-            .map_err(|error| driver_error("cudarc CudaContext::new", error.0))?;
+        // cudarc makes the context it returns current on this thread; the caller's current
+        // context is put back, whatever cudarc did.
+        let previous = current_raw()?;
+        let made = CudaContext::new(ordinal);
+        restore_current(previous)?;
+        let context = made.map_err(|error| driver_error("cudarc CudaContext::new", error.0))?;
         if context.cu_ctx() != self.as_cu() {
             return Err(Error::InvalidArgument(
                 "this is not the device's primary context".into(),

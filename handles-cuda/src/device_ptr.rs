@@ -1,16 +1,20 @@
 //! Device (and pinned host) allocations: from a pool on a stream, from the device's current
 //! pool, synchronous, pinned host, references, with-owner wrappers and IPC imports.
-
-use std::sync::{Mutex, MutexGuard};
+//!
+//! Stream-ordered memory is freed on its deallocation stream after every other stream it was
+//! used on (the ordering rule in `stream_order.rs`). Only the safe methods here report their
+//! streams: work queued through the raw pointer (`as_cu`) is the caller's to order, as every
+//! use of a raw pointer is.
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, ResourceHandle};
 
 use crate::context::ContextHandle;
-use crate::error::{Error, Result, check, deleter_status, driver_error};
+use crate::error::{Error, Result, check, deleter_status};
 use crate::pool::MemoryPoolHandle;
 use crate::scope::{in_context_of, in_context_or_undo};
 use crate::stream::StreamHandle;
+use crate::stream_order::StreamOrder;
 
 /// How an allocation was made, which fixes how it is freed. An asynchronous allocation is
 /// never freed synchronously, nor the other way round.
@@ -26,14 +30,18 @@ pub enum AllocKind {
     Synchronous,
     /// `cuMemHostAlloc` (pinned host memory): freed with `cuMemFreeHost` in its context.
     PinnedHost,
+    /// Memory this handle does not own (a reference or a with-owner wrapper): never freed
+    /// through it.
+    Unowned,
 }
 
 /// An allocation: a device pointer (or, for pinned host memory, the host address).
 ///
 /// Ownership: the allocation functions here own the memory and free it when the last clone
-/// drops, on its deallocation stream for stream-ordered kinds. `from_raw_borrowed` references
-/// and with-owner wrappers free nothing. Keeps alive: the pool it came from, the context of
-/// synchronous and host allocations, and its deallocation stream (with that stream's context).
+/// drops, on its deallocation stream for stream-ordered kinds, after every other stream the
+/// safe methods used it on. `from_raw_borrowed` references and with-owner wrappers free
+/// nothing. Keeps alive: the pool it came from, the context of synchronous and host
+/// allocations, and its deallocation stream (with that stream's context).
 #[derive(ResourceHandle)]
 #[handle(raw = CUdeviceptr, accessor = as_cu, delete = free_allocation)]
 pub struct DevicePtr {
@@ -44,16 +52,31 @@ pub struct DevicePtr {
     #[owner]
     pub context: Option<ContextHandle>,
     /// The size in bytes.
+    #[handle(copy)]
     pub size: usize,
-    /// How the memory is freed.
-    pub kind: AllocKind,
-    /// Where a stream-ordered free is queued; replaceable after allocation.
-    dealloc_stream: Mutex<Option<StreamHandle>>,
+    /// How the memory is freed, and what the free waits for.
+    release: Release,
     /// The IPC import cache entry, released after the free.
     import_slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
 }
 // SAFETY: the CUDA driver API lets device pointers be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for DevicePtr {}
+
+/// The real cases of freeing an allocation.
+enum Release {
+    /// References and with-owner wrappers free nothing.
+    Nothing,
+    /// `cuMemFreeAsync` on the deallocation stream, ordered after every other use.
+    StreamOrdered {
+        order: StreamOrder,
+        /// Imported from another process rather than allocated here.
+        imported: bool,
+    },
+    /// `cuMemFree` in the owning context.
+    Synchronous,
+    /// `cuMemFreeHost` in the owning context.
+    PinnedHost,
+}
 
 /// Where stream-ordered memory came from.
 pub(crate) enum Origin {
@@ -63,33 +86,15 @@ pub(crate) enum Origin {
     Imported(Option<CacheSlot<[u8; 64], DevicePtrHandle>>),
 }
 
-fn lock(stream: &Mutex<Option<StreamHandle>>) -> MutexGuard<'_, Option<StreamHandle>> {
-    stream
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
-    let status = match allocation.kind {
-        AllocKind::StreamOrdered | AllocKind::IpcImport => {
-            let stream = lock(&allocation.dealloc_stream);
-            let Some(stream) = stream.as_ref() else {
-                return Err(Error::InvalidArgument(
-                    "stream-ordered allocation without a deallocation stream: leaked".into(),
-                ));
-            };
-            stream.run(|raw_stream| {
-                // SAFETY: the handle owns `raw`; the stream (and its context) are alive.
-                check("cuMemFreeAsync", unsafe {
-                    sys::cuMemFreeAsync(raw, raw_stream)
-                })
-            })
-        }
-        AllocKind::Synchronous => with_owning_context(allocation, || {
+    let status = match &allocation.release {
+        Release::Nothing => Ok(()),
+        Release::StreamOrdered { order, .. } => order.free(raw),
+        Release::Synchronous => with_owning_context(allocation, || {
             // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context.
             check("cuMemFree", unsafe { sys::cuMemFree_v2(raw) })
         }),
-        AllocKind::PinnedHost => with_owning_context(allocation, || {
+        Release::PinnedHost => with_owning_context(allocation, || {
             // SAFETY: the handle owns the host allocation at `raw`, made by `cuMemHostAlloc`.
             check("cuMemFreeHost", unsafe {
                 sys::cuMemFreeHost(raw as usize as *mut std::ffi::c_void)
@@ -101,26 +106,6 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
 
 fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>) -> Result<()> {
     in_context_of(allocation.context.as_ref(), call)
-}
-
-/// Makes a stream usable for a free at any later time on any thread: a default-stream token
-/// without a context is bound to the context current now (the token alone would mean
-/// whichever context is current when the free runs).
-pub(crate) fn bind_stream(stream: &StreamHandle) -> Result<StreamHandle> {
-    if !stream.is_default_token() || stream.context().is_some() {
-        return Ok(stream.clone());
-    }
-    let Some(context) = ContextHandle::current()? else {
-        return Err(driver_error(
-            "binding a default stream",
-            sys::CUresult::CUDA_ERROR_INVALID_CONTEXT,
-        ));
-    };
-    let record = crate::stream::Stream {
-        context: Some(context),
-    };
-    // SAFETY: default-stream tokens are always valid and never destroyed.
-    Ok(unsafe { StreamHandle::from_raw_with_owner(stream.as_cu(), record, ()) })
 }
 
 fn check_size(size: usize) -> Result<()> {
@@ -141,7 +126,8 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<Self> {
         check_size(size)?;
-        let stream = bind_stream(stream)?;
+        let stream = stream.bound()?;
+        let order = StreamOrder::new(stream.clone())?;
         let mut raw = 0;
         stream.run(|raw_stream| {
             // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
@@ -153,7 +139,7 @@ impl DevicePtrHandle {
             raw,
             size,
             Some(pool.clone()),
-            stream,
+            order,
             Origin::Allocated,
         ))
     }
@@ -161,7 +147,8 @@ impl DevicePtrHandle {
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
     pub fn alloc_async(size: usize, stream: &StreamHandle) -> Result<Self> {
         check_size(size)?;
-        let stream = bind_stream(stream)?;
+        let stream = stream.bound()?;
+        let order = StreamOrder::new(stream.clone())?;
         let mut raw = 0;
         stream.run(|raw_stream| {
             // SAFETY: the stream is alive; `raw` is a valid out-pointer.
@@ -169,37 +156,32 @@ impl DevicePtrHandle {
                 sys::cuMemAllocAsync(&mut raw, size, raw_stream)
             })
         })?;
-        Ok(Self::stream_ordered(
-            raw,
-            size,
-            None,
-            stream,
-            Origin::Allocated,
-        ))
+        Ok(Self::stream_ordered(raw, size, None, order, Origin::Allocated))
     }
 
-    /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync`.
+    /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync` on the
+    /// home stream of `order`.
     pub(crate) fn stream_ordered(
         raw: CUdeviceptr,
         size: usize,
         pool: Option<MemoryPoolHandle>,
-        stream: StreamHandle,
+        order: StreamOrder,
         origin: Origin,
     ) -> Self {
-        let (kind, import_slot) = match origin {
-            Origin::Allocated => (AllocKind::StreamOrdered, None),
-            Origin::Imported(slot) => (AllocKind::IpcImport, slot),
+        let (imported, import_slot) = match origin {
+            Origin::Allocated => (false, None),
+            Origin::Imported(slot) => (true, slot),
         };
         let record = DevicePtr {
             pool,
             context: None,
             size,
-            kind,
-            dealloc_stream: Mutex::new(Some(stream)),
+            release: Release::StreamOrdered { order, imported },
             import_slot,
         };
         // SAFETY: fresh memory (or an import the cache guarantees is the only one of its
-        // export data) owned by nobody else; freed with cuMemFreeAsync on `stream`.
+        // export data) owned by nobody else, of `size` bytes; freed with cuMemFreeAsync on the
+        // home stream of `order`, which keeps that stream alive.
         unsafe { DevicePtrHandle::from_raw(raw, record) }
     }
 
@@ -219,12 +201,7 @@ impl DevicePtrHandle {
                 let _ = unsafe { sys::cuMemFree_v2(raw) };
             },
         )?;
-        Ok(Self::context_bound(
-            raw,
-            size,
-            context,
-            AllocKind::Synchronous,
-        ))
+        Ok(Self::context_bound(raw, size, context, Release::Synchronous))
     }
 
     /// Allocates `size` bytes of pinned host memory in `context` (`cuMemHostAlloc`). The
@@ -246,112 +223,195 @@ impl DevicePtrHandle {
                 let _ = unsafe { sys::cuMemFreeHost(raw as usize as *mut std::ffi::c_void) };
             },
         )?;
-        Ok(Self::context_bound(
-            raw,
-            size,
-            context,
-            AllocKind::PinnedHost,
-        ))
+        Ok(Self::context_bound(raw, size, context, Release::PinnedHost))
     }
 
     fn context_bound(
         raw: CUdeviceptr,
         size: usize,
         context: &ContextHandle,
-        kind: AllocKind,
+        release: Release,
     ) -> Self {
         let record = DevicePtr {
             pool: None,
             context: Some(context.clone()),
             size,
-            kind,
-            dealloc_stream: Mutex::new(None),
+            release,
             import_slot: None,
         };
-        // SAFETY: fresh memory owned by nobody else, freed according to `kind`.
+        // SAFETY: fresh memory of `size` bytes owned by nobody else, freed according to
+        // `release` in `context`, which the record keeps alive.
         unsafe { DevicePtrHandle::from_raw(raw, record) }
     }
 
-    /// A record for references and with-owner wrappers, which free nothing.
+    /// The record of memory this handle does not own, for references and with-owner
+    /// wrappers (`from_raw_borrowed`, `from_raw_with_owner`): `size` bytes, freed never.
     pub fn unowned_record(size: usize) -> DevicePtr {
         DevicePtr {
             pool: None,
             context: None,
             size,
-            kind: AllocKind::Synchronous,
-            dealloc_stream: Mutex::new(None),
+            release: Release::Nothing,
             import_slot: None,
+        }
+    }
+
+    /// How the memory is freed (and whether this handle frees it at all).
+    pub fn kind(&self) -> AllocKind {
+        if !self.is_owning() {
+            return AllocKind::Unowned;
+        }
+        match &self.record().release {
+            Release::Nothing => AllocKind::Unowned,
+            Release::StreamOrdered {
+                imported: false, ..
+            } => AllocKind::StreamOrdered,
+            Release::StreamOrdered { imported: true, .. } => AllocKind::IpcImport,
+            Release::Synchronous => AllocKind::Synchronous,
+            Release::PinnedHost => AllocKind::PinnedHost,
+        }
+    }
+
+    /// The ordering of a stream-ordered allocation this handle owns.
+    fn order(&self) -> Option<&StreamOrder> {
+        match &self.record().release {
+            Release::StreamOrdered { order, .. } if self.is_owning() => Some(order),
+            _ => None,
+        }
+    }
+
+    /// Reports that work touching the memory was queued on `stream`, so the free is ordered
+    /// after it. Free of cost on the deallocation stream itself.
+    #[inline]
+    fn used_on(&self, stream: &StreamHandle) -> Result<()> {
+        match self.order() {
+            Some(order) => order.used_on(stream),
+            None => Ok(()),
         }
     }
 
     /// The stream a stream-ordered free will be queued on.
     pub fn deallocation_stream(&self) -> Option<StreamHandle> {
-        lock(self.dealloc_stream()).clone()
+        self.order().map(StreamOrder::home)
     }
 
-    /// Replaces the stream the free will be queued on. A default-stream token is bound to the
-    /// context current now. Only for stream-ordered kinds.
+    /// Moves the free to `stream`, ordered after everything already queued on the current
+    /// deallocation stream and on every other stream the memory was used on. A default-stream
+    /// token is bound to the context current now. Only for owned stream-ordered memory.
     pub fn set_deallocation_stream(&self, stream: &StreamHandle) -> Result<()> {
-        if !matches!(self.kind(), AllocKind::StreamOrdered | AllocKind::IpcImport)
-            || !self.is_owning()
-        {
+        let Some(order) = self.order() else {
             return Err(Error::InvalidArgument(
                 "only owned stream-ordered allocations have a deallocation stream".into(),
             ));
-        }
-        let bound = bind_stream(stream)?;
-        *lock(self.dealloc_stream()) = Some(bound);
-        Ok(())
+        };
+        order.move_home(stream.bound()?)
     }
 
     /// Fills the first `len` bytes with `value`, ordered on `stream`.
     pub fn memset_async(&self, value: u8, len: usize, stream: &StreamHandle) -> Result<()> {
-        self.check_range(len)?;
-        let raw = self.as_cu();
+        self.memset_at_async(0, value, len, stream)
+    }
+
+    /// Fills `len` bytes from byte `offset` with `value`, ordered on `stream`.
+    pub fn memset_at_async(
+        &self,
+        offset: usize,
+        value: u8,
+        len: usize,
+        stream: &StreamHandle,
+    ) -> Result<()> {
+        let start = self.range(offset, len)?;
         stream.run(|raw_stream| {
-            // SAFETY: `len` is within the allocation, which is alive while `self` is.
+            // SAFETY: the range is within the allocation, which is alive while `self` is.
             check("cuMemsetD8Async", unsafe {
-                sys::cuMemsetD8Async(raw, value, len, raw_stream)
+                sys::cuMemsetD8Async(start, value, len, raw_stream)
             })
-        })
+        })?;
+        self.used_on(stream)
     }
 
-    /// Copies `src` into the start of the allocation, ordered on `stream`, and waits for it.
+    /// Copies `src` into the start of the allocation, after the work queued on `stream`.
+    /// Returns once the copy is complete.
     pub fn copy_from_host(&self, src: &[u8], stream: &StreamHandle) -> Result<()> {
-        self.check_range(src.len())?;
-        let raw = self.as_cu();
-        stream.run_bound(|raw_stream| {
-            // SAFETY: the range is within the allocation; `src` outlives the copy because we
-            // synchronise before returning.
-            // Unified addressing: the same call copies into device or pinned host memory.
-            check("cuMemcpyAsync", unsafe {
-                sys::cuMemcpyAsync(raw, src.as_ptr() as CUdeviceptr, src.len(), raw_stream)
-            })
-        })?;
-        stream.synchronize()
+        self.copy_from_host_at(0, src, stream)
     }
 
-    /// Copies the start of the allocation into `dst`, ordered on `stream`, and waits for it.
+    /// Copies `src` into the allocation from byte `offset`, after the work queued on
+    /// `stream`. Returns once the copy is complete.
+    pub fn copy_from_host_at(&self, offset: usize, src: &[u8], stream: &StreamHandle) -> Result<()> {
+        let start = self.range(offset, src.len())?;
+        host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
+    }
+
+    /// Copies the start of the allocation into `dst`, after the work queued on `stream`.
+    /// Returns once the copy is complete.
     pub fn copy_to_host(&self, dst: &mut [u8], stream: &StreamHandle) -> Result<()> {
-        self.check_range(dst.len())?;
-        let raw = self.as_cu();
-        stream.run_bound(|raw_stream| {
-            // SAFETY: the range is within the allocation; `dst` outlives the copy because we
-            // synchronise before returning.
-            check("cuMemcpyAsync", unsafe {
-                sys::cuMemcpyAsync(dst.as_mut_ptr() as CUdeviceptr, raw, dst.len(), raw_stream)
-            })
-        })?;
-        stream.synchronize()
+        self.copy_to_host_at(0, dst, stream)
     }
 
-    fn check_range(&self, len: usize) -> Result<()> {
-        if len > *self.size() {
-            return Err(Error::InvalidArgument(format!(
-                "{len} bytes do not fit in an allocation of {} bytes",
-                self.size()
-            )));
-        }
-        Ok(())
+    /// Copies `dst.len()` bytes from byte `offset` of the allocation into `dst`, after the
+    /// work queued on `stream`. Returns once the copy is complete.
+    pub fn copy_to_host_at(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+        stream: &StreamHandle,
+    ) -> Result<()> {
+        let start = self.range(offset, dst.len())?;
+        host_copy(stream, dst.as_mut_ptr() as CUdeviceptr, start, dst.len())
     }
+
+    /// Copies `len` bytes from byte `src_offset` of this allocation to byte `dst_offset` of
+    /// `dst`, ordered on `stream` (device to device; the two ranges may be in one allocation
+    /// only if they do not overlap). Both frees are ordered after the copy.
+    pub fn copy_to_async(
+        &self,
+        src_offset: usize,
+        dst: &DevicePtrHandle,
+        dst_offset: usize,
+        len: usize,
+        stream: &StreamHandle,
+    ) -> Result<()> {
+        let from = self.range(src_offset, len)?;
+        let to = dst.range(dst_offset, len)?;
+        if self.as_cu() == dst.as_cu() && src_offset.abs_diff(dst_offset) < len {
+            return Err(Error::InvalidArgument(
+                "the source and destination ranges overlap".into(),
+            ));
+        }
+        stream.run_bound(|raw_stream| {
+            // SAFETY: both ranges are within live allocations kept alive by their handles.
+            check("cuMemcpyAsync", unsafe {
+                sys::cuMemcpyAsync(to, from, len, raw_stream)
+            })
+        })?;
+        self.used_on(stream)?;
+        dst.used_on(stream)
+    }
+
+    /// The device address of `len` bytes from `offset`, if they lie within the allocation.
+    fn range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size() => Ok(self.as_cu() + offset as CUdeviceptr),
+            _ => Err(Error::InvalidArgument(format!(
+                "{len} bytes at offset {offset} do not fit in an allocation of {} bytes",
+                self.size()
+            ))),
+        }
+    }
+}
+
+/// A copy between host memory the caller lends and device memory, after the work queued on
+/// `stream`: the host first waits for `stream`, then a synchronous `cuMemcpy` copies. A
+/// synchronous copy does not return while the driver may still read or write the host memory,
+/// whatever its status; an asynchronous copy followed by a failed synchronize could. The copy
+/// is complete when this returns, so it orders the later free by itself.
+fn host_copy(stream: &StreamHandle, dst: CUdeviceptr, src: CUdeviceptr, len: usize) -> Result<()> {
+    stream.synchronize()?;
+    stream.run_bound(|_| {
+        // SAFETY: both ranges are valid for `len` bytes (checked by the caller, and the host
+        // slice is borrowed for the whole call); unified addressing lets `cuMemcpy` take host
+        // and device addresses alike.
+        check("cuMemcpy", unsafe { sys::cuMemcpy(dst, src, len) })
+    })
 }

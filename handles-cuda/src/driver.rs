@@ -1,9 +1,12 @@
 //! Lazy, checked loading of the driver library.
 //!
 //! cudarc loads `libcuda` on the first call to any of its functions and panics if the library
-//! is missing. Every entry point of this crate calls [`ensure_loaded`] first: it checks once,
-//! lazily, that the library loads and that `cuInit` succeeds, and otherwise returns an error.
-//! Importing the crate never touches the driver.
+//! is missing, and panics again on the first call of a function the library does not export.
+//! Every entry point of this crate calls [`ensure_loaded`] first: it checks once, lazily, that
+//! the library loads, that `cuInit` succeeds and that the driver is at least
+//! [`MIN_DRIVER_VERSION`], and otherwise returns an error. Functions newer than that minimum
+//! are probed before their first use ([`has_function`]) and get a fallback or an error, never
+//! a panic. Importing the crate never touches the driver.
 
 use std::sync::OnceLock;
 
@@ -11,7 +14,12 @@ use cudarc::driver::sys;
 
 use crate::error::{Error, Result, check};
 
-static LOADED: OnceLock<Result<()>> = OnceLock::new();
+static LOADED: OnceLock<Result<i32>> = OnceLock::new();
+
+/// The oldest driver this crate supports: CUDA 12.0 (driver 525), which has every function the
+/// crate calls unconditionally (stream-ordered pools and their IPC among them). Newer functions
+/// are probed; `cuEventElapsedTime_v2` (CUDA 12.8) falls back to `cuEventElapsedTime`.
+pub const MIN_DRIVER_VERSION: i32 = 12000;
 
 /// Loads and initialises the driver on first use; afterwards one atomic load.
 ///
@@ -19,7 +27,38 @@ static LOADED: OnceLock<Result<()>> = OnceLock::new();
 /// `cuInit` if the driver is present but cannot initialise (no device, for example).
 #[inline]
 pub fn ensure_loaded() -> Result<()> {
+    driver_version().map(drop)
+}
+
+/// The driver's version (1000 × major + 10 × minor), once the driver is loaded.
+pub fn driver_version() -> Result<i32> {
     LOADED.get_or_init(load).clone()
+}
+
+/// Whether the loaded driver exports `name` (a NUL-terminated symbol name), checked without
+/// resolving it through cudarc, which would panic on a missing symbol.
+pub(crate) fn has_function(name: &std::ffi::CStr) -> bool {
+    // SAFETY: `unsafe extern "C" fn()` is only looked up, never called.
+    unsafe { function::<unsafe extern "C" fn()>(name) }.is_some()
+}
+
+/// The driver's function `name`, if the loaded library exports it, for functions that cudarc's
+/// bindings of this CUDA version do not declare.
+///
+/// # Safety
+///
+/// `F` must be the function's exact C signature (an `unsafe extern "C" fn` type); calling the
+/// returned pointer with another signature is undefined behaviour.
+pub(crate) unsafe fn function<F: Copy>(name: &std::ffi::CStr) -> Option<F> {
+    ensure_loaded().ok()?;
+    // SAFETY: the library is loaded; the caller vouches that `F` is the symbol's type, and
+    // the library stays loaded for the whole process (cudarc never unloads it).
+    unsafe {
+        sys::culib()
+            .get::<F>(name.to_bytes_with_nul())
+            .ok()
+            .map(|symbol| *symbol)
+    }
 }
 
 /// Whether the driver library could be loaded and initialised.
@@ -28,13 +67,25 @@ pub fn is_available() -> bool {
 }
 
 #[cold]
-fn load() -> Result<()> {
+fn load() -> Result<i32> {
     // SAFETY: only probes whether the library can be opened; calls nothing in it.
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::DriverNotFound);
     }
     // SAFETY: the library is present, so cudarc can resolve `cuInit`.
-    check("cuInit", unsafe { sys::cuInit(0) })
+    check("cuInit", unsafe { sys::cuInit(0) })?;
+    let mut version = 0;
+    // SAFETY: the driver is initialised; `version` is a valid out-pointer.
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(&mut version)
+    })?;
+    if version < MIN_DRIVER_VERSION {
+        return Err(Error::DriverTooOld {
+            version,
+            needed: "handles-cuda needs CUDA 12.0 (driver 525) or newer",
+        });
+    }
+    Ok(version)
 }
 
 /// The number of CUDA devices.

@@ -20,6 +20,14 @@ pub enum Error {
         /// The status's name, as `cuGetErrorName` gives it.
         name: &'static str,
     },
+    /// The driver is older than this crate, or than the function called, needs.
+    #[error("the CUDA driver reports version {version}, which is too old: {needed}")]
+    DriverTooOld {
+        /// The version `cuDriverGetVersion` reported (1000 × major + 10 × minor).
+        version: i32,
+        /// What needs a newer driver, and which version.
+        needed: &'static str,
+    },
     /// An argument was rejected before any driver call.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

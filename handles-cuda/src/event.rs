@@ -5,7 +5,7 @@ use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
 use crate::driver::ensure_loaded;
-use crate::error::{Error, Result, check, deleter_status, driver_error};
+use crate::error::{Error, Result, check, deleter_status};
 use crate::scope::{current_raw, in_context_of, in_context_or_undo};
 use crate::stream::StreamHandle;
 
@@ -22,8 +22,10 @@ pub struct Event {
     #[owner]
     pub context: Option<ContextHandle>,
     /// The flags the event was created with.
+    #[handle(copy)]
     pub flags: EventFlags,
     /// The device ordinal of the creating context, when known.
+    #[handle(copy)]
     pub device: Option<usize>,
 }
 // SAFETY: the CUDA driver API lets events be used and destroyed from any thread.
@@ -93,6 +95,15 @@ impl IpcEventHandle {
     }
 }
 
+/// Whether `cuEventElapsedTime_v2` (CUDA 12.8) can be called: probed once.
+fn elapsed_time_v2_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        crate::driver::driver_version().is_ok_and(|version| version >= 12080)
+            && crate::driver::has_function(c"cuEventElapsedTime_v2")
+    })
+}
+
 fn create_raw(flags: u32) -> Result<CUevent> {
     let mut raw = std::ptr::null_mut();
     // SAFETY: a context is current (the caller checked); `raw` is a valid out-pointer.
@@ -115,31 +126,22 @@ impl EventHandle {
         let record = Event {
             context: Some(context.clone()),
             flags,
-            device: context.device().as_ref().copied(),
+            device: context.device(),
         };
         // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
         Ok(unsafe { EventHandle::from_raw(raw, record) })
     }
 
-    /// Creates an event in whatever context is current, without holding that context. Fails
-    /// with `CUDA_ERROR_INVALID_CONTEXT` if none is current.
+    /// Creates an event in the context current on this thread, which it keeps alive: a
+    /// context made by this crate, or a device's primary context (retained). Fails if none is
+    /// current, or if the current context is one no handle can keep alive.
     pub fn create_in_current(flags: EventFlags) -> Result<Self> {
         ensure_loaded()?;
-        let raw_flags = flags.to_raw()?;
-        if current_raw()?.is_null() {
-            return Err(driver_error(
-                "cuEventCreate",
-                sys::CUresult::CUDA_ERROR_INVALID_CONTEXT,
-            ));
-        }
-        let raw = create_raw(raw_flags)?;
-        let record = Event {
-            context: None,
-            flags,
-            device: None,
-        };
-        // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
-        Ok(unsafe { EventHandle::from_raw(raw, record) })
+        flags.to_raw()?;
+        // The event keeps its context alive, so the current context must be one a handle can
+        // own; a context another library may destroy first is refused.
+        let context = ContextHandle::owning(current_raw()?)?;
+        Self::create(&context, flags)
     }
 
     /// Records the event on `stream`.
@@ -151,6 +153,28 @@ impl EventHandle {
                 sys::cuEventRecord(event, raw_stream)
             })
         })
+    }
+
+    /// Whether the work captured by the last `record` has completed (`cuEventQuery`), without
+    /// blocking. An event never recorded counts as completed.
+    pub fn query(&self) -> Result<bool> {
+        ensure_loaded()?;
+        // SAFETY: the event is alive while `self` is.
+        match unsafe { sys::cuEventQuery(self.as_cu()) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            status => check("cuEventQuery", status).map(|()| false),
+        }
+    }
+
+    /// A fresh event (no timing), recorded on `stream` now: work queued later anywhere can be
+    /// ordered after everything queued on `stream` so far by waiting for it. It keeps the
+    /// stream's context alive.
+    pub(crate) fn marker_on(stream: &StreamHandle) -> Result<EventHandle> {
+        let context = stream.owning_context()?;
+        let marker = EventHandle::create(&context, EventFlags::default())?;
+        marker.record(stream)?;
+        Ok(marker)
     }
 
     /// Blocks until the work captured by the last `record` has completed.
@@ -169,10 +193,29 @@ impl EventHandle {
             ));
         }
         let mut ms = 0.0;
-        // SAFETY: both events are alive; `ms` is a valid out-pointer.
-        check("cuEventElapsedTime", unsafe {
-            sys::cuEventElapsedTime_v2(&mut ms, self.as_cu(), end.as_cu())
-        })?;
+        let (start, end) = (self.as_cu(), end.as_cu());
+        if elapsed_time_v2_available() {
+            // SAFETY: both events are alive; `ms` is a valid out-pointer; the driver exports
+            // the function (probed).
+            check("cuEventElapsedTime_v2", unsafe {
+                sys::cuEventElapsedTime_v2(&mut ms, start, end)
+            })?;
+        } else if let Some(elapsed) =
+            // SAFETY: the signature of `cuEventElapsedTime` in every driver that exports it.
+            unsafe {
+                crate::driver::function::<
+                    unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult,
+                >(c"cuEventElapsedTime")
+            }
+        {
+            // SAFETY: both events are alive; `ms` is a valid out-pointer.
+            check("cuEventElapsedTime", unsafe { elapsed(&mut ms, start, end) })?;
+        } else {
+            return Err(Error::DriverTooOld {
+                version: crate::driver::driver_version()?,
+                needed: "elapsed_ms needs cuEventElapsedTime_v2 (CUDA 12.8) or cuEventElapsedTime",
+            });
+        }
         Ok(ms)
     }
 
@@ -224,7 +267,7 @@ impl EventHandle {
                 blocking_sync: false,
                 interprocess: true,
             },
-            device: context.device().as_ref().copied(),
+            device: context.device(),
         };
         // SAFETY: the opened event is ours to destroy with `cuEventDestroy`.
         Ok(unsafe { EventHandle::from_raw(raw, record) })

@@ -15,6 +15,7 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, WeakCache};
 
 use crate::device_ptr::{AllocKind, DevicePtrHandle, Origin};
+use crate::stream_order::StreamOrder;
 use crate::error::{Error, Result, check};
 use crate::pool::MemoryPoolHandle;
 use crate::scope::in_context_of;
@@ -90,8 +91,8 @@ impl DevicePtrHandle {
     /// The payload another process passes to [`DevicePtrHandle::import_ipc`]. The pointer
     /// must come from an IPC-capable pool.
     pub fn export_ipc(&self) -> Result<IpcPointer> {
-        let exportable = self.pool().as_ref().is_some_and(|pool| *pool.ipc());
-        if !exportable || *self.kind() != AllocKind::StreamOrdered {
+        let exportable = self.pool().as_ref().is_some_and(|pool| pool.ipc());
+        if !exportable || self.kind() != AllocKind::StreamOrdered {
             return Err(Error::InvalidArgument(
                 "only allocations from a pool created with `ipc` set can be exported".into(),
             ));
@@ -107,18 +108,13 @@ impl DevicePtrHandle {
             })
         };
         let pool = self.pool().as_ref().expect("checked above");
-        if let Err(error) = in_context_of(pool.context().as_ref(), &mut export) {
-            // The driver refuses to export a pointer of a pool whose own shareable handle was
-            // never exported; export (and close) it once, then retry.
-            if error.code() != Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE) {
-                return Err(error);
-            }
-            drop(pool.export_posix_fd()?);
-            in_context_of(pool.context().as_ref(), &mut export)?;
-        }
+        // IPC pools made by `MemoryPoolHandle::create` had their shareable handle exported once
+        // at creation, which driver 580 requires before it exports any pointer; every error is
+        // returned as the driver gave it.
+        in_context_of(pool.context().as_ref(), &mut export)?;
         Ok(IpcPointer {
             export_data: data.reserved,
-            size: *self.size() as u64,
+            size: self.size() as u64,
         })
     }
 
@@ -154,7 +150,8 @@ fn import_uncached(
     stream: &StreamHandle,
     slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
 ) -> Result<DevicePtrHandle> {
-    let stream = crate::device_ptr::bind_stream(stream)?;
+    let stream = stream.bound()?;
+    let order = StreamOrder::new(stream.clone())?;
     let mut data = sys::CUmemPoolPtrExportData {
         reserved: pointer.export_data,
     };
@@ -168,11 +165,29 @@ fn import_uncached(
     };
     in_context_of(pool.context().as_ref(), import)?;
     let origin = Origin::Imported(slot);
-    Ok(DevicePtrHandle::stream_ordered(
-        raw,
-        size,
-        Some(pool.clone()),
-        stream,
-        origin,
-    ))
+    let imported = DevicePtrHandle::stream_ordered(raw, size, Some(pool.clone()), order, origin);
+    // The payload's size is only a claim: bounds checks of the safe methods trust the handle's
+    // size, so it must not exceed what the driver mapped. (Dropping `imported` on a mismatch
+    // frees the import again.)
+    let mapped = mapped_range(pool, raw)?;
+    if mapped.0 != raw || mapped.1 < size {
+        return Err(Error::InvalidArgument(format!(
+            "the IPC payload claims {size} bytes, but the driver mapped {} bytes at {:#x} for \
+             the import at {raw:#x}",
+            mapped.1, mapped.0
+        )));
+    }
+    Ok(imported)
+}
+
+/// The base and size of the allocation that contains `raw`, as the driver knows it.
+fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdeviceptr, usize)> {
+    let (mut base, mut size) = (0, 0);
+    in_context_of(pool.context().as_ref(), || {
+        // SAFETY: both out-pointers are valid; `raw` was just mapped by the driver.
+        check("cuMemGetAddressRange", unsafe {
+            sys::cuMemGetAddressRange_v2(&mut base, &mut size, raw)
+        })
+    })?;
+    Ok((base, size))
 }

@@ -42,10 +42,14 @@ mod ipc;
 mod pool;
 mod scope;
 mod stream;
+mod stream_order;
+mod stream_order_protocol;
 
 pub use context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
-pub use driver::{device_count, ensure_loaded, is_available, mem_get_info};
+pub use driver::{
+    MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
+};
 pub use error::{Error, Result};
 pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak, IpcEventHandle};
 pub use ipc::{IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled};

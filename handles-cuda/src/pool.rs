@@ -9,7 +9,7 @@ use handles_core::ResourceHandle;
 use crate::context::ContextHandle;
 use crate::driver::{self, ensure_loaded};
 use crate::error::{Error, Result, check, deleter_status};
-use crate::scope::in_context;
+use crate::scope::in_context_or_undo;
 
 /// A CUDA memory pool.
 ///
@@ -26,8 +26,10 @@ pub struct MemoryPool {
     #[owner]
     pub context: Option<ContextHandle>,
     /// Where the pool's memory lives, when known.
+    #[handle(copy)]
     pub location: Option<PoolLocation>,
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
+    #[handle(copy)]
     pub ipc: bool,
 }
 // SAFETY: the CUDA driver API lets memory pools be used and destroyed from any thread.
@@ -166,6 +168,11 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
     destroyed.and(revoked)
 }
 
+fn undo_pool(raw: CUmemoryPool) {
+    // SAFETY: undoing our own creation or import; nothing else has seen `raw`.
+    let _ = unsafe { sys::cuMemPoolDestroy(raw) };
+}
+
 impl MemoryPoolHandle {
     /// Creates a pool from `props`. The pool keeps the device's primary context alive.
     pub fn create(props: &PoolProps) -> Result<Self> {
@@ -188,20 +195,31 @@ impl MemoryPoolHandle {
         };
         raw_props.location = raw_location(location);
         raw_props.maxSize = props.max_size;
-        let mut raw = std::ptr::null_mut();
-        in_context(context.as_cu(), || {
-            // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
-            check("cuMemPoolCreate", unsafe {
-                sys::cuMemPoolCreate(&mut raw, &raw_props)
-            })
-        })?;
+        let raw = in_context_or_undo(
+            context.as_cu(),
+            || {
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
+                check("cuMemPoolCreate", unsafe {
+                    sys::cuMemPoolCreate(&mut raw, &raw_props)
+                })?;
+                Ok(raw)
+            },
+            undo_pool,
+        )?;
         let record = MemoryPool {
             context: Some(context),
             location: Some(location),
             ipc: props.ipc,
         };
         // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.
-        Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+        let pool = unsafe { MemoryPoolHandle::from_raw(raw, record) };
+        if props.ipc {
+            // Driver 580 refuses to export a pointer of a pool whose shareable handle was never
+            // exported: export it once now, so `export_ipc` never has to guess at an error.
+            drop(pool.export_posix_fd()?);
+        }
+        Ok(pool)
     }
 
     /// A reference to device `ordinal`'s current pool (`cuDeviceGetMemPool`), the one
@@ -265,19 +283,24 @@ impl MemoryPoolHandle {
     pub fn import_posix_fd(fd: BorrowedFd<'_>) -> Result<Self> {
         ensure_loaded()?;
         let context = ContextHandle::primary(0)?;
-        let mut raw = std::ptr::null_mut();
-        in_context(context.as_cu(), || {
-            // SAFETY: for POSIX descriptors the driver takes the descriptor's value in place
-            // of the pointer; it duplicates what it needs and does not close `fd`.
-            check("cuMemPoolImportFromShareableHandle", unsafe {
-                sys::cuMemPoolImportFromShareableHandle(
-                    &mut raw,
-                    fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                    0,
-                )
-            })
-        })?;
+        let raw = in_context_or_undo(
+            context.as_cu(),
+            || {
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: for POSIX descriptors the driver takes the descriptor's value in
+                // place of the pointer; it duplicates what it needs and does not close `fd`.
+                check("cuMemPoolImportFromShareableHandle", unsafe {
+                    sys::cuMemPoolImportFromShareableHandle(
+                        &mut raw,
+                        fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                        0,
+                    )
+                })?;
+                Ok(raw)
+            },
+            undo_pool,
+        )?;
         let record = MemoryPool {
             context: Some(context),
             location: None,
@@ -313,7 +336,7 @@ impl MemoryPoolHandle {
     }
 
     fn owning_device(&self) -> Option<usize> {
-        owning_device(self.location())
+        owning_device(&self.location())
     }
 
     /// Whether device `ordinal` can read and write this pool's memory.

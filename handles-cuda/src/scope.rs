@@ -19,6 +19,14 @@ pub(crate) fn current_raw() -> Result<CUcontext> {
     Ok(current)
 }
 
+/// Makes `context` (or none, if null) current again after a call that changed it.
+pub(crate) fn restore_current(context: CUcontext) -> Result<()> {
+    if current_raw()? != context {
+        set_current(context)?;
+    }
+    Ok(())
+}
+
 #[inline]
 fn set_current(context: CUcontext) -> Result<()> {
     // SAFETY: `context` is null or a live context kept alive by the caller's handle.

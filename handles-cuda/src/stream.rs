@@ -7,7 +7,8 @@ use handles_core::ResourceHandle;
 use crate::context::ContextHandle;
 use crate::driver::ensure_loaded;
 use crate::error::{Result, check, deleter_status};
-use crate::scope::{in_context, in_context_of, in_context_or_undo};
+use crate::event::EventHandle;
+use crate::scope::{current_raw, in_context, in_context_of, in_context_or_undo};
 
 /// A CUDA stream.
 ///
@@ -106,6 +107,34 @@ impl StreamHandle {
         raw.is_null() || raw == LEGACY_STREAM || raw == PER_THREAD_STREAM
     }
 
+    /// Whether all work queued on the stream has completed (`cuStreamQuery`), without
+    /// blocking.
+    pub fn query(&self) -> Result<bool> {
+        let mut done = false;
+        self.run(|raw| {
+            // SAFETY: the stream is alive while `self` is.
+            match unsafe { sys::cuStreamQuery(raw) } {
+                sys::CUresult::CUDA_SUCCESS => done = true,
+                sys::CUresult::CUDA_ERROR_NOT_READY => done = false,
+                status => return check("cuStreamQuery", status),
+            }
+            Ok(())
+        })?;
+        Ok(done)
+    }
+
+    /// Makes all work queued on this stream after this call wait until `event` completes
+    /// (`cuStreamWaitEvent`), without blocking the host.
+    pub fn wait_event(&self, event: &EventHandle) -> Result<()> {
+        let raw_event = event.as_cu();
+        self.run(|raw| {
+            // SAFETY: the stream and the event are alive while their handles are.
+            check("cuStreamWaitEvent", unsafe {
+                sys::cuStreamWaitEvent(raw, raw_event, 0)
+            })
+        })
+    }
+
     /// Blocks until all work queued on the stream has completed.
     pub fn synchronize(&self) -> Result<()> {
         self.run(|raw| {
@@ -141,5 +170,43 @@ impl StreamHandle {
         }
         let raw = self.as_cu();
         in_context_of(self.context().as_ref(), || call(raw))
+    }
+}
+
+impl StreamHandle {
+    /// This stream made usable at any later time on any thread, as a free's stream: a
+    /// default-stream token without a context is bound to an owning handle of the context
+    /// current now (the token alone would mean whichever context is current when the free
+    /// runs, and a borrowed context could be destroyed before it does).
+    pub(crate) fn bound(&self) -> Result<StreamHandle> {
+        if !self.is_default_token() || self.context().is_some() {
+            return Ok(self.clone());
+        }
+        ensure_loaded()?;
+        let context = ContextHandle::owning(current_raw()?)?;
+        let record = Stream {
+            context: Some(context),
+        };
+        // SAFETY: default-stream tokens are always valid and never destroyed.
+        Ok(unsafe { StreamHandle::from_raw_with_owner(self.as_cu(), record, ()) })
+    }
+
+    /// An owning handle of the context this stream's work runs in: its own context handle, the
+    /// current context for an unbound default-stream token, or the context the driver reports
+    /// for a borrowed stream (`cuStreamGetCtx`), if a handle can own it.
+    pub(crate) fn owning_context(&self) -> Result<ContextHandle> {
+        if let Some(context) = self.context() {
+            return Ok(context.clone());
+        }
+        ensure_loaded()?;
+        if self.is_default_token() {
+            return ContextHandle::owning(current_raw()?);
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the stream is alive while `self` is; `raw` is a valid out-pointer.
+        check("cuStreamGetCtx", unsafe {
+            sys::cuStreamGetCtx(self.as_cu(), &mut raw)
+        })?;
+        ContextHandle::owning(raw)
     }
 }

@@ -11,6 +11,8 @@ use handles_cuda::{
 };
 use handles_tests::{Failures, cuda_live_counts, serial};
 
+mod simulator;
+
 fn stream(context: &ContextHandle) -> StreamHandle {
     StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
 }
@@ -26,7 +28,7 @@ fn primary_context_is_cached_per_thread() {
         "a repeated lookup returns the cached handle"
     );
     assert!(first.is_owning());
-    assert_eq!(*first.device(), Some(0));
+    assert_eq!(first.device(), Some(0));
     let raw = first.as_cu();
     let other_thread = std::thread::spawn(move || {
         let context = ContextHandle::primary(0).unwrap();
@@ -142,7 +144,7 @@ fn with_owner_handles_keep_cudarc_objects_alive() {
     assert_eq!(Arc::strong_count(&cudarc_stream), stream_count + 1);
     let slice = cudarc_stream.alloc_zeros::<u32>(1024).unwrap();
     let buffer = DevicePtrHandle::from_cudarc_slice(slice);
-    assert_eq!(*buffer.size(), 4096);
+    assert_eq!(buffer.size(), 4096);
     let weak_stream = Arc::downgrade(&cudarc_stream);
     drop(cudarc_stream);
     drop(cudarc_context);
@@ -192,7 +194,7 @@ fn deallocation_stream_can_be_read_and_replaced() {
     second.synchronize().unwrap();
     assert_eq!(pool.used_bytes().unwrap(), 0);
     let synchronous = DevicePtrHandle::alloc(&context, 4096).unwrap();
-    assert_eq!(*synchronous.kind(), AllocKind::Synchronous);
+    assert_eq!(synchronous.kind(), AllocKind::Synchronous);
     assert!(synchronous.set_deallocation_stream(&second).is_err());
     failures.assert_none();
 }
@@ -410,4 +412,33 @@ fn two_gpus_pool_peer_access_is_revoked_before_destroy() {
         pool.close().expect("revoke and destroy succeed");
     }
     failures.assert_none();
+}
+
+/// GPU tests that cannot run on the simulator, with the reason; the launcher skips them by
+/// name and prints why. Empty: every test of this file runs there.
+const NOT_SIMULATED: &[(&str, &str)] = &[];
+
+/// Runs every GPU test of this file on the simulated driver (tests/cuda-sim) in a child
+/// process: the one-device tests first, then `two_gpus` with two simulated devices. Runs
+/// without a GPU; on a GPU machine it still uses the simulator, never the real driver.
+#[test]
+fn on_the_simulator() {
+    simulator::SuiteRun {
+        label: "gpu",
+        filters: &[],
+        skips: &["two_gpus"],
+        not_simulated: NOT_SIMULATED,
+        devices: 1,
+        env: &[],
+    }
+    .run();
+    simulator::SuiteRun {
+        label: "gpu, 2 devices",
+        filters: &["two_gpus"],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 2,
+        env: &[],
+    }
+    .run();
 }

@@ -12,6 +12,8 @@ use handles_cuda::{
 };
 use handles_tests::{Failures, child};
 
+mod simulator;
+
 const SIZE: usize = 1 << 20;
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -408,4 +410,23 @@ fn ipc_payload_from_an_exited_process_is_safe() {
     stream.synchronize().unwrap();
     drop(pool);
     failures.assert_none();
+}
+
+/// GPU tests that cannot run on the simulator, with the reason; the launcher skips them by
+/// name and prints why. Empty: IPC works across processes on the simulator (memory files).
+const NOT_SIMULATED: &[(&str, &str)] = &[];
+
+/// Runs every GPU test of this file on the simulated driver (tests/cuda-sim) in a child
+/// process. The tests' own child processes inherit the simulator and write their own reports.
+#[test]
+fn on_the_simulator() {
+    simulator::SuiteRun {
+        label: "gpu_process",
+        filters: &[],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 1,
+        env: &[],
+    }
+    .run();
 }

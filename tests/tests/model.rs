@@ -233,7 +233,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
+    // Under miri (about a thousand times slower, no file access) fewer cases, not persisted.
+    #![proptest_config(if cfg!(miri) {
+        ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() }
+    } else {
+        ProptestConfig { cases: 10_000, ..ProptestConfig::default() }
+    })]
 
     #[test]
     fn handles_match_the_reference_model(ops in proptest::collection::vec(op(), 1..40)) {

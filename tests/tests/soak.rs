@@ -11,6 +11,8 @@ use handles_cuda::{
 };
 use handles_tests::{Failures, cuda_live_counts};
 
+mod simulator;
+
 /// Free device memory once the driver has settled: work drained and the device's default
 /// pool (used by `alloc_async`) trimmed.
 fn settled_free_memory(context: &ContextHandle) -> usize {
@@ -135,4 +137,20 @@ fn run_mixed(seconds: u64) -> u64 {
         }
     }
     operations.load(Ordering::Relaxed)
+}
+
+/// Runs the soak on the simulated driver (tests/cuda-sim) in a child process, for 3 seconds
+/// (`HANDLES_SOAK_SECS`) so that CI stays fast. Any violation fails it: the checker sees
+/// unordered frees that a real GPU run only shows when a race goes badly.
+#[test]
+fn on_the_simulator() {
+    simulator::SuiteRun {
+        label: "soak",
+        filters: &[],
+        skips: &[],
+        not_simulated: &[],
+        devices: 1,
+        env: &[("HANDLES_SOAK_SECS", "3")],
+    }
+    .run();
 }

@@ -124,7 +124,7 @@ struct ReadsOwner {
 
 impl Drop for ReadsOwner {
     fn drop(&mut self) {
-        // SAFETY: the with-owner value (a `Box<u64>` this points into) is dropped after the
+        // SAFETY: the with-owner value (an `Arc<u64>` this points into) is dropped after the
         // record, which is exactly the order under test; miri reports a use-after-free
         // otherwise.
         let value = unsafe { self.owned.read() };
@@ -133,7 +133,7 @@ impl Drop for ReadsOwner {
 }
 
 // SAFETY: the pointer is read only in `Drop`, on whichever thread drops the last handle, while
-// the `Box` it points into is still alive.
+// the `Arc` allocation it points into is still alive.
 unsafe impl Send for ReadsOwner {}
 // SAFETY: as above; nothing mutates through the pointer.
 unsafe impl Sync for ReadsOwner {}
@@ -148,10 +148,12 @@ struct Viewed {
 fn with_owner_value_is_dropped_after_the_record() {
     let _serial = serial();
     DROP_ORDER.lock().unwrap().clear();
-    let owner = (Box::new(0x5eed_u64), Logs("owner value"));
+    // An `Arc`, not a `Box`: moving a `Box` asserts unique access to its contents, which would
+    // invalidate the record's pointer under miri's aliasing model before anything is dropped.
+    let owner = (Arc::new(0x5eed_u64), Logs("owner value"));
     let record = Viewed {
         reader: ReadsOwner {
-            owned: &*owner.0,
+            owned: Arc::as_ptr(&owner.0),
             _log: Logs("record"),
         },
     };
@@ -502,6 +504,6 @@ fn debug_prints_integers_in_decimal_and_pointers_in_hex() {
     #[handle(raw = *mut u8)]
     struct Pointer {}
     // SAFETY: never dereferenced; a borrowed handle deletes nothing.
-    let pointer = unsafe { PointerHandle::from_raw_borrowed(0x1f0 as *mut u8, Pointer {}) };
+    let pointer = unsafe { PointerHandle::from_raw_borrowed(std::ptr::without_provenance_mut(0x1f0), Pointer {}) };
     assert!(format!("{pointer:?}").contains("raw: 0x1f0"), "{pointer:?}");
 }

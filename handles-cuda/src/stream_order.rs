@@ -1,0 +1,227 @@
+//! The ordering rule for stream-ordered frees.
+//!
+//! A `cuMemFreeAsync` on the deallocation stream ("home") is ordered after work queued on home
+//! before it, and after nothing else: the driver may hand the memory to the next allocation
+//! while a copy queued on another stream still writes to it. So every safe operation that
+//! queues work touching the memory reports the stream it used ([`StreamOrder::used_on`]):
+//!
+//! - **On home** (the common case) it costs one atomic load and a compare: no event, no lock,
+//!   no allocation.
+//! - **On another stream** it records a marker event on that stream after the work (one event
+//!   per other stream, re-recorded on later uses) under a lock.
+//! - **Moving the free** to another stream ([`StreamOrder::move_home`]) turns the old home
+//!   into "another stream" with a marker recorded at the move.
+//! - **The free** makes home wait for every marker (`cuStreamWaitEvent`), then queues
+//!   `cuMemFreeAsync` on home. If a wait cannot be queued, the host waits for the marker
+//!   instead; if even that fails, the free is not queued and the deleter reports the error:
+//!   leaking is the only sound answer to an ordering the driver refuses.
+//!
+//! A per-thread default stream means a different stream on every thread, so work on one is
+//! identified together with the thread that queued it, and a free from another thread than the
+//! one that bound a per-thread home synchronises the home's context first (the free's thread
+//! cannot record an event on another thread's per-thread stream).
+//!
+//! Work that the host already waited for (the synchronous copies) needs no marker.
+//!
+//! **The race with a concurrent move.** `used_on` reads home *after* its work was queued, and
+//! `move_home` publishes the new home *before* it records the marker on the old one, both with
+//! `SeqCst`. If `used_on` still reads the old home, its work was queued before the marker was
+//! recorded, so the marker covers it; if it reads the new home, it takes the locked path and
+//! records its own marker. `tests/loom_stream_order.rs` checks this protocol on every
+//! interleaving.
+
+use std::sync::{Mutex, MutexGuard};
+use std::thread::{self, ThreadId};
+
+use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
+
+use crate::error::{Result, check};
+use crate::event::EventHandle;
+use crate::scope::current_raw;
+use crate::stream::{PER_THREAD_STREAM, StreamHandle};
+use crate::stream_order_protocol::HomeMirror;
+
+/// Which stream work went to: the raw stream, and for default-stream tokens the context it
+/// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept
+/// as integers: the key identifies, it is never used to call the driver.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct StreamKey {
+    raw: usize,
+    context: usize,
+    thread: Option<ThreadId>,
+}
+
+impl StreamKey {
+    /// The key of work queued on `stream` by the calling thread now.
+    fn of(stream: &StreamHandle) -> Result<StreamKey> {
+        let raw = stream.as_cu();
+        if !stream.is_default_token() {
+            return Ok(StreamKey {
+                raw: raw as usize,
+                context: 0,
+                thread: None,
+            });
+        }
+        let context: CUcontext = match stream.context() {
+            Some(context) => context.as_cu(),
+            None => current_raw()?,
+        };
+        let thread = (raw == PER_THREAD_STREAM).then(|| thread::current().id());
+        Ok(StreamKey {
+            raw: raw as usize,
+            context: context as usize,
+            thread,
+        })
+    }
+}
+
+/// Another stream the memory was used on, with a marker recorded after its latest use.
+struct Pending {
+    key: StreamKey,
+    marker: EventHandle,
+}
+
+struct OrderState {
+    /// The deallocation stream (bound to a context if it is a default-stream token).
+    home: StreamHandle,
+    home_key: StreamKey,
+    /// Streams used since the last ordering point, other than home.
+    others: Vec<Pending>,
+}
+
+/// Where a stream-ordered free runs, and what it must wait for (see the module docs).
+pub(crate) struct StreamOrder {
+    mirror: HomeMirror,
+    state: Mutex<OrderState>,
+}
+
+fn lock(state: &Mutex<OrderState>) -> MutexGuard<'_, OrderState> {
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The raw stream as the mirror stores it: real streams only (tokens take the locked path).
+fn mirror_value(stream: &StreamHandle) -> usize {
+    if stream.is_default_token() {
+        0
+    } else {
+        stream.as_cu() as usize
+    }
+}
+
+impl StreamOrder {
+    /// Frees on `home`, which must already be bound ([`StreamHandle::bound`]); called on the
+    /// thread that queued the allocation.
+    pub(crate) fn new(home: StreamHandle) -> Result<StreamOrder> {
+        let home_key = StreamKey::of(&home)?;
+        Ok(StreamOrder {
+            mirror: HomeMirror::new(mirror_value(&home)),
+            state: Mutex::new(OrderState {
+                home,
+                home_key,
+                others: Vec::new(),
+            }),
+        })
+    }
+
+    /// The stream the free will be queued on.
+    pub(crate) fn home(&self) -> StreamHandle {
+        lock(&self.state).home.clone()
+    }
+
+    /// Reports that work touching the memory was queued on `stream` by this thread. Call it
+    /// after the work was queued.
+    #[inline]
+    pub(crate) fn used_on(&self, stream: &StreamHandle) -> Result<()> {
+        if !stream.is_default_token() && self.mirror.is_home(stream.as_cu() as usize) {
+            return Ok(());
+        }
+        self.used_on_other(stream)
+    }
+
+    #[cold]
+    fn used_on_other(&self, stream: &StreamHandle) -> Result<()> {
+        let key = StreamKey::of(stream)?;
+        let mut state = lock(&self.state);
+        if key == state.home_key {
+            return Ok(());
+        }
+        match state.others.iter().find(|pending| pending.key == key) {
+            Some(pending) => pending.marker.record(stream),
+            None => {
+                let marker = EventHandle::marker_on(stream)?;
+                state.others.push(Pending { key, marker });
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves the free to `new_home` (already bound), ordered after everything queued on the
+    /// old home so far.
+    pub(crate) fn move_home(&self, new_home: StreamHandle) -> Result<()> {
+        let new_key = StreamKey::of(&new_home)?;
+        let mut state = lock(&self.state);
+        if new_key == state.home_key {
+            state.home = new_home;
+            return Ok(());
+        }
+        // Published before the marker is recorded on the old home (see the module docs).
+        self.mirror.set_home(mirror_value(&new_home));
+        let old_key = state.home_key;
+        let on_another_thread = old_key.thread.is_some_and(|t| t != thread::current().id());
+        if on_another_thread {
+            // The old home is another thread's per-thread stream, which this thread cannot
+            // record on: wait for everything in its context instead.
+            state.home.owning_context()?.synchronize()?;
+        } else {
+            let marker = EventHandle::marker_on(&state.home)?;
+            state.others.retain(|pending| pending.key != old_key);
+            state.others.push(Pending {
+                key: old_key,
+                marker,
+            });
+        }
+        state.others.retain(|pending| pending.key != new_key);
+        state.home = new_home;
+        state.home_key = new_key;
+        Ok(())
+    }
+
+    /// Queues the free of `raw` on home after every other stream's marker. Runs once, in the
+    /// deleter, when no other handle can use the memory any more.
+    pub(crate) fn free(&self, raw: CUdeviceptr) -> Result<()> {
+        let state = lock(&self.state);
+        let foreign = state
+            .home_key
+            .thread
+            .is_some_and(|t| t != thread::current().id());
+        if foreign {
+            // A per-thread home of another thread: this thread's per-thread stream is not
+            // ordered after it, so wait for the whole context first.
+            state.home.owning_context()?.synchronize()?;
+        }
+        state.home.run(|home| {
+            for pending in &state.others {
+                // SAFETY: `home` and the marker are alive (the marker's handle is held here).
+                let waited = unsafe { sys::cuStreamWaitEvent(home, pending.marker.as_cu(), 0) };
+                if check("cuStreamWaitEvent", waited).is_err() {
+                    // The host waits instead; if it cannot, the memory must not be freed.
+                    pending.marker.synchronize()?;
+                }
+            }
+            // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
+            check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(raw, home) })
+        })
+    }
+}
+
+impl std::fmt::Debug for StreamOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = lock(&self.state);
+        f.debug_struct("StreamOrder")
+            .field("home", &state.home_key)
+            .field("others", &state.others.len())
+            .finish()
+    }
+}

@@ -1,0 +1,151 @@
+//! The race detector: a vector clock per timeline (the host, and every stream), the uses of
+//! each allocation, and the violations found.
+
+use super::faults;
+
+/// The host's timeline: what the program has synchronised with.
+pub const HOST: usize = 0;
+
+/// A vector clock, indexed by timeline.
+pub type Clock = Vec<u64>;
+
+/// `into = max(into, other)` element-wise.
+pub fn join(into: &mut Clock, other: &Clock) {
+    if into.len() < other.len() {
+        into.resize(other.len(), 0);
+    }
+    for (mine, theirs) in into.iter_mut().zip(other) {
+        *mine = (*mine).max(*theirs);
+    }
+}
+
+/// Whether the event `(timeline, epoch)` happened before a point with clock `clock`.
+pub fn covers(clock: &Clock, timeline: usize, epoch: u64) -> bool {
+    clock.get(timeline).copied().unwrap_or(0) >= epoch
+}
+
+/// One sequence of work: the host, or a stream.
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    pub clock: Clock,
+    pub label: String,
+}
+
+/// One use of an allocation: on which timeline, at which epoch, by which call.
+#[derive(Clone, Copy, Debug)]
+pub struct Use {
+    pub timeline: usize,
+    pub epoch: u64,
+    pub call: &'static str,
+    pub seq: u64,
+}
+
+/// A reported misuse.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub kind: &'static str,
+    pub message: String,
+    pub call: &'static str,
+    pub seq: u64,
+}
+
+/// Timelines and violations.
+pub struct Checker {
+    pub timelines: Vec<Timeline>,
+    pub violations: Vec<Violation>,
+    strict: bool,
+}
+
+impl Checker {
+    pub fn new(strict: bool) -> Checker {
+        Checker {
+            timelines: vec![Timeline {
+                clock: vec![0],
+                label: "host".into(),
+            }],
+            violations: Vec::new(),
+            strict,
+        }
+    }
+
+    /// A new timeline, ordered after everything the host has seen.
+    pub fn timeline(&mut self, label: String) -> usize {
+        let index = self.timelines.len();
+        let mut clock = self.timelines[HOST].clock.clone();
+        clock.resize(index + 1, 0);
+        self.timelines.push(Timeline { clock, label });
+        index
+    }
+
+    /// Orders the next operation of `timeline` after the host's knowledge and after the
+    /// timelines in `implicit` (the legacy default stream's implicit synchronisation), ticks
+    /// it, and returns the operation's use record.
+    pub fn enqueue(&mut self, timeline: usize, implicit: &[usize]) -> Use {
+        let host = self.timelines[HOST].clock.clone();
+        let mut clock = std::mem::take(&mut self.timelines[timeline].clock);
+        join(&mut clock, &host);
+        for &other in implicit {
+            if other != timeline {
+                join(&mut clock, &self.timelines[other].clock);
+            }
+        }
+        if clock.len() <= timeline {
+            clock.resize(timeline + 1, 0);
+        }
+        clock[timeline] += 1;
+        let epoch = clock[timeline];
+        self.timelines[timeline].clock = clock;
+        let (call, seq) = faults::current_call();
+        Use {
+            timeline,
+            epoch,
+            call,
+            seq,
+        }
+    }
+
+    /// A host-side operation: ticks the host's own entry.
+    pub fn host_op(&mut self) -> Use {
+        self.enqueue(HOST, &[])
+    }
+
+    /// The host waits for `timeline` (a synchronize that returned).
+    pub fn host_waits(&mut self, timeline: usize) {
+        let clock = self.timelines[timeline].clock.clone();
+        join(&mut self.timelines[HOST].clock, &clock);
+    }
+
+    /// The host waits for a captured clock (an event).
+    pub fn host_waits_clock(&mut self, clock: &Clock) {
+        join(&mut self.timelines[HOST].clock, clock);
+    }
+
+    /// `timeline` waits for a captured clock (`cuStreamWaitEvent`).
+    pub fn wait_clock(&mut self, timeline: usize, clock: &Clock) {
+        join(&mut self.timelines[timeline].clock, clock);
+    }
+
+    pub fn clock(&self, timeline: usize) -> &Clock {
+        &self.timelines[timeline].clock
+    }
+
+    pub fn label(&self, timeline: usize) -> &str {
+        &self.timelines[timeline].label
+    }
+
+    /// Reports a violation: one line on stderr, kept for the report; aborts in strict mode.
+    pub fn violation(&mut self, kind: &'static str, message: String) {
+        let (call, seq) = faults::current_call();
+        let line = format!("cuda-sim: violation {kind}: {message} (in {call}, call #{seq})");
+        eprintln!("{line}");
+        self.violations.push(Violation {
+            kind,
+            message,
+            call,
+            seq,
+        });
+        if self.strict {
+            std::process::abort();
+        }
+    }
+}

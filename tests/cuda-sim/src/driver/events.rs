@@ -1,0 +1,112 @@
+//! Events: record captures the stream's clock, waits and synchronisations join it; elapsed
+//! time from logical timestamps.
+
+use super::checker::Clock;
+use super::errors::{INVALID_HANDLE, INVALID_VALUE};
+use super::types::{CuResult, EVENT_BLOCKING_SYNC, EVENT_DISABLE_TIMING, EVENT_INTERPROCESS, Raw};
+use super::{Kind, Sim};
+
+/// An event.
+#[derive(Debug)]
+pub struct Event {
+    pub raw: Raw,
+    pub context: Raw,
+    pub flags: u32,
+    /// The captured clock and logical timestamp of the last record.
+    pub recorded: Option<(Clock, u64)>,
+    /// Opened from another process's handle (`cuIpcOpenEventHandle`).
+    pub imported: bool,
+}
+
+impl Sim {
+    pub fn event(&mut self, raw: Raw) -> Result<&mut Event, CuResult> {
+        if !self.events.contains_key(&raw) {
+            return Err(self.dead_handle(raw, Kind::Event, false));
+        }
+        Ok(self.events.get_mut(&raw).expect("checked"))
+    }
+
+    pub fn create_event(&mut self, flags: u32, imported: bool) -> Result<Raw, CuResult> {
+        if flags & !(EVENT_BLOCKING_SYNC | EVENT_DISABLE_TIMING | EVENT_INTERPROCESS) != 0 {
+            return Err(INVALID_VALUE);
+        }
+        if flags & EVENT_INTERPROCESS != 0 && flags & EVENT_DISABLE_TIMING == 0 {
+            return Err(INVALID_VALUE);
+        }
+        let context = self.require_current("creating an event")?;
+        let raw = self.new_raw(Kind::Event);
+        self.events.insert(
+            raw,
+            Event {
+                raw,
+                context,
+                flags,
+                recorded: None,
+                imported,
+            },
+        );
+        Ok(raw)
+    }
+
+    pub fn destroy_event(&mut self, raw: Raw) -> Result<(), CuResult> {
+        if self.events.remove(&raw).is_none() {
+            return Err(self.dead_handle(raw, Kind::Event, true));
+        }
+        self.bury(raw, Kind::Event);
+        Ok(())
+    }
+
+    pub fn record_event(&mut self, raw: Raw, stream: Raw) -> Result<(), CuResult> {
+        let context = self.event(raw)?.context;
+        let target = self.stream(stream, "cuEventRecord")?;
+        if target.context != context {
+            self.checker.violation(
+                "wrong-context",
+                format!(
+                    "event {raw:#x} of context {context:#x} recorded on a stream of context {:#x}",
+                    target.context
+                ),
+            );
+            return Err(INVALID_HANDLE);
+        }
+        self.enqueue(target);
+        let clock = self.checker.clock(target.timeline).clone();
+        let tick = self.tick();
+        self.event(raw)?.recorded = Some((clock, tick));
+        Ok(())
+    }
+
+    /// `cuEventSynchronize` and a successful `cuEventQuery`.
+    pub fn synchronize_event(&mut self, raw: Raw) -> Result<(), CuResult> {
+        if let Some((clock, _)) = self.event(raw)?.recorded.clone() {
+            self.checker.host_waits_clock(&clock);
+        }
+        self.release_pool_memory();
+        Ok(())
+    }
+
+    pub fn wait_event(&mut self, stream: Raw, raw: Raw) -> Result<(), CuResult> {
+        let recorded = self.event(raw)?.recorded.clone();
+        let target = self.stream(stream, "cuStreamWaitEvent")?;
+        self.enqueue(target);
+        if let Some((clock, _)) = recorded {
+            self.checker.wait_clock(target.timeline, &clock);
+        }
+        Ok(())
+    }
+
+    pub fn elapsed(&mut self, start: Raw, end: Raw) -> Result<f32, CuResult> {
+        let mut stamps = [0u64; 2];
+        for (slot, raw) in stamps.iter_mut().zip([start, end]) {
+            let event = self.event(raw)?;
+            if event.flags & EVENT_DISABLE_TIMING != 0 {
+                return Err(INVALID_HANDLE);
+            }
+            let Some((_, tick)) = event.recorded else {
+                return Err(INVALID_HANDLE);
+            };
+            *slot = tick;
+        }
+        Ok((stamps[1] as f32 - stamps[0] as f32) * 0.001)
+    }
+}

@@ -1,0 +1,746 @@
+//! The exported driver API. Each function goes through `exports!` (call counting, fault
+//! injection, panics turned into errors) and then takes the simulator's lock once.
+//!
+//! # Safety
+//!
+//! The callers are C callers of the CUDA driver API: pointer arguments follow that API's
+//! contract (valid out-pointers, host buffers of the stated length). The simulator checks
+//! handles and device ranges itself; it cannot check host pointers.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use super::contexts;
+use super::errors::{self, INVALID_CONTEXT, INVALID_VALUE, NOT_FOUND, SUCCESS};
+use super::types::*;
+use super::{Sim, with_sim};
+
+/// Writes `value` through an out-pointer, rejecting null.
+fn put<T>(ptr: *mut T, value: T) -> Result<(), CuResult> {
+    if ptr.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: a non-null out-pointer from the caller, valid for a write of `T` by the API's
+    // contract.
+    unsafe { ptr.write_unaligned(value) };
+    Ok(())
+}
+
+/// Reads an in-pointer, rejecting null.
+fn get<T: Copy>(ptr: *const T) -> Result<T, CuResult> {
+    if ptr.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: a non-null in-pointer from the caller, valid for a read of `T` by the API's
+    // contract.
+    Ok(unsafe { ptr.read_unaligned() })
+}
+
+/// The operation record of a stream-ordered call, or of a synchronous one (run on the
+/// current context's legacy stream, then waited for).
+fn operation(
+    sim: &mut Sim,
+    stream: Option<Raw>,
+    what: &str,
+) -> Result<(super::checker::Use, Option<usize>), CuResult> {
+    let target = sim.stream(stream.unwrap_or(STREAM_LEGACY), what)?;
+    let op = sim.enqueue(target);
+    Ok((op, stream.is_none().then_some(target.timeline)))
+}
+
+/// `count` elements of `width` bytes of `pattern` at `dst`.
+fn memset(
+    dst: u64,
+    pattern: u32,
+    width: usize,
+    count: usize,
+    stream: Option<Raw>,
+) -> Result<(), CuResult> {
+    with_sim(|sim| {
+        let (op, wait) = operation(sim, stream, "memset")?;
+        let len = count.checked_mul(width).ok_or(INVALID_VALUE)?;
+        sim.touch(dst, len as u64, op, true)?;
+        let bytes = pattern.to_le_bytes();
+        for i in 0..count {
+            // SAFETY: `touch` checked that `[dst, dst + len)` lies in one live allocation,
+            // which is mapped, writable memory of this simulator.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    (dst as usize + i * width) as *mut u8,
+                    width,
+                );
+            }
+        }
+        if let Some(timeline) = wait {
+            sim.checker.host_waits(timeline);
+        }
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes; `device` says which sides must be device (or pinned) memory.
+fn memcpy(
+    dst: u64,
+    src: u64,
+    len: usize,
+    stream: Option<Raw>,
+    device: (bool, bool),
+) -> Result<(), CuResult> {
+    with_sim(|sim| {
+        let (op, wait) = operation(sim, stream, "memcpy")?;
+        sim.touch(dst, len as u64, op, device.0)?;
+        sim.touch(src, len as u64, op, device.1)?;
+        if len > 0 {
+            if dst == 0 || src == 0 {
+                return Err(INVALID_VALUE);
+            }
+            // SAFETY: device sides were checked to lie in live allocations (mapped memory);
+            // host sides are the caller's buffers of at least `len` bytes by the API's
+            // contract. `copy` allows overlap.
+            unsafe { std::ptr::copy(src as usize as *const u8, dst as usize as *mut u8, len) };
+        }
+        if let Some(timeline) = wait {
+            sim.checker.host_waits(timeline);
+        }
+        Ok(())
+    })
+}
+
+fn static_str(
+    table: Option<&'static (u32, &'static str, &'static str)>,
+    name: bool,
+    out: *mut *const c_char,
+) -> Result<(), CuResult> {
+    match table {
+        Some((_, n, s)) => put(out, if name { n.as_ptr() } else { s.as_ptr() }.cast()),
+        None => {
+            let _ = put(out, std::ptr::null());
+            Err(INVALID_VALUE)
+        }
+    }
+}
+
+export_fns! {
+    fn cuInit(flags: c_uint) {
+        super::init(flags)
+    }
+
+    fn cuDriverGetVersion(version: *mut c_int) {
+        // `CUDA_SIM_DRIVER_VERSION` plays an older driver (read on every call: the real call
+        // needs no `cuInit` either).
+        let reported = std::env::var("CUDA_SIM_DRIVER_VERSION")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(13000);
+        put(version, reported)
+    }
+
+    fn cuGetErrorName(error: CuResult, out: *mut *const c_char) {
+        static_str(errors::entry(error), true, out)
+    }
+
+    fn cuGetErrorString(error: CuResult, out: *mut *const c_char) {
+        static_str(errors::entry(error), false, out)
+    }
+
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) {
+        let _ = (symbol, version, flags, status);
+        let _ = put(pfn, std::ptr::null_mut());
+        Err(NOT_FOUND)
+    }
+
+    fn cuDeviceGetCount(count: *mut c_int) {
+        let n = with_sim(|sim| Ok(sim.devices.len()))?;
+        put(count, n as c_int)
+    }
+
+    fn cuDeviceGet(device: *mut CuDevice, ordinal: c_int) {
+        with_sim(|sim| sim.device(ordinal).map(|_| ()))?;
+        put(device, ordinal)
+    }
+
+    fn cuDeviceGetName(name: *mut c_char, len: c_int, device: CuDevice) {
+        with_sim(|sim| sim.device(device).map(|_| ()))?;
+        if name.is_null() || len <= 0 {
+            return Err(INVALID_VALUE);
+        }
+        let text = format!("NVIDIA H200 (cuda-sim {device})");
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: `name` is valid for `len` bytes by the API's contract; we write `n + 1`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), name.cast::<u8>(), n);
+            name.add(n).write(0);
+        }
+        Ok(())
+    }
+
+    fn cuDeviceGetUuid(uuid: *mut [u8; 16], device: CuDevice) {
+        with_sim(|sim| sim.device(device).map(|_| ()))?;
+        let mut bytes = *b"cuda-sim-device-";
+        bytes[15] = device as u8;
+        put(uuid, bytes)
+    }
+
+    fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], device: CuDevice) {
+        with_sim(|sim| sim.device(device).map(|_| ()))?;
+        let mut bytes = *b"cuda-sim-device-";
+        bytes[15] = device as u8;
+        put(uuid, bytes)
+    }
+
+    fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CuDevice) {
+        let total = with_sim(|sim| sim.device(device).map(|d| d.capacity))?;
+        put(bytes, total as usize)
+    }
+
+    fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_uint, device: CuDevice) {
+        let v = with_sim(|sim| sim.attribute(attribute, device))?;
+        put(value, v)
+    }
+
+    fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, device: CuDevice) {
+        with_sim(|sim| sim.device(device).map(|_| ()))?;
+        put(major, 9)?;
+        put(minor, 0)
+    }
+
+    fn cuDevicePrimaryCtxRetain(context: *mut Raw, device: CuDevice) {
+        if context.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.retain_primary(device))?;
+        put(context, raw)
+    }
+
+    fn cuDevicePrimaryCtxRelease_v2(device: CuDevice) {
+        with_sim(|sim| sim.release_primary(device))
+    }
+
+    fn cuDevicePrimaryCtxGetState(device: CuDevice, flags: *mut c_uint, active: *mut c_int) {
+        let retains = with_sim(|sim| {
+            let raw = sim.device(device)?.primary;
+            Ok(sim.contexts[&raw].retains)
+        })?;
+        put(flags, 0)?;
+        put(active, c_int::from(retains > 0))
+    }
+
+    fn cuDevicePrimaryCtxSetFlags_v2(device: CuDevice, flags: c_uint) {
+        let _ = flags;
+        with_sim(|sim| sim.device(device).map(|_| ()))
+    }
+
+    fn cuDevicePrimaryCtxReset_v2(device: CuDevice) {
+        with_sim(|sim| {
+            let raw = sim.device(device)?.primary;
+            sim.contexts.get_mut(&raw).expect("primary").retains = 0;
+            Ok(())
+        })
+    }
+
+    fn cuCtxCreate_v4(context: *mut Raw, params: *mut c_void, flags: c_uint, device: CuDevice) {
+        let _ = (params, flags);
+        if context.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.create_context(device))?;
+        put(context, raw)
+    }
+
+    fn cuCtxDestroy_v2(context: Raw) {
+        with_sim(|sim| sim.destroy_context(context))
+    }
+
+    fn cuCtxGetCurrent(context: *mut Raw) {
+        with_sim(|_| Ok(()))?;
+        put(context, contexts::current())
+    }
+
+    fn cuCtxSetCurrent(context: Raw) {
+        with_sim(|sim| {
+            if context != 0 {
+                sim.context(context)?;
+            }
+            contexts::set_current(context);
+            Ok(())
+        })
+    }
+
+    fn cuCtxPushCurrent_v2(context: Raw) {
+        with_sim(|sim| {
+            sim.context(context)?;
+            contexts::push(context);
+            Ok(())
+        })
+    }
+
+    fn cuCtxPopCurrent_v2(context: *mut Raw) {
+        with_sim(|_| Ok(()))?;
+        let popped = contexts::pop();
+        if popped == 0 {
+            return Err(INVALID_CONTEXT);
+        }
+        if !context.is_null() {
+            put(context, popped)?;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetDevice(device: *mut CuDevice) {
+        let d = with_sim(|sim| sim.current_device("cuCtxGetDevice"))?;
+        put(device, d as CuDevice)
+    }
+
+    fn cuCtxSynchronize() {
+        with_sim(|sim| {
+            let raw = sim.require_current("cuCtxSynchronize")?;
+            sim.synchronize_context(raw)
+        })
+    }
+
+    fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
+        with_sim(|_| Ok(()))?;
+        if !least.is_null() {
+            put(least, super::streams::LEAST_PRIORITY)?;
+        }
+        if !greatest.is_null() {
+            put(greatest, super::streams::GREATEST_PRIORITY)?;
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetApiVersion(context: Raw, version: *mut c_uint) {
+        with_sim(|sim| sim.context(context).map(|_| ()))?;
+        put(version, 13000)
+    }
+
+    fn cuCtxGetFlags(flags: *mut c_uint) {
+        with_sim(|sim| sim.require_current("cuCtxGetFlags").map(|_| ()))?;
+        put(flags, 0)
+    }
+
+    fn cuCtxSetFlags(flags: c_uint) {
+        let _ = flags;
+        with_sim(|sim| sim.require_current("cuCtxSetFlags").map(|_| ()))
+    }
+
+    fn cuStreamCreate(stream: *mut Raw, flags: c_uint) {
+        if stream.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.create_stream(flags, 0))?;
+        put(stream, raw)
+    }
+
+    fn cuStreamCreateWithPriority(stream: *mut Raw, flags: c_uint, priority: c_int) {
+        if stream.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.create_stream(flags, priority))?;
+        put(stream, raw)
+    }
+
+    fn cuStreamDestroy_v2(stream: Raw) {
+        with_sim(|sim| sim.destroy_stream(stream))
+    }
+
+    fn cuStreamSynchronize(stream: Raw) {
+        with_sim(|sim| sim.synchronize_stream(stream, "cuStreamSynchronize"))
+    }
+
+    fn cuStreamQuery(stream: Raw) {
+        with_sim(|sim| sim.synchronize_stream(stream, "cuStreamQuery"))
+    }
+
+    fn cuStreamWaitEvent(stream: Raw, event: Raw, flags: c_uint) {
+        let _ = flags;
+        with_sim(|sim| sim.wait_event(stream, event))
+    }
+
+    fn cuStreamGetPriority(stream: Raw, priority: *mut c_int) {
+        let p = with_sim(|sim| {
+            sim.stream(stream, "cuStreamGetPriority")?;
+            Ok(sim.streams.get(&stream).map_or(0, |s| s.priority))
+        })?;
+        put(priority, p)
+    }
+
+    fn cuStreamGetFlags(stream: Raw, flags: *mut c_uint) {
+        let f = with_sim(|sim| {
+            sim.stream(stream, "cuStreamGetFlags")?;
+            Ok(sim.streams.get(&stream).map_or(0, |s| s.flags))
+        })?;
+        put(flags, f)
+    }
+
+    fn cuStreamGetCtx(stream: Raw, context: *mut Raw) {
+        let c = with_sim(|sim| sim.stream(stream, "cuStreamGetCtx").map(|t| t.context))?;
+        put(context, c)
+    }
+
+    fn cuLaunchHostFunc(stream: Raw, function: HostFn, data: *mut c_void) {
+        let function = function.ok_or(INVALID_VALUE)?;
+        with_sim(|sim| {
+            let target = sim.stream(stream, "cuLaunchHostFunc")?;
+            sim.enqueue(target);
+            Ok(())
+        })?;
+        // SAFETY: the caller's host function with the caller's data; called outside the
+        // simulator's lock, as the driver calls it from its own thread.
+        unsafe { function(data) };
+        Ok(())
+    }
+
+    fn cuStreamAddCallback(stream: Raw, callback: StreamCallback, data: *mut c_void, flags: c_uint) {
+        let callback = callback.ok_or(INVALID_VALUE)?;
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        with_sim(|sim| {
+            let target = sim.stream(stream, "cuStreamAddCallback")?;
+            sim.enqueue(target);
+            Ok(())
+        })?;
+        // SAFETY: as for `cuLaunchHostFunc`.
+        unsafe { callback(stream, SUCCESS, data) };
+        Ok(())
+    }
+
+    fn cuEventCreate(event: *mut Raw, flags: c_uint) {
+        if event.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.create_event(flags, false))?;
+        put(event, raw)
+    }
+
+    fn cuEventDestroy_v2(event: Raw) {
+        with_sim(|sim| sim.destroy_event(event))
+    }
+
+    fn cuEventRecord(event: Raw, stream: Raw) {
+        with_sim(|sim| sim.record_event(event, stream))
+    }
+
+    fn cuEventRecordWithFlags(event: Raw, stream: Raw, flags: c_uint) {
+        let _ = flags;
+        with_sim(|sim| sim.record_event(event, stream))
+    }
+
+    fn cuEventQuery(event: Raw) {
+        with_sim(|sim| sim.synchronize_event(event))
+    }
+
+    fn cuEventSynchronize(event: Raw) {
+        with_sim(|sim| sim.synchronize_event(event))
+    }
+
+    fn cuEventElapsedTime(ms: *mut f32, start: Raw, end: Raw) {
+        let elapsed = with_sim(|sim| sim.elapsed(start, end))?;
+        put(ms, elapsed)
+    }
+
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: Raw, end: Raw) {
+        let elapsed = with_sim(|sim| sim.elapsed(start, end))?;
+        put(ms, elapsed)
+    }
+
+    fn cuIpcGetEventHandle(handle: *mut IpcEventHandle, event: Raw) {
+        let data = with_sim(|sim| sim.export_event(event))?;
+        put(handle, IpcEventHandle { reserved: data.map(|b| b as c_char) })
+    }
+
+    fn cuIpcOpenEventHandle(event: *mut Raw, handle: IpcEventHandle) {
+        if event.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let data = handle.reserved.map(|b| b as u8);
+        let raw = with_sim(|sim| sim.open_event(&data))?;
+        put(event, raw)
+    }
+
+    fn cuMemAlloc_v2(ptr: *mut CuDevicePtr, size: usize) {
+        if ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = with_sim(|sim| sim.alloc_sync(size, false))?;
+        put(ptr, addr)
+    }
+
+    fn cuMemFree_v2(ptr: CuDevicePtr) {
+        with_sim(|sim| sim.free_sync(ptr, false))
+    }
+
+    fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) {
+        let _ = flags;
+        if ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = with_sim(|sim| sim.alloc_sync(size, true))?;
+        put(ptr, addr as usize as *mut c_void)
+    }
+
+    fn cuMemAllocHost_v2(ptr: *mut *mut c_void, size: usize) {
+        if ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = with_sim(|sim| sim.alloc_sync(size, true))?;
+        put(ptr, addr as usize as *mut c_void)
+    }
+
+    fn cuMemFreeHost(ptr: *mut c_void) {
+        with_sim(|sim| sim.free_sync(ptr as usize as u64, true))
+    }
+
+    fn cuMemAllocAsync(ptr: *mut CuDevicePtr, size: usize, stream: Raw) {
+        if ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = with_sim(|sim| {
+            let target = sim.stream(stream, "cuMemAllocAsync")?;
+            sim.alloc_async(None, size, target)
+        })?;
+        put(ptr, addr)
+    }
+
+    fn cuMemAllocFromPoolAsync(ptr: *mut CuDevicePtr, size: usize, pool: Raw, stream: Raw) {
+        if ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = with_sim(|sim| {
+            let target = sim.stream(stream, "cuMemAllocFromPoolAsync")?;
+            sim.alloc_async(Some(pool), size, target)
+        })?;
+        put(ptr, addr)
+    }
+
+    fn cuMemFreeAsync(ptr: CuDevicePtr, stream: Raw) {
+        with_sim(|sim| sim.free_async(ptr, stream))
+    }
+
+    fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
+        let (f, t) = with_sim(|sim| {
+            let device = sim.current_device("cuMemGetInfo")?;
+            let capacity = sim.devices[device].capacity;
+            Ok((capacity.saturating_sub(sim.device_reserved(device)), capacity))
+        })?;
+        put(free, f as usize)?;
+        put(total, t as usize)
+    }
+
+    fn cuMemGetAddressRange_v2(base: *mut CuDevicePtr, size: *mut usize, ptr: CuDevicePtr) {
+        let (b, s) = with_sim(|sim| {
+            sim.alloc_at(ptr).map(|a| (a.addr, a.size)).ok_or(NOT_FOUND)
+        })?;
+        if !base.is_null() {
+            put(base, b)?;
+        }
+        if !size.is_null() {
+            put(size, s as usize)?;
+        }
+        Ok(())
+    }
+
+    fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CuDevicePtr) {
+        let alloc = with_sim(|sim| sim.alloc_at(ptr).cloned().ok_or(INVALID_VALUE))?;
+        let device_memory = alloc.kind != super::memory::AllocKind::Host;
+        match attribute {
+            POINTER_ATTR_CONTEXT => put(data.cast::<Raw>(), alloc.context.unwrap_or(0)),
+            POINTER_ATTR_MEMORY_TYPE => put(
+                data.cast::<c_uint>(),
+                if device_memory { MEMORY_TYPE_DEVICE } else { MEMORY_TYPE_HOST },
+            ),
+            POINTER_ATTR_DEVICE_POINTER | POINTER_ATTR_HOST_POINTER => put(data.cast::<u64>(), ptr),
+            POINTER_ATTR_IS_MANAGED => put(data.cast::<c_uint>(), 0),
+            POINTER_ATTR_MAPPED => put(data.cast::<c_uint>(), 1),
+            POINTER_ATTR_DEVICE_ORDINAL => put(data.cast::<c_int>(), alloc.device as c_int),
+            POINTER_ATTR_RANGE_START_ADDR => put(data.cast::<u64>(), alloc.addr),
+            POINTER_ATTR_RANGE_SIZE => put(data.cast::<usize>(), alloc.size as usize),
+            POINTER_ATTR_MEMPOOL_HANDLE => put(data.cast::<Raw>(), alloc.pool.unwrap_or(0)),
+            _ => Err(INVALID_VALUE),
+        }
+    }
+
+    fn cuMemPoolCreate(pool: *mut Raw, props: *const MemPoolProps) {
+        let props = get(props)?;
+        if pool.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.create_pool(&props))?;
+        put(pool, raw)
+    }
+
+    fn cuMemPoolDestroy(pool: Raw) {
+        with_sim(|sim| sim.destroy_pool(pool))
+    }
+
+    fn cuMemPoolGetAttribute(pool: Raw, attribute: c_uint, value: *mut c_void) {
+        with_sim(|sim| {
+            let pool = sim.pool(pool)?;
+            let arena = &pool.arena;
+            match attribute {
+                1..=3 => put(value.cast::<c_int>(), pool.reuse[attribute as usize - 1]),
+                POOL_ATTR_RELEASE_THRESHOLD => put(value.cast::<u64>(), pool.release_threshold),
+                POOL_ATTR_RESERVED_MEM_CURRENT => put(value.cast::<u64>(), arena.reserved),
+                POOL_ATTR_RESERVED_MEM_HIGH => put(value.cast::<u64>(), arena.reserved_high),
+                POOL_ATTR_USED_MEM_CURRENT => put(value.cast::<u64>(), arena.used),
+                POOL_ATTR_USED_MEM_HIGH => put(value.cast::<u64>(), arena.used_high),
+                _ => Err(INVALID_VALUE),
+            }
+        })
+    }
+
+    fn cuMemPoolSetAttribute(pool: Raw, attribute: c_uint, value: *mut c_void) {
+        with_sim(|sim| {
+            let pool = sim.pool(pool)?;
+            match attribute {
+                1..=3 => pool.reuse[attribute as usize - 1] = get(value.cast::<c_int>())?,
+                POOL_ATTR_RELEASE_THRESHOLD => pool.release_threshold = get(value.cast::<u64>())?,
+                POOL_ATTR_RESERVED_MEM_HIGH if get(value.cast::<u64>())? == 0 => {
+                    pool.arena.reserved_high = pool.arena.reserved;
+                }
+                POOL_ATTR_USED_MEM_HIGH if get(value.cast::<u64>())? == 0 => {
+                    pool.arena.used_high = pool.arena.used;
+                }
+                _ => return Err(INVALID_VALUE),
+            }
+            Ok(())
+        })
+    }
+
+    fn cuMemPoolSetAccess(pool: Raw, map: *const MemAccessDesc, count: usize) {
+        if map.is_null() && count > 0 {
+            return Err(INVALID_VALUE);
+        }
+        let descs: Vec<MemAccessDesc> = (0..count)
+            // SAFETY: `map` points to `count` descriptors by the API's contract.
+            .map(|i| get(unsafe { map.add(i) }))
+            .collect::<Result<_, _>>()?;
+        with_sim(|sim| sim.set_access(pool, &descs))
+    }
+
+    fn cuMemPoolGetAccess(flags: *mut c_uint, pool: Raw, location: *mut MemLocation) {
+        let location = get(location.cast_const())?;
+        let access = with_sim(|sim| sim.get_access(pool, location))?;
+        put(flags, access)
+    }
+
+    fn cuMemPoolTrimTo(pool: Raw, keep: usize) {
+        with_sim(|sim| {
+            sim.pool(pool)?.arena.trim(keep as u64);
+            Ok(())
+        })
+    }
+
+    fn cuMemPoolExportToShareableHandle(handle: *mut c_void, pool: Raw, handle_type: c_uint, flags: u64) {
+        let _ = flags;
+        if handle.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let fd = with_sim(|sim| sim.export_pool(pool, handle_type))?;
+        put(handle.cast::<c_int>(), fd)
+    }
+
+    fn cuMemPoolImportFromShareableHandle(pool: *mut Raw, handle: *mut c_void, handle_type: c_uint, flags: u64) {
+        let _ = flags;
+        if pool.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let raw = with_sim(|sim| sim.import_pool(handle as usize as c_int, handle_type))?;
+        put(pool, raw)
+    }
+
+    fn cuMemPoolExportPointer(data: *mut PoolPtrExportData, ptr: CuDevicePtr) {
+        if data.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let bytes = with_sim(|sim| sim.export_pointer(ptr))?;
+        put(data, PoolPtrExportData { reserved: bytes })
+    }
+
+    fn cuMemPoolImportPointer(ptr: *mut CuDevicePtr, pool: Raw, data: *mut PoolPtrExportData) {
+        let data = get(data.cast_const())?;
+        if ptr.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let addr = with_sim(|sim| sim.import_pointer(pool, &data.reserved))?;
+        put(ptr, addr)
+    }
+
+    fn cuDeviceGetDefaultMemPool(pool: *mut Raw, device: CuDevice) {
+        let raw = with_sim(|sim| sim.device(device).map(|d| d.default_pool))?;
+        put(pool, raw)
+    }
+
+    fn cuDeviceGetMemPool(pool: *mut Raw, device: CuDevice) {
+        let raw = with_sim(|sim| sim.device(device).map(|d| d.current_pool))?;
+        put(pool, raw)
+    }
+
+    fn cuDeviceSetMemPool(device: CuDevice, pool: Raw) {
+        with_sim(|sim| {
+            let ordinal = sim.device(device)?.ordinal;
+            if sim.pool(pool)?.device != Some(ordinal) {
+                return Err(INVALID_VALUE);
+            }
+            sim.devices[ordinal].current_pool = pool;
+            Ok(())
+        })
+    }
+
+    fn cuMemcpy(dst: CuDevicePtr, src: CuDevicePtr, len: usize) {
+        memcpy(dst, src, len, None, (false, false))
+    }
+
+    fn cuMemcpyAsync(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Raw) {
+        memcpy(dst, src, len, Some(stream), (false, false))
+    }
+
+    fn cuMemcpyHtoD_v2(dst: CuDevicePtr, src: *const c_void, len: usize) {
+        memcpy(dst, src as usize as u64, len, None, (true, false))
+    }
+
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CuDevicePtr, len: usize) {
+        memcpy(dst as usize as u64, src, len, None, (false, true))
+    }
+
+    fn cuMemcpyDtoD_v2(dst: CuDevicePtr, src: CuDevicePtr, len: usize) {
+        memcpy(dst, src, len, None, (true, true))
+    }
+
+    fn cuMemcpyHtoDAsync_v2(dst: CuDevicePtr, src: *const c_void, len: usize, stream: Raw) {
+        memcpy(dst, src as usize as u64, len, Some(stream), (true, false))
+    }
+
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CuDevicePtr, len: usize, stream: Raw) {
+        memcpy(dst as usize as u64, src, len, Some(stream), (false, true))
+    }
+
+    fn cuMemcpyDtoDAsync_v2(dst: CuDevicePtr, src: CuDevicePtr, len: usize, stream: Raw) {
+        memcpy(dst, src, len, Some(stream), (true, true))
+    }
+
+    fn cuMemsetD8_v2(dst: CuDevicePtr, value: u8, count: usize) {
+        memset(dst, u32::from(value), 1, count, None)
+    }
+
+    fn cuMemsetD16_v2(dst: CuDevicePtr, value: u16, count: usize) {
+        memset(dst, u32::from(value), 2, count, None)
+    }
+
+    fn cuMemsetD32_v2(dst: CuDevicePtr, value: u32, count: usize) {
+        memset(dst, value, 4, count, None)
+    }
+
+    fn cuMemsetD8Async(dst: CuDevicePtr, value: u8, count: usize, stream: Raw) {
+        memset(dst, u32::from(value), 1, count, Some(stream))
+    }
+
+    fn cuMemsetD16Async(dst: CuDevicePtr, value: u16, count: usize, stream: Raw) {
+        memset(dst, u32::from(value), 2, count, Some(stream))
+    }
+
+    fn cuMemsetD32Async(dst: CuDevicePtr, value: u32, count: usize, stream: Raw) {
+        memset(dst, value, 4, count, Some(stream))
+    }
+}

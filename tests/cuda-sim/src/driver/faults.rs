@@ -1,0 +1,90 @@
+//! Call counting and fault injection (`CUDA_SIM_FAIL`): the single path every exported
+//! function goes through.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use super::errors;
+use super::types::CuResult;
+
+/// `(function, n-th call, status)` from `CUDA_SIM_FAIL=cuName:N:CUDA_ERROR_NAME[,…]`.
+fn plan() -> &'static Vec<(String, u64, CuResult)> {
+    static PLAN: OnceLock<Vec<(String, u64, CuResult)>> = OnceLock::new();
+    PLAN.get_or_init(|| {
+        let Ok(text) = std::env::var("CUDA_SIM_FAIL") else {
+            return Vec::new();
+        };
+        let mut plan = Vec::new();
+        for item in text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            let parts: Vec<&str> = item.split(':').collect();
+            let parsed = match parts.as_slice() {
+                [name, n, status] => n.parse::<u64>().ok().and_then(|n| {
+                    let code = errors::code_of(status).or_else(|| status.parse().ok())?;
+                    Some((name.to_string(), n, code))
+                }),
+                _ => None,
+            };
+            match parsed {
+                Some(entry) => plan.push(entry),
+                None => eprintln!("cuda-sim: ignoring malformed CUDA_SIM_FAIL entry {item:?}"),
+            }
+        }
+        plan
+    })
+}
+
+static COUNTS: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static CURRENT: Cell<(&'static str, u64)> = const { Cell::new(("", 0)) };
+}
+
+/// The exported function this thread is executing and its process-wide sequence number.
+pub fn current_call() -> (&'static str, u64) {
+    CURRENT.try_with(Cell::get).unwrap_or(("", 0))
+}
+
+/// How many times each exported function was called.
+pub fn counts() -> Vec<(&'static str, u64)> {
+    let counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut list: Vec<_> = counts
+        .as_ref()
+        .map(|map| map.iter().map(|(k, v)| (*k, *v)).collect())
+        .unwrap_or_default();
+    list.sort();
+    list
+}
+
+/// Counts the call, applies the fault plan, and runs `body`.
+pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> CuResult {
+    super::report::register_exit_handler();
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
+    let n = {
+        let mut counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts
+            .get_or_insert_with(HashMap::new)
+            .entry(name)
+            .or_insert(0);
+        *count += 1;
+        *count
+    };
+    let _ = CURRENT.try_with(|current| current.set((name, seq)));
+    if let Some((_, _, code)) = plan().iter().find(|(f, at, _)| f == name && *at == n) {
+        return *code;
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => errors::SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => {
+            eprintln!("cuda-sim: internal error in {name} (call #{seq})");
+            999
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Memory: arenas (the address ranges behind pools and the synchronous and pinned-host
+//! allocators), allocation records, freed-range tombstones, and the checks every memory
+//! operation makes (bounds, use after free, ordering of frees).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::checker::{Use, covers};
+use super::errors::{INVALID_VALUE, OUT_OF_MEMORY};
+use super::sys;
+use super::types::{CuResult, Raw};
+use super::{Sim, faults};
+
+/// Allocation granularity.
+pub const ALIGN: u64 = 512;
+/// Bytes at the start of every arena kept for a header (IPC pools describe themselves there).
+pub const HEADER: u64 = 4096;
+/// How many freed ranges are remembered for use-after-free reports.
+const TOMB_LIMIT: usize = 1 << 18;
+
+/// Rounds `size` up to the allocation granularity.
+pub fn rounded(size: u64) -> Option<u64> {
+    size.checked_add(ALIGN - 1).map(|s| s / ALIGN * ALIGN)
+}
+
+/// A reserved address range that hands out blocks: bump allocation plus exact-size free
+/// lists, so a freed block is reused by the next allocation of its size.
+#[derive(Debug)]
+pub struct Arena {
+    pub base: usize,
+    pub size: u64,
+    pub fd: Option<i32>,
+    bump: u64,
+    /// size → blocks `(offset, resident)`; non-resident blocks were trimmed.
+    free: BTreeMap<u64, Vec<(u64, bool)>>,
+    pub used: u64,
+    pub used_high: u64,
+    pub reserved: u64,
+    pub reserved_high: u64,
+}
+
+impl Arena {
+    /// A new arena of `size` bytes, backed by a memory file when `shareable`.
+    pub fn new(size: u64, shareable: bool) -> Option<Arena> {
+        let fd = if shareable {
+            Some(sys::memfd(size)?)
+        } else {
+            None
+        };
+        let Some(base) = sys::map(size as usize, fd) else {
+            if let Some(fd) = fd {
+                sys::close_fd(fd);
+            }
+            return None;
+        };
+        Some(Arena {
+            base,
+            size,
+            fd,
+            bump: HEADER,
+            free: BTreeMap::new(),
+            used: 0,
+            used_high: 0,
+            reserved: 0,
+            reserved_high: 0,
+        })
+    }
+
+    /// An arena over an existing mapping of `fd`.
+    pub fn new_mapped(base: usize, size: u64, fd: i32) -> Arena {
+        Arena {
+            base,
+            size,
+            fd: Some(fd),
+            bump: size,
+            free: BTreeMap::new(),
+            used: 0,
+            used_high: 0,
+            reserved: 0,
+            reserved_high: 0,
+        }
+    }
+
+    /// Takes a block of `size` (rounded) bytes; returns its offset and how many bytes were
+    /// newly reserved from the device. `budget` is what the device can still reserve.
+    pub fn alloc(&mut self, size: u64, budget: u64) -> Result<(u64, u64), CuResult> {
+        if let Some(blocks) = self.free.get_mut(&size)
+            && let Some(position) = blocks.iter().position(|&(_, resident)| resident)
+        {
+            let (offset, _) = blocks.swap_remove(position);
+            self.take(size, 0);
+            return Ok((offset, 0));
+        }
+        if size > budget {
+            return Err(OUT_OF_MEMORY);
+        }
+        if let Some(blocks) = self.free.get_mut(&size)
+            && let Some((offset, _)) = blocks.pop()
+        {
+            self.take(size, size);
+            return Ok((offset, size));
+        }
+        if self
+            .bump
+            .checked_add(size)
+            .is_none_or(|end| end > self.size)
+        {
+            return Err(OUT_OF_MEMORY);
+        }
+        let offset = self.bump;
+        self.bump += size;
+        self.take(size, size);
+        Ok((offset, size))
+    }
+
+    fn take(&mut self, size: u64, grew: u64) {
+        self.used += size;
+        self.used_high = self.used_high.max(self.used);
+        self.reserved += grew;
+        self.reserved_high = self.reserved_high.max(self.reserved);
+    }
+
+    /// Returns a block; it stays reserved until trimmed.
+    pub fn free(&mut self, offset: u64, size: u64) {
+        self.used -= size;
+        self.free.entry(size).or_default().push((offset, true));
+    }
+
+    /// Releases free blocks until at most `keep` bytes stay reserved; returns the bytes
+    /// released.
+    pub fn trim(&mut self, keep: u64) -> u64 {
+        let mut released = 0;
+        for (&size, blocks) in self.free.iter_mut() {
+            for block in blocks.iter_mut().filter(|(_, resident)| *resident) {
+                if self.reserved <= keep {
+                    return released;
+                }
+                sys::discard(
+                    self.base + block.0 as usize,
+                    size as usize,
+                    self.fd.map(|fd| (fd, block.0)),
+                );
+                block.1 = false;
+                self.reserved -= size;
+                released += size;
+            }
+        }
+        released
+    }
+
+    /// Gives the whole range back; its addresses are never reused.
+    pub fn destroy(&mut self) {
+        sys::retire(self.base, self.size as usize);
+        if let Some(fd) = self.fd.take() {
+            sys::close_fd(fd);
+        }
+    }
+}
+
+/// How an allocation was made, which fixes how it must be freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocKind {
+    /// `cuMemAllocAsync` / `cuMemAllocFromPoolAsync`: from a pool, freed by `cuMemFreeAsync`.
+    Pool,
+    /// `cuMemAlloc`: freed by `cuMemFree`.
+    Sync,
+    /// `cuMemHostAlloc`: freed by `cuMemFreeHost`.
+    Host,
+    /// `cuMemPoolImportPointer`: freed by `cuMemFreeAsync`; unmaps the import.
+    Import,
+}
+
+impl AllocKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocKind::Pool => "allocation",
+            AllocKind::Sync => "sync_allocation",
+            AllocKind::Host => "host_allocation",
+            AllocKind::Import => "import",
+        }
+    }
+}
+
+/// A live allocation.
+#[derive(Clone, Debug)]
+pub struct Alloc {
+    pub addr: u64,
+    pub size: u64,
+    pub block: u64,
+    pub kind: AllocKind,
+    /// The pool (or, for synchronous and host memory, none: the device's arenas).
+    pub pool: Option<Raw>,
+    pub device: usize,
+    pub context: Option<Raw>,
+    /// The last use on each timeline.
+    pub uses: HashMap<usize, Use>,
+    pub made_by: (&'static str, u64),
+}
+
+/// A freed range: who freed it.
+#[derive(Clone, Debug)]
+pub struct Tomb {
+    pub size: u64,
+    pub freed_by: Use,
+}
+
+impl Sim {
+    /// The live allocation containing `addr`.
+    pub fn alloc_at(&self, addr: u64) -> Option<&Alloc> {
+        let (_, alloc) = self.allocs.range(..=addr).next_back()?;
+        (addr < alloc.addr + alloc.size.max(1)).then_some(alloc)
+    }
+
+    fn tomb_at(&self, addr: u64) -> Option<&Tomb> {
+        let (start, tomb) = self.tombs.range(..=addr).next_back()?;
+        (addr < start + tomb.size.max(1)).then_some(tomb)
+    }
+
+    /// Registers a new allocation (forgetting any tombstone at its address).
+    pub fn insert_alloc(&mut self, alloc: Alloc) {
+        self.tombs.remove(&alloc.addr);
+        self.allocs.insert(alloc.addr, alloc);
+    }
+
+    /// Removes a live allocation and leaves a tombstone.
+    pub fn remove_alloc(&mut self, addr: u64, freed_by: Use) -> Option<Alloc> {
+        let alloc = self.allocs.remove(&addr)?;
+        self.tombs.insert(
+            addr,
+            Tomb {
+                size: alloc.size,
+                freed_by,
+            },
+        );
+        self.tomb_order.push_back((addr, freed_by.seq));
+        while self.tomb_order.len() > TOMB_LIMIT {
+            if let Some((old, seq)) = self.tomb_order.pop_front()
+                && self.tombs.get(&old).is_some_and(|t| t.freed_by.seq == seq)
+            {
+                self.tombs.remove(&old);
+            }
+        }
+        Some(alloc)
+    }
+
+    /// Checks that `[addr, addr + len)` lies in one live allocation and records the use.
+    /// `device_only`: the range must be device (or pinned) memory; otherwise an address
+    /// outside every allocation is taken as pageable host memory. Returns whether the range
+    /// is known memory.
+    pub fn touch(
+        &mut self,
+        addr: u64,
+        len: u64,
+        operation: Use,
+        device_only: bool,
+    ) -> Result<bool, CuResult> {
+        if len == 0 {
+            return Ok(false);
+        }
+        let (call, seq) = faults::current_call();
+        if let Some(alloc) = self.alloc_at(addr) {
+            let end = alloc.addr + alloc.size;
+            if addr.checked_add(len).is_none_or(|last| last > end) {
+                let message = format!(
+                    "{call} (call #{seq}) touches [{addr:#x}, +{len}) past the end of the {}-byte allocation at {:#x} (made by {} call #{})",
+                    alloc.size, alloc.addr, alloc.made_by.0, alloc.made_by.1
+                );
+                self.checker.violation("out-of-bounds", message);
+                return Err(INVALID_VALUE);
+            }
+            let start = alloc.addr;
+            if let Some(alloc) = self.allocs.get_mut(&start) {
+                alloc.uses.insert(operation.timeline, operation);
+            }
+            return Ok(true);
+        }
+        if let Some(tomb) = self.tomb_at(addr) {
+            let message = format!(
+                "{call} (call #{seq}) on {} uses [{addr:#x}, +{len}), freed by {} (call #{}) on {}",
+                self.checker.label(operation.timeline),
+                tomb.freed_by.call,
+                tomb.freed_by.seq,
+                self.checker.label(tomb.freed_by.timeline)
+            );
+            self.checker.violation("use-after-free", message);
+            return Err(INVALID_VALUE);
+        }
+        if device_only {
+            let message =
+                format!("{call} (call #{seq}) uses [{addr:#x}, +{len}), which is in no allocation");
+            self.checker.violation("out-of-bounds", message);
+            return Err(INVALID_VALUE);
+        }
+        Ok(false)
+    }
+
+    /// Checks that a free at `free` (whose clock is that of its timeline) is ordered after
+    /// every earlier use of the allocation on other timelines.
+    pub fn check_free_order(&mut self, alloc: &Alloc, free: Use) {
+        let clock = self.checker.clock(free.timeline).clone();
+        let mut races: Vec<Use> = alloc
+            .uses
+            .values()
+            .filter(|u| u.timeline != free.timeline && !covers(&clock, u.timeline, u.epoch))
+            .copied()
+            .collect();
+        races.sort_by_key(|u| u.seq);
+        for race in races {
+            let message = format!(
+                "{} (call #{}) on {} frees {:#x} ({} bytes) while {} (call #{}) on {} may still use it: no synchronisation orders them",
+                free.call,
+                free.seq,
+                self.checker.label(free.timeline),
+                alloc.addr,
+                alloc.size,
+                race.call,
+                race.seq,
+                self.checker.label(race.timeline)
+            );
+            self.checker.violation("unordered-free", message);
+        }
+    }
+
+    /// Reserves `size` bytes from `arena` of device `device` (or host memory when `None`),
+    /// honouring the device's capacity.
+    pub fn budget(&self, device: Option<usize>) -> u64 {
+        match device {
+            Some(d) => self.devices[d]
+                .capacity
+                .saturating_sub(self.device_reserved(d)),
+            None => self.config.memory,
+        }
+    }
+}

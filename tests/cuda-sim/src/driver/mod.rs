@@ -1,0 +1,264 @@
+//! A simulated, checking CUDA driver: `libcuda.so` for machines without a GPU.
+//!
+//! Built by `build.rs` as a cdylib named `cuda` into `<target>/cuda-sim/libcuda.so`, never into
+//! a directory that cargo puts on the library path. It keeps the driver's lifecycle (devices,
+//! contexts, streams, events, pools, allocations, IPC) in one process-wide state behind one
+//! lock, executes stream work immediately on the host, and checks the program's use of the
+//! API with vector clocks (see `checker`). Behaviour is configured by `CUDA_SIM_*` variables
+//! read at `cuInit`; see the crate's README.
+#![allow(dead_code)]
+#![allow(clippy::missing_safety_doc)]
+
+/// The export macro: every exported function counts its call, applies `CUDA_SIM_FAIL`,
+/// refuses calls before `cuInit` and after shutdown, and turns a panic into an error.
+macro_rules! export_fns {
+    ($( $(#[$meta:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {$(
+        $(#[$meta])*
+        #[cfg_attr(not(test), unsafe(no_mangle))]
+        #[allow(clippy::missing_safety_doc, non_snake_case)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> super::types::CuResult {
+            super::faults::call(stringify!($name), || -> Result<(), super::types::CuResult> {
+                $body
+            })
+        }
+    )*};
+}
+
+mod checker;
+mod contexts;
+mod devices;
+mod errors;
+mod events;
+mod exports;
+mod faults;
+mod ipc;
+mod memory;
+mod pools;
+mod report;
+mod streams;
+mod sys;
+mod types;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use checker::Checker;
+use contexts::Context;
+use devices::Device;
+use errors::{DEINITIALIZED, NOT_INITIALIZED};
+use events::Event;
+use memory::{Alloc, Tomb};
+use pools::Pool;
+use streams::Stream;
+use types::{CuResult, Raw};
+
+/// The simulator's configuration, from the environment at `cuInit`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub devices: usize,
+    pub memory: u64,
+    pub strict: bool,
+    pub report: Option<String>,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        Config {
+            devices: var("CUDA_SIM_DEVICES")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+            memory: var("CUDA_SIM_MEMORY")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1 << 30),
+            strict: var("CUDA_SIM_STRICT").is_some_and(|v| v != "0"),
+            report: var("CUDA_SIM_REPORT"),
+        }
+    }
+}
+
+/// Which kind of object a raw handle names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Context,
+    Stream,
+    Event,
+    Pool,
+}
+
+impl Kind {
+    fn tag(self) -> usize {
+        match self {
+            Kind::Context => 0xc1,
+            Kind::Stream => 0x51,
+            Kind::Event => 0xe1,
+            Kind::Pool => 0x91,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Context => "context",
+            Kind::Stream => "stream",
+            Kind::Event => "event",
+            Kind::Pool => "memory pool",
+        }
+    }
+}
+
+/// A destroyed handle: raw values are never reused, so a later use is recognised.
+#[derive(Clone, Debug)]
+pub struct Grave {
+    pub kind: Kind,
+    pub call: &'static str,
+    pub seq: u64,
+}
+
+/// The whole simulated driver.
+pub struct Sim {
+    pub config: Config,
+    pub devices: Vec<Device>,
+    pub contexts: HashMap<Raw, Context>,
+    pub streams: HashMap<Raw, Stream>,
+    pub events: HashMap<Raw, Event>,
+    pub pools: HashMap<Raw, Pool>,
+    pub graves: HashMap<Raw, Grave>,
+    pub allocs: BTreeMap<u64, Alloc>,
+    pub tombs: BTreeMap<u64, Tomb>,
+    pub tomb_order: VecDeque<(u64, u64)>,
+    pub checker: Checker,
+    pub next_id: usize,
+    pub ticks: u64,
+}
+
+static SIM: Mutex<Option<Sim>> = Mutex::new(None);
+/// Set once the exit handler has run: the driver has shut down.
+static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
+
+fn lock() -> MutexGuard<'static, Option<Sim>> {
+    SIM.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `f` on the initialised simulator.
+pub fn with_sim<T>(f: impl FnOnce(&mut Sim) -> Result<T, CuResult>) -> Result<T, CuResult> {
+    if SHUT_DOWN.load(Ordering::SeqCst) {
+        return Err(DEINITIALIZED);
+    }
+    let mut guard = lock();
+    match guard.as_mut() {
+        Some(sim) => f(sim),
+        None => Err(NOT_INITIALIZED),
+    }
+}
+
+/// `cuInit`: reads the configuration once and builds the devices.
+pub fn init(flags: u32) -> Result<(), CuResult> {
+    if flags != 0 {
+        return Err(errors::INVALID_VALUE);
+    }
+    if SHUT_DOWN.load(Ordering::SeqCst) {
+        return Err(DEINITIALIZED);
+    }
+    let mut guard = lock();
+    if guard.is_none() {
+        let config = Config::from_env();
+        let checker = Checker::new(config.strict);
+        let mut sim = Sim {
+            devices: Vec::new(),
+            contexts: HashMap::new(),
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            pools: HashMap::new(),
+            graves: HashMap::new(),
+            allocs: BTreeMap::new(),
+            tombs: BTreeMap::new(),
+            tomb_order: VecDeque::new(),
+            checker,
+            next_id: 1,
+            ticks: 0,
+            config,
+        };
+        for ordinal in 0..sim.config.devices {
+            sim.add_device(ordinal);
+        }
+        *guard = Some(sim);
+        report::register_exit_handler();
+    }
+    let sim = guard.as_ref().expect("initialised above");
+    if sim.devices.is_empty() {
+        return Err(errors::NO_DEVICE);
+    }
+    Ok(())
+}
+
+/// Shuts the driver down (at process exit) and hands the final state to `f` (`None` if
+/// `cuInit` never succeeded).
+pub fn shut_down<T>(f: impl FnOnce(Option<&Sim>) -> T) -> T {
+    let guard = lock();
+    let result = f(guard.as_ref());
+    SHUT_DOWN.store(true, Ordering::SeqCst);
+    result
+}
+
+impl Sim {
+    /// A fresh raw handle value of `kind`, never handed out before.
+    pub fn new_raw(&mut self, kind: Kind) -> Raw {
+        let id = self.next_id;
+        self.next_id += 1;
+        (kind.tag() << 40) | (id << 4)
+    }
+
+    /// Records the destruction of `raw`.
+    pub fn bury(&mut self, raw: Raw, kind: Kind) {
+        let (call, seq) = faults::current_call();
+        self.graves.insert(raw, Grave { kind, call, seq });
+    }
+
+    /// The error for a raw handle of `kind` that names no live object: reports a use of a
+    /// destroyed handle (or a double destroy when `destroying`).
+    pub fn dead_handle(&mut self, raw: Raw, kind: Kind, destroying: bool) -> CuResult {
+        match self.graves.get(&raw).cloned() {
+            Some(grave) => {
+                let what = if destroying {
+                    "double-destroy"
+                } else {
+                    "destroyed-handle"
+                };
+                self.checker.violation(
+                    what,
+                    format!(
+                        "{} {raw:#x} was destroyed by {} (call #{})",
+                        grave.kind.name(),
+                        grave.call,
+                        grave.seq
+                    ),
+                );
+                if kind == Kind::Context {
+                    errors::CONTEXT_IS_DESTROYED
+                } else {
+                    errors::INVALID_HANDLE
+                }
+            }
+            None => {
+                if raw != 0 {
+                    self.checker.violation(
+                        "destroyed-handle",
+                        format!("{raw:#x} is not a {} this driver created", kind.name()),
+                    );
+                }
+                if kind == Kind::Context {
+                    errors::INVALID_CONTEXT
+                } else {
+                    errors::INVALID_HANDLE
+                }
+            }
+        }
+    }
+
+    /// A monotonic logical time, for event timestamps.
+    pub fn tick(&mut self) -> u64 {
+        self.ticks += 1;
+        self.ticks
+    }
+}

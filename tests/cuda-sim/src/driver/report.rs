@@ -1,0 +1,114 @@
+//! The report written at process exit (`CUDA_SIM_REPORT`): violations, leaks by type, and
+//! calls by function, as one JSON object. After it the driver is shut down: every call
+//! returns `CUDA_ERROR_DEINITIALIZED`, as the real driver does once its exit handler ran.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{Sim, faults, shut_down};
+
+fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Resources alive now that the program was expected to free, by type.
+pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
+    let mut leaks = BTreeMap::new();
+    let mut add = |key: &'static str, n: u64| {
+        if n > 0 {
+            *leaks.entry(key).or_insert(0) += n;
+        }
+    };
+    add("stream", sim.streams.len() as u64);
+    add("event", sim.events.len() as u64);
+    add(
+        "pool",
+        sim.pools
+            .values()
+            .filter(|p| !p.default && !p.zombie)
+            .count() as u64,
+    );
+    for alloc in sim.allocs.values() {
+        add(alloc.kind.name(), 1);
+    }
+    for context in sim.contexts.values() {
+        if context.primary {
+            add("primary_context", context.retains);
+        } else {
+            add("context", 1);
+        }
+    }
+    leaks
+}
+
+/// The JSON report. Without a simulator state (`cuInit` never succeeded, for example because
+/// it was failed on purpose) it has no violations and no leaks, only the calls.
+pub fn render(sim: Option<&Sim>) -> String {
+    let mut out = String::from("{\"violations\":[");
+    let violations = sim.map_or(&[][..], |sim| &sim.checker.violations[..]);
+    for (i, v) in violations.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(
+            out,
+            "{{\"kind\":{},\"message\":{},\"call\":{},\"seq\":{}}}",
+            quote(v.kind),
+            quote(&v.message),
+            quote(v.call),
+            v.seq
+        );
+    }
+    out.push_str("],\"leaks\":{");
+    for (i, (key, n)) in sim.map(leaks).unwrap_or_default().iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{}:{n}", quote(key));
+    }
+    out.push_str("},\"calls\":{");
+    for (i, (name, n)) in faults::counts().iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{}:{n}", quote(name));
+    }
+    let _ = writeln!(out, "}},\"pid\":{}}}", std::process::id());
+    out
+}
+
+/// Registers [`at_exit`] once, on the first call of any exported function: a report is
+/// written even when `cuInit` itself failed (for instance by `CUDA_SIM_FAIL`).
+pub fn register_exit_handler() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| super::sys::at_exit(at_exit));
+}
+
+/// The exit handler registered by [`register_exit_handler`].
+pub extern "C" fn at_exit() {
+    let report = shut_down(render);
+    let Ok(path) = std::env::var("CUDA_SIM_REPORT") else {
+        return;
+    };
+    if path.is_empty() {
+        return;
+    }
+    let path = path.replace("%p", &std::process::id().to_string());
+    if let Err(error) = std::fs::write(&path, report) {
+        eprintln!("cuda-sim: cannot write the report to {path}: {error}");
+    }
+}

@@ -1,0 +1,125 @@
+//! The few C library functions the simulator needs, declared directly (the driver has no
+//! crate dependencies), with safe wrappers.
+
+use std::ffi::{c_char, c_int, c_long, c_void};
+
+unsafe extern "C" {
+    fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: c_long,
+    ) -> *mut c_void;
+    fn munmap(addr: *mut c_void, len: usize) -> c_int;
+    fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
+    fn memfd_create(name: *const c_char, flags: u32) -> c_int;
+    fn ftruncate(fd: c_int, len: c_long) -> c_int;
+    fn fallocate(fd: c_int, mode: c_int, off: c_long, len: c_long) -> c_int;
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
+    fn close(fd: c_int) -> c_int;
+    fn pread(fd: c_int, buf: *mut c_void, count: usize, off: c_long) -> isize;
+    fn atexit(callback: extern "C" fn()) -> c_int;
+}
+
+const PROT_NONE: c_int = 0;
+const PROT_RW: c_int = 3;
+const MAP_SHARED: c_int = 0x01;
+const MAP_PRIVATE: c_int = 0x02;
+const MAP_FIXED: c_int = 0x10;
+const MAP_ANONYMOUS: c_int = 0x20;
+const MAP_NORESERVE: c_int = 0x4000;
+const MADV_DONTNEED: c_int = 4;
+const MFD_CLOEXEC: u32 = 1;
+const F_DUPFD_CLOEXEC: c_int = 1030;
+const FALLOC_FL_KEEP_SIZE: c_int = 1;
+const FALLOC_FL_PUNCH_HOLE: c_int = 2;
+const MAP_FAILED: usize = usize::MAX;
+
+/// Reserves `len` bytes of readable and writable address space, backed by `fd` (shared) or
+/// by anonymous memory; pages are only committed when touched.
+pub fn map(len: usize, fd: Option<i32>) -> Option<usize> {
+    let (flags, fd) = match fd {
+        Some(fd) => (MAP_SHARED | MAP_NORESERVE, fd),
+        None => (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1),
+    };
+    // SAFETY: a fresh mapping at an address of the kernel's choosing; nothing is overwritten.
+    let addr = unsafe { mmap(std::ptr::null_mut(), len, PROT_RW, flags, fd, 0) };
+    (addr as usize != MAP_FAILED).then_some(addr as usize)
+}
+
+/// Replaces `[addr, addr + len)` with inaccessible, uncommitted address space, so that the
+/// range is never handed out again (raw pointers of freed memory stay unique).
+pub fn retire(addr: usize, len: usize) {
+    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+    // SAFETY: the range is a mapping this simulator made and no longer hands out.
+    let result = unsafe { mmap(addr as *mut c_void, len, PROT_NONE, flags, -1, 0) };
+    if result as usize == MAP_FAILED {
+        // SAFETY: as above; unmapping is the fallback.
+        unsafe { munmap(addr as *mut c_void, len) };
+    }
+}
+
+/// Gives the pages of `[addr, addr + len)` back to the system (they read as zero, or as the
+/// file's content for shared mappings, afterwards).
+pub fn discard(addr: usize, len: usize, fd: Option<(i32, u64)>) {
+    match fd {
+        Some((fd, offset)) => {
+            // SAFETY: punching a hole in a memory file this simulator created.
+            unsafe {
+                fallocate(
+                    fd,
+                    FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    offset as c_long,
+                    len as c_long,
+                )
+            };
+        }
+        None => {
+            // SAFETY: the range lies in a private anonymous mapping of this simulator.
+            unsafe { madvise(addr as *mut c_void, len, MADV_DONTNEED) };
+        }
+    }
+}
+
+/// A new memory file of `len` bytes (sparse), close-on-exec.
+pub fn memfd(len: u64) -> Option<i32> {
+    // SAFETY: the name is NUL-terminated; the flags are valid.
+    let fd = unsafe { memfd_create(c"cuda-sim-pool".as_ptr(), MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is the descriptor just created.
+    if unsafe { ftruncate(fd, len as c_long) } != 0 {
+        close_fd(fd);
+        return None;
+    }
+    Some(fd)
+}
+
+/// A close-on-exec duplicate of `fd`.
+pub fn dup(fd: i32) -> Option<i32> {
+    // SAFETY: duplicating a descriptor has no memory effects.
+    let new = unsafe { fcntl(fd, F_DUPFD_CLOEXEC, 0) };
+    (new >= 0).then_some(new)
+}
+
+/// Closes `fd`.
+pub fn close_fd(fd: i32) {
+    // SAFETY: the simulator closes only descriptors it owns.
+    unsafe { close(fd) };
+}
+
+/// Reads `buf.len()` bytes at `offset` of `fd`.
+pub fn read_at(fd: i32, buf: &mut [u8], offset: u64) -> bool {
+    // SAFETY: `buf` is valid for writes of its length.
+    let read = unsafe { pread(fd, buf.as_mut_ptr().cast(), buf.len(), offset as c_long) };
+    read == buf.len() as isize
+}
+
+/// Registers `callback` to run at process exit.
+pub fn at_exit(callback: extern "C" fn()) {
+    // SAFETY: `callback` is a plain function that lives as long as the library.
+    unsafe { atexit(callback) };
+}

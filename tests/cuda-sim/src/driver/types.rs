@@ -1,0 +1,103 @@
+//! The C types of the driver API (CUDA 13.0 layouts, as cudarc's `sys` bindings declare them)
+//! and the constants the simulator interprets.
+
+use std::ffi::{c_char, c_void};
+
+/// `CUresult`.
+pub type CuResult = u32;
+/// `CUdevice`.
+pub type CuDevice = i32;
+/// `CUdeviceptr`.
+pub type CuDevicePtr = u64;
+/// Opaque handles (`CUcontext`, `CUstream`, `CUevent`, `CUmemoryPool`): pointer-sized values.
+pub type Raw = usize;
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemLocation {
+    pub kind: u32,
+    pub id: i32,
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemAccessDesc {
+    pub location: MemLocation,
+    pub flags: u32,
+}
+
+/// `CUmemPoolProps` (CUDA 12.6 to 13.1 layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemPoolProps {
+    pub alloc_type: u32,
+    pub handle_types: u32,
+    pub location: MemLocation,
+    pub win32_security_attributes: *mut c_void,
+    pub max_size: usize,
+    pub usage: u16,
+    pub reserved: [u8; 54],
+}
+
+/// `CUmemPoolPtrExportData`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PoolPtrExportData {
+    pub reserved: [u8; 64],
+}
+
+/// `CUipcEventHandle`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IpcEventHandle {
+    pub reserved: [c_char; 64],
+}
+
+/// `CUhostFn`.
+pub type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+/// `CUstreamCallback`.
+pub type StreamCallback = Option<unsafe extern "C" fn(Raw, CuResult, *mut c_void)>;
+
+pub const STREAM_LEGACY: Raw = 0x1;
+pub const STREAM_PER_THREAD: Raw = 0x2;
+pub const STREAM_NON_BLOCKING: u32 = 0x1;
+
+pub const EVENT_BLOCKING_SYNC: u32 = 0x1;
+pub const EVENT_DISABLE_TIMING: u32 = 0x2;
+pub const EVENT_INTERPROCESS: u32 = 0x4;
+
+pub const LOCATION_DEVICE: u32 = 1;
+pub const LOCATION_HOST: u32 = 2;
+pub const LOCATION_HOST_NUMA: u32 = 3;
+
+pub const HANDLE_TYPE_NONE: u32 = 0;
+pub const HANDLE_TYPE_POSIX_FD: u32 = 1;
+
+pub const ACCESS_NONE: u32 = 0;
+pub const ACCESS_READ: u32 = 1;
+pub const ACCESS_READWRITE: u32 = 3;
+
+pub const POOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: u32 = 1;
+pub const POOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: u32 = 2;
+pub const POOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: u32 = 3;
+pub const POOL_ATTR_RELEASE_THRESHOLD: u32 = 4;
+pub const POOL_ATTR_RESERVED_MEM_CURRENT: u32 = 5;
+pub const POOL_ATTR_RESERVED_MEM_HIGH: u32 = 6;
+pub const POOL_ATTR_USED_MEM_CURRENT: u32 = 7;
+pub const POOL_ATTR_USED_MEM_HIGH: u32 = 8;
+
+pub const POINTER_ATTR_CONTEXT: u32 = 1;
+pub const POINTER_ATTR_MEMORY_TYPE: u32 = 2;
+pub const POINTER_ATTR_DEVICE_POINTER: u32 = 3;
+pub const POINTER_ATTR_HOST_POINTER: u32 = 4;
+pub const POINTER_ATTR_IS_MANAGED: u32 = 8;
+pub const POINTER_ATTR_DEVICE_ORDINAL: u32 = 9;
+pub const POINTER_ATTR_RANGE_START_ADDR: u32 = 11;
+pub const POINTER_ATTR_RANGE_SIZE: u32 = 12;
+pub const POINTER_ATTR_MAPPED: u32 = 13;
+pub const POINTER_ATTR_MEMPOOL_HANDLE: u32 = 17;
+
+pub const MEMORY_TYPE_HOST: u32 = 1;
+pub const MEMORY_TYPE_DEVICE: u32 = 2;

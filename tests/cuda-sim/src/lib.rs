@@ -1,0 +1,199 @@
+//! Harness for the simulated CUDA driver built by this package.
+//!
+//! `cargo build -p cuda-sim` compiles the simulator (`src/driver/`) into
+//! `<target>/cuda-sim/libcuda.so`. Nothing loads it unless asked: a program uses it only when
+//! `LD_LIBRARY_PATH` names [`library_dir`] first, which [`command`] arranges for a child
+//! process. The simulator's own code is not part of this library, so no program that links
+//! this crate exports driver symbols.
+#![deny(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The directory holding the simulator's `libcuda.so`: `CUDA_SIM_LIBRARY_DIR` at run time if
+/// set (for copied test binaries), else `<target>/cuda-sim` of the build.
+pub fn library_dir() -> PathBuf {
+    match std::env::var_os("CUDA_SIM_LIBRARY_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CUDA_SIM_LIBRARY_DIR")),
+    }
+}
+
+/// Whether the simulator's library has been built.
+pub fn is_built() -> bool {
+    library_dir().join("libcuda.so").is_file()
+}
+
+/// A command for `program` that loads the simulator: `LD_LIBRARY_PATH` starts with
+/// [`library_dir`]. Settings of the parent's `CUDA_SIM_*` variables are cleared, so each
+/// command states its own; use the helpers of [`SimCommand`].
+pub fn command(program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(program);
+    let mut path = library_dir().into_os_string();
+    if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH")
+        && !existing.is_empty()
+    {
+        path.push(":");
+        path.push(existing);
+    }
+    command.env("LD_LIBRARY_PATH", path);
+    for name in [
+        "CUDA_SIM_DEVICES",
+        "CUDA_SIM_MEMORY",
+        "CUDA_SIM_FAIL",
+        "CUDA_SIM_STRICT",
+        "CUDA_SIM_REPORT",
+    ] {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// Setters for the simulator's environment variables on a [`Command`].
+pub trait SimCommand {
+    /// `CUDA_SIM_DEVICES`: the number of devices.
+    fn sim_devices(&mut self, devices: usize) -> &mut Self;
+    /// `CUDA_SIM_MEMORY`: bytes of memory per device.
+    fn sim_memory(&mut self, bytes: u64) -> &mut Self;
+    /// `CUDA_SIM_FAIL`: `(function, n-th call, CUDA_ERROR_NAME)` entries.
+    fn sim_fail(&mut self, failures: &[(&str, u64, &str)]) -> &mut Self;
+    /// `CUDA_SIM_STRICT=1`: abort on the first violation.
+    fn sim_strict(&mut self) -> &mut Self;
+    /// `CUDA_SIM_REPORT`: where the report is written at exit (`%p` becomes the pid).
+    fn sim_report(&mut self, path: impl AsRef<Path>) -> &mut Self;
+}
+
+impl SimCommand for Command {
+    fn sim_devices(&mut self, devices: usize) -> &mut Self {
+        self.env("CUDA_SIM_DEVICES", devices.to_string())
+    }
+
+    fn sim_memory(&mut self, bytes: u64) -> &mut Self {
+        self.env("CUDA_SIM_MEMORY", bytes.to_string())
+    }
+
+    fn sim_fail(&mut self, failures: &[(&str, u64, &str)]) -> &mut Self {
+        let spec: Vec<String> = failures
+            .iter()
+            .map(|(name, n, error)| format!("{name}:{n}:{error}"))
+            .collect();
+        self.env("CUDA_SIM_FAIL", spec.join(","))
+    }
+
+    fn sim_strict(&mut self) -> &mut Self {
+        self.env("CUDA_SIM_STRICT", "1")
+    }
+
+    fn sim_report(&mut self, path: impl AsRef<Path>) -> &mut Self {
+        self.env("CUDA_SIM_REPORT", path.as_ref())
+    }
+}
+
+/// One violation the simulator found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// `unordered-free`, `use-after-free`, `destroyed-handle`, `double-destroy`,
+    /// `wrong-context` or `out-of-bounds`.
+    pub kind: String,
+    /// What happened, naming the calls involved and their sequence numbers.
+    pub message: String,
+    /// The driver function during which it was found.
+    pub call: String,
+}
+
+/// The report the simulator writes at process exit (`CUDA_SIM_REPORT`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Violations, in the order found.
+    pub violations: Vec<Violation>,
+    /// Resources alive at exit, by type (`stream`, `event`, `pool`, `allocation`,
+    /// `sync_allocation`, `host_allocation`, `import`, `context`, `primary_context`).
+    pub leaks: BTreeMap<String, u64>,
+    /// Calls by exported function.
+    pub calls: BTreeMap<String, u64>,
+}
+
+impl Report {
+    /// Parses a report.
+    pub fn parse(text: &str) -> Result<Report, String> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let counts = |key: &str| -> BTreeMap<String, u64> {
+            value[key]
+                .as_object()
+                .map(|map| {
+                    map.iter()
+                        .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or("").to_string();
+        let violations = value["violations"]
+            .as_array()
+            .ok_or("no violations list")?
+            .iter()
+            .map(|v| Violation {
+                kind: text(v, "kind"),
+                message: text(v, "message"),
+                call: text(v, "call"),
+            })
+            .collect();
+        Ok(Report {
+            violations,
+            leaks: counts("leaks"),
+            calls: counts("calls"),
+        })
+    }
+
+    /// Reads and parses the report at `path`.
+    pub fn read(path: impl AsRef<Path>) -> Result<Report, String> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the report {}: {e}", path.display()))?;
+        Report::parse(&text)
+    }
+
+    /// The violations of `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<&Violation> {
+        self.violations.iter().filter(|v| v.kind == kind).collect()
+    }
+
+    /// Leaks other than primary-context retains (which threads legitimately keep in their
+    /// caches until exit).
+    pub fn leaks_without_primary(&self) -> BTreeMap<String, u64> {
+        self.leaks
+            .iter()
+            .filter(|(k, _)| k.as_str() != "primary_context")
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "driver/mod.rs"]
+mod driver;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_report() {
+        let report = Report::parse(
+            r#"{"violations":[{"kind":"unordered-free","message":"m","call":"cuMemFreeAsync","seq":3}],"leaks":{"stream":1},"calls":{"cuInit":1},"pid":1}"#,
+        )
+        .unwrap();
+        assert_eq!(report.of_kind("unordered-free").len(), 1);
+        assert_eq!(report.leaks["stream"], 1);
+        assert_eq!(report.calls["cuInit"], 1);
+    }
+
+    #[test]
+    fn the_library_is_in_its_own_directory() {
+        let dir = library_dir();
+        assert_eq!(dir.file_name().unwrap(), "cuda-sim");
+        assert!(is_built(), "{} has no libcuda.so", dir.display());
+    }
+}

@@ -1,0 +1,306 @@
+//! Safe call sequences of handles-cuda that once caused undefined behaviour on the device, run
+//! on the simulated driver, whose checker reports what a GPU would only show when a race goes
+//! badly: unordered frees, uses after free, destroys in dead contexts.
+//!
+//! Each `scenario_*` test is one program; it is `#[ignore]`d and runs only as a child process
+//! on the simulator, started by the parent test of the same name without the prefix, which
+//! then checks the child's status and the simulator's report.
+
+mod simulator;
+
+use cuda_sim::{Report, SimCommand};
+use handles_cuda::sys;
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
+    StreamFlags, StreamHandle,
+};
+use handles_tests::cuda_live_counts;
+use simulator::{Scratch, run_with_report, say, tail, this_binary};
+
+/// Set in a scenario's child process to the scenario's name.
+const SCENARIO: &str = "HANDLES_CUDA_SOUNDNESS_SCENARIO";
+
+
+/// Runs `scenario_<name>` on the simulator, with `fail` injected, and returns its report after
+/// checking that it exited cleanly.
+fn run_scenario(name: &str, fail: &[(&str, u64, &str)]) -> Report {
+    let scratch = Scratch::new(name);
+    let test = format!("scenario_{name}");
+    let mut command = this_binary();
+    command
+        .args([
+            test.as_str(),
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, name);
+    if !fail.is_empty() {
+        command.sim_fail(fail);
+    }
+    let (output, report) = run_with_report(&mut command, &scratch.join("report.json"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "scenario {name} failed ({:?}):\n{}\n{}",
+        output.status,
+        tail(&stdout, 30),
+        tail(&stderr, 30)
+    );
+    let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
+    say(format!(
+        "scenario {name} on the simulator: {} violation(s), leaks {:?}",
+        report.violations.len(),
+        report.leaks_without_primary()
+    ));
+    report
+}
+
+/// Asserts the report shows no violation and no leak (primary-context retains aside, which
+/// thread caches keep until exit).
+fn assert_clean(name: &str, report: &Report) {
+    assert!(
+        report.violations.is_empty(),
+        "{name}: the simulator reported {:#?}",
+        report.violations
+    );
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{name}: leaked {:?}",
+        report.leaks_without_primary()
+    );
+}
+
+/// Panics unless this process is a scenario child on the simulator.
+fn in_scenario() {
+    assert!(
+        std::env::var_os(SCENARIO).is_some(),
+        "scenarios run only as children on the simulator, started by their parent test"
+    );
+}
+
+fn non_blocking(context: &ContextHandle) -> StreamHandle {
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 1: a free ordered after work on another stream.
+
+#[test]
+fn buffer_used_on_two_streams_then_dropped() {
+    let report = run_scenario("buffer_used_on_two_streams_then_dropped", &[]);
+    assert_clean("buffer_used_on_two_streams_then_dropped", &report);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_buffer_used_on_two_streams_then_dropped() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let (home, other) = (non_blocking(&context), non_blocking(&context));
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &home).unwrap();
+        buffer.memset_async(1, 1 << 16, &home).unwrap();
+        // Work on another stream: the free on `home` must wait for it.
+        buffer.memset_async(2, 1 << 16, &other).unwrap();
+        buffer.memset_at_async(4096, 3, 4096, &other).unwrap();
+        drop(buffer);
+        home.synchronize().unwrap();
+        other.synchronize().unwrap();
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
+#[test]
+fn deallocation_stream_moved_after_work_on_the_old_one() {
+    let name = "deallocation_stream_moved_after_work_on_the_old_one";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_deallocation_stream_moved_after_work_on_the_old_one() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let (first, second, third) = (
+        non_blocking(&context),
+        non_blocking(&context),
+        non_blocking(&context),
+    );
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &first).unwrap();
+    buffer.memset_async(1, 1 << 16, &first).unwrap();
+    buffer.set_deallocation_stream(&second).unwrap();
+    buffer.memset_async(2, 1 << 16, &third).unwrap();
+    buffer.set_deallocation_stream(&third).unwrap();
+    assert!(buffer.deallocation_stream().unwrap().ptr_eq(&third));
+    // A copy between two buffers on yet another stream orders both frees after it.
+    let other = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &second).unwrap();
+    buffer
+        .copy_to_async(0, &other, 0, 1 << 16, &first)
+        .unwrap();
+    drop(buffer);
+    drop(other);
+    context.synchronize().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 4: a per-thread default stream as the deallocation stream, freed on another thread.
+
+#[test]
+fn per_thread_stream_allocation_freed_on_another_thread() {
+    let name = "per_thread_stream_allocation_freed_on_another_thread";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_per_thread_stream_allocation_freed_on_another_thread() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let allocator_context = context.clone();
+    let buffer = std::thread::spawn(move || {
+        // SAFETY: the context is alive (held by `allocator_context`) for this thread's work.
+        let status = unsafe { sys::cuCtxSetCurrent(allocator_context.as_cu()) };
+        assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+        let per_thread = StreamHandle::per_thread();
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &per_thread).unwrap();
+        buffer.memset_async(7, 1 << 16, &per_thread).unwrap();
+        buffer
+    })
+    .join()
+    .unwrap();
+    // The last handle drops on this thread, whose per-thread stream knows nothing of the
+    // allocating thread's work.
+    drop(buffer);
+    context.synchronize().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 5: a borrowed context where ownership is needed.
+
+#[test]
+fn foreign_current_context_is_refused_and_a_current_primary_is_retained() {
+    let name = "foreign_current_context_is_refused_and_a_current_primary_is_retained";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_foreign_current_context_is_refused_and_a_current_primary_is_retained() {
+    in_scenario();
+    handles_cuda::ensure_loaded().unwrap();
+    // A context another library made, current on this thread.
+    let mut foreign = std::ptr::null_mut();
+    // SAFETY: the driver is loaded; no creation parameters; device 0 exists.
+    let status = unsafe { sys::cuCtxCreate_v4(&mut foreign, std::ptr::null_mut(), 0, 0) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    let refused = EventHandle::create_in_current(EventFlags::default());
+    assert!(refused.is_err(), "an event would outlive a context it cannot keep alive");
+    let refused = DevicePtrHandle::alloc_async(64, &StreamHandle::legacy());
+    assert!(refused.is_err(), "a free would run in a context it cannot keep alive");
+    // SAFETY: our own context, which nothing of ours refers to.
+    assert_eq!(
+        unsafe { sys::cuCtxDestroy_v2(foreign) },
+        sys::CUresult::CUDA_SUCCESS
+    );
+
+    // A primary context made current by someone else's retain is retained by the handles.
+    let mut primary = std::ptr::null_mut();
+    // SAFETY: device 0 exists; released below.
+    unsafe {
+        assert_eq!(
+            sys::cuDevicePrimaryCtxRetain(&mut primary, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(sys::cuCtxSetCurrent(primary), sys::CUresult::CUDA_SUCCESS);
+    }
+    let event = EventHandle::create_in_current(EventFlags::default()).unwrap();
+    let buffer = DevicePtrHandle::alloc_async(64, &StreamHandle::legacy()).unwrap();
+    // The other library lets go of its retain first.
+    // SAFETY: releases the retain taken above.
+    unsafe {
+        assert_eq!(
+            sys::cuDevicePrimaryCtxRelease_v2(0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuCtxSetCurrent(std::ptr::null_mut()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    handles_cuda::clear_primary_cache();
+    // The event and the buffer still hold the primary context: destroying and freeing in it
+    // is valid.
+    drop(event);
+    drop(buffer);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 6: one primary-context handle per device, whatever thread retained it.
+
+#[test]
+fn primary_context_registry_entry_survives_one_thread_letting_go() {
+    let name = "primary_context_registry_entry_survives_one_thread_letting_go";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_primary_context_registry_entry_survives_one_thread_letting_go() {
+    in_scenario();
+    let mine = ContextHandle::primary(0).unwrap();
+    let raw = mine.as_cu() as usize;
+    std::thread::spawn(move || {
+        let theirs = ContextHandle::primary(0).unwrap();
+        assert_eq!(theirs.as_cu() as usize, raw);
+        drop(theirs);
+        handles_cuda::clear_primary_cache();
+    })
+    .join()
+    .unwrap();
+    let found = ContextHandle::lookup(mine.as_cu()).expect("still registered");
+    assert!(found.ptr_eq(&mine), "one handle per device, shared by threads");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 12: a copy never returns while the driver may still use the borrowed host memory.
+
+#[test]
+fn copy_after_a_failed_synchronize_never_starts() {
+    let name = "copy_after_a_failed_synchronize_never_starts";
+    let report = run_scenario(
+        name,
+        &[("cuStreamSynchronize", 1, "CUDA_ERROR_LAUNCH_FAILED")],
+    );
+    assert_clean(name, &report);
+    for copy in ["cuMemcpyAsync", "cuMemcpy", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"] {
+        assert_eq!(
+            report.calls.get(copy).copied().unwrap_or(0),
+            0,
+            "{copy} was queued although the stream could not be waited for"
+        );
+    }
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_copy_after_a_failed_synchronize_never_starts() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+    let mut host = vec![0u8; 4096];
+    let copied = buffer.copy_to_host(&mut host, &stream);
+    assert!(copied.is_err(), "the injected failure is returned");
+    drop(host); // the borrow ends here; nothing may still write to it
+    drop(buffer);
+    context.synchronize().unwrap();
+}

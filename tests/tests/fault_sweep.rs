@@ -1,0 +1,604 @@
+//! Fault-injection sweep on the simulated driver (tests/cuda-sim): for each handles-cuda
+//! constructor, every driver call the scenario makes is failed, one at a time.
+//!
+//! Each scenario first runs in a child process with no fault; the simulator's report counts
+//! its calls (`calls`: function → count). Then, for every counted `(function, n)`, a child
+//! runs the scenario again with `CUDA_SIM_FAIL=function:n:CUDA_ERROR_…` (`OUT_OF_MEMORY` for
+//! allocations, `UNKNOWN` otherwise). The list of faults is what the simulator counted, not a
+//! hand-written one, so a new driver call in the library is swept as soon as it is made.
+//!
+//! A child runs the scenario, in which every step returns `Ok` or `Err` (a panic fails the
+//! child), drops everything, clears its primary-context cache and asserts that the live
+//! counts of every handle type are back to their start and the IPC import cache is empty. The
+//! parent test then requires, for every run: exit status 0, a report with no violation, and
+//! no resource alive at exit. One exception to the last rule: when the failed call was a
+//! destroy (or a call a deleter needs, such as restoring a context), the driver still holds
+//! the resource and the library can only report it: a leak is accepted when the child's
+//! report hook received a deleter failure of the same handle type for each leaked resource.
+//! Those cases are counted and printed in the scenario's summary line.
+//!
+//! The scenario runner (`scenario_child`) is `#[ignore]`d: it only makes sense as a child of
+//! a sweep test, under the simulator.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, MemoryPoolHandle, PoolLocation,
+    PoolProps, Result, StreamFlags, StreamHandle, sys,
+};
+use handles_tests::{Failures, cuda_live_counts};
+use simulator::{Scratch, say, tail};
+
+mod simulator;
+
+/// Names the scenario a child runs.
+const SCENARIO_ENV: &str = "HANDLES_FAULT_SWEEP_SCENARIO";
+/// Child processes each sweep test runs at a time (libtest runs two sweep tests at once).
+const WORKERS: usize = 2;
+
+struct Scenario {
+    name: &'static str,
+    devices: usize,
+    run: fn() -> Result<()>,
+}
+
+/// A raw driver call made by a scenario itself, as a `Result`.
+fn raw(call: &str, status: sys::CUresult) -> Result<()> {
+    if status == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "{call} (in the scenario) returned {status:?}"
+        )))
+    }
+}
+
+fn primary() -> Result<ContextHandle> {
+    ContextHandle::primary(0)
+}
+
+fn new_stream(context: &ContextHandle) -> Result<StreamHandle> {
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)
+}
+
+fn context_primary() -> Result<()> {
+    let context = primary()?;
+    drop(context);
+    Ok(())
+}
+
+fn context_with_primary() -> Result<()> {
+    ContextHandle::with_primary(0, |context| context.as_cu())?;
+    Ok(())
+}
+
+fn context_synchronize_and_mem_get_info() -> Result<()> {
+    let context = primary()?;
+    context.synchronize()?;
+    context.mem_get_info()?;
+    Ok(())
+}
+
+fn stream_create() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    stream.synchronize()
+}
+
+fn stream_legacy_in() -> Result<()> {
+    let context = primary()?;
+    StreamHandle::legacy_in(&context).synchronize()
+}
+
+fn event_create() -> Result<()> {
+    let context = primary()?;
+    let event = EventHandle::create(&context, EventFlags::timing())?;
+    event.record(&StreamHandle::legacy_in(&context))?;
+    event.synchronize()
+}
+
+fn event_create_in_current() -> Result<()> {
+    let context = primary()?;
+    // SAFETY: the context is alive (held by `context`) while it is current.
+    raw("cuCtxPushCurrent_v2", unsafe {
+        sys::cuCtxPushCurrent_v2(context.as_cu())
+    })?;
+    // Dropped while its context is still current.
+    let created = EventHandle::create_in_current(EventFlags::default()).map(drop);
+    let mut popped = std::ptr::null_mut();
+    // SAFETY: pops what this scenario pushed; `popped` is a valid out-pointer.
+    let pop = raw("cuCtxPopCurrent_v2", unsafe {
+        sys::cuCtxPopCurrent_v2(&mut popped)
+    });
+    created.and(pop)
+}
+
+fn event_ipc_export_import() -> Result<()> {
+    let context = primary()?;
+    let flags = EventFlags {
+        interprocess: true,
+        ..EventFlags::default()
+    };
+    let event = EventHandle::create(&context, flags)?;
+    event.record(&StreamHandle::legacy_in(&context))?;
+    let token = event.export_ipc()?;
+    let opened = EventHandle::import_ipc(&context, &token)?;
+    opened.synchronize()
+}
+
+fn pool_with(props: PoolProps) -> Result<()> {
+    let pool = MemoryPoolHandle::create(&props)?;
+    pool.used_bytes()?;
+    Ok(())
+}
+
+fn pool_device() -> Result<()> {
+    pool_with(PoolProps::device(0))
+}
+
+fn pool_device_ipc_fd_export_import() -> Result<()> {
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(0)
+    })?;
+    let fd = pool.export_posix_fd()?;
+    let imported = MemoryPoolHandle::import_posix_fd(fd.as_fd())?;
+    imported.used_bytes()?;
+    Ok(())
+}
+
+fn pool_host() -> Result<()> {
+    pool_with(PoolProps {
+        location: PoolLocation::Host,
+        ipc: false,
+        max_size: 0,
+    })
+}
+
+fn pool_host_ipc() -> Result<()> {
+    pool_with(PoolProps {
+        location: PoolLocation::Host,
+        ipc: true,
+        max_size: 0,
+    })
+}
+
+fn pool_device_refs() -> Result<()> {
+    MemoryPoolHandle::device_current(0)?.used_bytes()?;
+    MemoryPoolHandle::device_default(0)?.used_bytes()?;
+    Ok(())
+}
+
+fn pool_peer_access_two_devices() -> Result<()> {
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    pool.set_peer_access(1, true)?;
+    pool.peer_access(1)?;
+    Ok(()) // the deleter revokes device 1's access, then destroys the pool
+}
+
+fn alloc_from_pool() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream)?;
+    buffer.memset_async(1, 4096, &stream)?;
+    drop(buffer);
+    stream.synchronize()
+}
+
+fn alloc_async() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let buffer = DevicePtrHandle::alloc_async(4096, &stream)?;
+    buffer.memset_async(1, 4096, &stream)?;
+    drop(buffer);
+    stream.synchronize()
+}
+
+fn alloc_synchronous() -> Result<()> {
+    let context = primary()?;
+    let buffer = DevicePtrHandle::alloc(&context, 4096)?;
+    drop(buffer);
+    Ok(())
+}
+
+fn alloc_host() -> Result<()> {
+    let context = primary()?;
+    let buffer = DevicePtrHandle::alloc_host(&context, 4096)?;
+    drop(buffer);
+    Ok(())
+}
+
+fn pointer_ipc_export_import() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(0)
+    })?;
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream)?;
+    buffer.memset_async(7, 4096, &stream)?;
+    // The first export fails until the pool's handle was exported once (driver 580): this
+    // covers the library's export-and-retry path.
+    let pointer = buffer.export_ipc()?;
+    let fd = pool.export_posix_fd()?;
+    let imported_pool = MemoryPoolHandle::import_posix_fd(fd.as_fd())?;
+    let imported = DevicePtrHandle::import_ipc(&imported_pool, &pointer, &stream)?;
+    let mut host = [0u8; 16];
+    imported.copy_to_host(&mut host, &stream)?;
+    drop(imported);
+    stream.synchronize()
+}
+
+fn set_deallocation_stream() -> Result<()> {
+    let context = primary()?;
+    let (first, second) = (new_stream(&context)?, new_stream(&context)?);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &first)?;
+    buffer.memset_async(1, 4096, &first)?;
+    buffer.set_deallocation_stream(&second)?;
+    drop(buffer);
+    second.synchronize()?;
+    first.synchronize()
+}
+
+macro_rules! scenarios {
+    ($($test:ident: $name:literal, $devices:literal devices, $run:path;)*) => {
+        const SCENARIOS: &[Scenario] = &[
+            $(Scenario { name: $name, devices: $devices, run: $run },)*
+        ];
+        $(
+            #[test]
+            fn $test() {
+                sweep(scenario($name));
+            }
+        )*
+    };
+}
+
+scenarios! {
+    context_primary_faults: "ContextHandle::primary", 1 devices, context_primary;
+    context_with_primary_faults: "ContextHandle::with_primary", 1 devices, context_with_primary;
+    context_synchronize_faults: "ContextHandle::synchronize+mem_get_info", 1 devices,
+        context_synchronize_and_mem_get_info;
+    stream_create_faults: "StreamHandle::create", 1 devices, stream_create;
+    stream_legacy_in_faults: "StreamHandle::legacy_in", 1 devices, stream_legacy_in;
+    event_create_faults: "EventHandle::create", 1 devices, event_create;
+    event_create_in_current_faults: "EventHandle::create_in_current", 1 devices,
+        event_create_in_current;
+    event_ipc_faults: "EventHandle::export_ipc+import_ipc", 1 devices, event_ipc_export_import;
+    pool_device_faults: "MemoryPoolHandle::create(device)", 1 devices, pool_device;
+    pool_ipc_fd_faults: "MemoryPoolHandle::create(device, ipc)+export_posix_fd+import_posix_fd",
+        1 devices, pool_device_ipc_fd_export_import;
+    pool_host_faults: "MemoryPoolHandle::create(host)", 1 devices, pool_host;
+    pool_host_ipc_faults: "MemoryPoolHandle::create(host, ipc)", 1 devices, pool_host_ipc;
+    pool_device_refs_faults: "MemoryPoolHandle::device_current+device_default", 1 devices,
+        pool_device_refs;
+    pool_peer_access_faults: "MemoryPoolHandle::set_peer_access(2 devices)", 2 devices,
+        pool_peer_access_two_devices;
+    alloc_from_pool_faults: "DevicePtrHandle::alloc_from_pool", 1 devices, alloc_from_pool;
+    alloc_async_faults: "DevicePtrHandle::alloc_async", 1 devices, alloc_async;
+    alloc_synchronous_faults: "DevicePtrHandle::alloc", 1 devices, alloc_synchronous;
+    alloc_host_faults: "DevicePtrHandle::alloc_host", 1 devices, alloc_host;
+    pointer_ipc_faults: "DevicePtrHandle::export_ipc+import_ipc", 1 devices,
+        pointer_ipc_export_import;
+    set_deallocation_stream_faults: "DevicePtrHandle::set_deallocation_stream", 1 devices,
+        set_deallocation_stream;
+}
+
+fn scenario(name: &str) -> &'static Scenario {
+    SCENARIOS
+        .iter()
+        .find(|scenario| scenario.name == name)
+        .unwrap_or_else(|| panic!("no scenario {name:?}"))
+}
+
+/// The child: runs one scenario (named by `HANDLES_FAULT_SWEEP_SCENARIO`) and checks that
+/// everything it made is gone. Prints its outcome for the parent.
+#[test]
+#[ignore = "a child of the fault-sweep tests; runs on the simulator"]
+fn scenario_child() {
+    let name = std::env::var(SCENARIO_ENV)
+        .expect("scenario_child runs only as a child of a fault-sweep test, on the simulator");
+    let scenario = scenario(&name);
+    let start = cuda_live_counts();
+    let failures = Failures::watch();
+    let result = (scenario.run)();
+    handles_cuda::clear_primary_cache();
+    let reported = failures.seen();
+    drop(failures);
+    match &result {
+        Ok(()) => println!("sweep-outcome: ok"),
+        Err(error) => println!("sweep-outcome: err: {error}"),
+    }
+    for line in &reported {
+        println!("sweep-deleter-failure: {line}");
+    }
+    let mut current = std::ptr::null_mut();
+    // SAFETY: `current` is a valid out-pointer.
+    match unsafe { sys::cuCtxGetCurrent(&mut current) } {
+        sys::CUresult::CUDA_SUCCESS if current.is_null() => println!("sweep-current-context: none"),
+        sys::CUresult::CUDA_SUCCESS => println!("sweep-current-context: {current:?}"),
+        status => println!("sweep-current-context: unknown ({status:?})"),
+    }
+    assert_eq!(
+        handles_cuda::cached_imports(),
+        0,
+        "the IPC import cache is empty"
+    );
+    assert_eq!(
+        cuda_live_counts(),
+        start,
+        "live counts returned to their start"
+    );
+}
+
+/// What one child run showed.
+struct RunOutcome {
+    fault: Option<(String, u64)>,
+    passed: bool,
+    returned_err: bool,
+    deleter_failures: Vec<String>,
+    context_left_current: bool,
+    /// The child's own final `cuCtxGetCurrent` (its check, not the scenario's) failed.
+    own_check_failed: bool,
+    report: Option<cuda_sim::Report>,
+    stdout: String,
+    stderr: String,
+}
+
+fn error_for(function: &str) -> &'static str {
+    if function.starts_with("cuMemAlloc") || function.starts_with("cuMemHostAlloc") {
+        "CUDA_ERROR_OUT_OF_MEMORY"
+    } else {
+        "CUDA_ERROR_UNKNOWN"
+    }
+}
+
+fn run_child(
+    scenario: &Scenario,
+    fault: Option<(&str, u64)>,
+    scratch: &Scratch,
+    index: usize,
+) -> RunOutcome {
+    use cuda_sim::SimCommand;
+    let mut command = simulator::this_binary();
+    command
+        .args([
+            "scenario_child",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO_ENV, scenario.name)
+        .env("RUST_BACKTRACE", "0")
+        .sim_devices(scenario.devices);
+    if let Some((function, n)) = fault {
+        command.sim_fail(&[(function, n, error_for(function))]);
+    }
+    let (output, report) =
+        simulator::run_with_report(&mut command, &scratch.join(&format!("run-{index}.json")));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    // With `--nocapture` the first line a test prints follows libtest's `test name ... `.
+    let marked = |marker: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter_map(|line| Some(line[line.find(marker)? + marker.len()..].to_string()))
+            .collect()
+    };
+    let deleter_failures = marked("sweep-deleter-failure: ");
+    RunOutcome {
+        fault: fault.map(|(function, n)| (function.to_string(), n)),
+        passed: output.status.success(),
+        returned_err: marked("sweep-outcome: ")
+            .iter()
+            .any(|outcome| outcome.starts_with("err")),
+        context_left_current: marked("sweep-current-context: ")
+            .iter()
+            .any(|current| current.starts_with("0x")),
+        own_check_failed: marked("sweep-current-context: ")
+            .iter()
+            .any(|current| current.starts_with("unknown")),
+        deleter_failures,
+        report,
+        stdout,
+        stderr,
+    }
+}
+
+/// The handle type whose deleter frees resources of the simulator's leak type `kind`.
+fn handle_type_of_leak(kind: &str) -> Option<&'static str> {
+    match kind {
+        "stream" => Some("Stream"),
+        "event" => Some("Event"),
+        "pool" => Some("MemoryPool"),
+        "allocation" | "sync_allocation" | "host_allocation" | "import" => Some("DevicePtr"),
+        "primary_context" | "context" => Some("Context"),
+        _ => None,
+    }
+}
+
+/// Leaks not accounted for by a reported deleter failure of a matching handle type: each
+/// failure line (`"Type 0xraw: error"`) accounts for one leaked resource of its type.
+fn unexplained_leaks(outcome: &RunOutcome, report: &cuda_sim::Report) -> BTreeMap<String, u64> {
+    let mut budget: BTreeMap<&str, u64> = BTreeMap::new();
+    for failure in &outcome.deleter_failures {
+        let handle_type = failure.split(' ').next().unwrap_or("");
+        *budget.entry(handle_type).or_default() += 1;
+    }
+    let mut unexplained = BTreeMap::new();
+    for (kind, count) in &report.leaks {
+        let left = handle_type_of_leak(kind).and_then(|handle_type| budget.get_mut(handle_type));
+        match left {
+            Some(left) if *left >= *count => *left -= count,
+            _ => {
+                unexplained.insert(kind.clone(), *count);
+            }
+        }
+    }
+    unexplained
+}
+
+/// What is wrong with a run, if anything.
+fn problems_of(outcome: &RunOutcome) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !outcome.passed {
+        let panic = outcome
+            .stdout
+            .lines()
+            .chain(outcome.stderr.lines())
+            .skip_while(|line| !line.contains("panicked at"))
+            .take(6)
+            .collect::<Vec<_>>()
+            .join("\n        ");
+        problems.push(format!(
+            "the child failed (a panic or live counts not back): {}",
+            if panic.is_empty() {
+                tail(&outcome.stderr, 8)
+            } else {
+                panic
+            }
+        ));
+    }
+    match &outcome.report {
+        None => problems.push("no simulator report".into()),
+        Some(report) => {
+            if !report.violations.is_empty() {
+                problems.push(simulator::describe_violations(report, 3));
+            }
+            let unexplained = unexplained_leaks(outcome, report);
+            if !unexplained.is_empty() {
+                problems.push(format!(
+                    "leaked at exit: {} (deleter failures reported: {:?})",
+                    simulator::describe_leaks(&unexplained),
+                    outcome.deleter_failures
+                ));
+            }
+        }
+    }
+    if outcome.context_left_current && !outcome.returned_err && outcome.deleter_failures.is_empty()
+    {
+        problems.push("a context was left current although every call returned Ok".into());
+    }
+    problems
+}
+
+fn sweep(scenario: &'static Scenario) {
+    let started = std::time::Instant::now();
+    let scratch = Scratch::new("fault-sweep");
+    let baseline = run_child(scenario, None, &scratch, 0);
+    let mut problems: Vec<String> = problems_of(&baseline)
+        .into_iter()
+        .map(|problem| format!("without a fault: {problem}"))
+        .collect();
+    if baseline.returned_err || !baseline.deleter_failures.is_empty() {
+        problems.push(format!(
+            "without a fault the scenario must succeed cleanly:\n{}",
+            tail(&baseline.stdout, 20)
+        ));
+    }
+    let Some(calls) = baseline.report.as_ref().map(|report| report.calls.clone()) else {
+        panic!(
+            "{}: the run without a fault wrote no report\n{}\n{}",
+            scenario.name, baseline.stdout, baseline.stderr
+        );
+    };
+    assert!(
+        baseline.passed,
+        "{}: the run without a fault failed: {problems:#?}\n{}\n{}",
+        scenario.name,
+        tail(&baseline.stdout, 40),
+        tail(&baseline.stderr, 20)
+    );
+    let faults: Vec<(&str, u64)> = calls
+        .iter()
+        .flat_map(|(function, count)| (1..=*count).map(move |n| (function.as_str(), n)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let outcomes = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..WORKERS {
+            scope.spawn(|| {
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&fault) = faults.get(index) else {
+                        break;
+                    };
+                    let outcome = run_child(scenario, Some(fault), &scratch, index + 1);
+                    outcomes.lock().unwrap().push(outcome);
+                }
+            });
+        }
+    });
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.sort_by(|a, b| a.fault.cmp(&b.fault));
+
+    let (mut errs, mut reported, mut unnoticed, mut left) = (0, 0, Vec::new(), Vec::new());
+    let mut own_checks = 0;
+    for outcome in &outcomes {
+        let (function, n) = outcome.fault.clone().expect("a faulted run");
+        for problem in problems_of(outcome) {
+            problems.push(format!("{function}:{n}: {problem}"));
+        }
+        if outcome.returned_err {
+            errs += 1;
+        } else if !outcome.deleter_failures.is_empty() {
+            reported += 1;
+        } else if outcome.own_check_failed {
+            own_checks += 1;
+        } else {
+            unnoticed.push(format!("{function}:{n}"));
+        }
+        if let Some(report) = &outcome.report
+            && !report.leaks.is_empty()
+            && unexplained_leaks(outcome, report).is_empty()
+        {
+            left.push(format!(
+                "{function}:{n} ({})",
+                simulator::describe_leaks(&report.leaks)
+            ));
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    say(format!(
+        "fault sweep: {}: {} calls ({} functions) failed one at a time in {seconds:.1} s: {errs} Err, \
+         {reported} Ok with a deleter failure reported, {own_checks} in the child's own final check, \
+         {} Ok unnoticed{}; {}",
+        scenario.name,
+        outcomes.len(),
+        calls.len(),
+        unnoticed.len(),
+        if unnoticed.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", unnoticed.join(", "))
+        },
+        if problems.is_empty() {
+            "no panic, no violation, no leak".to_string()
+        } else {
+            format!("{} PROBLEM(S)", problems.len())
+        }
+    ));
+    if !left.is_empty() {
+        say(format!(
+            "    {}: resources left to the driver after a failed deleter call, reported through the hook: {}",
+            scenario.name,
+            left.join(", ")
+        ));
+    }
+    for problem in &problems {
+        say(format!("    PROBLEM {}: {problem}", scenario.name));
+    }
+    assert!(
+        problems.is_empty(),
+        "{}: {} problem(s):\n{}",
+        scenario.name,
+        problems.len(),
+        problems.join("\n")
+    );
+}
