@@ -8,8 +8,8 @@
 use std::any::Any;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::mem::ManuallyDrop;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
 use crate::error::drop_without_unwinding;

@@ -109,7 +109,7 @@ fn child() -> handles_cuda::Result<()> {
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
         .collect();
     // SAFETY: the parent keeps the descriptor open for the child's lifetime.
-    let pool = MemoryPoolHandle::import_posix_fd(unsafe { BorrowedFd::borrow_raw(fd) })?;
+    let pool = MemoryPoolHandle::import_posix_fd(unsafe { BorrowedFd::borrow_raw(fd) }, 0)?;
     let context = ContextHandle::primary(0)?;
     let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
     let pointer = IpcPointer::from_bytes(&bytes)?;

@@ -145,7 +145,9 @@ impl ContextHandle {
         let mut device: CUdevice = 0;
         in_context(raw, || {
             // SAFETY: `raw` is current for this call; `device` is a valid out-pointer.
-            check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut device) })
+            check("cuCtxGetDevice", unsafe {
+                sys::cuCtxGetDevice(&mut device)
+            })
         })?;
         for ordinal in 0..driver::device_count()? {
             if driver::device(ordinal)? == device {

@@ -156,7 +156,13 @@ impl DevicePtrHandle {
                 sys::cuMemAllocAsync(&mut raw, size, raw_stream)
             })
         })?;
-        Ok(Self::stream_ordered(raw, size, None, order, Origin::Allocated))
+        Ok(Self::stream_ordered(
+            raw,
+            size,
+            None,
+            order,
+            Origin::Allocated,
+        ))
     }
 
     /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync` on the
@@ -201,7 +207,12 @@ impl DevicePtrHandle {
                 let _ = unsafe { sys::cuMemFree_v2(raw) };
             },
         )?;
-        Ok(Self::context_bound(raw, size, context, Release::Synchronous))
+        Ok(Self::context_bound(
+            raw,
+            size,
+            context,
+            Release::Synchronous,
+        ))
     }
 
     /// Allocates `size` bytes of pinned host memory in `context` (`cuMemHostAlloc`). The
@@ -338,7 +349,12 @@ impl DevicePtrHandle {
 
     /// Copies `src` into the allocation from byte `offset`, after the work queued on
     /// `stream`. Returns once the copy is complete.
-    pub fn copy_from_host_at(&self, offset: usize, src: &[u8], stream: &StreamHandle) -> Result<()> {
+    pub fn copy_from_host_at(
+        &self,
+        offset: usize,
+        src: &[u8],
+        stream: &StreamHandle,
+    ) -> Result<()> {
         let start = self.range(offset, src.len())?;
         host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
     }

@@ -80,18 +80,52 @@ impl EventFlags {
 
 /// The 64-byte token that names an interprocess event in another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IpcEventHandle(pub [u8; 64]);
+pub struct IpcEventHandle {
+    /// The driver's 64-byte token (`CUipcEventHandle`).
+    pub token: [u8; 64],
+    /// Whether the exported event blocks the host in `synchronize` (`CU_EVENT_BLOCKING_SYNC`),
+    /// which the driver's token does not carry: the importer's handle reports the same flags.
+    pub blocking_sync: bool,
+}
 
 impl IpcEventHandle {
-    /// Parses a token sent by another process; the length must be exactly 64 bytes.
+    /// The length of [`IpcEventHandle::to_bytes`]: the token and one flags byte.
+    pub const LEN: usize = 65;
+
+    /// The bytes to send to another process.
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut bytes = [0; Self::LEN];
+        bytes[..64].copy_from_slice(&self.token);
+        bytes[64] = u8::from(self.blocking_sync);
+        bytes
+    }
+
+    /// Parses bytes made by [`IpcEventHandle::to_bytes`] in another process: exactly 65 bytes,
+    /// the last one 0 or 1. Whether the token names a live event only the driver can tell, at
+    /// import.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let array: [u8; 64] = bytes.try_into().map_err(|_| {
-            Error::InvalidArgument(format!(
-                "an IPC event handle is 64 bytes, got {}",
+        let Ok(bytes): std::result::Result<[u8; Self::LEN], _> = bytes.try_into() else {
+            return Err(Error::InvalidArgument(format!(
+                "an IPC event handle is {} bytes, got {}",
+                Self::LEN,
                 bytes.len()
-            ))
-        })?;
-        Ok(IpcEventHandle(array))
+            )));
+        };
+        let blocking_sync = match bytes[64] {
+            0 => false,
+            1 => true,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "an IPC event handle's flags byte is 0 or 1, got {other}"
+                )));
+            }
+        };
+        let mut token = [0; 64];
+        token.copy_from_slice(&bytes[..64]);
+        Ok(IpcEventHandle {
+            token,
+            blocking_sync,
+        })
     }
 }
 
@@ -209,7 +243,9 @@ impl EventHandle {
             }
         {
             // SAFETY: both events are alive; `ms` is a valid out-pointer.
-            check("cuEventElapsedTime", unsafe { elapsed(&mut ms, start, end) })?;
+            check("cuEventElapsedTime", unsafe {
+                elapsed(&mut ms, start, end)
+            })?;
         } else {
             return Err(Error::DriverTooOld {
                 version: crate::driver::driver_version()?,
@@ -238,14 +274,17 @@ impl EventHandle {
         };
         // The driver wants a current context for the export.
         in_context_of(self.context().as_ref(), export)?;
-        Ok(IpcEventHandle(token.reserved.map(|byte| byte as u8)))
+        Ok(IpcEventHandle {
+            token: token.reserved.map(|byte| byte as u8),
+            blocking_sync: self.flags().blocking_sync,
+        })
     }
 
     /// Opens an event exported by another process, in `context`. The returned handle owns the
     /// opened event and keeps `context` alive. A malformed or stale token returns `Err`.
     pub fn import_ipc(context: &ContextHandle, token: &IpcEventHandle) -> Result<Self> {
         let raw_token = sys::CUipcEventHandle {
-            reserved: token.0.map(|byte| byte as std::ffi::c_char),
+            reserved: token.token.map(|byte| byte as std::ffi::c_char),
         };
         let raw = in_context_or_undo(
             context.as_cu(),
@@ -264,7 +303,7 @@ impl EventHandle {
             context: Some(context.clone()),
             flags: EventFlags {
                 timing: false,
-                blocking_sync: false,
+                blocking_sync: token.blocking_sync,
                 interprocess: true,
             },
             device: context.device(),

@@ -15,11 +15,11 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, WeakCache};
 
 use crate::device_ptr::{AllocKind, DevicePtrHandle, Origin};
-use crate::stream_order::StreamOrder;
 use crate::error::{Error, Result, check};
 use crate::pool::MemoryPoolHandle;
-use crate::scope::in_context_of;
+use crate::scope::{in_context_of, in_context_or_undo};
 use crate::stream::StreamHandle;
+use crate::stream_order::StreamOrder;
 
 /// What another process needs to import one pool allocation: the driver's 64-byte export
 /// data and the allocation's size.
@@ -72,8 +72,15 @@ static CACHE_ENABLED: AtomicBool = AtomicBool::new(true);
 ///
 /// With the cache off, every import calls the driver, so two imports of one allocation get
 /// two handles to the same pointer, and freeing either unmaps both on drivers with nvbug
-/// 5570902. Turn it off only on a driver known to count imports, or to observe the bug.
-pub fn set_import_cache_enabled(enabled: bool) {
+/// 5570902: the other handle's safe methods then touch unmapped memory.
+///
+/// # Safety
+///
+/// While the cache is off, the program must not import the same export data twice in this
+/// process while a handle from an earlier import of it is alive (or while its free may still be
+/// queued), unless the driver is known to count imports. Turning the cache on has no
+/// precondition.
+pub unsafe fn set_import_cache_enabled(enabled: bool) {
     CACHE_ENABLED.store(enabled, Ordering::SeqCst);
 }
 
@@ -155,15 +162,28 @@ fn import_uncached(
     let mut data = sys::CUmemPoolPtrExportData {
         reserved: pointer.export_data,
     };
-    let mut raw: CUdeviceptr = 0;
-    let import = || {
+    let mut import = || {
+        let mut raw: CUdeviceptr = 0;
         // SAFETY: the pool is alive; `data` and `raw` are valid for the call. The driver
         // validates the export data and returns an error for data it does not recognise.
         check("cuMemPoolImportPointer", unsafe {
             sys::cuMemPoolImportPointer(&mut raw, pool.as_cu(), &mut data)
-        })
+        })?;
+        Ok(raw)
     };
-    in_context_of(pool.context().as_ref(), import)?;
+    let undo = |raw| {
+        // An import is released like any import, on its stream; nothing else has seen it.
+        let _ = stream.run(|raw_stream| {
+            // SAFETY: our own import, never handed out.
+            check("cuMemFreeAsync", unsafe {
+                sys::cuMemFreeAsync(raw, raw_stream)
+            })
+        });
+    };
+    let raw = match pool.context() {
+        Some(context) => in_context_or_undo(context.as_cu(), import, undo)?,
+        None => import()?,
+    };
     let origin = Origin::Imported(slot);
     let imported = DevicePtrHandle::stream_ordered(raw, size, Some(pool.clone()), order, origin);
     // The payload's size is only a claim: bounds checks of the safe methods trust the handle's

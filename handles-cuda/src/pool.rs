@@ -56,6 +56,9 @@ pub struct PoolProps {
     pub ipc: bool,
     /// The pool's maximum size in bytes; 0 lets the driver choose.
     pub max_size: usize,
+    /// For host pools: the device whose primary context creates the pool (and is kept alive
+    /// by it), and whose NUMA node an IPC host pool uses. Device pools use their own device.
+    pub device: usize,
 }
 
 impl PoolProps {
@@ -65,6 +68,7 @@ impl PoolProps {
             location: PoolLocation::Device(ordinal),
             ipc: false,
             max_size: 0,
+            device: ordinal,
         }
     }
 }
@@ -179,10 +183,12 @@ impl MemoryPoolHandle {
         ensure_loaded()?;
         let context = match props.location {
             PoolLocation::Device(ordinal) => ContextHandle::primary(ordinal)?,
-            PoolLocation::Host | PoolLocation::HostNuma(_) => ContextHandle::primary(0)?,
+            PoolLocation::Host | PoolLocation::HostNuma(_) => ContextHandle::primary(props.device)?,
         };
         let location = match props.location {
-            PoolLocation::Host if props.ipc => PoolLocation::HostNuma(host_numa_node(0)?),
+            PoolLocation::Host if props.ipc => {
+                PoolLocation::HostNuma(host_numa_node(props.device)?)
+            }
             other => other,
         };
         // SAFETY: the props struct is plain data for which all-zero is the documented default.
@@ -278,11 +284,13 @@ impl MemoryPoolHandle {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    /// Imports a pool that another process exported with [`MemoryPoolHandle::export_posix_fd`].
-    /// The descriptor is not consumed. The returned handle owns the imported pool.
-    pub fn import_posix_fd(fd: BorrowedFd<'_>) -> Result<Self> {
+    /// Imports a pool that another process exported with [`MemoryPoolHandle::export_posix_fd`],
+    /// on device `ordinal` of this process (whose primary context the import keeps alive, and
+    /// in which its pointers are imported). The descriptor is not consumed. The returned handle
+    /// owns the imported pool.
+    pub fn import_posix_fd(fd: BorrowedFd<'_>, ordinal: usize) -> Result<Self> {
         ensure_loaded()?;
-        let context = ContextHandle::primary(0)?;
+        let context = ContextHandle::primary(ordinal)?;
         let raw = in_context_or_undo(
             context.as_cu(),
             || {

@@ -2,9 +2,11 @@
 //! value, read after each use and written before the free moves (see `stream_order.rs`). On
 //! its own so that `tests/loom_stream_order.rs` can model-check it with loom's atomics.
 
-#[cfg(loom)]
+// A cfg of its own, not `loom`: under `--cfg loom` handles-core switches to loom's primitives,
+// which cannot initialise the statics this crate declares.
+#[cfg(handles_cuda_loom)]
 use loom::sync::atomic::{AtomicUsize, Ordering};
-#[cfg(not(loom))]
+#[cfg(not(handles_cuda_loom))]
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The raw value of the stream a free will be queued on; 0 when that stream is a

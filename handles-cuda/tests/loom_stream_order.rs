@@ -1,8 +1,9 @@
 //! Model check of the lock-free half of the ordering rule for frees (`stream_order.rs`): a use
 //! on the deallocation stream that skips the lock, racing a move of the free to another stream,
 //! is always covered by the marker the move records. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p handles-cuda --test loom_stream_order --release`.
-#![cfg(loom)]
+//! `RUSTFLAGS="--cfg handles_cuda_loom" cargo test -p handles-cuda --test loom_stream_order
+//! --release`.
+#![cfg(handles_cuda_loom)]
 
 #[path = "../src/stream_order_protocol.rs"]
 #[allow(dead_code)]
@@ -63,7 +64,17 @@ fn a_use_racing_a_move_is_always_covered_by_a_marker() {
 
         // The free waits for every marker: together they must cover all work on the old home.
         let queued = *old_home_queue.lock().unwrap();
-        let covered = state.lock().unwrap().covered_by_markers.iter().copied().max();
-        assert_eq!(covered, Some(queued), "a use on the old home escaped the markers");
+        let covered = state
+            .lock()
+            .unwrap()
+            .covered_by_markers
+            .iter()
+            .copied()
+            .max();
+        assert_eq!(
+            covered,
+            Some(queued),
+            "a use on the old home escaped the markers"
+        );
     });
 }

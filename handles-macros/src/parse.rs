@@ -171,7 +171,10 @@ impl SpecBuilder {
             return;
         }
         if !KEYS.contains(&name.as_str()) {
-            diagnostics.error(item.key.span(), unknown_key_message(&name, KEYS, "#[handle]"));
+            diagnostics.error(
+                item.key.span(),
+                unknown_key_message(&name, KEYS, "#[handle]"),
+            );
             return;
         }
         if let Some(first) = self.seen.get(&name) {

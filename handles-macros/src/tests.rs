@@ -57,9 +57,17 @@ fn generated_code_names_primitives_by_full_path_and_marks_impls_derived() {
             .split(|c: char| !c.is_alphanumeric() && c != '_')
             .filter(|token| *token == primitive)
             .count();
-        let named_qualified = code.matches(&format!(":: core :: primitive :: {primitive}")).count();
-        assert_eq!(named_bare, named_qualified, "unqualified `{primitive}` in {unqualified}");
+        let named_qualified = code
+            .matches(&format!(":: core :: primitive :: {primitive}"))
+            .count();
+        assert_eq!(
+            named_bare, named_qualified,
+            "unqualified `{primitive}` in {unqualified}"
+        );
     }
     assert!(code.contains("automatically_derived"));
-    assert!(!code.contains("unsafe impl"), "the opt-in is never generated");
+    assert!(
+        !code.contains("unsafe impl"),
+        "the opt-in is never generated"
+    );
 }

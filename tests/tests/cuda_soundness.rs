@@ -10,9 +10,11 @@ mod simulator;
 
 use cuda_sim::{Report, SimCommand};
 use handles_cuda::sys;
+use std::os::fd::AsFd;
+
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
-    StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcEventHandle, IpcPointer,
+    MemoryPoolHandle, PoolLocation, PoolProps, StreamFlags, StreamHandle,
 };
 use handles_tests::cuda_live_counts;
 use simulator::{Scratch, run_with_report, say, tail, this_binary};
@@ -20,10 +22,14 @@ use simulator::{Scratch, run_with_report, say, tail, this_binary};
 /// Set in a scenario's child process to the scenario's name.
 const SCENARIO: &str = "HANDLES_CUDA_SOUNDNESS_SCENARIO";
 
-
 /// Runs `scenario_<name>` on the simulator, with `fail` injected, and returns its report after
 /// checking that it exited cleanly.
 fn run_scenario(name: &str, fail: &[(&str, u64, &str)]) -> Report {
+    run_scenario_with(name, fail, &[])
+}
+
+/// [`run_scenario`] with extra environment variables (`CUDA_SIM_DEVICES`, …).
+fn run_scenario_with(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> Report {
     let scratch = Scratch::new(name);
     let test = format!("scenario_{name}");
     let mut command = this_binary();
@@ -35,7 +41,8 @@ fn run_scenario(name: &str, fail: &[(&str, u64, &str)]) -> Report {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(SCENARIO, name);
+        .env(SCENARIO, name)
+        .envs(env.iter().copied());
     if !fail.is_empty() {
         command.sim_fail(fail);
     }
@@ -141,9 +148,7 @@ fn scenario_deallocation_stream_moved_after_work_on_the_old_one() {
     assert!(buffer.deallocation_stream().unwrap().ptr_eq(&third));
     // A copy between two buffers on yet another stream orders both frees after it.
     let other = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &second).unwrap();
-    buffer
-        .copy_to_async(0, &other, 0, 1 << 16, &first)
-        .unwrap();
+    buffer.copy_to_async(0, &other, 0, 1 << 16, &first).unwrap();
     drop(buffer);
     drop(other);
     context.synchronize().unwrap();
@@ -202,14 +207,18 @@ fn scenario_foreign_current_context_is_refused_and_a_current_primary_is_retained
     let status = unsafe { sys::cuCtxCreate_v4(&mut foreign, std::ptr::null_mut(), 0, 0) };
     assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
     let refused = EventHandle::create_in_current(EventFlags::default());
-    assert!(refused.is_err(), "an event would outlive a context it cannot keep alive");
-    let refused = DevicePtrHandle::alloc_async(64, &StreamHandle::legacy());
-    assert!(refused.is_err(), "a free would run in a context it cannot keep alive");
-    // SAFETY: our own context, which nothing of ours refers to.
-    assert_eq!(
-        unsafe { sys::cuCtxDestroy_v2(foreign) },
-        sys::CUresult::CUDA_SUCCESS
+    assert!(
+        refused.is_err(),
+        "an event would outlive a context it cannot keep alive"
     );
+    let refused = DevicePtrHandle::alloc_async(64, &StreamHandle::legacy());
+    assert!(
+        refused.is_err(),
+        "a free would run in a context it cannot keep alive"
+    );
+    // SAFETY: our own context, which nothing of ours refers to.
+    let destroyed = unsafe { sys::cuCtxDestroy_v2(foreign) };
+    assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
 
     // A primary context made current by someone else's retain is retained by the handles.
     let mut primary = std::ptr::null_mut();
@@ -266,7 +275,10 @@ fn scenario_primary_context_registry_entry_survives_one_thread_letting_go() {
     .join()
     .unwrap();
     let found = ContextHandle::lookup(mine.as_cu()).expect("still registered");
-    assert!(found.ptr_eq(&mine), "one handle per device, shared by threads");
+    assert!(
+        found.ptr_eq(&mine),
+        "one handle per device, shared by threads"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -280,7 +292,12 @@ fn copy_after_a_failed_synchronize_never_starts() {
         &[("cuStreamSynchronize", 1, "CUDA_ERROR_LAUNCH_FAILED")],
     );
     assert_clean(name, &report);
-    for copy in ["cuMemcpyAsync", "cuMemcpy", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"] {
+    for copy in [
+        "cuMemcpyAsync",
+        "cuMemcpy",
+        "cuMemcpyDtoHAsync_v2",
+        "cuMemcpyDtoH_v2",
+    ] {
         assert_eq!(
             report.calls.get(copy).copied().unwrap_or(0),
             0,
@@ -303,4 +320,207 @@ fn scenario_copy_after_a_failed_synchronize_never_starts() {
     drop(host); // the borrow ends here; nothing may still write to it
     drop(buffer);
     context.synchronize().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 2: the size in an IPC payload is checked against what the driver mapped.
+
+fn ipc_pool(device: usize) -> MemoryPoolHandle {
+    MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(device)
+    })
+    .unwrap()
+}
+
+#[test]
+fn forged_ipc_size_is_refused() {
+    let name = "forged_ipc_size_is_refused";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_forged_ipc_size_is_refused() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let stream = non_blocking(&context);
+        let pool = ipc_pool(0);
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+        let honest = buffer.export_ipc().unwrap();
+        let forged = IpcPointer {
+            size: 1 << 20,
+            ..honest
+        };
+        let imported_pool =
+            MemoryPoolHandle::import_posix_fd(pool.export_posix_fd().unwrap().as_fd(), 0).unwrap();
+        let refused = DevicePtrHandle::import_ipc(&imported_pool, &forged, &stream);
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "a payload claiming more than was mapped must be refused: {refused:?}"
+        );
+        // The honest payload still imports, with its true size.
+        let imported = DevicePtrHandle::import_ipc(&imported_pool, &honest, &stream).unwrap();
+        assert_eq!(imported.size(), 4096);
+        drop(imported);
+        drop(buffer);
+        stream.synchronize().unwrap();
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 7: imports and host pools on the device the caller names.
+
+#[test]
+fn pool_import_on_the_second_device_uses_that_device() {
+    let name = "pool_import_on_the_second_device_uses_that_device";
+    assert_clean(
+        name,
+        &run_scenario_with(name, &[], &[("CUDA_SIM_DEVICES", "2")]),
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_pool_import_on_the_second_device_uses_that_device() {
+    in_scenario();
+    let pool = ipc_pool(1);
+    let imported =
+        MemoryPoolHandle::import_posix_fd(pool.export_posix_fd().unwrap().as_fd(), 1).unwrap();
+    assert_eq!(imported.context().as_ref().unwrap().device(), Some(1));
+    let host = MemoryPoolHandle::create(&PoolProps {
+        location: PoolLocation::Host,
+        device: 1,
+        ..PoolProps::device(1)
+    })
+    .unwrap();
+    assert_eq!(host.context().as_ref().unwrap().device(), Some(1));
+    drop((imported, host, pool));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 9: an old driver gets an error or a fallback, never a panic.
+
+#[test]
+fn old_drivers_get_errors_or_fallbacks() {
+    let name = "elapsed_time_falls_back_before_cuda_12_8";
+    let report = run_scenario_with(name, &[], &[("CUDA_SIM_DRIVER_VERSION", "12040")]);
+    assert_clean(name, &report);
+    assert!(report.calls.contains_key("cuEventElapsedTime"));
+    assert!(!report.calls.contains_key("cuEventElapsedTime_v2"));
+    let name = "a_driver_older_than_cuda_12_is_refused";
+    let report = run_scenario_with(name, &[], &[("CUDA_SIM_DRIVER_VERSION", "11080")]);
+    assert_clean(name, &report);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_elapsed_time_falls_back_before_cuda_12_8() {
+    in_scenario();
+    assert_eq!(handles_cuda::driver_version().unwrap(), 12040);
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let (start, end) = (
+        EventHandle::create(&context, EventFlags::timing()).unwrap(),
+        EventHandle::create(&context, EventFlags::timing()).unwrap(),
+    );
+    start.record(&stream).unwrap();
+    end.record(&stream).unwrap();
+    end.synchronize().unwrap();
+    assert!(start.elapsed_ms(&end).unwrap() >= 0.0);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_driver_older_than_cuda_12_is_refused() {
+    in_scenario();
+    match handles_cuda::ensure_loaded() {
+        Err(Error::DriverTooOld { version: 11080, .. }) => {}
+        other => panic!("expected DriverTooOld, got {other:?}"),
+    }
+    assert!(ContextHandle::primary(0).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 10: `to_cudarc` leaves the caller's current context as it was.
+
+#[test]
+fn to_cudarc_restores_the_current_context() {
+    let name = "to_cudarc_restores_the_current_context";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_to_cudarc_restores_the_current_context() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    assert!(ContextHandle::current().unwrap().is_none());
+    let cudarc = context.to_cudarc().unwrap();
+    assert_eq!(cudarc.cu_ctx(), context.as_cu());
+    assert!(
+        ContextHandle::current().unwrap().is_none(),
+        "no hidden thread state: nothing was current before"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 11: IPC events keep their flags; a failed pointer export is returned as it is.
+
+#[test]
+fn ipc_event_import_keeps_blocking_sync() {
+    let name = "ipc_event_import_keeps_blocking_sync";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_ipc_event_import_keeps_blocking_sync() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let flags = EventFlags {
+        timing: false,
+        blocking_sync: true,
+        interprocess: true,
+    };
+    let event = EventHandle::create(&context, flags).unwrap();
+    let sent = event.export_ipc().unwrap().to_bytes();
+    let token = IpcEventHandle::from_bytes(&sent).unwrap();
+    let imported = EventHandle::import_ipc(&context, &token).unwrap();
+    assert_eq!(imported.flags(), flags);
+}
+
+#[test]
+fn failed_pointer_export_is_returned_without_side_effects() {
+    let name = "failed_pointer_export_is_returned_without_side_effects";
+    let report = run_scenario(
+        name,
+        &[("cuMemPoolExportPointer", 1, "CUDA_ERROR_INVALID_VALUE")],
+    );
+    assert_clean(name, &report);
+    assert_eq!(
+        report.calls.get("cuMemPoolExportToShareableHandle"),
+        Some(&1),
+        "the pool's handle is exported once, at creation, and never as a side effect"
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_failed_pointer_export_is_returned_without_side_effects() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let pool = ipc_pool(0);
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+    let failed = buffer.export_ipc();
+    assert!(
+        matches!(&failed, Err(error) if error.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE)),
+        "{failed:?}"
+    );
+    assert!(buffer.export_ipc().is_ok(), "the next export works");
 }

@@ -71,4 +71,10 @@ fn malformed_ipc_payloads_are_rejected_before_the_driver() {
         Ok(pointer)
     );
     assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 63]).is_err());
+    assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 64]).is_err());
+    assert!(
+        handles_cuda::IpcEventHandle::from_bytes(&[2u8; 65]).is_err(),
+        "flags byte 2"
+    );
+    assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 65]).is_ok());
 }

@@ -145,7 +145,7 @@ fn pool_device_ipc_fd_export_import() -> Result<()> {
         ..PoolProps::device(0)
     })?;
     let fd = pool.export_posix_fd()?;
-    let imported = MemoryPoolHandle::import_posix_fd(fd.as_fd())?;
+    let imported = MemoryPoolHandle::import_posix_fd(fd.as_fd(), 0)?;
     imported.used_bytes()?;
     Ok(())
 }
@@ -155,6 +155,7 @@ fn pool_host() -> Result<()> {
         location: PoolLocation::Host,
         ipc: false,
         max_size: 0,
+        device: 0,
     })
 }
 
@@ -163,6 +164,7 @@ fn pool_host_ipc() -> Result<()> {
         location: PoolLocation::Host,
         ipc: true,
         max_size: 0,
+        device: 0,
     })
 }
 
@@ -225,7 +227,7 @@ fn pointer_ipc_export_import() -> Result<()> {
     // covers the library's export-and-retry path.
     let pointer = buffer.export_ipc()?;
     let fd = pool.export_posix_fd()?;
-    let imported_pool = MemoryPoolHandle::import_posix_fd(fd.as_fd())?;
+    let imported_pool = MemoryPoolHandle::import_posix_fd(fd.as_fd(), 0)?;
     let imported = DevicePtrHandle::import_ipc(&imported_pool, &pointer, &stream)?;
     let mut host = [0u8; 16];
     imported.copy_to_host(&mut host, &stream)?;

@@ -319,7 +319,10 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     );
     let plain_event = EventHandle::create(&context, EventFlags::default()).unwrap();
     assert!(plain_event.export_ipc().is_err());
-    let bad_token = handles_cuda::IpcEventHandle([0x11; 64]);
+    let bad_token = handles_cuda::IpcEventHandle {
+        token: [0x11; 64],
+        blocking_sync: false,
+    };
     assert!(EventHandle::import_ipc(&context, &bad_token).is_err());
     assert!(
         EventHandle::create(
@@ -412,6 +415,243 @@ fn two_gpus_pool_peer_access_is_revoked_before_destroy() {
         pool.close().expect("revoke and destroy succeed");
     }
     failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn query_and_wait_event_order_work_across_streams() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let (first, second) = (stream(&context), stream(&context));
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 20, &first).unwrap();
+    let done = EventHandle::create(&context, EventFlags::default()).unwrap();
+    assert!(
+        done.query().unwrap(),
+        "an event never recorded counts as complete"
+    );
+    buffer.memset_async(0x5a, 1 << 20, &first).unwrap();
+    done.record(&first).unwrap();
+    second.wait_event(&done).unwrap();
+    let mut host = vec![0u8; 1 << 20];
+    buffer.copy_to_host(&mut host, &second).unwrap();
+    assert!(
+        host.iter().all(|&byte| byte == 0x5a),
+        "the wait ordered the read after the memset"
+    );
+    assert!(done.query().unwrap());
+    assert!(first.query().unwrap() && second.query().unwrap());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn copies_at_offsets_and_between_buffers_move_the_right_bytes() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let (first, second) = (stream(&context), stream(&context));
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let source = DevicePtrHandle::alloc_from_pool(&pool, 8192, &first).unwrap();
+    let target = DevicePtrHandle::alloc_from_pool(&pool, 8192, &second).unwrap();
+    let data: Vec<u8> = (0..4096).map(|i| (i % 251) as u8).collect();
+    source.memset_async(0, 8192, &first).unwrap();
+    target.memset_async(0xee, 8192, &second).unwrap();
+    source.copy_from_host_at(1024, &data, &first).unwrap();
+    // A device-to-device copy on a third stream, after both buffers' work.
+    let third = stream(&context);
+    first.synchronize().unwrap();
+    second.synchronize().unwrap();
+    source
+        .copy_to_async(1024, &target, 2048, 4096, &third)
+        .unwrap();
+    let mut back = vec![0u8; 4096];
+    target.copy_to_host_at(2048, &mut back, &third).unwrap();
+    assert_eq!(back, data);
+    let mut edge = [0u8; 16];
+    target
+        .copy_to_host_at(2048 - 16, &mut edge, &third)
+        .unwrap();
+    assert_eq!(
+        edge, [0xee; 16],
+        "bytes before the copied range are untouched"
+    );
+    assert!(
+        target.copy_to_host_at(8192 - 8, &mut edge, &third).is_err(),
+        "past the end"
+    );
+    assert!(
+        source.copy_to_async(0, &source, 100, 200, &third).is_err(),
+        "overlapping"
+    );
+    assert!(
+        source.memset_at_async(usize::MAX, 0, 2, &third).is_err(),
+        "offset overflow"
+    );
+    // Both buffers are freed after the copy on `third`, although it is neither's home.
+    drop((source, target));
+    context.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_buffer_used_on_other_streams_is_freed_after_them() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let streams: Vec<_> = (0..4).map(|_| stream(&context)).collect();
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        for round in 0..50 {
+            let buffer =
+                DevicePtrHandle::alloc_from_pool(&pool, 1 << 22, &streams[round % 4]).unwrap();
+            for (i, other) in streams.iter().enumerate() {
+                buffer.memset_async(i as u8, 1 << 22, other).unwrap();
+            }
+            if round % 2 == 0 {
+                buffer
+                    .set_deallocation_stream(&streams[(round + 1) % 4])
+                    .unwrap();
+            }
+            // Freed on its deallocation stream after the work on all four streams.
+        }
+        context.synchronize().unwrap();
+        assert_eq!(pool.used_bytes().unwrap(), 0);
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn contexts_are_owned_or_refused_and_to_cudarc_leaves_the_current_one() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    // SAFETY: clears this thread's current context; nothing of ours depends on it.
+    unsafe {
+        assert_eq!(
+            sys::cuCtxSetCurrent(std::ptr::null_mut()),
+            sys::CUresult::CUDA_SUCCESS
+        )
+    };
+    let cudarc = context.to_cudarc().unwrap();
+    assert_eq!(cudarc.cu_ctx(), context.as_cu());
+    assert!(
+        ContextHandle::current().unwrap().is_none(),
+        "to_cudarc left a context current"
+    );
+
+    // A current primary context is retained by what is made in it.
+    // SAFETY: the primary context is alive (held by `context`).
+    unsafe {
+        assert_eq!(
+            sys::cuCtxSetCurrent(context.as_cu()),
+            sys::CUresult::CUDA_SUCCESS
+        )
+    };
+    let event = EventHandle::create_in_current(EventFlags::default()).unwrap();
+    assert!(event.context().as_ref().unwrap().ptr_eq(&context));
+    // A foreign context current: refused, not borrowed.
+    let foreign = make_foreign_context_current();
+    assert!(EventHandle::create_in_current(EventFlags::default()).is_err());
+    assert!(DevicePtrHandle::alloc_async(64, &StreamHandle::legacy()).is_err());
+    // SAFETY: our own context; nothing refers to it.
+    unsafe {
+        assert_eq!(sys::cuCtxDestroy_v2(foreign), sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            sys::cuCtxSetCurrent(std::ptr::null_mut()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_per_thread_stream_allocation_dropped_on_another_thread_is_freed_in_order() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffers: Vec<DevicePtrHandle> = std::thread::scope(|scope| {
+        (0..4)
+            .map(|i| {
+                let (context, pool) = (context.clone(), pool.clone());
+                scope.spawn(move || {
+                    // SAFETY: the context is alive for this thread's work (held here).
+                    let status = unsafe { sys::cuCtxSetCurrent(context.as_cu()) };
+                    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+                    let per_thread = StreamHandle::per_thread();
+                    let buffer =
+                        DevicePtrHandle::alloc_from_pool(&pool, 1 << 22, &per_thread).unwrap();
+                    buffer.memset_async(i as u8, 1 << 22, &per_thread).unwrap();
+                    buffer
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|join| join.join().unwrap())
+            .collect()
+    });
+    // Dropped here: the main thread's per-thread stream knows nothing of the allocating
+    // threads' work, so each free first waits for the context.
+    drop(buffers);
+    context.synchronize().unwrap();
+    assert_eq!(pool.used_bytes().unwrap(), 0);
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_legacy_stream_allocation_keeps_the_current_primary_context_alive() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        // SAFETY: the primary context is alive (held by `context`).
+        unsafe {
+            assert_eq!(
+                sys::cuCtxSetCurrent(context.as_cu()),
+                sys::CUresult::CUDA_SUCCESS
+            )
+        };
+        let buffer = DevicePtrHandle::alloc_async(1 << 16, &StreamHandle::legacy()).unwrap();
+        let home = buffer.deallocation_stream().unwrap();
+        assert!(
+            home.context().as_ref().unwrap().ptr_eq(&context),
+            "bound to an owner"
+        );
+        // SAFETY: clears the current context; the buffer holds its own.
+        unsafe {
+            assert_eq!(
+                sys::cuCtxSetCurrent(std::ptr::null_mut()),
+                sys::CUresult::CUDA_SUCCESS
+            )
+        };
+        drop(context);
+        handles_cuda::clear_primary_cache();
+        buffer.memset_async(1, 1 << 16, &home).unwrap();
+        drop(buffer); // freed on the legacy stream of the context it keeps alive
+    }
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_driver_version_is_checked_and_elapsed_time_works() {
+    let _serial = serial();
+    let version = handles_cuda::driver_version().unwrap();
+    println!("driver version {version}");
+    assert!(version >= handles_cuda::MIN_DRIVER_VERSION);
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let (start, end) = (
+        EventHandle::create(&context, EventFlags::timing()).unwrap(),
+        EventHandle::create(&context, EventFlags::timing()).unwrap(),
+    );
+    start.record(&stream).unwrap();
+    end.record(&stream).unwrap();
+    end.synchronize().unwrap();
+    assert!(start.elapsed_ms(&end).unwrap() >= 0.0);
 }
 
 /// GPU tests that cannot run on the simulator, with the reason; the launcher skips them by

@@ -42,6 +42,7 @@ fn share_with_child(test: &str, location: PoolLocation) {
         location,
         ipc: true,
         max_size: 0,
+        device: 0,
     })
     .unwrap();
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
@@ -86,7 +87,7 @@ fn import_in_child() {
     let fd: RawFd = std::env::var("HANDLES_IPC_FD").unwrap().parse().unwrap();
     // SAFETY: the parent passed this descriptor open and it stays open for the whole child.
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let pool = MemoryPoolHandle::import_posix_fd(fd).unwrap();
+    let pool = MemoryPoolHandle::import_posix_fd(fd, 0).unwrap();
     let pointer = IpcPointer::from_bytes(&env_bytes("HANDLES_IPC_POINTER")).unwrap();
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
@@ -140,6 +141,21 @@ fn import_in_child() {
     drop(again);
     println!("child: four concurrent importers shared one allocation; re-import works");
 
+    // A payload whose size claims more than the exporter allocated: bounds checks trust the
+    // handle's size, so the import must be refused (no import of it is alive here).
+    let forged = IpcPointer {
+        size: pointer.size * 64,
+        ..pointer
+    };
+    let refused = DevicePtrHandle::import_ipc(&pool, &forged, &stream);
+    assert!(
+        matches!(refused, Err(handles_cuda::Error::InvalidArgument(_))),
+        "a forged size: {refused:?}"
+    );
+    println!(
+        "child: a payload claiming 64x the real size was refused: {}",
+        refused.unwrap_err()
+    );
     let random = IpcPointer {
         export_data: [0xc3; 64],
         size: 4096,
@@ -181,10 +197,13 @@ fn show_the_driver_bug_without_the_cache(
     pointer: &IpcPointer,
     stream: &StreamHandle,
 ) {
-    handles_cuda::set_import_cache_enabled(false);
+    // SAFETY: this child never frees an import while another handle to it is used; it shows
+    // the driver's bug on purpose and frees each handle once.
+    unsafe { handles_cuda::set_import_cache_enabled(false) };
     let first = DevicePtrHandle::import_ipc(pool, pointer, stream).unwrap();
     let second = DevicePtrHandle::import_ipc(pool, pointer, stream);
-    handles_cuda::set_import_cache_enabled(true);
+    // SAFETY: turning the cache back on has no precondition.
+    unsafe { handles_cuda::set_import_cache_enabled(true) };
     let second = match second {
         Ok(second) => second,
         Err(error) => {
@@ -236,12 +255,17 @@ fn ipc_events_cross_processes() {
         let bytes = env_bytes("HANDLES_IPC_EVENT");
         let token = handles_cuda::IpcEventHandle::from_bytes(&bytes).unwrap();
         let event = EventHandle::import_ipc(&context, &token).unwrap();
+        assert!(
+            event.flags().blocking_sync,
+            "the importer's handle has the exporter's flags"
+        );
         event.synchronize().unwrap();
-        println!("child: waited on the parent's event");
+        println!("child: waited on the parent's blocking-sync event");
         return;
     }
     let flags = EventFlags {
         interprocess: true,
+        blocking_sync: true,
         ..EventFlags::default()
     };
     let event = EventHandle::create(&context, flags).unwrap();
@@ -251,7 +275,120 @@ fn ipc_events_cross_processes() {
     let output = child::run(
         "ipc_events_cross_processes",
         "event-importer",
-        &[("HANDLES_IPC_EVENT", child::to_hex(&token.0))],
+        &[("HANDLES_IPC_EVENT", child::to_hex(&token.to_bytes()))],
+    );
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    child::assert_success(&output);
+}
+
+/// Sizes of the allocations the re-import test shares.
+const REIMPORT_SIZES: [usize; 3] = [4096, 1 << 20, 16 << 20];
+const REIMPORT_ROUNDS: usize = 100;
+
+/// A host function that blocks its stream until the flag it points to is set (or 10 s pass).
+extern "C" fn block_until_released(flag: *mut std::ffi::c_void) {
+    // SAFETY: the test passes a pointer to an `AtomicBool` that it keeps alive until the
+    // stream has run this function (it synchronises the stream before dropping the flag).
+    let released = unsafe { &*flag.cast::<std::sync::atomic::AtomicBool>() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !released.load(std::sync::atomic::Ordering::Acquire)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+/// The child of the re-import test: for each size and round, blocks its stream, imports,
+/// drops the import (its free is queued behind the block), imports again (the cache lets the
+/// re-import proceed once the free is queued), releases the stream so the old free runs, and
+/// reads through the new import.
+fn reimport_in_child() {
+    let fd: RawFd = std::env::var("HANDLES_IPC_FD").unwrap().parse().unwrap();
+    // SAFETY: the parent passed this descriptor open and it stays open for the whole child.
+    let pool = MemoryPoolHandle::import_posix_fd(unsafe { BorrowedFd::borrow_raw(fd) }, 0).unwrap();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pointers: Vec<IpcPointer> = (0..REIMPORT_SIZES.len())
+        .map(|i| IpcPointer::from_bytes(&env_bytes(&format!("HANDLES_IPC_POINTER_{i}"))).unwrap())
+        .collect();
+    let mut same_pointer = 0;
+    for round in 0..REIMPORT_ROUNDS {
+        for (i, pointer) in pointers.iter().enumerate() {
+            let size = REIMPORT_SIZES[i];
+            let released = Box::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = std::ptr::from_ref(&*released).cast_mut().cast();
+            // SAFETY: the stream is alive; the flag outlives the host function (see above).
+            let status = unsafe {
+                handles_cuda::sys::cuLaunchHostFunc(
+                    stream.as_cu(),
+                    Some(block_until_released),
+                    flag,
+                )
+            };
+            assert_eq!(status, handles_cuda::sys::CUresult::CUDA_SUCCESS);
+            let first = DevicePtrHandle::import_ipc(&pool, pointer, &stream).unwrap();
+            let first_raw = first.as_cu();
+            drop(first); // cuMemFreeAsync queued behind the blocked host function
+            let second = DevicePtrHandle::import_ipc(&pool, pointer, &stream).unwrap();
+            same_pointer += usize::from(second.as_cu() == first_raw);
+            released.store(true, std::sync::atomic::Ordering::Release);
+            stream.synchronize().unwrap(); // the old import's free has run now
+            drop(released);
+            let mut back = vec![0u8; size];
+            second.copy_to_host(&mut back, &stream).unwrap();
+            assert!(
+                back == pattern(size),
+                "round {round}, {size} bytes: the re-import read wrong data after the old free ran"
+            );
+            drop(second);
+            stream.synchronize().unwrap();
+        }
+    }
+    println!(
+        "child: {} re-imports while the previous free was queued ({same_pointer} got the same \
+         pointer back); every read after the old free ran was correct",
+        REIMPORT_ROUNDS * REIMPORT_SIZES.len()
+    );
+}
+
+/// Whether re-importing while the previous import's free is still queued is safe on this
+/// driver: the import cache lets a re-import proceed once `cuMemFreeAsync` is queued, not once
+/// it has run. The child blocks the stream, so the old free runs after the re-import, and then
+/// reads through the new import. If the driver unmapped the new import with the old free, the
+/// read fails and the cache must wait for the free to execute.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn reimport_while_the_previous_free_is_queued_reads_correctly() {
+    if child::role().as_deref() == Some("reimporter") {
+        return reimport_in_child();
+    }
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(0)
+    })
+    .unwrap();
+    let mut env = Vec::new();
+    let mut buffers = Vec::new();
+    for (i, size) in REIMPORT_SIZES.into_iter().enumerate() {
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, size, &stream).unwrap();
+        buffer.copy_from_host(&pattern(size), &stream).unwrap();
+        let pointer = buffer.export_ipc().unwrap();
+        env.push((
+            format!("HANDLES_IPC_POINTER_{i}"),
+            child::to_hex(&pointer.to_bytes()),
+        ));
+        buffers.push(buffer);
+    }
+    let fd = pool.export_posix_fd().unwrap();
+    inheritable(fd.as_raw_fd());
+    env.push(("HANDLES_IPC_FD".to_owned(), fd.as_raw_fd().to_string()));
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let output = child::run(
+        "reimport_while_the_previous_free_is_queued_reads_correctly",
+        "reimporter",
+        &env,
     );
     print!("{}", String::from_utf8_lossy(&output.stdout));
     child::assert_success(&output);
@@ -313,6 +450,7 @@ fn export_until_released() {
         location: PoolLocation::Device(0),
         ipc: true,
         max_size: 0,
+        device: 0,
     })
     .unwrap();
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
@@ -387,7 +525,7 @@ fn ipc_payload_from_an_exited_process_is_safe() {
     let (pid, fd) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
     let pointer = IpcPointer::from_bytes(&child::from_hex(fields[3]).unwrap()).unwrap();
 
-    let pool = MemoryPoolHandle::import_posix_fd(take_fd(pid, fd).as_fd()).unwrap();
+    let pool = MemoryPoolHandle::import_posix_fd(take_fd(pid, fd).as_fd(), 0).unwrap();
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let live = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
@@ -414,7 +552,11 @@ fn ipc_payload_from_an_exited_process_is_safe() {
 
 /// GPU tests that cannot run on the simulator, with the reason; the launcher skips them by
 /// name and prints why. Empty: IPC works across processes on the simulator (memory files).
-const NOT_SIMULATED: &[(&str, &str)] = &[];
+const NOT_SIMULATED: &[(&str, &str)] = &[(
+    "reimport_while_the_previous_free_is_queued_reads_correctly",
+    "the simulator runs a host function at once on the calling thread, so one that blocks its \
+     stream until the test releases it would wait for itself",
+)];
 
 /// Runs every GPU test of this file on the simulated driver (tests/cuda-sim) in a child
 /// process. The tests' own child processes inherit the simulator and write their own reports.

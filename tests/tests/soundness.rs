@@ -73,7 +73,9 @@ struct Registered {}
 unsafe impl ThreadSafe for Registered {}
 
 fn registered_len() -> usize {
-    Registered::registry().expect("declared with a registry").len()
+    Registered::registry()
+        .expect("declared with a registry")
+        .len()
 }
 
 fn create_and_close(cycles: usize) {
@@ -90,7 +92,11 @@ fn close_removes_the_registry_entry_and_memory_stays_flat() {
     let cycles = scaled(100_000, 200);
     let before = registered_len();
     create_and_close(cycles);
-    assert_eq!(registered_len(), before, "close left registry entries behind");
+    assert_eq!(
+        registered_len(),
+        before,
+        "close left registry entries behind"
+    );
     let after_first = LIVE_BYTES.load(Ordering::Relaxed);
     create_and_close(cycles);
     let after_second = LIVE_BYTES.load(Ordering::Relaxed);
@@ -233,17 +239,21 @@ impl fmt::Display for DropPanics {
 impl std::error::Error for DropPanics {}
 
 #[derive(Clone, Copy, Debug)]
+/// Which user code panics inside the handle's `Drop`.
 enum Hostile {
-    ErrorDisplayPanics,
-    ErrorDropPanics,
-    PayloadDropPanics,
+    DisplayOfError,
+    DropOfError,
+    DropOfPayload,
 }
 
-fn delete_hostile(_: u64, record: &HostileRecord) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn delete_hostile(
+    _: u64,
+    record: &HostileRecord,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match record.how {
-        Hostile::ErrorDisplayPanics => Err(Box::new(DisplayPanics)),
-        Hostile::ErrorDropPanics => Err(Box::new(DropPanics)),
-        Hostile::PayloadDropPanics => std::panic::panic_any(DropPanics),
+        Hostile::DisplayOfError => Err(Box::new(DisplayPanics)),
+        Hostile::DropOfError => Err(Box::new(DropPanics)),
+        Hostile::DropOfPayload => std::panic::panic_any(DropPanics),
     }
 }
 
@@ -262,15 +272,18 @@ fn no_panic_escapes_drop_from_the_error_or_the_payload() {
     handles_core::reset_report_hook(); // the default hook formats the error
     let live_before = HostileRecordHandle::live_count().expect("live-count is on in the tests");
     for how in [
-        Hostile::ErrorDisplayPanics,
-        Hostile::ErrorDropPanics,
-        Hostile::PayloadDropPanics,
+        Hostile::DisplayOfError,
+        Hostile::DropOfError,
+        Hostile::DropOfPayload,
     ] {
         let id = fresh_id();
         // SAFETY: a fresh id; `delete_hostile` misbehaves on purpose but deletes nothing real.
         let handle = unsafe { HostileRecordHandle::from_raw(id, HostileRecord { how }) };
         let dropped = catch_unwind(AssertUnwindSafe(|| drop(handle)));
-        assert!(dropped.is_ok(), "{how:?}: a panic escaped the handle's Drop");
+        assert!(
+            dropped.is_ok(),
+            "{how:?}: a panic escaped the handle's Drop"
+        );
         assert!(
             HostileRecordHandle::lookup(id).is_none(),
             "{how:?}: the registry entry survived"
@@ -290,9 +303,9 @@ fn no_panic_escapes_drop_while_the_thread_is_already_unwinding() {
     // If anything escaped, the second panic during unwinding would abort the whole test binary.
     let outcome = thread::spawn(|| {
         let _dropped_while_unwinding = [
-            Hostile::ErrorDisplayPanics,
-            Hostile::ErrorDropPanics,
-            Hostile::PayloadDropPanics,
+            Hostile::DisplayOfError,
+            Hostile::DropOfError,
+            Hostile::DropOfPayload,
         ]
         .map(|how| {
             // SAFETY: a fresh id; the deleter deletes nothing real.
@@ -484,7 +497,10 @@ fn registry_lookup_returns_only_the_raw_value_asked_for() {
     assert_eq!(WideHandle::lookup(b).map(|h| h.as_raw()), Some(b));
     // SAFETY: `a` stays valid: `first` owns it for the whole test.
     let borrowed = unsafe { WideHandle::from_raw_borrowed(a, Wide {}) };
-    assert!(borrowed.ptr_eq(&first), "the canonical handle of `a`, not of `b`");
+    assert!(
+        borrowed.ptr_eq(&first),
+        "the canonical handle of `a`, not of `b`"
+    );
     drop((first, borrowed));
     assert!(WideHandle::lookup(a).is_none());
     assert!(WideHandle::lookup(b).is_some());
@@ -504,6 +520,8 @@ fn debug_prints_integers_in_decimal_and_pointers_in_hex() {
     #[handle(raw = *mut u8)]
     struct Pointer {}
     // SAFETY: never dereferenced; a borrowed handle deletes nothing.
-    let pointer = unsafe { PointerHandle::from_raw_borrowed(std::ptr::without_provenance_mut(0x1f0), Pointer {}) };
+    let pointer = unsafe {
+        PointerHandle::from_raw_borrowed(std::ptr::without_provenance_mut(0x1f0), Pointer {})
+    };
     assert!(format!("{pointer:?}").contains("raw: 0x1f0"), "{pointer:?}");
 }
