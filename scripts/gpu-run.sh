@@ -19,7 +19,7 @@ for step in "${steps[@]}"; do
         # The ignored tests of these binaries are children that their own (not ignored) tests
         # start on the simulator; they are not GPU tests.
         case $test in
-          *-selftest | *-fault_sweep) ignored=() ;;
+          *-selftest | *-fault_sweep | *-cuda_soundness) ignored=() ;;
           *) ignored=(--include-ignored) ;;
         esac
         "$test" ${ignored[@]+"${ignored[@]}"} --skip two_gpus --skip soak --test-threads=1 --nocapture >>"$logs/tests.log" 2>&1 || status=1
@@ -45,6 +45,12 @@ for step in "${steps[@]}"; do
       ;;
     bench)
       .gpu/gpu_bench 2>&1 | tee "$logs/bench.log" || status=1
+      # A gpu_bench built from an earlier commit, when one was put here, for before/after
+      # figures from the same machine and boot.
+      if [ -x .gpu/gpu_bench_before ]; then
+        .gpu/gpu_bench_before 2>&1 | tee "$logs/bench_before.log" || status=1
+        .gpu/gpu_bench 2>&1 | tee "$logs/bench_after.log" || status=1
+      fi
       python3 .gpu/cuda_core_bench.py 2>&1 | tee "$logs/cuda_core.log" || status=1
       ;;
     *) echo "unknown step $step"; status=2 ;;

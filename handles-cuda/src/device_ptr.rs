@@ -126,10 +126,9 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<Self> {
         check_size(size)?;
-        let stream = stream.bound()?;
-        let order = StreamOrder::new(stream.clone())?;
+        let mut order = StreamOrder::new(stream.bound()?)?;
         let mut raw = 0;
-        stream.run(|raw_stream| {
+        order.home_while_creating().run(|raw_stream| {
             // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
             check("cuMemAllocFromPoolAsync", unsafe {
                 sys::cuMemAllocFromPoolAsync(&mut raw, size, pool.as_cu(), raw_stream)
@@ -147,10 +146,9 @@ impl DevicePtrHandle {
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
     pub fn alloc_async(size: usize, stream: &StreamHandle) -> Result<Self> {
         check_size(size)?;
-        let stream = stream.bound()?;
-        let order = StreamOrder::new(stream.clone())?;
+        let mut order = StreamOrder::new(stream.bound()?)?;
         let mut raw = 0;
-        stream.run(|raw_stream| {
+        order.home_while_creating().run(|raw_stream| {
             // SAFETY: the stream is alive; `raw` is a valid out-pointer.
             check("cuMemAllocAsync", unsafe {
                 sys::cuMemAllocAsync(&mut raw, size, raw_stream)

@@ -189,25 +189,50 @@ fn import_uncached(
     // The payload's size is only a claim: bounds checks of the safe methods trust the handle's
     // size, so it must not exceed what the driver mapped. (Dropping `imported` on a mismatch
     // frees the import again.)
-    let mapped = mapped_range(pool, raw)?;
-    if mapped.0 != raw || mapped.1 < size {
+    let (base, mapped) = mapped_range(pool, raw)?;
+    // Driver 580 reports a range start of 0 for an import of pinned host memory (through the
+    // pointer attributes); the size is what the bounds checks rely on.
+    if (base != raw && base != 0) || mapped < size {
         return Err(Error::InvalidArgument(format!(
-            "the IPC payload claims {size} bytes, but the driver mapped {} bytes at {:#x} for \
-             the import at {raw:#x}",
-            mapped.1, mapped.0
+            "the IPC payload claims {size} bytes, but the driver mapped {mapped} bytes at \
+             {base:#x} for the import at {raw:#x}"
         )));
     }
     Ok(imported)
 }
 
 /// The base and size of the allocation that contains `raw`, as the driver knows it.
+/// `cuMemGetAddressRange` answers for device memory; for an import of pinned host memory
+/// driver 580 answers `CUDA_ERROR_NOT_FOUND`, and the pointer's range attributes answer.
 fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdeviceptr, usize)> {
     let (mut base, mut size) = (0, 0);
-    in_context_of(pool.context().as_ref(), || {
+    let by_range = in_context_of(pool.context().as_ref(), || {
         // SAFETY: both out-pointers are valid; `raw` was just mapped by the driver.
         check("cuMemGetAddressRange", unsafe {
             sys::cuMemGetAddressRange_v2(&mut base, &mut size, raw)
         })
-    })?;
+    });
+    match by_range {
+        Ok(()) => return Ok((base, size)),
+        Err(error) if error.code() == Some(sys::CUresult::CUDA_ERROR_NOT_FOUND) => {}
+        Err(error) => return Err(error),
+    }
+    let attribute = |attribute, out: *mut std::ffi::c_void| {
+        in_context_of(pool.context().as_ref(), || {
+            // SAFETY: `out` points to a value of the attribute's type (a 64-bit address or a
+            // `size_t`); `raw` was just mapped by the driver.
+            check("cuPointerGetAttribute", unsafe {
+                sys::cuPointerGetAttribute(out, attribute, raw)
+            })
+        })
+    };
+    attribute(
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        (&mut base as *mut CUdeviceptr).cast(),
+    )?;
+    attribute(
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        (&mut size as *mut usize).cast(),
+    )?;
     Ok((base, size))
 }

@@ -30,6 +30,7 @@
 //! records its own marker. `tests/loom_stream_order.rs` checks this protocol on every
 //! interleaving.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::{self, ThreadId};
 
@@ -92,6 +93,9 @@ struct OrderState {
 /// Where a stream-ordered free runs, and what it must wait for (see the module docs).
 pub(crate) struct StreamOrder {
     mirror: HomeMirror,
+    /// Whether the memory was ever used on another stream or moved: until then the free is
+    /// one `cuMemFreeAsync` on the mirrored home, without the lock.
+    crossed: AtomicBool,
     state: Mutex<OrderState>,
 }
 
@@ -112,17 +116,28 @@ fn mirror_value(stream: &StreamHandle) -> usize {
 
 impl StreamOrder {
     /// Frees on `home`, which must already be bound ([`StreamHandle::bound`]); called on the
-    /// thread that queued the allocation.
+    /// thread that queued the allocation. Fallible only for a default-stream token (it reads
+    /// the current context), so call it before allocating.
     pub(crate) fn new(home: StreamHandle) -> Result<StreamOrder> {
         let home_key = StreamKey::of(&home)?;
         Ok(StreamOrder {
             mirror: HomeMirror::new(mirror_value(&home)),
+            crossed: AtomicBool::new(false),
             state: Mutex::new(OrderState {
                 home,
                 home_key,
                 others: Vec::new(),
             }),
         })
+    }
+
+    /// The home stream while the order is still exclusively the creator's (no lock taken).
+    pub(crate) fn home_while_creating(&mut self) -> &StreamHandle {
+        &self
+            .state
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .home
     }
 
     /// The stream the free will be queued on.
@@ -147,6 +162,7 @@ impl StreamOrder {
         if key == state.home_key {
             return Ok(());
         }
+        self.crossed.store(true, Ordering::Relaxed);
         match state.others.iter().find(|pending| pending.key == key) {
             Some(pending) => pending.marker.record(stream),
             None => {
@@ -162,6 +178,7 @@ impl StreamOrder {
     pub(crate) fn move_home(&self, new_home: StreamHandle) -> Result<()> {
         let new_key = StreamKey::of(&new_home)?;
         let mut state = lock(&self.state);
+        self.crossed.store(true, Ordering::Relaxed);
         if new_key == state.home_key {
             state.home = new_home;
             return Ok(());
@@ -191,6 +208,16 @@ impl StreamOrder {
     /// Queues the free of `raw` on home after every other stream's marker. Runs once, in the
     /// deleter, when no other handle can use the memory any more.
     pub(crate) fn free(&self, raw: CUdeviceptr) -> Result<()> {
+        // The deleter runs on the thread that dropped the last handle, after every other use
+        // (the handle's drop synchronised with them), so relaxed loads see the final values.
+        let home_raw = self.mirror.raw();
+        if !self.crossed.load(Ordering::Relaxed) && home_raw != 0 {
+            // Used on its real home stream only: nothing to wait for.
+            // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).
+            return check("cuMemFreeAsync", unsafe {
+                sys::cuMemFreeAsync(raw, home_raw as sys::CUstream)
+            });
+        }
         let state = lock(&self.state);
         let foreign = state
             .home_key

@@ -25,6 +25,12 @@ impl HomeMirror {
         raw != 0 && self.0.load(Ordering::SeqCst) == raw
     }
 
+    /// The mirrored raw stream (0 for a default-stream token), for the free, which runs when no
+    /// other handle can race it.
+    pub(crate) fn raw(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
     /// Publishes a new home. Must be called before the marker on the old home is recorded.
     pub(crate) fn set_home(&self, raw: usize) {
         self.0.store(raw, Ordering::SeqCst);
