@@ -26,6 +26,8 @@ impl DeleteError {
 
     /// Describes a caught panic payload, then drops the payload without letting its `Drop`
     /// unwind (a payload is any type, and its `Drop` may panic).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn from_panic(payload: Box<dyn Any + Send>) -> Self {
         let message = if let Some(text) = payload.downcast_ref::<&'static str>() {
             (*text).to_owned()

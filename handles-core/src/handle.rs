@@ -31,9 +31,37 @@ pub enum Ownership {
 enum Keep {
     Owned,
     Borrowed,
-    WithOwner(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
+    WithOwner(#[allow(dead_code)] OwnerValue),
     /// An owned resource already deleted by `close`.
     Closed,
+}
+
+/// A with-owner value. It is dropped through the iterative release (it may hold the last handle
+/// of anything, so dropping it in place could recurse as deep as a chain of such values), and,
+/// being the box's last field, only after the record.
+struct OwnerValue {
+    value: Option<Box<dyn Any + Send + Sync>>,
+    /// Whether the value's type has drop glue at all; a plain value skips the bookkeeping.
+    needs_drop: bool,
+}
+
+impl OwnerValue {
+    fn new<O: Any + Send + Sync>(owner: O) -> Self {
+        OwnerValue {
+            value: Some(Box::new(owner)),
+            needs_drop: core::mem::needs_drop::<O>(),
+        }
+    }
+}
+
+impl Drop for OwnerValue {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take()
+            && self.needs_drop
+        {
+            crate::release::release_value(value);
+        }
+    }
 }
 
 /// The heap record behind every handle: the raw value, how it is owned, and the resource's
@@ -74,6 +102,20 @@ impl<R: Resource> HandleBox<R> {
         &self.record
     }
 
+    /// Hands a deleter failure from `Drop` to the report hook; out of line, off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn report_failure(&self, error: DeleteError) {
+        report(&DeleteFailure {
+            type_name: R::NAME,
+            raw: self.raw.to_intptr(),
+            raw_value: &self.raw,
+            error: &error,
+        });
+        // The deleter's error type is user code: its `Drop` must not unwind out of here.
+        drop_without_unwinding(error);
+    }
+
     fn ownership(&self) -> Ownership {
         match self.keep {
             Keep::Owned | Keep::Closed => Ownership::Owned,
@@ -97,14 +139,7 @@ impl<R: Resource> Drop for HandleBox<R> {
     fn drop(&mut self) {
         if matches!(self.keep, Keep::Owned) {
             if let Err(error) = self.delete_now() {
-                report(&DeleteFailure {
-                    type_name: R::NAME,
-                    raw: self.raw.to_intptr(),
-                    raw_value: &self.raw,
-                    error: &error,
-                });
-                // The deleter's error type is user code: its `Drop` must not unwind out of here.
-                drop_without_unwinding(error);
+                self.report_failure(error);
             }
             if let Some(registry) = R::registry() {
                 registry.unregister(self.raw, core::ptr::from_ref(self));
@@ -191,7 +226,7 @@ impl<R: Resource> Handle<R> {
     {
         Handle::new(Arc::new(HandleBox::new(
             raw,
-            Keep::WithOwner(Box::new(owner)),
+            Keep::WithOwner(OwnerValue::new(owner)),
             record,
         )))
     }

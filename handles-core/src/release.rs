@@ -11,11 +11,14 @@
 //! parked are released.
 //!
 //! The fast path (a handle that is not the last) is one relaxed load of the strong count before
-//! the usual decrement. A racing `Weak::upgrade` or drop on another thread can make the count
-//! read here stale; both directions are harmless: a parked handle that is no longer the last
+//! the usual decrement; a last drop of a box whose record has no drop glue and that keeps no
+//! with-owner value (so its teardown cannot drop another handle) skips the bookkeeping too, and
+//! otherwise the bookkeeping is a few plain thread-local loads and stores. A racing
+//! `Weak::upgrade` or drop on another thread can make the count read here stale; both directions are harmless: a parked handle that is no longer the last
 //! is merely decremented later, and a box that becomes the last one after the check is dropped
 //! in place, which costs one extra frame, not unbounded depth.
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
@@ -23,43 +26,45 @@ use crate::Resource;
 use crate::handle::HandleBox;
 
 /// A box of any resource type; dropping the `Arc` tears it down.
-trait Parked {}
+trait ParkedBox {}
 
-impl<R: Resource> Parked for HandleBox<R> {}
+impl<R: Resource> ParkedBox for HandleBox<R> {}
 
-struct ReleaseState {
-    /// Whether a last-drop is running on this thread (the outermost one drains `parked`).
-    releasing: Cell<bool>,
-    /// Last references parked by nested drops, released by the outermost one.
-    parked: RefCell<Vec<Arc<dyn Parked>>>,
+/// What a nested drop parks: the last reference to a box, or a with-owner value.
+enum Parked {
+    Box(#[allow(dead_code)] Arc<dyn ParkedBox>),
+    Value(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
 }
 
-impl ReleaseState {
-    const fn new() -> Self {
-        ReleaseState {
-            releasing: Cell::new(false),
-            parked: RefCell::new(Vec::new()),
-        }
-    }
-}
-
+// `RELEASING` and `PARKED_LEN` are `Cell`s of plain integers with `const` initialisers and no
+// destructor: reading them is a plain thread-local load, with no lazy-initialisation check.
+// The parked list itself, which has a destructor, is touched only when something is parked.
 #[cfg(not(loom))]
 std::thread_local! {
-    static STATE: ReleaseState = const { ReleaseState::new() };
+    /// Whether a last-drop is running on this thread (the outermost one drains the list).
+    static RELEASING: Cell<bool> = const { Cell::new(false) };
+    /// How many boxes are parked, so that the outermost drop skips an empty list for free.
+    static PARKED_LEN: Cell<usize> = const { Cell::new(0) };
+    /// Last references parked by nested drops, released by the outermost one.
+    static PARKED: RefCell<Vec<Parked>> = const { RefCell::new(Vec::new()) };
 }
 
 // loom runs its model threads on one OS thread, so the state must be loom's per-model-thread one.
 #[cfg(loom)]
 loom::thread_local! {
-    static STATE: ReleaseState = ReleaseState::new();
+    static RELEASING: Cell<bool> = Cell::new(false);
+    static PARKED_LEN: Cell<usize> = Cell::new(0);
+    static PARKED: RefCell<Vec<Parked>> = RefCell::new(Vec::new());
 }
 
 /// Drops one strong reference to a box, tearing down the box and, iteratively, everything it
 /// was the last owner of.
-#[inline]
+#[inline(always)]
 pub(crate) fn release<R: Resource>(inner: Arc<HandleBox<R>>) {
-    if Arc::strong_count(&inner) != 1 {
-        // Not the last reference (the common case): a plain decrement.
+    // A box whose record has no drop glue (known at compile time) cannot drop another handle
+    // here (a with-owner value goes through `release_value` by itself), and a reference that is
+    // not the last (the common case) tears nothing down: a plain drop, with no bookkeeping.
+    if !core::mem::needs_drop::<R>() || Arc::strong_count(&inner) != 1 {
         drop(inner);
         return;
     }
@@ -68,39 +73,57 @@ pub(crate) fn release<R: Resource>(inner: Arc<HandleBox<R>>) {
 
 #[inline(never)]
 fn release_last<R: Resource>(inner: Arc<HandleBox<R>>) {
-    // Outside the closure so that, if the thread-local is already gone (a handle dropped by
-    // another thread-local's destructor at thread exit), it is dropped in place instead.
-    let mut inner = Some(inner);
-    let outermost = STATE.try_with(|state| {
-        if state.releasing.get() {
-            let parked = inner.take().expect("taken once");
-            state.parked.borrow_mut().push(parked);
-            false
-        } else {
-            state.releasing.set(true);
-            true
-        }
-    });
-    match outermost {
-        Ok(true) => {
+    release_parked(Parked::Box(inner));
+}
+
+/// Drops a with-owner value (any value, which may hold the last handle of anything) the same
+/// way.
+pub(crate) fn release_value(value: Box<dyn Any + Send + Sync>) {
+    release_parked(Parked::Value(value));
+}
+
+fn release_parked(item: Parked) {
+    let nested = RELEASING.try_with(|releasing| releasing.replace(true));
+    match nested {
+        // Nested in another teardown on this thread: the outermost drop releases it.
+        Ok(true) => park(item),
+        Ok(false) => {
             let _reset = ResetOnExit;
-            drop(inner);
-            while let Some(next) = pop_parked() {
-                drop(next);
-            }
+            drop(item);
+            drain();
         }
-        // Parked: the outermost drop on this thread releases it.
-        Ok(false) => {}
         // The thread is exiting and its state is gone: drop in place.
-        Err(_) => drop(inner),
+        Err(_) => drop(item),
     }
 }
 
-fn pop_parked() -> Option<Arc<dyn Parked>> {
-    STATE
-        .try_with(|state| state.parked.borrow_mut().pop())
-        .ok()
-        .flatten()
+/// Parks a last reference for the outermost drop of this thread; drops it in place if the
+/// thread's list is already gone (thread exit).
+fn park(inner: Parked) {
+    let mut inner = Some(inner);
+    let parked = PARKED.try_with(|parked| {
+        parked.borrow_mut().push(inner.take().expect("taken once"));
+        let _ = PARKED_LEN.try_with(|len| len.set(len.get() + 1));
+    });
+    if parked.is_err() {
+        drop(inner);
+    }
+}
+
+/// Releases every parked reference, including those parked while releasing them.
+fn drain() {
+    while PARKED_LEN.try_with(Cell::get).unwrap_or(0) > 0 {
+        // The borrow ends before the drop: dropping may park more.
+        let next = PARKED
+            .try_with(|parked| parked.borrow_mut().pop())
+            .ok()
+            .flatten();
+        let _ = PARKED_LEN.try_with(|len| len.set(len.get().saturating_sub(1)));
+        match next {
+            Some(next) => drop(next),
+            None => break,
+        }
+    }
 }
 
 /// Ends the releasing state, also when a record's `Drop` unwinds. Anything still parked then is
@@ -109,6 +132,6 @@ struct ResetOnExit;
 
 impl Drop for ResetOnExit {
     fn drop(&mut self) {
-        let _ = STATE.try_with(|state| state.releasing.set(false));
+        let _ = RELEASING.try_with(|releasing| releasing.set(false));
     }
 }

@@ -435,6 +435,29 @@ fn a_million_deep_owner_chain_drops_on_a_2_mib_thread() {
 }
 
 #[test]
+fn a_million_deep_chain_of_with_owner_values_drops_on_a_2_mib_thread() {
+    let _serial = serial();
+    let depth = scaled(1_000_000, 2_000);
+    let live_before = LinkHandle::live_count();
+    thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            // Each handle keeps the previous one alive as its with-owner value.
+            let mut tail: Option<LinkHandle> = None;
+            for id in 0..depth as u64 {
+                let record = Link { parent: None };
+                // SAFETY: stand-in ids; with-owner handles delete nothing.
+                tail = Some(unsafe { LinkHandle::from_raw_with_owner(id, record, tail) });
+            }
+            drop(tail);
+        })
+        .unwrap()
+        .join()
+        .expect("the chain of owner values dropped without overflowing the stack");
+    assert_eq!(LinkHandle::live_count(), live_before);
+}
+
+#[test]
 fn a_deep_chain_released_during_another_release_is_deleted_in_dependency_order() {
     let _serial = serial();
     // A node that owns both a chain and, through its parent, more nodes: the release of the
