@@ -39,6 +39,10 @@ for step in "${steps[@]}"; do
           --test-threads=1 >>"$logs/sanitizer.log" 2>&1 || status=1
         grep -E "ERROR SUMMARY|LEAK SUMMARY|test result" "$logs/sanitizer.log" | tail -n 3
       done
+      echo "== compute-sanitizer .gpu/tour" | tee -a "$logs/sanitizer.log"
+      compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --target-processes all \
+        .gpu/tour >>"$logs/sanitizer.log" 2>&1 || status=1
+      grep -E "ERROR SUMMARY|LEAK SUMMARY|^done" "$logs/sanitizer.log" | tail -n 3
       ;;
     soak)
       .gpu/test-test-soak --include-ignored --nocapture 2>&1 | tee "$logs/soak.log" || status=1

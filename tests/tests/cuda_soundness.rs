@@ -524,3 +524,37 @@ fn scenario_failed_pointer_export_is_returned_without_side_effects() {
     );
     assert!(buffer.export_ipc().is_ok(), "the next export works");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The tour example, whole, on the simulator in strict mode: any violation aborts it.
+
+#[test]
+fn tour_example_runs_on_the_simulator_without_violations() {
+    // `cargo test` builds the examples next to the test binaries' directory.
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let tour = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples").join("tour"))
+        .expect("the target directory");
+    assert!(
+        tour.exists(),
+        "{} is missing: `cargo test` builds the examples",
+        tour.display()
+    );
+    let scratch = Scratch::new("tour");
+    let mut command = cuda_sim::command(&tour);
+    command.sim_strict();
+    let (output, report) = run_with_report(&mut command, &scratch.join("report-%p.json"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    say(format!("tour on the simulator (strict):\n{}", tail(&stdout, 40)));
+    assert!(
+        output.status.success() && stdout.contains("done"),
+        "the tour failed on the simulator: {:?}\n{}",
+        output.status,
+        tail(&String::from_utf8_lossy(&output.stderr), 30)
+    );
+    // The report path has `%p`: the tour's own report is the one with the tour's pid, which
+    // `run_with_report` cannot know; the strict mode already aborted on any violation.
+    drop(report);
+}

@@ -220,6 +220,8 @@ impl SuiteRun<'_> {
             .args(["--include-ignored", "--test-threads=1"])
             .args(self.selection())
             .sim_devices(self.devices)
+            // Any violation aborts the child at once, with the report line on stderr.
+            .sim_strict()
             .sim_report(scratch.join("report-%p.json"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
