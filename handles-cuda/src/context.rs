@@ -2,11 +2,11 @@
 
 use std::cell::RefCell;
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice};
+use cudarc::driver::sys::{CUcontext, CUdevice};
 use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 
 use crate::driver::{self, ensure_loaded};
-use crate::error::{Error, Result, check, deleter_status};
+use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::scope::{current_raw, in_context};
 
 /// A CUDA context.
@@ -54,8 +54,7 @@ fn release_primary(_: CUcontext, context: &Context) -> Result<()> {
         return Ok(());
     };
     // SAFETY: this handle holds one retain of `device`'s primary context, released once here.
-    let status = unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) };
-    deleter_status(check("cuDevicePrimaryCtxRelease", status))
+    deleter_status(unsafe { driver!(cuDevicePrimaryCtxRelease_v2(device)) })
 }
 
 thread_local! {
@@ -113,11 +112,8 @@ impl ContextHandle {
     fn retain_primary(ordinal: usize) -> Result<ContextHandle> {
         let device = driver::device(ordinal)?;
         PRIMARIES.get_or_try_insert_with(ordinal, |slot| {
-            let mut raw = std::ptr::null_mut();
             // SAFETY: the driver is loaded and `device` is valid; `raw` is a valid out-pointer.
-            check("cuDevicePrimaryCtxRetain", unsafe {
-                sys::cuDevicePrimaryCtxRetain(&mut raw, device)
-            })?;
+            let raw = out(|raw| unsafe { driver!(cuDevicePrimaryCtxRetain(raw, device)) })?;
             let record = Context {
                 device: Some(ordinal),
                 primary_of: Some(device),
@@ -145,9 +141,7 @@ impl ContextHandle {
         let mut device: CUdevice = 0;
         in_context(raw, || {
             // SAFETY: `raw` is current for this call; `device` is a valid out-pointer.
-            check("cuCtxGetDevice", unsafe {
-                sys::cuCtxGetDevice(&mut device)
-            })
+            unsafe { driver!(cuCtxGetDevice(&mut device)) }
         })?;
         for ordinal in 0..driver::device_count()? {
             if driver::device(ordinal)? == device {
@@ -186,7 +180,7 @@ impl ContextHandle {
     pub fn synchronize(&self) -> Result<()> {
         in_context(self.as_cu(), || {
             // SAFETY: the context is current for this call and kept alive by `self`.
-            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+            unsafe { driver!(cuCtxSynchronize()) }
         })
     }
 

@@ -2,7 +2,7 @@
 //! as a handle that keeps the cudarc object alive, and hand handles back to cudarc where its
 //! API allows.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 
@@ -11,7 +11,36 @@ use crate::device_ptr::DevicePtrHandle;
 use crate::driver::ensure_loaded;
 use crate::error::{Error, Result, driver_error};
 use crate::scope::{current_raw, restore_current};
-use crate::stream::{Stream, StreamHandle};
+use crate::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
+
+/// cudarc streams this crate knows about, by raw stream: those wrapped by
+/// [`StreamHandle::from_cudarc`] (`keep: None`: cudarc owns them) and those lent to cudarc by
+/// [`StreamHandle::to_cudarc`] (`keep`: the handle kept alive for as long as cudarc's wrapper
+/// lives). An entry whose wrapper is gone is dead; dead entries are swept by every call that
+/// touches the table.
+static STREAMS: Mutex<Vec<KnownStream>> = Mutex::new(Vec::new());
+
+struct KnownStream {
+    raw: usize,
+    cudarc: Weak<CudaStream>,
+    keep: Option<StreamHandle>,
+}
+
+/// Removes the dead entries and returns them, to be dropped after the lock is released (a
+/// kept handle's drop destroys its stream, a driver call).
+fn sweep(table: &mut Vec<KnownStream>) -> Vec<KnownStream> {
+    let (live, dead) = std::mem::take(table)
+        .into_iter()
+        .partition(|known| known.cudarc.strong_count() > 0);
+    *table = live;
+    dead
+}
+
+fn streams() -> std::sync::MutexGuard<'static, Vec<KnownStream>> {
+    STREAMS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 impl ContextHandle {
     /// Wraps a cudarc context. The handle keeps `context` alive (with-owner) and never
@@ -55,17 +84,113 @@ impl StreamHandle {
         let record = Stream {
             context: Some(ContextHandle::from_cudarc(stream.context())),
         };
+        let raw = stream.cu_stream();
+        let dead = {
+            let mut table = streams();
+            let dead = sweep(&mut table);
+            table.push(KnownStream {
+                raw: raw as usize,
+                cudarc: Arc::downgrade(stream),
+                keep: None,
+            });
+            dead
+        };
+        drop(dead);
         // SAFETY: the raw stream is valid while the cudarc stream lives, and the handle keeps
         // it alive.
-        unsafe { StreamHandle::from_raw_with_owner(stream.cu_stream(), record, stream.clone()) }
+        unsafe { StreamHandle::from_raw_with_owner(raw, record, stream.clone()) }
     }
 
-    /// A cudarc stream wrapping this one without owning it.
+    /// A cudarc stream for this stream, in cudarc's context for this stream's context (which
+    /// must be a device's primary context, see [`ContextHandle::to_cudarc`]).
+    ///
+    /// - A stream wrapped by [`StreamHandle::from_cudarc`] gives back cudarc's own stream.
+    /// - A default-stream token gives cudarc's default (legacy) or per-thread stream of the
+    ///   token's context, or of the current context for a token bound to none.
+    /// - Any other stream (one this crate created, a reference, a with-owner wrapper) is *lent*
+    ///   to cudarc: the result wraps it without owning it, and a clone of this handle is kept
+    ///   alive for as long as the result (or any clone of it) is. cudarc's wrapper cannot hold
+    ///   our handle itself, so the clone is kept in a table and dropped by the first call of
+    ///   this function, of [`StreamHandle::from_cudarc`] or of
+    ///   [`StreamHandle::release_cudarc_loans`] after the last clone of the result is dropped:
+    ///   until then the stream is not destroyed. Lending the same stream again while the first
+    ///   result lives returns that same result.
+    ///
+    /// Work queued through cudarc and work queued through handles on the same stream are
+    /// ordered by the stream, as usual; across streams ordering is the caller's to arrange.
+    pub fn to_cudarc(&self) -> Result<Arc<CudaStream>> {
+        ensure_loaded()?;
+        let raw = self.as_cu();
+        let (found, dead) = {
+            let mut table = streams();
+            let dead = sweep(&mut table);
+            let found = table
+                .iter()
+                .filter(|known| known.raw == raw as usize)
+                .find_map(|known| known.cudarc.upgrade())
+                .filter(|cudarc| cudarc.cu_stream() == raw);
+            (found, dead)
+        };
+        drop(dead);
+        // A live cudarc wrapper of the same raw stream is the same live stream as ours (live
+        // streams have distinct raw values).
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        let context = match self.context() {
+            Some(context) => context.clone(),
+            None if self.is_default_token() => ContextHandle::current()?.ok_or_else(|| {
+                Error::InvalidArgument(
+                    "this default-stream token is bound to no context and none is current".into(),
+                )
+            })?,
+            None => {
+                return Err(Error::InvalidArgument(
+                    "this stream's context is unknown, so cudarc cannot wrap it".into(),
+                ));
+            }
+        };
+        let cudarc_context = context.to_cudarc()?;
+        if self.is_default_token() {
+            return Ok(if raw == PER_THREAD_STREAM {
+                cudarc_context.per_thread_stream()
+            } else {
+                cudarc_context.default_stream()
+            });
+        }
+        // SAFETY: `raw` is a live stream of `context` (the handle's record says so), and the
+        // table entry below keeps a clone of this handle, so the stream, until no clone of the
+        // returned wrapper is left.
+        let lent = unsafe { cudarc_context.wrap_borrowed_stream(raw) };
+        streams().push(KnownStream {
+            raw: raw as usize,
+            cudarc: Arc::downgrade(&lent),
+            keep: Some(self.clone()),
+        });
+        Ok(lent)
+    }
+
+    /// Drops the handles kept alive for cudarc wrappers returned by
+    /// [`StreamHandle::to_cudarc`] that have since been dropped, and returns how many it
+    /// dropped (destroying each stream whose last handle that was). Streams still in use by
+    /// cudarc stay alive.
+    pub fn release_cudarc_loans() -> usize {
+        let dead = sweep(&mut streams());
+        let count = dead.iter().filter(|known| known.keep.is_some()).count();
+        drop(dead);
+        count
+    }
+
+    /// A cudarc stream wrapping this one without owning it, in a cudarc context of the
+    /// caller's choice (for contexts that [`ContextHandle::to_cudarc`] refuses). Prefer the
+    /// safe [`StreamHandle::to_cudarc`].
     ///
     /// # Safety
     ///
-    /// This handle (or a clone) must outlive every use of the returned cudarc stream, and
-    /// `context` must be the context this stream belongs to.
+    /// - `context` must be the context this stream belongs to.
+    /// - This handle (or a clone) must stay alive until the returned cudarc stream and every
+    ///   clone of it (including those held inside cudarc objects, such as slices allocated on
+    ///   it) have been dropped.
     pub unsafe fn to_cudarc_borrowed(&self, context: &Arc<CudaContext>) -> Arc<CudaStream> {
         // SAFETY: forwarded from this function's contract.
         unsafe { context.wrap_borrowed_stream(self.as_cu()) }
@@ -73,8 +198,22 @@ impl StreamHandle {
 }
 
 impl DevicePtrHandle {
+    /// Wraps a cudarc slice, and returns the slice's stream with it: the stream cudarc orders
+    /// the memory's work on and frees it on. Use that stream (or order other streams after it)
+    /// for work on the memory. As for [`DevicePtrHandle::from_cudarc_slice`], the handle keeps
+    /// the slice alive, and the stream handle keeps cudarc's stream alive.
+    /// [`StreamHandle::to_cudarc`] on the returned stream gives back cudarc's stream.
+    pub fn from_cudarc_slice_with_stream<T: Send + Sync + 'static>(
+        slice: CudaSlice<T>,
+    ) -> (Self, StreamHandle) {
+        let stream = StreamHandle::from_cudarc(slice.stream());
+        (Self::from_cudarc_slice(slice), stream)
+    }
+
     /// Wraps a cudarc slice. The handle keeps `slice` (and its stream and context) alive and
     /// never frees the memory itself: cudarc frees it when the last handle drops the slice.
+    /// The slice's stream is not reachable from the handle; to keep it, use
+    /// [`DevicePtrHandle::from_cudarc_slice_with_stream`].
     pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Self {
         let size = slice.num_bytes();
         let stream = slice.stream().clone();

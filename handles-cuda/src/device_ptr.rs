@@ -6,13 +6,13 @@
 //! streams: work queued through the raw pointer (`as_cu`) is the caller's to order, as every
 //! use of a raw pointer is.
 
-use cudarc::driver::sys::{self, CUdeviceptr};
+use cudarc::driver::sys::CUdeviceptr;
 use handles_core::{CacheSlot, ResourceHandle};
 
 use crate::context::ContextHandle;
-use crate::error::{Error, Result, check, deleter_status};
+use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::pool::MemoryPoolHandle;
-use crate::scope::{in_context_of, in_context_or_undo};
+use crate::scope::{create_in, in_context_of};
 use crate::stream::StreamHandle;
 use crate::stream_order::StreamOrder;
 
@@ -92,13 +92,11 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         Release::StreamOrdered { order, .. } => order.free(raw),
         Release::Synchronous => with_owning_context(allocation, || {
             // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context.
-            check("cuMemFree", unsafe { sys::cuMemFree_v2(raw) })
+            unsafe { driver!(cuMemFree_v2(raw)) }
         }),
         Release::PinnedHost => with_owning_context(allocation, || {
             // SAFETY: the handle owns the host allocation at `raw`, made by `cuMemHostAlloc`.
-            check("cuMemFreeHost", unsafe {
-                sys::cuMemFreeHost(raw as usize as *mut std::ffi::c_void)
-            })
+            unsafe { driver!(cuMemFreeHost(raw as usize as *mut std::ffi::c_void)) }
         }),
     };
     deleter_status(status)
@@ -127,11 +125,10 @@ impl DevicePtrHandle {
     ) -> Result<Self> {
         check_size(size)?;
         let mut order = StreamOrder::new(stream.bound()?)?;
-        let mut raw = 0;
-        order.home_while_creating().run(|raw_stream| {
-            // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
-            check("cuMemAllocFromPoolAsync", unsafe {
-                sys::cuMemAllocFromPoolAsync(&mut raw, size, pool.as_cu(), raw_stream)
+        let raw = out(|raw| {
+            order.home_while_creating().run(|raw_stream| {
+                // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
+                unsafe { driver!(cuMemAllocFromPoolAsync(raw, size, pool.as_cu(), raw_stream)) }
             })
         })?;
         Ok(Self::stream_ordered(
@@ -147,11 +144,10 @@ impl DevicePtrHandle {
     pub fn alloc_async(size: usize, stream: &StreamHandle) -> Result<Self> {
         check_size(size)?;
         let mut order = StreamOrder::new(stream.bound()?)?;
-        let mut raw = 0;
-        order.home_while_creating().run(|raw_stream| {
-            // SAFETY: the stream is alive; `raw` is a valid out-pointer.
-            check("cuMemAllocAsync", unsafe {
-                sys::cuMemAllocAsync(&mut raw, size, raw_stream)
+        let raw = out(|raw| {
+            order.home_while_creating().run(|raw_stream| {
+                // SAFETY: the stream is alive; `raw` is a valid out-pointer.
+                unsafe { driver!(cuMemAllocAsync(raw, size, raw_stream)) }
             })
         })?;
         Ok(Self::stream_ordered(
@@ -192,47 +188,31 @@ impl DevicePtrHandle {
     /// Allocates `size` bytes with `cuMemAlloc` in `context`, freed synchronously.
     pub fn alloc(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
-        let raw = in_context_or_undo(
-            context.as_cu(),
-            || {
-                let mut raw = 0;
-                // SAFETY: the context is current; `raw` is a valid out-pointer.
-                check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut raw, size) })?;
-                Ok(raw)
-            },
-            |raw| {
-                // SAFETY: undoing our own allocation; nothing else has seen it.
-                let _ = unsafe { sys::cuMemFree_v2(raw) };
-            },
-        )?;
-        Ok(Self::context_bound(
-            raw,
-            size,
+        create_in(
             context,
-            Release::Synchronous,
-        ))
+            // SAFETY: the context is current; `raw` is a valid out-pointer.
+            || out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) }),
+            |raw| Self::context_bound(raw, size, context, Release::Synchronous),
+        )
     }
 
     /// Allocates `size` bytes of pinned host memory in `context` (`cuMemHostAlloc`). The
     /// raw value is the host address.
     pub fn alloc_host(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
-        let raw = in_context_or_undo(
-            context.as_cu(),
-            || {
-                let mut host = std::ptr::null_mut();
-                // SAFETY: the context is current; `host` is a valid out-pointer.
-                check("cuMemHostAlloc", unsafe {
-                    sys::cuMemHostAlloc(&mut host, size, 0)
-                })?;
-                Ok(host as usize as CUdeviceptr)
+        create_in(
+            context,
+            // SAFETY: the context is current; `host` is a valid out-pointer.
+            || out(|host| unsafe { driver!(cuMemHostAlloc(host, size, 0)) }),
+            |host| {
+                Self::context_bound(
+                    host as usize as CUdeviceptr,
+                    size,
+                    context,
+                    Release::PinnedHost,
+                )
             },
-            |raw| {
-                // SAFETY: undoing our own allocation; nothing else has seen it.
-                let _ = unsafe { sys::cuMemFreeHost(raw as usize as *mut std::ffi::c_void) };
-            },
-        )?;
-        Ok(Self::context_bound(raw, size, context, Release::PinnedHost))
+        )
     }
 
     fn context_bound(
@@ -332,9 +312,7 @@ impl DevicePtrHandle {
         let start = self.range(offset, len)?;
         stream.run(|raw_stream| {
             // SAFETY: the range is within the allocation, which is alive while `self` is.
-            check("cuMemsetD8Async", unsafe {
-                sys::cuMemsetD8Async(start, value, len, raw_stream)
-            })
+            unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
         })?;
         self.used_on(stream)
     }
@@ -395,9 +373,7 @@ impl DevicePtrHandle {
         }
         stream.run_bound(|raw_stream| {
             // SAFETY: both ranges are within live allocations kept alive by their handles.
-            check("cuMemcpyAsync", unsafe {
-                sys::cuMemcpyAsync(to, from, len, raw_stream)
-            })
+            unsafe { driver!(cuMemcpyAsync(to, from, len, raw_stream)) }
         })?;
         self.used_on(stream)?;
         dst.used_on(stream)
@@ -426,6 +402,6 @@ fn host_copy(stream: &StreamHandle, dst: CUdeviceptr, src: CUdeviceptr, len: usi
         // SAFETY: both ranges are valid for `len` bytes (checked by the caller, and the host
         // slice is borrowed for the whole call); unified addressing lets `cuMemcpy` take host
         // and device addresses alike.
-        check("cuMemcpy", unsafe { sys::cuMemcpy(dst, src, len) })
+        unsafe { driver!(cuMemcpy(dst, src, len)) }
     })
 }

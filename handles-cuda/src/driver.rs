@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver, out};
 
 static LOADED: OnceLock<Result<i32>> = OnceLock::new();
 
@@ -73,12 +73,9 @@ fn load() -> Result<i32> {
         return Err(Error::DriverNotFound);
     }
     // SAFETY: the library is present, so cudarc can resolve `cuInit`.
-    check("cuInit", unsafe { sys::cuInit(0) })?;
-    let mut version = 0;
+    unsafe { driver!(cuInit(0)) }?;
     // SAFETY: the driver is initialised; `version` is a valid out-pointer.
-    check("cuDriverGetVersion", unsafe {
-        sys::cuDriverGetVersion(&mut version)
-    })?;
+    let version = out(|version| unsafe { driver!(cuDriverGetVersion(version)) })?;
     if version < MIN_DRIVER_VERSION {
         return Err(Error::DriverTooOld {
             version,
@@ -91,11 +88,8 @@ fn load() -> Result<i32> {
 /// The number of CUDA devices.
 pub fn device_count() -> Result<usize> {
     ensure_loaded()?;
-    let mut count = 0;
     // SAFETY: the driver is loaded; `count` is a valid out-pointer.
-    check("cuDeviceGetCount", unsafe {
-        sys::cuDeviceGetCount(&mut count)
-    })?;
+    let count = out(|count| unsafe { driver!(cuDeviceGetCount(count)) })?;
     Ok(count.max(0) as usize)
 }
 
@@ -107,12 +101,8 @@ pub(crate) fn device(ordinal: usize) -> Result<sys::CUdevice> {
             "device ordinal {ordinal} is out of range: this machine has {count} CUDA device(s)"
         )));
     }
-    let mut device = 0;
     // SAFETY: the driver is loaded and the ordinal is in range.
-    check("cuDeviceGet", unsafe {
-        sys::cuDeviceGet(&mut device, ordinal as i32)
-    })?;
-    Ok(device)
+    out(|device| unsafe { driver!(cuDeviceGet(device, ordinal as i32)) })
 }
 
 /// Free and total memory of the current context's device, in bytes.
@@ -120,8 +110,6 @@ pub fn mem_get_info() -> Result<(usize, usize)> {
     ensure_loaded()?;
     let (mut free, mut total) = (0, 0);
     // SAFETY: the driver is loaded; both out-pointers are valid.
-    check("cuMemGetInfo", unsafe {
-        sys::cuMemGetInfo_v2(&mut free, &mut total)
-    })?;
+    unsafe { driver!(cuMemGetInfo_v2(&mut free, &mut total)) }?;
     Ok((free, total))
 }

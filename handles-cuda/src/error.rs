@@ -51,6 +51,70 @@ impl Error {
     }
 }
 
+/// Calls the driver function `sys::$function` and turns its status into a `Result` that names
+/// the call: `driver!(cuMemFree_v2(raw))` reports a failure as `cuMemFree failed: …`. The name
+/// is the function's, without a `_v2` suffix (which versions the ABI, not the API); the form
+/// `driver!(cuName_v2(…) as "cuName_v2")` names the call explicitly.
+///
+/// The expansion calls the `unsafe fn` without an `unsafe` block of its own, so every use sits
+/// in the caller's `unsafe` block, under the `// SAFETY:` comment that justifies the call:
+///
+/// ```text
+/// // SAFETY: the handle owns `raw`, and this deleter runs once.
+/// unsafe { driver!(cuStreamDestroy_v2(raw)) }
+/// ```
+macro_rules! driver {
+    ($function:ident ( $($argument:expr),* $(,)? )) => {
+        $crate::error::check(
+            const { $crate::error::api_name(stringify!($function)) },
+            $crate::sys::$function($($argument),*),
+        )
+    };
+    ($function:ident ( $($argument:expr),* $(,)? ) as $name:literal) => {
+        $crate::error::check($name, $crate::sys::$function($($argument),*))
+    };
+}
+pub(crate) use driver;
+
+/// The API name of the driver symbol `symbol`: the symbol without a `_v2` suffix.
+pub(crate) const fn api_name(symbol: &'static str) -> &'static str {
+    match symbol.as_bytes() {
+        [stem @ .., b'_', b'v', b'2'] => match std::str::from_utf8(stem) {
+            Ok(name) => name,
+            Err(_) => symbol,
+        },
+        _ => symbol,
+    }
+}
+
+/// A value a driver call returns through an out-pointer, and the placeholder it starts as.
+pub(crate) trait OutValue: Copy {
+    /// The placeholder: null, or zero.
+    const EMPTY: Self;
+}
+
+impl<T> OutValue for *mut T {
+    const EMPTY: Self = std::ptr::null_mut();
+}
+
+macro_rules! zero_out_value {
+    ($($type:ty),*) => {$(
+        impl OutValue for $type {
+            const EMPTY: Self = 0;
+        }
+    )*};
+}
+zero_out_value!(i32, u64, usize);
+
+/// Runs a driver call that returns one value through an out-pointer, and returns that value:
+/// `out(|raw| unsafe { driver!(cuStreamCreate(raw, flags)) })`.
+#[inline]
+pub(crate) fn out<T: OutValue>(call: impl FnOnce(&mut T) -> Result<()>) -> Result<T> {
+    let mut value = T::EMPTY;
+    call(&mut value)?;
+    Ok(value)
+}
+
 /// Turns a status into a `Result`, naming the call that returned it.
 #[inline]
 pub(crate) fn check(call: &'static str, code: CUresult) -> Result<()> {
@@ -91,5 +155,19 @@ pub(crate) fn deleter_status(result: Result<()>) -> Result<()> {
     match result {
         Err(error) if error.is_deinitialized() => Ok(()),
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_name;
+
+    #[test]
+    fn api_names_drop_only_a_v2_suffix() {
+        assert_eq!(api_name("cuMemFree_v2"), "cuMemFree");
+        assert_eq!(api_name("cuStreamDestroy_v2"), "cuStreamDestroy");
+        assert_eq!(api_name("cuMemFreeAsync"), "cuMemFreeAsync");
+        assert_eq!(api_name("cuCtxPushCurrent_v2x"), "cuCtxPushCurrent_v2x");
+        assert_eq!(api_name("_v2"), "");
     }
 }

@@ -1,12 +1,13 @@
-//! CUDA events: owned in a context, context-free, and interprocess (IPC) events.
+//! CUDA events: owned in a context, context-free, and interprocess (IPC) events (exported and
+//! imported in `ipc/event.rs`).
 
 use cudarc::driver::sys::{self, CUevent};
 use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
 use crate::driver::ensure_loaded;
-use crate::error::{Error, Result, check, deleter_status};
-use crate::scope::{current_raw, in_context_of, in_context_or_undo};
+use crate::error::{Error, Result, check, deleter_status, driver, out};
+use crate::scope::{create_in, current_raw};
 use crate::stream::StreamHandle;
 
 /// A CUDA event, with the flags it was created with.
@@ -33,9 +34,7 @@ unsafe impl handles_core::ThreadSafe for Event {}
 
 fn destroy_event(raw: CUevent, _: &Event) -> Result<()> {
     // SAFETY: the handle owns `raw` and this deleter runs once.
-    deleter_status(check("cuEventDestroy", unsafe {
-        sys::cuEventDestroy_v2(raw)
-    }))
+    deleter_status(unsafe { driver!(cuEventDestroy_v2(raw)) })
 }
 
 /// Event creation flags. The default is timing off, spinning waits, not interprocess.
@@ -78,57 +77,6 @@ impl EventFlags {
     }
 }
 
-/// The 64-byte token that names an interprocess event in another process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IpcEventHandle {
-    /// The driver's 64-byte token (`CUipcEventHandle`).
-    pub token: [u8; 64],
-    /// Whether the exported event blocks the host in `synchronize` (`CU_EVENT_BLOCKING_SYNC`),
-    /// which the driver's token does not carry: the importer's handle reports the same flags.
-    pub blocking_sync: bool,
-}
-
-impl IpcEventHandle {
-    /// The length of [`IpcEventHandle::to_bytes`]: the token and one flags byte.
-    pub const LEN: usize = 65;
-
-    /// The bytes to send to another process.
-    pub fn to_bytes(&self) -> [u8; Self::LEN] {
-        let mut bytes = [0; Self::LEN];
-        bytes[..64].copy_from_slice(&self.token);
-        bytes[64] = u8::from(self.blocking_sync);
-        bytes
-    }
-
-    /// Parses bytes made by [`IpcEventHandle::to_bytes`] in another process: exactly 65 bytes,
-    /// the last one 0 or 1. Whether the token names a live event only the driver can tell, at
-    /// import.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let Ok(bytes): std::result::Result<[u8; Self::LEN], _> = bytes.try_into() else {
-            return Err(Error::InvalidArgument(format!(
-                "an IPC event handle is {} bytes, got {}",
-                Self::LEN,
-                bytes.len()
-            )));
-        };
-        let blocking_sync = match bytes[64] {
-            0 => false,
-            1 => true,
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "an IPC event handle's flags byte is 0 or 1, got {other}"
-                )));
-            }
-        };
-        let mut token = [0; 64];
-        token.copy_from_slice(&bytes[..64]);
-        Ok(IpcEventHandle {
-            token,
-            blocking_sync,
-        })
-    }
-}
-
 /// Whether `cuEventElapsedTime_v2` (CUDA 12.8) can be called: probed once.
 fn elapsed_time_v2_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -138,32 +86,22 @@ fn elapsed_time_v2_available() -> bool {
     })
 }
 
-fn create_raw(flags: u32) -> Result<CUevent> {
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: a context is current (the caller checked); `raw` is a valid out-pointer.
-    check("cuEventCreate", unsafe {
-        sys::cuEventCreate(&mut raw, flags)
-    })?;
-    Ok(raw)
-}
-
-fn undo_create(raw: CUevent) {
-    // SAFETY: undoing our own creation; nothing else has seen `raw`.
-    let _ = unsafe { sys::cuEventDestroy_v2(raw) };
-}
-
 impl EventHandle {
     /// Creates an event in `context`, which it keeps alive.
     pub fn create(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
         let raw_flags = flags.to_raw()?;
-        let raw = in_context_or_undo(context.as_cu(), || create_raw(raw_flags), undo_create)?;
         let record = Event {
             context: Some(context.clone()),
             flags,
             device: context.device(),
         };
-        // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
-        Ok(unsafe { EventHandle::from_raw(raw, record) })
+        create_in(
+            context,
+            // SAFETY: the context is current; `raw` is a valid out-pointer.
+            || out(|raw| unsafe { driver!(cuEventCreate(raw, raw_flags)) }),
+            // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
+            |raw| unsafe { EventHandle::from_raw(raw, record) },
+        )
     }
 
     /// Creates an event in the context current on this thread, which it keeps alive: a
@@ -183,9 +121,7 @@ impl EventHandle {
         let event = self.as_cu();
         stream.run(|raw_stream| {
             // SAFETY: both the event and the stream are alive while their handles are.
-            check("cuEventRecord", unsafe {
-                sys::cuEventRecord(event, raw_stream)
-            })
+            unsafe { driver!(cuEventRecord(event, raw_stream)) }
         })
     }
 
@@ -214,9 +150,7 @@ impl EventHandle {
     /// Blocks until the work captured by the last `record` has completed.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is alive while `self` is.
-        check("cuEventSynchronize", unsafe {
-            sys::cuEventSynchronize(self.as_cu())
-        })
+        unsafe { driver!(cuEventSynchronize(self.as_cu())) }
     }
 
     /// Milliseconds between `self` (recorded first) and `end`; both need timing enabled.
@@ -231,9 +165,9 @@ impl EventHandle {
         if elapsed_time_v2_available() {
             // SAFETY: both events are alive; `ms` is a valid out-pointer; the driver exports
             // the function (probed).
-            check("cuEventElapsedTime_v2", unsafe {
-                sys::cuEventElapsedTime_v2(&mut ms, start, end)
-            })?;
+            unsafe {
+                driver!(cuEventElapsedTime_v2(&mut ms, start, end) as "cuEventElapsedTime_v2")
+            }?;
         } else if let Some(elapsed) =
             // SAFETY: the signature of `cuEventElapsedTime` in every driver that exports it.
             unsafe {
@@ -253,62 +187,5 @@ impl EventHandle {
             });
         }
         Ok(ms)
-    }
-
-    /// The token another process passes to [`EventHandle::import_ipc`]. The event must have
-    /// been created with `interprocess` set.
-    pub fn export_ipc(&self) -> Result<IpcEventHandle> {
-        if !self.flags().interprocess {
-            return Err(Error::InvalidArgument(
-                "only events created with `interprocess` can be exported".into(),
-            ));
-        }
-        // SAFETY: an all-zero token is a valid value of this plain byte struct.
-        let mut token: sys::CUipcEventHandle = unsafe { std::mem::zeroed() };
-        let raw = self.as_cu();
-        let export = || {
-            // SAFETY: the event is alive; `token` is a valid out-pointer.
-            check("cuIpcGetEventHandle", unsafe {
-                sys::cuIpcGetEventHandle(&mut token, raw)
-            })
-        };
-        // The driver wants a current context for the export.
-        in_context_of(self.context().as_ref(), export)?;
-        Ok(IpcEventHandle {
-            token: token.reserved.map(|byte| byte as u8),
-            blocking_sync: self.flags().blocking_sync,
-        })
-    }
-
-    /// Opens an event exported by another process, in `context`. The returned handle owns the
-    /// opened event and keeps `context` alive. A malformed or stale token returns `Err`.
-    pub fn import_ipc(context: &ContextHandle, token: &IpcEventHandle) -> Result<Self> {
-        let raw_token = sys::CUipcEventHandle {
-            reserved: token.token.map(|byte| byte as std::ffi::c_char),
-        };
-        let raw = in_context_or_undo(
-            context.as_cu(),
-            || {
-                let mut raw = std::ptr::null_mut();
-                // SAFETY: a context is current; `raw` is a valid out-pointer and the token is
-                // passed by value.
-                check("cuIpcOpenEventHandle", unsafe {
-                    sys::cuIpcOpenEventHandle(&mut raw, raw_token)
-                })?;
-                Ok(raw)
-            },
-            undo_create,
-        )?;
-        let record = Event {
-            context: Some(context.clone()),
-            flags: EventFlags {
-                timing: false,
-                blocking_sync: token.blocking_sync,
-                interprocess: true,
-            },
-            device: context.device(),
-        };
-        // SAFETY: the opened event is ours to destroy with `cuEventDestroy`.
-        Ok(unsafe { EventHandle::from_raw(raw, record) })
     }
 }

@@ -1,5 +1,6 @@
-//! Sharing pool allocations between processes, with the import cache that works around the
-//! driver's unreferenced duplicate imports.
+//! Sharing between processes: pool allocations (here, with the import cache that works around
+//! the driver's unreferenced duplicate imports), events (`ipc/event.rs`) and pools
+//! (`ipc/pool.rs`, as POSIX file descriptors).
 //!
 //! The driver does not count imports of one allocation (nvbug 5570902): a second
 //! `cuMemPoolImportPointer` of the same export data returns the same pointer, and the first
@@ -15,11 +16,16 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, WeakCache};
 
 use crate::device_ptr::{AllocKind, DevicePtrHandle, Origin};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver, out};
 use crate::pool::MemoryPoolHandle;
-use crate::scope::{in_context_of, in_context_or_undo};
+use crate::scope::{create_in, in_context_of};
 use crate::stream::StreamHandle;
 use crate::stream_order::StreamOrder;
+
+mod event;
+mod pool;
+
+pub use event::IpcEventHandle;
 
 /// What another process needs to import one pool allocation: the driver's 64-byte export
 /// data and the allocation's size.
@@ -110,9 +116,7 @@ impl DevicePtrHandle {
         // The driver validates the pointer against the current context.
         let mut export = || {
             // SAFETY: the allocation is alive; `data` is a valid out-pointer.
-            check("cuMemPoolExportPointer", unsafe {
-                sys::cuMemPoolExportPointer(&mut data, raw)
-            })
+            unsafe { driver!(cuMemPoolExportPointer(&mut data, raw)) }
         };
         let pool = self.pool().as_ref().expect("checked above");
         // IPC pools made by `MemoryPoolHandle::create` had their shareable handle exported once
@@ -157,35 +161,24 @@ fn import_uncached(
     stream: &StreamHandle,
     slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
 ) -> Result<DevicePtrHandle> {
-    let stream = stream.bound()?;
-    let order = StreamOrder::new(stream.clone())?;
+    let order = StreamOrder::new(stream.bound()?)?;
     let mut data = sys::CUmemPoolPtrExportData {
         reserved: pointer.export_data,
     };
     let mut import = || {
-        let mut raw: CUdeviceptr = 0;
         // SAFETY: the pool is alive; `data` and `raw` are valid for the call. The driver
         // validates the export data and returns an error for data it does not recognise.
-        check("cuMemPoolImportPointer", unsafe {
-            sys::cuMemPoolImportPointer(&mut raw, pool.as_cu(), &mut data)
-        })?;
-        Ok(raw)
+        out(|raw| unsafe { driver!(cuMemPoolImportPointer(raw, pool.as_cu(), &mut data)) })
     };
-    let undo = |raw| {
-        // An import is released like any import, on its stream; nothing else has seen it.
-        let _ = stream.run(|raw_stream| {
-            // SAFETY: our own import, never handed out.
-            check("cuMemFreeAsync", unsafe {
-                sys::cuMemFreeAsync(raw, raw_stream)
-            })
-        });
-    };
-    let raw = match pool.context() {
-        Some(context) => in_context_or_undo(context.as_cu(), import, undo)?,
-        None => import()?,
-    };
+    // Freed like any import, on its stream, by the handle's deleter (also when the caller's
+    // context cannot be restored after the import).
     let origin = Origin::Imported(slot);
-    let imported = DevicePtrHandle::stream_ordered(raw, size, Some(pool.clone()), order, origin);
+    let wrap = |raw| DevicePtrHandle::stream_ordered(raw, size, Some(pool.clone()), order, origin);
+    let imported = match pool.context() {
+        Some(context) => create_in(context, import, wrap)?,
+        None => import().map(wrap)?,
+    };
+    let raw = imported.as_cu();
     // The payload's size is only a claim: bounds checks of the safe methods trust the handle's
     // size, so it must not exceed what the driver mapped. (Dropping `imported` on a mismatch
     // frees the import again.)
@@ -208,9 +201,7 @@ fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdevicept
     let (mut base, mut size) = (0, 0);
     let by_range = in_context_of(pool.context().as_ref(), || {
         // SAFETY: both out-pointers are valid; `raw` was just mapped by the driver.
-        check("cuMemGetAddressRange", unsafe {
-            sys::cuMemGetAddressRange_v2(&mut base, &mut size, raw)
-        })
+        unsafe { driver!(cuMemGetAddressRange_v2(&mut base, &mut size, raw)) }
     });
     match by_range {
         Ok(()) => return Ok((base, size)),
@@ -221,9 +212,7 @@ fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdevicept
         in_context_of(pool.context().as_ref(), || {
             // SAFETY: `out` points to a value of the attribute's type (a 64-bit address or a
             // `size_t`); `raw` was just mapped by the driver.
-            check("cuPointerGetAttribute", unsafe {
-                sys::cuPointerGetAttribute(out, attribute, raw)
-            })
+            unsafe { driver!(cuPointerGetAttribute(out, attribute, raw)) }
         })
     };
     attribute(

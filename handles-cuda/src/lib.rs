@@ -38,6 +38,7 @@ mod device_ptr;
 mod driver;
 mod error;
 mod event;
+mod fd_passing;
 mod ipc;
 mod pool;
 mod scope;
@@ -51,8 +52,11 @@ pub use driver::{
     MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
 };
 pub use error::{Error, Result};
-pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak, IpcEventHandle};
-pub use ipc::{IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled};
+pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
+pub use fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
+pub use ipc::{
+    IpcEventHandle, IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
+};
 pub use pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };

@@ -1,15 +1,13 @@
 //! CUDA memory pools: created from properties (optionally IPC-capable), the device's pools,
 //! references, and pools imported from another process.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-
 use cudarc::driver::sys::{self, CUmemoryPool};
 use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
 use crate::driver::{self, ensure_loaded};
-use crate::error::{Error, Result, check, deleter_status};
-use crate::scope::in_context_or_undo;
+use crate::error::{Result, deleter_status, driver, out};
+use crate::scope::create_in;
 
 /// A CUDA memory pool.
 ///
@@ -93,15 +91,9 @@ fn raw_location(location: PoolLocation) -> sys::CUmemLocation {
 /// The host NUMA node nearest to device `ordinal` (0 when the driver does not say).
 fn host_numa_node(ordinal: usize) -> Result<i32> {
     let device = driver::device(ordinal)?;
-    let mut node = -1;
+    let numa_id = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID;
     // SAFETY: the driver is loaded and `device` is valid; `node` is a valid out-pointer.
-    check("cuDeviceGetAttribute", unsafe {
-        sys::cuDeviceGetAttribute(
-            &mut node,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
-            device,
-        )
-    })?;
+    let node = out(|node| unsafe { driver!(cuDeviceGetAttribute(node, numa_id, device)) })?;
     Ok(node.max(0))
 }
 
@@ -109,9 +101,7 @@ fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags
     let mut location = raw_location(PoolLocation::Device(device));
     let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
     // SAFETY: the pool is alive; both pointers are valid for the call.
-    check("cuMemPoolGetAccess", unsafe {
-        sys::cuMemPoolGetAccess(&mut flags, pool, &mut location)
-    })?;
+    unsafe { driver!(cuMemPoolGetAccess(&mut flags, pool, &mut location)) }?;
     Ok(flags)
 }
 
@@ -137,8 +127,7 @@ fn revoke_peer_access(pool: CUmemoryPool, owner: Option<usize>) -> Result<usize>
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE,
         };
         // SAFETY: the pool is alive; `desc` is one valid descriptor.
-        let status = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
-        match check("cuMemPoolSetAccess", status) {
+        match unsafe { driver!(cuMemPoolSetAccess(pool, &desc, 1)) } {
             Ok(()) => revoked += 1,
             // An imported pool does not know its owning device; the driver rejects revoking
             // the owner, which is the one device that must keep access.
@@ -166,15 +155,8 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
     let revoked = deleter_status(revoke_peer_access(raw, owner).map(drop));
     // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
     // none is left; this deleter runs once.
-    let destroyed = deleter_status(check("cuMemPoolDestroy", unsafe {
-        sys::cuMemPoolDestroy(raw)
-    }));
+    let destroyed = deleter_status(unsafe { driver!(cuMemPoolDestroy(raw)) });
     destroyed.and(revoked)
-}
-
-fn undo_pool(raw: CUmemoryPool) {
-    // SAFETY: undoing our own creation or import; nothing else has seen `raw`.
-    let _ = unsafe { sys::cuMemPoolDestroy(raw) };
 }
 
 impl MemoryPoolHandle {
@@ -201,25 +183,18 @@ impl MemoryPoolHandle {
         };
         raw_props.location = raw_location(location);
         raw_props.maxSize = props.max_size;
-        let raw = in_context_or_undo(
-            context.as_cu(),
-            || {
-                let mut raw = std::ptr::null_mut();
-                // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
-                check("cuMemPoolCreate", unsafe {
-                    sys::cuMemPoolCreate(&mut raw, &raw_props)
-                })?;
-                Ok(raw)
-            },
-            undo_pool,
-        )?;
         let record = MemoryPool {
-            context: Some(context),
+            context: Some(context.clone()),
             location: Some(location),
             ipc: props.ipc,
         };
-        // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.
-        let pool = unsafe { MemoryPoolHandle::from_raw(raw, record) };
+        let pool = create_in(
+            &context,
+            // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
+            || out(|raw| unsafe { driver!(cuMemPoolCreate(raw, &raw_props)) }),
+            // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.
+            |raw| unsafe { MemoryPoolHandle::from_raw(raw, record) },
+        )?;
         if props.ipc {
             // Driver 580 refuses to export a pointer of a pool whose shareable handle was never
             // exported: export it once now, so `export_ipc` never has to guess at an error.
@@ -231,28 +206,25 @@ impl MemoryPoolHandle {
     /// A reference to device `ordinal`'s current pool (`cuDeviceGetMemPool`), the one
     /// `cuMemAllocAsync` uses.
     pub fn device_current(ordinal: usize) -> Result<Self> {
-        Self::device_pool(ordinal, "cuDeviceGetMemPool", |raw, device| {
+        Self::device_pool(ordinal, |device| {
             // SAFETY: `raw` is a valid out-pointer and `device` a valid device.
-            unsafe { sys::cuDeviceGetMemPool(raw, device) }
+            out(|raw| unsafe { driver!(cuDeviceGetMemPool(raw, device)) })
         })
     }
 
     /// A reference to device `ordinal`'s default pool (`cuDeviceGetDefaultMemPool`).
     pub fn device_default(ordinal: usize) -> Result<Self> {
-        Self::device_pool(ordinal, "cuDeviceGetDefaultMemPool", |raw, device| {
+        Self::device_pool(ordinal, |device| {
             // SAFETY: `raw` is a valid out-pointer and `device` a valid device.
-            unsafe { sys::cuDeviceGetDefaultMemPool(raw, device) }
+            out(|raw| unsafe { driver!(cuDeviceGetDefaultMemPool(raw, device)) })
         })
     }
 
     fn device_pool(
         ordinal: usize,
-        call: &'static str,
-        get: impl FnOnce(&mut CUmemoryPool, sys::CUdevice) -> sys::CUresult,
+        get: impl FnOnce(sys::CUdevice) -> Result<CUmemoryPool>,
     ) -> Result<Self> {
-        let device = driver::device(ordinal)?;
-        let mut raw = std::ptr::null_mut();
-        check(call, get(&mut raw, device))?;
+        let raw = get(driver::device(ordinal)?)?;
         let record = MemoryPool {
             context: None,
             location: Some(PoolLocation::Device(ordinal)),
@@ -260,62 +232,6 @@ impl MemoryPoolHandle {
         };
         // SAFETY: device pools live as long as the driver; the reference never destroys it.
         Ok(unsafe { MemoryPoolHandle::from_raw_borrowed(raw, record) })
-    }
-
-    /// Exports the pool as a POSIX file descriptor for another process to import. The pool
-    /// must have been created with `ipc` set.
-    pub fn export_posix_fd(&self) -> Result<OwnedFd> {
-        if !self.ipc() {
-            return Err(Error::InvalidArgument(
-                "only pools created with `ipc` set can be exported".into(),
-            ));
-        }
-        let mut fd: std::ffi::c_int = -1;
-        // SAFETY: the pool is alive; for POSIX descriptors the driver writes an `int`.
-        check("cuMemPoolExportToShareableHandle", unsafe {
-            sys::cuMemPoolExportToShareableHandle(
-                (&mut fd as *mut std::ffi::c_int).cast(),
-                self.as_cu(),
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                0,
-            )
-        })?;
-        // SAFETY: the driver returned a fresh descriptor that the caller now owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// Imports a pool that another process exported with [`MemoryPoolHandle::export_posix_fd`],
-    /// on device `ordinal` of this process (whose primary context the import keeps alive, and
-    /// in which its pointers are imported). The descriptor is not consumed. The returned handle
-    /// owns the imported pool.
-    pub fn import_posix_fd(fd: BorrowedFd<'_>, ordinal: usize) -> Result<Self> {
-        ensure_loaded()?;
-        let context = ContextHandle::primary(ordinal)?;
-        let raw = in_context_or_undo(
-            context.as_cu(),
-            || {
-                let mut raw = std::ptr::null_mut();
-                // SAFETY: for POSIX descriptors the driver takes the descriptor's value in
-                // place of the pointer; it duplicates what it needs and does not close `fd`.
-                check("cuMemPoolImportFromShareableHandle", unsafe {
-                    sys::cuMemPoolImportFromShareableHandle(
-                        &mut raw,
-                        fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                        0,
-                    )
-                })?;
-                Ok(raw)
-            },
-            undo_pool,
-        )?;
-        let record = MemoryPool {
-            context: Some(context),
-            location: None,
-            ipc: true,
-        };
-        // SAFETY: the imported pool is ours to destroy with `cuMemPoolDestroy`.
-        Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
     }
 
     /// Grants (`true`) or revokes (`false`) read-write access to this pool's memory from
@@ -331,9 +247,7 @@ impl MemoryPoolHandle {
             },
         };
         // SAFETY: the pool is alive; `desc` is one valid descriptor.
-        check("cuMemPoolSetAccess", unsafe {
-            sys::cuMemPoolSetAccess(self.as_cu(), &desc, 1)
-        })
+        unsafe { driver!(cuMemPoolSetAccess(self.as_cu(), &desc, 1)) }
     }
 
     /// Revokes every peer device's access to this pool, with one `cuMemPoolSetAccess` per
@@ -367,17 +281,17 @@ impl MemoryPoolHandle {
     /// Releases reserved memory back to the device, keeping at least `keep` bytes.
     pub fn trim_to(&self, keep: usize) -> Result<()> {
         // SAFETY: the pool is alive.
-        check("cuMemPoolTrimTo", unsafe {
-            sys::cuMemPoolTrimTo(self.as_cu(), keep)
-        })
+        unsafe { driver!(cuMemPoolTrimTo(self.as_cu(), keep)) }
     }
 
     fn attribute(&self, attribute: sys::CUmemPool_attribute) -> Result<u64> {
-        let mut value: u64 = 0;
         // SAFETY: the pool is alive; these attributes are 64-bit values.
-        check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(self.as_cu(), attribute, (&mut value as *mut u64).cast())
-        })?;
-        Ok(value)
+        out(|value: &mut u64| unsafe {
+            driver!(cuMemPoolGetAttribute(
+                self.as_cu(),
+                attribute,
+                (value as *mut u64).cast()
+            ))
+        })
     }
 }

@@ -4,19 +4,16 @@
 //! caller to bind a context first (a hidden precondition), each constructor and deleter that
 //! needs one names it, and these helpers make it current only for the duration of the call.
 
-use cudarc::driver::sys::{self, CUcontext};
+use cudarc::driver::sys::CUcontext;
 
-use crate::error::{Result, check};
+use crate::context::ContextHandle;
+use crate::error::{Result, driver, out};
 
 /// The calling thread's current context, or null.
 #[inline]
 pub(crate) fn current_raw() -> Result<CUcontext> {
-    let mut current = std::ptr::null_mut();
     // SAFETY: callers have loaded the driver; `current` is a valid out-pointer.
-    check("cuCtxGetCurrent", unsafe {
-        sys::cuCtxGetCurrent(&mut current)
-    })?;
-    Ok(current)
+    out(|current| unsafe { driver!(cuCtxGetCurrent(current)) })
 }
 
 /// Makes `context` (or none, if null) current again after a call that changed it.
@@ -30,29 +27,33 @@ pub(crate) fn restore_current(context: CUcontext) -> Result<()> {
 #[inline]
 fn set_current(context: CUcontext) -> Result<()> {
     // SAFETY: `context` is null or a live context kept alive by the caller's handle.
-    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(context) })
+    unsafe { driver!(cuCtxSetCurrent(context)) }
 }
 
-/// Runs `create` with `context` current and restores the caller's context.
+/// Creates a resource in `context` and wraps it in its handle, restoring the caller's context.
 ///
-/// If `context` is already current this costs one `cuCtxGetCurrent`. If restoring the caller's
-/// context fails, `undo` destroys what `create` made and the restore error is returned, so a
-/// failure never leaks the new resource nor leaves the thread in the wrong context silently.
-pub(crate) fn in_context_or_undo<T>(
-    context: CUcontext,
-    create: impl FnOnce() -> Result<T>,
-    undo: impl FnOnce(T),
-) -> Result<T> {
+/// `create` runs with `context` current and makes the raw resource; `wrap` makes the handle
+/// that owns it, after the caller's context is restored. If `context` is already current this
+/// costs one `cuCtxGetCurrent`. If restoring the caller's context fails, the new handle is
+/// dropped, so its real deleter destroys what `create` made, and the restore error is
+/// returned: a failure never leaks the new resource nor leaves the thread in the wrong context
+/// silently.
+pub(crate) fn create_in<R, H>(
+    context: &ContextHandle,
+    create: impl FnOnce() -> Result<R>,
+    wrap: impl FnOnce(R) -> H,
+) -> Result<H> {
+    let context = context.as_cu();
     let previous = current_raw()?;
     if previous == context {
-        return create();
+        return create().map(wrap);
     }
     set_current(context)?;
     let created = create();
     match (created, set_current(previous)) {
-        (Ok(value), Ok(())) => Ok(value),
-        (Ok(value), Err(restore)) => {
-            undo(value);
+        (Ok(raw), Ok(())) => Ok(wrap(raw)),
+        (Ok(raw), Err(restore)) => {
+            drop(wrap(raw));
             Err(restore)
         }
         (Err(error), _) => Err(error),
@@ -75,7 +76,7 @@ pub(crate) fn in_context(context: CUcontext, call: impl FnOnce() -> Result<()>) 
 
 /// [`in_context`] for a handle's optional context: without one, runs `call` as it is.
 pub(crate) fn in_context_of(
-    context: Option<&crate::context::ContextHandle>,
+    context: Option<&ContextHandle>,
     call: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     match context {

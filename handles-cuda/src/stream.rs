@@ -6,9 +6,9 @@ use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
 use crate::driver::ensure_loaded;
-use crate::error::{Result, check, deleter_status};
+use crate::error::{Result, check, deleter_status, driver, out};
 use crate::event::EventHandle;
-use crate::scope::{current_raw, in_context, in_context_of, in_context_or_undo};
+use crate::scope::{create_in, current_raw, in_context, in_context_of};
 
 /// A CUDA stream.
 ///
@@ -28,9 +28,7 @@ unsafe impl handles_core::ThreadSafe for Stream {}
 
 fn destroy_stream(raw: CUstream, _: &Stream) -> Result<()> {
     // SAFETY: the handle owns `raw`, and this deleter runs once; its context is still alive.
-    deleter_status(check("cuStreamDestroy", unsafe {
-        sys::cuStreamDestroy_v2(raw)
-    }))
+    deleter_status(unsafe { driver!(cuStreamDestroy_v2(raw)) })
 }
 
 /// The raw value of the legacy default stream (`CU_STREAM_LEGACY`).
@@ -55,26 +53,18 @@ impl StreamHandle {
         } else {
             sys::CUstream_flags::CU_STREAM_DEFAULT as u32
         };
-        let raw = in_context_or_undo(
-            context.as_cu(),
-            || {
-                let mut raw = std::ptr::null_mut();
-                // SAFETY: the context is current; `raw` is a valid out-pointer.
-                check("cuStreamCreateWithPriority", unsafe {
-                    sys::cuStreamCreateWithPriority(&mut raw, raw_flags, priority)
-                })?;
-                Ok(raw)
-            },
-            |raw| {
-                // SAFETY: undoing our own creation; nothing else has seen `raw`.
-                let _ = unsafe { sys::cuStreamDestroy_v2(raw) };
-            },
-        )?;
         let record = Stream {
             context: Some(context.clone()),
         };
-        // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
-        Ok(unsafe { StreamHandle::from_raw(raw, record) })
+        create_in(
+            context,
+            || {
+                // SAFETY: the context is current; `raw` is a valid out-pointer.
+                out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
+            },
+            // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
+            |raw| unsafe { StreamHandle::from_raw(raw, record) },
+        )
     }
 
     /// A reference to the legacy default stream. It resolves to whichever context is current
@@ -129,9 +119,7 @@ impl StreamHandle {
         let raw_event = event.as_cu();
         self.run(|raw| {
             // SAFETY: the stream and the event are alive while their handles are.
-            check("cuStreamWaitEvent", unsafe {
-                sys::cuStreamWaitEvent(raw, raw_event, 0)
-            })
+            unsafe { driver!(cuStreamWaitEvent(raw, raw_event, 0)) }
         })
     }
 
@@ -139,9 +127,7 @@ impl StreamHandle {
     pub fn synchronize(&self) -> Result<()> {
         self.run(|raw| {
             // SAFETY: the stream is alive while `self` is.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(raw)
-            })
+            unsafe { driver!(cuStreamSynchronize(raw)) }
         })
     }
 
@@ -202,11 +188,8 @@ impl StreamHandle {
         if self.is_default_token() {
             return ContextHandle::owning(current_raw()?);
         }
-        let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is alive while `self` is; `raw` is a valid out-pointer.
-        check("cuStreamGetCtx", unsafe {
-            sys::cuStreamGetCtx(self.as_cu(), &mut raw)
-        })?;
+        let raw = out(|raw| unsafe { driver!(cuStreamGetCtx(self.as_cu(), raw)) })?;
         ContextHandle::owning(raw)
     }
 }

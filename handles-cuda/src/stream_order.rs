@@ -36,7 +36,7 @@ use std::thread::{self, ThreadId};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
 
-use crate::error::{Result, check};
+use crate::error::{Result, driver};
 use crate::event::EventHandle;
 use crate::scope::current_raw;
 use crate::stream::{PER_THREAD_STREAM, StreamHandle};
@@ -214,9 +214,7 @@ impl StreamOrder {
         if !self.crossed.load(Ordering::Relaxed) && home_raw != 0 {
             // Used on its real home stream only: nothing to wait for.
             // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).
-            return check("cuMemFreeAsync", unsafe {
-                sys::cuMemFreeAsync(raw, home_raw as sys::CUstream)
-            });
+            return unsafe { driver!(cuMemFreeAsync(raw, home_raw as sys::CUstream)) };
         }
         let state = lock(&self.state);
         let foreign = state
@@ -231,14 +229,14 @@ impl StreamOrder {
         state.home.run(|home| {
             for pending in &state.others {
                 // SAFETY: `home` and the marker are alive (the marker's handle is held here).
-                let waited = unsafe { sys::cuStreamWaitEvent(home, pending.marker.as_cu(), 0) };
-                if check("cuStreamWaitEvent", waited).is_err() {
+                let waited = unsafe { driver!(cuStreamWaitEvent(home, pending.marker.as_cu(), 0)) };
+                if waited.is_err() {
                     // The host waits instead; if it cannot, the memory must not be freed.
                     pending.marker.synchronize()?;
                 }
             }
             // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
-            check("cuMemFreeAsync", unsafe { sys::cuMemFreeAsync(raw, home) })
+            unsafe { driver!(cuMemFreeAsync(raw, home)) }
         })
     }
 }

@@ -547,7 +547,10 @@ fn tour_example_runs_on_the_simulator_without_violations() {
     command.sim_strict();
     let (output, report) = run_with_report(&mut command, &scratch.join("report-%p.json"));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    say(format!("tour on the simulator (strict):\n{}", tail(&stdout, 40)));
+    say(format!(
+        "tour on the simulator (strict):\n{}",
+        tail(&stdout, 40)
+    ));
     assert!(
         output.status.success() && stdout.contains("done"),
         "the tour failed on the simulator: {:?}\n{}",

@@ -1,0 +1,71 @@
+//! Interprocess pools: exporting a pool as a POSIX file descriptor, and importing one.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use cudarc::driver::sys;
+
+use crate::context::ContextHandle;
+use crate::driver::ensure_loaded;
+use crate::error::{Error, Result, driver, out};
+use crate::pool::{MemoryPool, MemoryPoolHandle};
+use crate::scope::create_in;
+
+const POSIX_FILE_DESCRIPTOR: sys::CUmemAllocationHandleType =
+    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+
+impl MemoryPoolHandle {
+    /// Exports the pool as a POSIX file descriptor for another process to import. The pool
+    /// must have been created with `ipc` set.
+    pub fn export_posix_fd(&self) -> Result<OwnedFd> {
+        if !self.ipc() {
+            return Err(Error::InvalidArgument(
+                "only pools created with `ipc` set can be exported".into(),
+            ));
+        }
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: the pool is alive; for POSIX descriptors the driver writes an `int`.
+        unsafe {
+            driver!(cuMemPoolExportToShareableHandle(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.as_cu(),
+                POSIX_FILE_DESCRIPTOR,
+                0,
+            ))
+        }?;
+        // SAFETY: the driver returned a fresh descriptor that the caller now owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Imports a pool that another process exported with [`MemoryPoolHandle::export_posix_fd`],
+    /// on device `ordinal` of this process (whose primary context the import keeps alive, and
+    /// in which its pointers are imported). The descriptor is not consumed. The returned handle
+    /// owns the imported pool.
+    pub fn import_posix_fd(fd: BorrowedFd<'_>, ordinal: usize) -> Result<Self> {
+        ensure_loaded()?;
+        let context = ContextHandle::primary(ordinal)?;
+        let record = MemoryPool {
+            context: Some(context.clone()),
+            location: None,
+            ipc: true,
+        };
+        // The driver takes a POSIX descriptor's value in place of the pointer.
+        let handle = fd.as_raw_fd() as usize as *mut std::ffi::c_void;
+        create_in(
+            &context,
+            || {
+                // SAFETY: `raw` is a valid out-pointer; the driver duplicates what it needs of
+                // the descriptor and does not close `fd`.
+                out(|raw| unsafe {
+                    driver!(cuMemPoolImportFromShareableHandle(
+                        raw,
+                        handle,
+                        POSIX_FILE_DESCRIPTOR,
+                        0
+                    ))
+                })
+            },
+            // SAFETY: the imported pool is ours to destroy with `cuMemPoolDestroy`.
+            |raw| unsafe { MemoryPoolHandle::from_raw(raw, record) },
+        )
+    }
+}

@@ -1,0 +1,208 @@
+//! cudarc interoperation on the simulated driver: a cudarc slice's stream stays reachable
+//! (`DevicePtrHandle::from_cudarc_slice_with_stream`), and `StreamHandle::to_cudarc` hands
+//! any stream to cudarc safely: cudarc's own stream back, the default streams, or a stream of
+//! ours lent for as long as cudarc holds it.
+//!
+//! Each `scenario_*` test is `#[ignore]`d and runs only as a child process on the simulator,
+//! started by the parent test of the same name without the prefix, which checks that the
+//! child passed and that the simulator reported no violation and no leak.
+
+mod simulator;
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+use handles_cuda::{ContextHandle, DevicePtrHandle, Error, StreamFlags, StreamHandle};
+use handles_tests::cuda_live_counts;
+use simulator::{Scratch, describe_leaks, describe_violations, run_with_report, say, tail};
+
+/// Set in a scenario's child process to the scenario's name.
+const SCENARIO: &str = "HANDLES_INTEROP_SCENARIO";
+
+fn run_scenario(name: &str) {
+    let scratch = Scratch::new(name);
+    let test = format!("scenario_{name}");
+    let mut command = simulator::this_binary();
+    command
+        .args([
+            test.as_str(),
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, name);
+    let (output, report) = run_with_report(&mut command, &scratch.join("report.json"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "scenario {name} failed ({:?}):\n{}\n{}",
+        output.status,
+        tail(&stdout, 30),
+        tail(&String::from_utf8_lossy(&output.stderr), 30)
+    );
+    let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
+    say(format!(
+        "scenario {name} on the simulator: {}; leaks: {}",
+        describe_violations(&report, 5),
+        describe_leaks(&report.leaks)
+    ));
+    assert!(
+        report.violations.is_empty(),
+        "{name}: {}",
+        describe_violations(&report, 10)
+    );
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{name}: leaked {}",
+        describe_leaks(&report.leaks)
+    );
+}
+
+fn in_scenario() {
+    assert!(
+        std::env::var_os(SCENARIO).is_some(),
+        "scenarios run only as children on the simulator, started by their parent test"
+    );
+}
+
+#[test]
+fn slice_stream_stays_reachable() {
+    run_scenario("slice_stream_stays_reachable");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_slice_stream_stays_reachable() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let cudarc_context = CudaContext::new(0).unwrap();
+        let cudarc_stream = cudarc_context.new_stream().unwrap();
+        let slice = cudarc_stream.clone_htod(&[7u8; 4096]).unwrap();
+        let (buffer, stream) = DevicePtrHandle::from_cudarc_slice_with_stream(slice);
+        assert_eq!(stream.as_cu(), cudarc_stream.cu_stream());
+        assert!(
+            Arc::ptr_eq(&stream.to_cudarc().unwrap(), &cudarc_stream),
+            "to_cudarc gives cudarc's own stream back"
+        );
+        drop((cudarc_stream, cudarc_context));
+        // Work on the slice's own stream is ordered after cudarc's copy into it.
+        buffer.memset_at_async(1024, 9, 1024, &stream).unwrap();
+        let mut host = vec![0u8; 4096];
+        buffer.copy_to_host(&mut host, &stream).unwrap();
+        assert!(host[..1024].iter().all(|&byte| byte == 7));
+        assert!(host[1024..2048].iter().all(|&byte| byte == 9));
+        assert!(host[2048..].iter().all(|&byte| byte == 7));
+        drop(buffer);
+        let back = stream.to_cudarc().unwrap();
+        drop(stream);
+        // The slice is freed on its stream, which cudarc keeps until the last `Arc` goes.
+        back.synchronize().unwrap();
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
+#[test]
+fn owned_stream_lent_to_cudarc() {
+    run_scenario("owned_stream_lent_to_cudarc");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_owned_stream_lent_to_cudarc() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+        let raw = stream.as_cu();
+        let lent = stream.to_cudarc().unwrap();
+        assert_eq!(lent.cu_stream(), raw);
+        assert_eq!(lent.context().cu_ctx(), context.as_cu());
+        assert!(
+            Arc::ptr_eq(&stream.to_cudarc().unwrap(), &lent),
+            "lending again while the first loan lives returns it"
+        );
+        // Our last handle goes; the loan keeps the stream alive while cudarc uses it.
+        drop((stream, context));
+        assert_eq!(StreamHandle::release_cudarc_loans(), 0);
+        let slice = lent.clone_htod(&[3u32; 256]).unwrap();
+        let back = lent.clone_dtoh(&slice).unwrap();
+        assert_eq!(back, vec![3u32; 256]);
+        drop(slice); // freed on the lent stream, which is still alive
+        lent.synchronize().unwrap();
+        drop(lent);
+        assert_eq!(
+            StreamHandle::release_cudarc_loans(),
+            1,
+            "the loan ends after cudarc's last use; the stream is destroyed now"
+        );
+        assert_eq!(StreamHandle::release_cudarc_loans(), 0);
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
+#[test]
+fn default_stream_tokens_to_cudarc() {
+    run_scenario("default_stream_tokens_to_cudarc");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_default_stream_tokens_to_cudarc() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        // No context is current on this thread, and the token is bound to none.
+        assert!(ContextHandle::current().unwrap().is_none());
+        match StreamHandle::per_thread().to_cudarc() {
+            Err(Error::InvalidArgument(message)) => assert!(message.contains("no context")),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        let context = ContextHandle::primary(0).unwrap();
+        let legacy = StreamHandle::legacy_in(&context).to_cudarc().unwrap();
+        assert!(legacy.cu_stream().is_null(), "cudarc's default stream");
+        assert_eq!(legacy.context().cu_ctx(), context.as_cu());
+        let slice = legacy.clone_htod(&[5u8; 64]).unwrap();
+        assert_eq!(legacy.clone_dtoh(&slice).unwrap(), vec![5u8; 64]);
+        drop(slice);
+        legacy.synchronize().unwrap();
+        assert_eq!(
+            StreamHandle::release_cudarc_loans(),
+            0,
+            "tokens are not lent"
+        );
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
+#[test]
+fn wrapped_cudarc_stream_round_trips() {
+    run_scenario("wrapped_cudarc_stream_round_trips");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_wrapped_cudarc_stream_round_trips() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let cudarc_context = CudaContext::new(0).unwrap();
+        let cudarc_stream = cudarc_context.new_stream().unwrap();
+        let wrapped = StreamHandle::from_cudarc(&cudarc_stream);
+        let back = wrapped.to_cudarc().unwrap();
+        assert!(Arc::ptr_eq(&back, &cudarc_stream));
+        let weak = Arc::downgrade(&cudarc_stream);
+        drop((back, cudarc_stream, cudarc_context));
+        assert!(weak.upgrade().is_some(), "the handle keeps cudarc's stream");
+        drop(wrapped);
+        assert!(weak.upgrade().is_none(), "and only the handle");
+        assert_eq!(StreamHandle::release_cudarc_loans(), 0);
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
