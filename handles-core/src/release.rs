@@ -73,32 +73,37 @@ pub(crate) fn release<R: Resource>(inner: Arc<HandleBox<R>>) {
 
 #[inline(never)]
 fn release_last<R: Resource>(inner: Arc<HandleBox<R>>) {
-    release_parked(Parked::Box(inner));
+    match RELEASING.try_with(|releasing| releasing.replace(true)) {
+        // Nested in another teardown on this thread: the outermost drop releases it.
+        Ok(true) => park(Parked::Box(inner)),
+        Ok(false) => {
+            let _reset = ResetOnExit;
+            drop(inner);
+            drain();
+        }
+        // The thread is exiting and its state is gone: drop in place.
+        Err(_) => drop(inner),
+    }
 }
 
 /// Drops a with-owner value (any value, which may hold the last handle of anything) the same
 /// way.
 pub(crate) fn release_value(value: Box<dyn Any + Send + Sync>) {
-    release_parked(Parked::Value(value));
-}
-
-fn release_parked(item: Parked) {
-    let nested = RELEASING.try_with(|releasing| releasing.replace(true));
-    match nested {
-        // Nested in another teardown on this thread: the outermost drop releases it.
-        Ok(true) => park(item),
+    match RELEASING.try_with(|releasing| releasing.replace(true)) {
+        Ok(true) => park(Parked::Value(value)),
         Ok(false) => {
             let _reset = ResetOnExit;
-            drop(item);
+            drop(value);
             drain();
         }
-        // The thread is exiting and its state is gone: drop in place.
-        Err(_) => drop(item),
+        Err(_) => drop(value),
     }
 }
 
 /// Parks a last reference for the outermost drop of this thread; drops it in place if the
 /// thread's list is already gone (thread exit).
+#[cold]
+#[inline(never)]
 fn park(inner: Parked) {
     let mut inner = Some(inner);
     let parked = PARKED.try_with(|parked| {
@@ -111,7 +116,16 @@ fn park(inner: Parked) {
 }
 
 /// Releases every parked reference, including those parked while releasing them.
+#[inline(always)]
 fn drain() {
+    if PARKED_LEN.try_with(Cell::get).unwrap_or(0) > 0 {
+        drain_parked();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drain_parked() {
     while PARKED_LEN.try_with(Cell::get).unwrap_or(0) > 0 {
         // The borrow ends before the drop: dropping may park more.
         let next = PARKED

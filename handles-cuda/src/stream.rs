@@ -164,6 +164,7 @@ impl StreamHandle {
     /// default-stream token without a context is bound to an owning handle of the context
     /// current now (the token alone would mean whichever context is current when the free
     /// runs, and a borrowed context could be destroyed before it does).
+    #[inline]
     pub(crate) fn bound(&self) -> Result<StreamHandle> {
         if !self.is_default_token() || self.context().is_some() {
             return Ok(self.clone());

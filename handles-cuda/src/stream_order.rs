@@ -54,6 +54,7 @@ struct StreamKey {
 
 impl StreamKey {
     /// The key of work queued on `stream` by the calling thread now.
+    #[inline]
     fn of(stream: &StreamHandle) -> Result<StreamKey> {
         let raw = stream.as_cu();
         if !stream.is_default_token() {
@@ -118,6 +119,7 @@ impl StreamOrder {
     /// Frees on `home`, which must already be bound ([`StreamHandle::bound`]); called on the
     /// thread that queued the allocation. Fallible only for a default-stream token (it reads
     /// the current context), so call it before allocating.
+    #[inline]
     pub(crate) fn new(home: StreamHandle) -> Result<StreamOrder> {
         let home_key = StreamKey::of(&home)?;
         Ok(StreamOrder {
@@ -207,6 +209,7 @@ impl StreamOrder {
 
     /// Queues the free of `raw` on home after every other stream's marker. Runs once, in the
     /// deleter, when no other handle can use the memory any more.
+    #[inline]
     pub(crate) fn free(&self, raw: CUdeviceptr) -> Result<()> {
         // The deleter runs on the thread that dropped the last handle, after every other use
         // (the handle's drop synchronised with them), so relaxed loads see the final values.
@@ -216,6 +219,13 @@ impl StreamOrder {
             // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).
             return unsafe { driver!(cuMemFreeAsync(raw, home_raw as sys::CUstream)) };
         }
+        self.free_ordered(raw)
+    }
+
+    /// The free of memory that crossed streams, or whose home is a default-stream token.
+    #[cold]
+    #[inline(never)]
+    fn free_ordered(&self, raw: CUdeviceptr) -> Result<()> {
         let state = lock(&self.state);
         let foreign = state
             .home_key

@@ -530,13 +530,19 @@ fn scenario_failed_pointer_export_is_returned_without_side_effects() {
 
 #[test]
 fn tour_example_runs_on_the_simulator_without_violations() {
-    // `cargo test` builds the examples next to the test binaries' directory.
     let exe = std::env::current_exe().expect("the test binary's path");
-    let tour = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|profile| profile.join("examples").join("tour"))
-        .expect("the target directory");
+    // From `cargo test`: <target>/<profile>/deps/<test> and <target>/<profile>/examples/tour;
+    // from a folder of collected binaries (scripts/gpu-collect.sh): side by side.
+    let deps = exe.parent().expect("the test binary's folder");
+    let tour = [
+        deps.parent()
+            .map(|profile| profile.join("examples").join("tour")),
+        Some(deps.join("tour")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|path| path.exists())
+    .unwrap_or_else(|| deps.join("tour"));
     assert!(
         tour.exists(),
         "{} is missing: `cargo test` builds the examples",
