@@ -15,6 +15,9 @@
 //!   `cuMemFreeAsync` on home. If a wait cannot be queued, the host waits for the marker
 //!   instead; if even that fails, the free is not queued and the deleter reports the error:
 //!   leaking is the only sound answer to an ordering the driver refuses.
+//! - **A use that cannot be marked** (the event cannot be created or recorded) makes the host
+//!   wait for that stream; if even that fails, the memory is marked unorderable and its free
+//!   becomes a reported leak. A failed move of the free leaves it where it was.
 //!
 //! A per-thread default stream means a different stream on every thread, so work on one is
 //! identified together with the thread that queued it, and a free from another thread than the
@@ -36,7 +39,7 @@ use std::thread::{self, ThreadId};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
 
-use crate::error::{Result, driver};
+use crate::error::{Error, Result, driver};
 use crate::event::EventHandle;
 use crate::scope::current_raw;
 use crate::stream::{PER_THREAD_STREAM, StreamHandle};
@@ -97,6 +100,9 @@ pub(crate) struct StreamOrder {
     /// Whether the memory was ever used on another stream or moved: until then the free is
     /// one `cuMemFreeAsync` on the mirrored home, without the lock.
     crossed: AtomicBool,
+    /// Set when a use could be neither marked nor waited for: the free would be unordered, so
+    /// the memory is leaked instead (and the deleter reports it).
+    unorderable: AtomicBool,
     state: Mutex<OrderState>,
 }
 
@@ -125,6 +131,7 @@ impl StreamOrder {
         Ok(StreamOrder {
             mirror: HomeMirror::new(mirror_value(&home)),
             crossed: AtomicBool::new(false),
+            unorderable: AtomicBool::new(false),
             state: Mutex::new(OrderState {
                 home,
                 home_key,
@@ -165,14 +172,21 @@ impl StreamOrder {
             return Ok(());
         }
         self.crossed.store(true, Ordering::Relaxed);
-        match state.others.iter().find(|pending| pending.key == key) {
+        let marked = match state.others.iter().find(|pending| pending.key == key) {
             Some(pending) => pending.marker.record(stream),
-            None => {
-                let marker = EventHandle::marker_on(stream)?;
+            None => EventHandle::marker_on(stream).map(|marker| {
                 state.others.push(Pending { key, marker });
-                Ok(())
+            }),
+        };
+        // The work is already queued: if it cannot be marked, the host waits for it, and if
+        // even that fails the free must never run.
+        if let Err(error) = marked {
+            if stream.synchronize().is_err() {
+                self.unorderable.store(true, Ordering::Relaxed);
             }
+            return Err(error);
         }
+        Ok(())
     }
 
     /// Moves the free to `new_home` (already bound), ordered after everything queued on the
@@ -189,17 +203,26 @@ impl StreamOrder {
         self.mirror.set_home(mirror_value(&new_home));
         let old_key = state.home_key;
         let on_another_thread = old_key.thread.is_some_and(|t| t != thread::current().id());
-        if on_another_thread {
+        let ordered = if on_another_thread {
             // The old home is another thread's per-thread stream, which this thread cannot
             // record on: wait for everything in its context instead.
-            state.home.owning_context()?.synchronize()?;
+            state
+                .home
+                .owning_context()
+                .and_then(|context| context.synchronize())
         } else {
-            let marker = EventHandle::marker_on(&state.home)?;
-            state.others.retain(|pending| pending.key != old_key);
-            state.others.push(Pending {
-                key: old_key,
-                marker,
-            });
+            EventHandle::marker_on(&state.home).map(|marker| {
+                state.others.retain(|pending| pending.key != old_key);
+                state.others.push(Pending {
+                    key: old_key,
+                    marker,
+                });
+            })
+        };
+        if let Err(error) = ordered {
+            // The free stays where it was, and the mirror says so again.
+            self.mirror.set_home(mirror_value(&state.home));
+            return Err(error);
         }
         state.others.retain(|pending| pending.key != new_key);
         state.home = new_home;
@@ -214,6 +237,13 @@ impl StreamOrder {
         // The deleter runs on the thread that dropped the last handle, after every other use
         // (the handle's drop synchronised with them), so relaxed loads see the final values.
         let home_raw = self.mirror.raw();
+        if self.unorderable.load(Ordering::Relaxed) {
+            return Err(Error::InvalidArgument(
+                "a use of this memory on another stream could not be ordered before its free, \
+                 so it is leaked rather than freed while that work may still run"
+                    .into(),
+            ));
+        }
         if !self.crossed.load(Ordering::Relaxed) && home_raw != 0 {
             // Used on its real home stream only: nothing to wait for.
             // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).

@@ -567,3 +567,47 @@ fn tour_example_runs_on_the_simulator_without_violations() {
     // `run_with_report` cannot know; the strict mode already aborted on any violation.
     drop(report);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A use on another stream that cannot be marked never turns into an unordered free.
+
+#[test]
+fn an_unmarkable_use_leaks_rather_than_frees_unordered() {
+    let name = "an_unmarkable_use_leaks_rather_than_frees_unordered";
+    let report = run_scenario(
+        name,
+        &[
+            ("cuEventRecord", 1, "CUDA_ERROR_LAUNCH_FAILED"),
+            ("cuStreamSynchronize", 1, "CUDA_ERROR_LAUNCH_FAILED"),
+        ],
+    );
+    assert!(
+        report.of_kind("unordered-free").is_empty() && report.of_kind("use-after-free").is_empty(),
+        "{:#?}",
+        report.violations
+    );
+    say(format!(
+        "leaks by design: {:?}",
+        report.leaks_without_primary()
+    ));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_an_unmarkable_use_leaks_rather_than_frees_unordered() {
+    in_scenario();
+    let failures = handles_tests::Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let (home, other) = (non_blocking(&context), non_blocking(&context));
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &home).unwrap();
+    let marked = buffer.memset_async(1, 4096, &other);
+    assert!(marked.is_err(), "the marker's failure is returned");
+    drop(buffer);
+    let seen = failures.seen();
+    assert!(
+        seen.iter()
+            .any(|line| line.contains("leaked rather than freed")),
+        "the refused free is reported: {seen:?}"
+    );
+}
