@@ -199,32 +199,35 @@ impl StreamHandle {
 
 impl DevicePtrHandle {
     /// Wraps a cudarc slice, and returns the slice's stream with it: the stream cudarc orders
-    /// the memory's work on and frees it on. Use that stream (or order other streams after it)
-    /// for work on the memory. As for [`DevicePtrHandle::from_cudarc_slice`], the handle keeps
-    /// the slice alive, and the stream handle keeps cudarc's stream alive.
-    /// [`StreamHandle::to_cudarc`] on the returned stream gives back cudarc's stream.
+    /// the memory's work on and frees it on. [`StreamHandle::to_cudarc`] on the returned stream
+    /// gives back cudarc's stream. See [`DevicePtrHandle::from_cudarc_slice`].
     pub fn from_cudarc_slice_with_stream<T: Send + Sync + 'static>(
         slice: CudaSlice<T>,
-    ) -> (Self, StreamHandle) {
+    ) -> Result<(Self, StreamHandle)> {
         let stream = StreamHandle::from_cudarc(slice.stream());
-        (Self::from_cudarc_slice(slice), stream)
+        Ok((Self::from_cudarc_slice(slice)?, stream))
     }
 
     /// Wraps a cudarc slice. The handle keeps `slice` (and its stream and context) alive and
-    /// never frees the memory itself: cudarc frees it when the last handle drops the slice.
-    /// The slice's stream is not reachable from the handle; to keep it, use
-    /// [`DevicePtrHandle::from_cudarc_slice_with_stream`].
-    pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Self {
+    /// never frees the memory itself: cudarc frees it, on the slice's stream, when the last
+    /// handle drops the slice. Work the safe methods queue on other streams is ordered before
+    /// that free: the slice's stream first waits for it (if it cannot, the slice is leaked
+    /// rather than freed while that work may run). The slice's stream is the handle's
+    /// [`DevicePtrHandle::deallocation_stream`].
+    pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Result<Self> {
+        ensure_loaded()?;
         let size = slice.num_bytes();
-        let stream = slice.stream().clone();
+        let cudarc_stream = slice.stream().clone();
         // Asking for the pointer orders `stream` after pending writes, as cudarc requires.
         let raw = {
-            let (raw, sync) = slice.device_ptr(&stream);
+            let (raw, sync) = slice.device_ptr(&cudarc_stream);
             drop(sync);
             raw
         };
-        let record = DevicePtrHandle::unowned_record(size);
-        // SAFETY: the memory is valid while the slice lives, and the handle keeps it alive.
-        unsafe { DevicePtrHandle::from_raw_with_owner(raw, record, slice) }
+        let home = StreamHandle::from_cudarc(&cudarc_stream);
+        let record = DevicePtrHandle::foreign_record(size, home, Box::new(slice))?;
+        // SAFETY: the memory is valid while the slice lives, and the record holds the slice
+        // until the handle's last clone is gone; the record describes `size` bytes truthfully.
+        Ok(unsafe { DevicePtrHandle::from_raw_borrowed(raw, record) })
     }
 }

@@ -76,6 +76,38 @@ enum Release {
     Synchronous,
     /// `cuMemFreeHost` in the owning context.
     PinnedHost,
+    /// Memory another library frees (a cudarc slice, kept here): see [`ForeignFree`].
+    Foreign(ForeignFree),
+}
+
+/// Memory that another library owns and frees on its own stream when its owner value drops (a
+/// cudarc slice). The safe methods still report every stream they use, and before the owner
+/// value is dropped the owner's stream ("home") is made to wait for all of them, so the other
+/// library's free is ordered after that work too. If home cannot be ordered, the owner value is
+/// leaked rather than freed unordered.
+pub(crate) struct ForeignFree {
+    order: StreamOrder,
+    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl ForeignFree {
+    pub(crate) fn new(order: StreamOrder, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        ForeignFree {
+            order,
+            owner: Some(owner),
+        }
+    }
+}
+
+impl Drop for ForeignFree {
+    fn drop(&mut self) {
+        let owner = self.owner.take();
+        if self.order.order_home_after_uses().is_ok() {
+            drop(owner);
+        } else {
+            std::mem::forget(owner);
+        }
+    }
 }
 
 /// Where stream-ordered memory came from.
@@ -90,6 +122,7 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
     let status = match &allocation.release {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
+        Release::Foreign(_) => Ok(()),
         Release::Synchronous => with_owning_context(allocation, || {
             // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context.
             unsafe { driver!(cuMemFree_v2(raw)) }
@@ -251,7 +284,7 @@ impl DevicePtrHandle {
             return AllocKind::Unowned;
         }
         match &self.record().release {
-            Release::Nothing => AllocKind::Unowned,
+            Release::Nothing | Release::Foreign(_) => AllocKind::Unowned,
             Release::StreamOrdered {
                 imported: false, ..
             } => AllocKind::StreamOrdered,
@@ -261,12 +294,29 @@ impl DevicePtrHandle {
         }
     }
 
-    /// The ordering of a stream-ordered allocation this handle owns.
+    /// The ordering of a stream-ordered allocation this handle owns, or of memory another
+    /// library frees on its stream.
     fn order(&self) -> Option<&StreamOrder> {
         match &self.record().release {
             Release::StreamOrdered { order, .. } if self.is_owning() => Some(order),
+            Release::Foreign(foreign) => Some(&foreign.order),
             _ => None,
         }
+    }
+
+    /// The record of memory another library frees on `home` when `owner` drops.
+    pub(crate) fn foreign_record(
+        size: usize,
+        home: StreamHandle,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<DevicePtr> {
+        Ok(DevicePtr {
+            pool: None,
+            context: None,
+            size,
+            release: Release::Foreign(ForeignFree::new(StreamOrder::new(home)?, owner)),
+            import_slot: None,
+        })
     }
 
     /// Reports that work touching the memory was queued on `stream`, so the free is ordered
@@ -288,7 +338,7 @@ impl DevicePtrHandle {
     /// deallocation stream and on every other stream the memory was used on. A default-stream
     /// token is bound to the context current now. Only for owned stream-ordered memory.
     pub fn set_deallocation_stream(&self, stream: &StreamHandle) -> Result<()> {
-        let Some(order) = self.order() else {
+        let Some(order) = self.order().filter(|_| self.kind() != AllocKind::Unowned) else {
             return Err(Error::InvalidArgument(
                 "only owned stream-ordered allocations have a deallocation stream".into(),
             ));
@@ -375,8 +425,11 @@ impl DevicePtrHandle {
             // SAFETY: both ranges are within live allocations kept alive by their handles.
             unsafe { driver!(cuMemcpyAsync(to, from, len, raw_stream)) }
         })?;
-        self.used_on(stream)?;
-        dst.used_on(stream)
+        // Both are reported whatever happens to the other: an unreported use could be freed
+        // unordered.
+        let source = self.used_on(stream);
+        let destination = dst.used_on(stream);
+        source.and(destination)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

@@ -144,7 +144,10 @@ impl StreamHandle {
         ensure_loaded()?;
         match self.context() {
             Some(context) => in_context(context.as_cu(), || call(raw)),
-            None => call(raw),
+            None => {
+                require_current_context()?;
+                call(raw)
+            }
         }
     }
 
@@ -153,10 +156,26 @@ impl StreamHandle {
     pub(crate) fn run_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
         if self.is_default_token() {
             ensure_loaded()?;
+            if self.context().is_none() {
+                require_current_context()?;
+            }
         }
         let raw = self.as_cu();
         in_context_of(self.context().as_ref(), || call(raw))
     }
+}
+
+/// A default-stream token bound to no context means "the current context's": with none
+/// current, the driver call would be invalid, so it is refused before it is made.
+fn require_current_context() -> Result<()> {
+    if current_raw()?.is_null() {
+        return Err(crate::error::Error::InvalidArgument(
+            "a default-stream token bound to no context needs a current context; none is \
+             current on this thread (use `StreamHandle::legacy_in`)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 impl StreamHandle {

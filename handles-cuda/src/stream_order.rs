@@ -257,6 +257,33 @@ impl StreamOrder {
     #[inline(never)]
     fn free_ordered(&self, raw: CUdeviceptr) -> Result<()> {
         let state = lock(&self.state);
+        Self::order_home(&state, |home| {
+            // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
+            unsafe { driver!(cuMemFreeAsync(raw, home)) }
+        })
+    }
+
+    /// Makes home wait for every other stream the memory was used on, for a free that another
+    /// library queues on home next (a cudarc slice's). An error means home could not be
+    /// ordered, and that free must not happen.
+    pub(crate) fn order_home_after_uses(&self) -> Result<()> {
+        if self.unorderable.load(Ordering::Relaxed) {
+            return Err(Error::InvalidArgument(
+                "a use of this memory on another stream could not be ordered".into(),
+            ));
+        }
+        if !self.crossed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Self::order_home(&lock(&self.state), |_| Ok(()))
+    }
+
+    /// Orders home after every marker (or the host after each marker it cannot wait for), then
+    /// runs `then` on home.
+    fn order_home(
+        state: &OrderState,
+        then: impl FnOnce(sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
         let foreign = state
             .home_key
             .thread
@@ -275,8 +302,7 @@ impl StreamOrder {
                     pending.marker.synchronize()?;
                 }
             }
-            // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
-            unsafe { driver!(cuMemFreeAsync(raw, home)) }
+            then(home)
         })
     }
 }

@@ -611,3 +611,60 @@ fn scenario_an_unmarkable_use_leaks_rather_than_frees_unordered() {
         "the refused free is reported: {seen:?}"
     );
 }
+
+#[test]
+fn a_copy_whose_source_cannot_be_marked_still_orders_the_destination() {
+    let name = "a_copy_whose_source_cannot_be_marked_still_orders_the_destination";
+    let report = run_scenario(
+        name,
+        &[
+            ("cuEventCreate", 1, "CUDA_ERROR_OUT_OF_MEMORY"),
+            ("cuStreamSynchronize", 1, "CUDA_ERROR_LAUNCH_FAILED"),
+        ],
+    );
+    assert!(
+        report.of_kind("unordered-free").is_empty(),
+        "{:#?}",
+        report.violations
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_copy_whose_source_cannot_be_marked_still_orders_the_destination() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let (home, other) = (non_blocking(&context), non_blocking(&context));
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let source = DevicePtrHandle::alloc_from_pool(&pool, 256, &home).unwrap();
+    let target = DevicePtrHandle::alloc_from_pool(&pool, 256, &home).unwrap();
+    assert!(source.copy_to_async(0, &target, 0, 256, &other).is_err());
+    drop(target);
+    drop(source);
+}
+
+#[test]
+fn an_unbound_default_stream_with_no_current_context_is_refused() {
+    let name = "an_unbound_default_stream_with_no_current_context_is_refused";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_an_unbound_default_stream_with_no_current_context_is_refused() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let buffer = DevicePtrHandle::alloc_async(256, &StreamHandle::legacy_in(&context)).unwrap();
+    let mut host = [0u8; 16];
+    assert!(
+        buffer
+            .memset_async(1, 256, &StreamHandle::legacy())
+            .is_err()
+    );
+    assert!(
+        buffer
+            .copy_to_host(&mut host, &StreamHandle::per_thread())
+            .is_err()
+    );
+    drop(buffer);
+}

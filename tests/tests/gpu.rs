@@ -143,7 +143,7 @@ fn with_owner_handles_keep_cudarc_objects_alive() {
     assert_eq!(wrapped.ownership(), handles_core::Ownership::WithOwner);
     assert_eq!(Arc::strong_count(&cudarc_stream), stream_count + 1);
     let slice = cudarc_stream.alloc_zeros::<u32>(1024).unwrap();
-    let buffer = DevicePtrHandle::from_cudarc_slice(slice);
+    let buffer = DevicePtrHandle::from_cudarc_slice(slice).unwrap();
     assert_eq!(buffer.size(), 4096);
     let weak_stream = Arc::downgrade(&cudarc_stream);
     drop(cudarc_stream);

@@ -80,7 +80,7 @@ fn scenario_slice_stream_stays_reachable() {
         let cudarc_context = CudaContext::new(0).unwrap();
         let cudarc_stream = cudarc_context.new_stream().unwrap();
         let slice = cudarc_stream.clone_htod(&[7u8; 4096]).unwrap();
-        let (buffer, stream) = DevicePtrHandle::from_cudarc_slice_with_stream(slice);
+        let (buffer, stream) = DevicePtrHandle::from_cudarc_slice_with_stream(slice).unwrap();
         assert_eq!(stream.as_cu(), cudarc_stream.cu_stream());
         assert!(
             Arc::ptr_eq(&stream.to_cudarc().unwrap(), &cudarc_stream),
@@ -102,6 +102,28 @@ fn scenario_slice_stream_stays_reachable() {
     }
     handles_cuda::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
+}
+
+#[test]
+fn a_cudarc_slice_used_on_another_stream_is_freed_after_that_work() {
+    run_scenario("a_cudarc_slice_used_on_another_stream_is_freed_after_that_work");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_cudarc_slice_used_on_another_stream_is_freed_after_that_work() {
+    in_scenario();
+    let cudarc_context = CudaContext::new(0).unwrap();
+    let cudarc_stream = cudarc_context.new_stream().unwrap();
+    let context = ContextHandle::from_cudarc(&cudarc_context);
+    let other = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+    let slice = cudarc_stream.alloc_zeros::<u8>(256).unwrap();
+    let buffer = DevicePtrHandle::from_cudarc_slice(slice).unwrap();
+    buffer.memset_async(7, 256, &other).unwrap();
+    // cudarc frees the slice on its own stream, which first waits for the memset.
+    drop(buffer);
+    cudarc_stream.synchronize().unwrap();
+    other.synchronize().unwrap();
 }
 
 #[test]

@@ -457,6 +457,41 @@ fn a_million_deep_chain_of_with_owner_values_drops_on_a_2_mib_thread() {
     assert_eq!(LinkHandle::live_count(), live_before);
 }
 
+thread_local! {
+    static KEPT_CHAIN: std::cell::RefCell<Option<LinkHandle>> = const { std::cell::RefCell::new(None) };
+}
+
+fn link_chain(depth: usize, first_id: u64) -> Option<LinkHandle> {
+    let mut tail: Option<LinkHandle> = None;
+    for id in first_id..first_id + depth as u64 {
+        // SAFETY: stand-in ids that nothing else owns; the deleter only counts.
+        tail = Some(unsafe { LinkHandle::from_raw(id, Link { parent: tail }) });
+    }
+    tail
+}
+
+#[test]
+fn a_deep_chain_dropped_by_a_thread_local_destructor_at_thread_exit() {
+    let _serial = serial();
+    let depth = scaled(1_000_000, 2_000);
+    let deleted_before = LINKS_DELETED.load(Ordering::Relaxed);
+    thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            // The chain's thread-local is destroyed at thread exit, after this thread has
+            // already released (and parked) other chains.
+            KEPT_CHAIN.with(|kept| *kept.borrow_mut() = link_chain(depth, 0));
+            drop(link_chain(3, 0));
+        })
+        .unwrap()
+        .join()
+        .expect("the thread exited without overflowing its stack");
+    assert_eq!(
+        LINKS_DELETED.load(Ordering::Relaxed) - deleted_before,
+        depth as u64 + 3
+    );
+}
+
 #[test]
 fn a_deep_chain_released_during_another_release_is_deleted_in_dependency_order() {
     let _serial = serial();
