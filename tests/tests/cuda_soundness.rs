@@ -17,75 +17,16 @@ use handles_cuda::{
     MemoryPoolHandle, PoolLocation, PoolProps, StreamFlags, StreamHandle,
 };
 use handles_tests::cuda_live_counts;
-use simulator::{Scratch, run_with_report, say, tail, this_binary};
+use simulator::{Scratch, assert_clean, in_scenario, run_with_report, say, tail};
 
-/// Set in a scenario's child process to the scenario's name.
-const SCENARIO: &str = "HANDLES_CUDA_SOUNDNESS_SCENARIO";
-
-/// Runs `scenario_<name>` on the simulator, with `fail` injected, and returns its report after
-/// checking that it exited cleanly.
+/// Runs `scenario_<name>` on the simulator, with `fail` injected.
 fn run_scenario(name: &str, fail: &[(&str, u64, &str)]) -> Report {
-    run_scenario_with(name, fail, &[])
+    simulator::run_scenario(name, fail, &[])
 }
 
 /// [`run_scenario`] with extra environment variables (`CUDA_SIM_DEVICES`, …).
 fn run_scenario_with(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> Report {
-    let scratch = Scratch::new(name);
-    let test = format!("scenario_{name}");
-    let mut command = this_binary();
-    command
-        .args([
-            test.as_str(),
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, name)
-        .envs(env.iter().copied());
-    if !fail.is_empty() {
-        command.sim_fail(fail);
-    }
-    let (output, report) = run_with_report(&mut command, &scratch.join("report.json"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "scenario {name} failed ({:?}):\n{}\n{}",
-        output.status,
-        tail(&stdout, 30),
-        tail(&stderr, 30)
-    );
-    let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
-    say(format!(
-        "scenario {name} on the simulator: {} violation(s), leaks {:?}",
-        report.violations.len(),
-        report.leaks_without_primary()
-    ));
-    report
-}
-
-/// Asserts the report shows no violation and no leak (primary-context retains aside, which
-/// thread caches keep until exit).
-fn assert_clean(name: &str, report: &Report) {
-    assert!(
-        report.violations.is_empty(),
-        "{name}: the simulator reported {:#?}",
-        report.violations
-    );
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{name}: leaked {:?}",
-        report.leaks_without_primary()
-    );
-}
-
-/// Panics unless this process is a scenario child on the simulator.
-fn in_scenario() {
-    assert!(
-        std::env::var_os(SCENARIO).is_some(),
-        "scenarios run only as children on the simulator, started by their parent test"
-    );
+    simulator::run_scenario(name, fail, env)
 }
 
 fn non_blocking(context: &ContextHandle) -> StreamHandle {

@@ -14,56 +14,11 @@ use std::sync::Arc;
 use cudarc::driver::CudaContext;
 use handles_cuda::{ContextHandle, DevicePtrHandle, Error, StreamFlags, StreamHandle};
 use handles_tests::cuda_live_counts;
-use simulator::{Scratch, describe_leaks, describe_violations, run_with_report, say, tail};
-
-/// Set in a scenario's child process to the scenario's name.
-const SCENARIO: &str = "HANDLES_INTEROP_SCENARIO";
+use simulator::{assert_clean, in_scenario};
 
 fn run_scenario(name: &str) {
-    let scratch = Scratch::new(name);
-    let test = format!("scenario_{name}");
-    let mut command = simulator::this_binary();
-    command
-        .args([
-            test.as_str(),
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, name);
-    let (output, report) = run_with_report(&mut command, &scratch.join("report.json"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "scenario {name} failed ({:?}):\n{}\n{}",
-        output.status,
-        tail(&stdout, 30),
-        tail(&String::from_utf8_lossy(&output.stderr), 30)
-    );
-    let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
-    say(format!(
-        "scenario {name} on the simulator: {}; leaks: {}",
-        describe_violations(&report, 5),
-        describe_leaks(&report.leaks)
-    ));
-    assert!(
-        report.violations.is_empty(),
-        "{name}: {}",
-        describe_violations(&report, 10)
-    );
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{name}: leaked {}",
-        describe_leaks(&report.leaks)
-    );
-}
-
-fn in_scenario() {
-    assert!(
-        std::env::var_os(SCENARIO).is_some(),
-        "scenarios run only as children on the simulator, started by their parent test"
-    );
+    let report = simulator::run_scenario(name, &[], &[]);
+    assert_clean(name, &report);
 }
 
 #[test]

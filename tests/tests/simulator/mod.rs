@@ -341,3 +341,69 @@ pub fn run_with_report(command: &mut Command, report: &Path) -> (Output, Option<
     let _ = std::fs::remove_file(report);
     (output, parsed)
 }
+
+/// The environment variable a scenario child is started with: the scenario's name.
+pub const SCENARIO: &str = "HANDLES_SIM_SCENARIO";
+
+/// Runs this binary's `#[ignore]`d test `scenario_<name>` as a child on the simulator, with the
+/// driver calls `fail` injected and the extra environment `env`; checks that the child passed
+/// and wrote a report, prints the report's summary, and returns it. The caller asserts what
+/// the report must (or may) contain.
+pub fn run_scenario(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> Report {
+    let scratch = Scratch::new(name);
+    let test = format!("scenario_{name}");
+    let mut command = this_binary();
+    command
+        .args([
+            test.as_str(),
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, name)
+        .envs(env.iter().copied());
+    if !fail.is_empty() {
+        command.sim_fail(fail);
+    }
+    let (output, report) = run_with_report(&mut command, &scratch.join("report.json"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "scenario {name} failed ({:?}):\n{}\n{}",
+        output.status,
+        tail(&stdout, 30),
+        tail(&String::from_utf8_lossy(&output.stderr), 30)
+    );
+    let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
+    say(format!(
+        "scenario {name} on the simulator: {}; leaks: {}",
+        describe_violations(&report, 5),
+        describe_leaks(&report.leaks)
+    ));
+    report
+}
+
+/// Asserts a scenario's report shows no violation and no leak (primary-context retains aside,
+/// which thread caches keep until exit).
+pub fn assert_clean(name: &str, report: &Report) {
+    assert!(
+        report.violations.is_empty(),
+        "{name}: {}",
+        describe_violations(report, 10)
+    );
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{name}: leaked {}",
+        describe_leaks(&report.leaks)
+    );
+}
+
+/// Panics unless this process is a scenario child on the simulator: a scenario run directly
+/// (on a real GPU, say) must not pass silently.
+pub fn in_scenario() {
+    assert!(
+        std::env::var_os(SCENARIO).is_some(),
+        "scenarios run only as children on the simulator, started by their parent test"
+    );
+}
