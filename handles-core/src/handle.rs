@@ -90,8 +90,8 @@ impl<R: Resource> HandleBox<R> {
         let boxed = HandleBox { raw, record, keep };
         // With-owner boxes are traced by `from_raw_with_owner`, which knows the owner's type.
         #[cfg(feature = "tracing")]
-        if !matches!(boxed.keep, Keep::WithOwner(_)) && trace::enabled() {
-            trace::create::<R>(&boxed.raw, boxed.ownership(), None);
+        if !matches!(boxed.keep, Keep::WithOwner(_)) && crate::trace::enabled() {
+            crate::trace::create::<R>(&boxed.raw, boxed.ownership(), None);
         }
         boxed
     }
@@ -144,8 +144,8 @@ impl<R: Resource> HandleBox<R> {
 impl<R: Resource> Drop for HandleBox<R> {
     fn drop(&mut self) {
         #[cfg(feature = "tracing")]
-        if trace::enabled() {
-            trace::destroy::<R>(
+        if crate::trace::enabled() {
+            crate::trace::destroy::<R>(
                 &self.raw,
                 self.ownership(),
                 matches!(self.keep, Keep::Owned),
@@ -218,8 +218,8 @@ impl<R: Resource> Handle<R> {
     pub unsafe fn from_raw_borrowed(raw: R::Raw, record: R) -> Self {
         if let Some(canonical) = R::registry().and_then(|registry| registry.lookup(raw)) {
             #[cfg(feature = "tracing")]
-            if trace::enabled() {
-                trace::borrow_resolved::<R>(&raw);
+            if crate::trace::enabled() {
+                crate::trace::borrow_resolved::<R>(&raw);
             }
             return canonical;
         }
@@ -243,8 +243,8 @@ impl<R: Resource> Handle<R> {
         O: Any + Send + Sync,
     {
         #[cfg(feature = "tracing")]
-        if trace::enabled() {
-            trace::create::<R>(
+        if crate::trace::enabled() {
+            crate::trace::create::<R>(
                 &raw,
                 Ownership::WithOwner,
                 Some(core::any::type_name::<O>()),
@@ -448,59 +448,5 @@ impl<R: Resource> Clone for WeakHandle<R> {
 impl<R: Resource> fmt::Debug for WeakHandle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Weak<{}>", R::NAME)
-    }
-}
-
-/// The `tracing` events (feature `tracing`): target `handles`, level TRACE. The hot paths test
-/// only [`trace::enabled`] (two compares, one relaxed load) inline; the events are built out of
-/// line.
-#[cfg(feature = "tracing")]
-mod trace {
-    use super::Ownership;
-    use crate::Resource;
-    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
-
-    /// Whether some subscriber may want TRACE events at all.
-    #[inline(always)]
-    pub(super) fn enabled() -> bool {
-        tracing::Level::TRACE <= STATIC_MAX_LEVEL && tracing::Level::TRACE <= LevelFilter::current()
-    }
-
-    #[cold]
-    #[inline(never)]
-    pub(super) fn create<R: Resource>(raw: &R::Raw, ownership: Ownership, owner: Option<&str>) {
-        tracing::trace!(
-            target: "handles",
-            resource = R::NAME,
-            raw = ?raw,
-            ownership = ?ownership,
-            owner,
-            "create"
-        );
-    }
-
-    #[cold]
-    #[inline(never)]
-    pub(super) fn borrow_resolved<R: Resource>(raw: &R::Raw) {
-        tracing::trace!(
-            target: "handles",
-            resource = R::NAME,
-            raw = ?raw,
-            ownership = ?Ownership::Owned,
-            "borrow resolved to the owning handle"
-        );
-    }
-
-    #[cold]
-    #[inline(never)]
-    pub(super) fn destroy<R: Resource>(raw: &R::Raw, ownership: Ownership, deleter: bool) {
-        tracing::trace!(
-            target: "handles",
-            resource = R::NAME,
-            raw = ?raw,
-            ownership = ?ownership,
-            deleter,
-            "destroy"
-        );
     }
 }

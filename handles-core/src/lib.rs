@@ -52,6 +52,8 @@ mod release;
 mod report;
 mod resource;
 mod sync;
+#[cfg(feature = "tracing")]
+mod trace;
 
 pub use cache::{CacheSlot, WeakCache};
 pub use error::{CloseError, DeleteError};
