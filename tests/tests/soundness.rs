@@ -417,12 +417,7 @@ fn a_million_deep_owner_chain_drops_on_a_2_mib_thread() {
     thread::Builder::new()
         .stack_size(2 << 20)
         .spawn(move || {
-            let mut tail: Option<LinkHandle> = None;
-            for id in 0..depth as u64 {
-                // SAFETY: stand-in ids that nothing else owns; the deleter only counts.
-                tail = Some(unsafe { LinkHandle::from_raw(id, Link { parent: tail }) });
-            }
-            drop(tail);
+            drop(link_chain(depth, 0));
         })
         .unwrap()
         .join()
