@@ -55,6 +55,7 @@ impl OwnerValue {
 }
 
 impl Drop for OwnerValue {
+    #[inline]
     fn drop(&mut self) {
         if let Some(value) = self.value.take()
             && self.needs_drop

@@ -29,6 +29,7 @@
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crate::Resource;
@@ -74,31 +75,64 @@ pub(crate) fn release<R: Resource>(inner: Arc<HandleBox<R>>) {
         drop(inner);
         return;
     }
-    release_last(Parked::Box(inner));
+    release_last(inner);
 }
 
 /// Drops a with-owner value (any value, which may hold the last handle of anything) the same
 /// way.
 pub(crate) fn release_value(value: Box<dyn Any + Send + Sync>) {
-    release_last(Parked::Value(value));
+    release_last(value);
+}
+
+/// The last reference to a box, or a with-owner value: dropped in place by the outermost drop
+/// (statically dispatched, the common case), parked as a [`Parked`] by a nested one.
+trait Releasable: Sized {
+    fn park(self) -> Parked;
+}
+
+impl<R: Resource> Releasable for Arc<HandleBox<R>> {
+    #[inline(always)]
+    fn park(self) -> Parked {
+        Parked::Box(self)
+    }
+}
+
+impl Releasable for Box<dyn Any + Send + Sync> {
+    #[inline(always)]
+    fn park(self) -> Parked {
+        Parked::Value(self)
+    }
 }
 
 #[inline(never)]
-fn release_last(item: Parked) {
+fn release_last<T: Releasable>(item: T) {
     let current = OUTERMOST.with(Cell::get);
     if !current.is_null() {
         // SAFETY: a non-null pointer is published only by the outermost drop below, for the
-        // extent of its frame, on this thread, and cleared by `Unpublish` before that frame
-        // ends (also when it unwinds); this call runs inside that extent, on the same thread.
+        // extent of its frame, on this thread, and cleared before that frame ends (by
+        // `Unpublish` when it unwinds); this call runs inside that extent, on the same thread.
         // The list is borrowed only for this push and for each pop, which call no user code.
         let list = unsafe { &*current };
-        list.borrow_mut().push(item);
+        list.borrow_mut().push(item.park());
         return;
     }
-    let list: ParkedList = RefCell::new(Vec::new());
-    OUTERMOST.with(|outermost| outermost.set(&list));
-    let unpublish = Unpublish(&list);
+    // Never dropped in place: an empty `Vec::new()` owns no buffer, and whoever makes the list
+    // allocate (`drain`, or `Unpublish` on unwind) takes its buffer out and frees it, so the
+    // common case (nothing parked) runs no drop glue for the list.
+    let list: ManuallyDrop<ParkedList> = ManuallyDrop::new(RefCell::new(Vec::new()));
+    OUTERMOST.with(|outermost| outermost.set(&*list));
+    let on_unwind = Unpublish(&list);
     drop(item);
+    if list.borrow().capacity() != 0 {
+        drain(&list);
+    }
+    std::mem::forget(on_unwind);
+    OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
+}
+
+/// Drops what nested drops parked, in a loop until the list stays empty, then frees its buffer.
+#[cold]
+fn drain(list: &ParkedList) {
     loop {
         // The borrow ends before the drop: dropping may park more.
         let next = list.borrow_mut().pop();
@@ -107,12 +141,13 @@ fn release_last(item: Parked) {
             None => break,
         }
     }
-    drop(unpublish);
+    drop(std::mem::take(&mut *list.borrow_mut()));
 }
 
-/// Clears the published list when the outermost drop ends. If it ends by unwinding (a record's
-/// `Drop` panicked), the list's remaining entries are dropped here, each under `catch_unwind`,
-/// after the list is unpublished, so that each is then an outermost drop of its own.
+/// Unpublishes the list and drops its remaining entries if the outermost drop unwinds (a
+/// record's `Drop` panicked); forgotten on normal completion. Each entry is dropped under
+/// `catch_unwind`, after the list is unpublished, so that each is then an outermost drop of its
+/// own.
 struct Unpublish<'a>(&'a ParkedList);
 
 impl Drop for Unpublish<'_> {

@@ -188,6 +188,12 @@ impl StreamHandle {
         if !self.is_default_token() || self.context().is_some() {
             return Ok(self.clone());
         }
+        self.bound_to_current()
+    }
+
+    /// [`Self::bound`] for an unbound default-stream token.
+    #[cold]
+    fn bound_to_current(&self) -> Result<StreamHandle> {
         ensure_loaded()?;
         let context = ContextHandle::owning(current_raw()?)?;
         let record = Stream {

@@ -57,16 +57,22 @@ struct StreamKey {
 
 impl StreamKey {
     /// The key of work queued on `stream` by the calling thread now.
-    #[inline]
+    #[inline(always)]
     fn of(stream: &StreamHandle) -> Result<StreamKey> {
-        let raw = stream.as_cu();
         if !stream.is_default_token() {
             return Ok(StreamKey {
-                raw: raw as usize,
+                raw: stream.as_cu() as usize,
                 context: 0,
                 thread: None,
             });
         }
+        Self::of_token(stream)
+    }
+
+    /// [`Self::of`] for a default-stream token.
+    #[cold]
+    fn of_token(stream: &StreamHandle) -> Result<StreamKey> {
+        let raw = stream.as_cu();
         let context: CUcontext = match stream.context() {
             Some(context) => context.as_cu(),
             None => current_raw()?,
@@ -125,7 +131,7 @@ impl StreamOrder {
     /// Frees on `home`, which must already be bound ([`StreamHandle::bound`]); called on the
     /// thread that queued the allocation. Fallible only for a default-stream token (it reads
     /// the current context), so call it before allocating.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(home: StreamHandle) -> Result<StreamOrder> {
         let home_key = StreamKey::of(&home)?;
         Ok(StreamOrder {
