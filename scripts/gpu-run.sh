@@ -51,10 +51,9 @@ for step in "${steps[@]}"; do
     bench)
       .gpu/gpu_bench 2>&1 | tee "$logs/bench.log" || status=1
       # A gpu_bench built from an earlier commit, when one was put here, for before/after
-      # figures from the same machine and boot.
-      # figures from the same machine and boot, run alternately twice.
+      # figures from the same machine and boot, run alternately three times.
       if [ -x .gpu/gpu_bench_before ]; then
-        for round in 1 2; do
+        for round in 1 2 3; do
           .gpu/gpu_bench_before 2>&1 | tee "$logs/bench_before_$round.log" || status=1
           .gpu/gpu_bench 2>&1 | tee "$logs/bench_after_$round.log" || status=1
         done
