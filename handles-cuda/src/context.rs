@@ -143,14 +143,9 @@ impl ContextHandle {
             // SAFETY: `raw` is current for this call; `device` is a valid out-pointer.
             unsafe { driver!(cuCtxGetDevice(&mut device)) }
         })?;
-        for ordinal in 0..driver::device_count()? {
-            if driver::device(ordinal)? == device {
-                let primary = ContextHandle::primary(ordinal)?;
-                if primary.as_cu() == raw {
-                    return Ok(primary);
-                }
-                break;
-            }
+        let primary = ContextHandle::primary(driver::ordinal_of(device)?)?;
+        if primary.as_cu() == raw {
+            return Ok(primary);
         }
         Err(Error::InvalidArgument(
             "the context is neither managed by a handle nor a device's primary context, so \

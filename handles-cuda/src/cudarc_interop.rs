@@ -2,6 +2,7 @@
 //! as a handle that keeps the cudarc object alive, and hand handles back to cudarc where its
 //! API allows.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
@@ -29,11 +30,24 @@ struct KnownStream {
 /// Removes the dead entries and returns them, to be dropped after the lock is released (a
 /// kept handle's drop destroys its stream, a driver call).
 fn sweep(table: &mut Vec<KnownStream>) -> Vec<KnownStream> {
-    let (live, dead) = std::mem::take(table)
+    let (live, dead): (Vec<_>, Vec<_>) = std::mem::take(table)
         .into_iter()
         .partition(|known| known.cudarc.strong_count() > 0);
     *table = live;
+    let returned = dead.iter().filter(|known| known.keep.is_some()).count();
+    LENT.fetch_sub(returned, Ordering::Relaxed);
     dead
+}
+
+/// How many streams are lent to cudarc now. cudarc can begin a capture on a lent stream,
+/// which this crate would not see; while any stream is lent, stream-ordered allocations and
+/// frees ask the driver whether their stream is capturing ([`StreamHandle::refuse_if_captured`]).
+static LENT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether some stream may be capturing without this crate knowing (one relaxed load).
+#[inline]
+pub(crate) fn foreign_capture_possible() -> bool {
+    LENT.load(Ordering::Relaxed) != 0
 }
 
 fn streams() -> std::sync::MutexGuard<'static, Vec<KnownStream>> {
@@ -167,6 +181,7 @@ impl StreamHandle {
             cudarc: Arc::downgrade(&lent),
             keep: Some(self.clone()),
         });
+        LENT.fetch_add(1, Ordering::Relaxed);
         Ok(lent)
     }
 

@@ -33,6 +33,9 @@ pub enum AllocKind {
     /// Memory this handle does not own (a reference or a with-owner wrapper): never freed
     /// through it.
     Unowned,
+    /// Part of another allocation ([`DevicePtrHandle::view`]): never freed through it; it keeps
+    /// the whole allocation alive, and its uses count as uses of the whole.
+    View,
 }
 
 /// An allocation: a device pointer (or, for pinned host memory, the host address).
@@ -78,6 +81,8 @@ enum Release {
     PinnedHost,
     /// Memory another library frees (a cudarc slice, kept here): see [`ForeignFree`].
     Foreign(ForeignFree),
+    /// Part of the allocation `parent`, which the view keeps alive; frees nothing.
+    View(DevicePtrHandle),
 }
 
 /// Memory that another library owns and frees on its own stream when its owner value drops (a
@@ -122,7 +127,7 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
     let status = match &allocation.release {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
-        Release::Foreign(_) => Ok(()),
+        Release::Foreign(_) | Release::View(_) => Ok(()),
         Release::Synchronous => with_owning_context(allocation, || {
             // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context.
             unsafe { driver!(cuMemFree_v2(raw)) }
@@ -157,6 +162,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<Self> {
         check_size(size)?;
+        stream.refuse_if_captured()?;
         let mut order = StreamOrder::new(stream.bound()?)?;
         let raw = out(|raw| {
             order.home_while_creating().run(|raw_stream| {
@@ -176,6 +182,7 @@ impl DevicePtrHandle {
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
     pub fn alloc_async(size: usize, stream: &StreamHandle) -> Result<Self> {
         check_size(size)?;
+        stream.refuse_if_captured()?;
         let mut order = StreamOrder::new(stream.bound()?)?;
         let raw = out(|raw| {
             order.home_while_creating().run(|raw_stream| {
@@ -280,11 +287,14 @@ impl DevicePtrHandle {
 
     /// How the memory is freed (and whether this handle frees it at all).
     pub fn kind(&self) -> AllocKind {
+        if let Release::View(_) = self.record().release {
+            return AllocKind::View;
+        }
         if !self.is_owning() {
             return AllocKind::Unowned;
         }
         match &self.record().release {
-            Release::Nothing | Release::Foreign(_) => AllocKind::Unowned,
+            Release::Nothing | Release::Foreign(_) | Release::View(_) => AllocKind::Unowned,
             Release::StreamOrdered {
                 imported: false, ..
             } => AllocKind::StreamOrdered,
@@ -300,8 +310,27 @@ impl DevicePtrHandle {
         match &self.record().release {
             Release::StreamOrdered { order, .. } if self.is_owning() => Some(order),
             Release::Foreign(foreign) => Some(&foreign.order),
+            Release::View(parent) => parent.order(),
             _ => None,
         }
+    }
+
+    /// A view of `len` bytes from byte `offset`: a handle whose address is that byte, whose
+    /// size is `len`, that keeps this allocation alive, and whose uses on streams count as
+    /// uses of this allocation (so its free is ordered after them). Views pass parts of a
+    /// buffer to kernels and copies; they free nothing themselves.
+    pub fn view(&self, offset: usize, len: usize) -> Result<DevicePtrHandle> {
+        let start = self.range(offset, len)?;
+        let record = DevicePtr {
+            pool: None,
+            context: None,
+            size: len,
+            release: Release::View(self.clone()),
+            import_slot: None,
+        };
+        // SAFETY: `[start, start + len)` lies inside this allocation, which the record's
+        // `parent` keeps alive for as long as the view lives; the view frees nothing.
+        Ok(unsafe { DevicePtrHandle::from_raw_borrowed(start, record) })
     }
 
     /// The record of memory another library frees on `home` when `owner` drops.
@@ -321,6 +350,11 @@ impl DevicePtrHandle {
 
     /// Reports that work touching the memory was queued on `stream`, so the free is ordered
     /// after it. Free of cost on the deallocation stream itself.
+    #[inline]
+    pub(crate) fn note_use(&self, stream: &StreamHandle) -> Result<()> {
+        self.used_on(stream)
+    }
+
     #[inline]
     fn used_on(&self, stream: &StreamHandle) -> Result<()> {
         match self.order() {
@@ -360,6 +394,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, len)?;
+        stream.refuse_if_captured()?;
         stream.run(|raw_stream| {
             // SAFETY: the range is within the allocation, which is alive while `self` is.
             unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
@@ -416,11 +451,13 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let from = self.range(src_offset, len)?;
         let to = dst.range(dst_offset, len)?;
-        if self.as_cu() == dst.as_cu() && src_offset.abs_diff(dst_offset) < len {
+        // Absolute addresses: two views of one allocation overlap as much as their bases do.
+        if from.abs_diff(to) < len as CUdeviceptr {
             return Err(Error::InvalidArgument(
                 "the source and destination ranges overlap".into(),
             ));
         }
+        stream.refuse_if_captured()?;
         stream.run_bound(|raw_stream| {
             // SAFETY: both ranges are within live allocations kept alive by their handles.
             unsafe { driver!(cuMemcpyAsync(to, from, len, raw_stream)) }
@@ -430,6 +467,11 @@ impl DevicePtrHandle {
         let source = self.used_on(stream);
         let destination = dst.used_on(stream);
         source.and(destination)
+    }
+
+    /// The device address of `len` bytes from `offset`, if they lie within the allocation.
+    pub(crate) fn checked_range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
+        self.range(offset, len)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

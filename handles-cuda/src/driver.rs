@@ -105,6 +105,18 @@ pub(crate) fn device(ordinal: usize) -> Result<sys::CUdevice> {
     out(|device| unsafe { driver!(cuDeviceGet(device, ordinal as i32)) })
 }
 
+/// The ordinal of the driver's device id `device`.
+pub(crate) fn ordinal_of(device: sys::CUdevice) -> Result<usize> {
+    for ordinal in 0..device_count()? {
+        if self::device(ordinal)? == device {
+            return Ok(ordinal);
+        }
+    }
+    Err(Error::InvalidArgument(format!(
+        "the driver's device {device} is not among this machine's devices"
+    )))
+}
+
 /// Free and total memory of the current context's device, in bytes.
 pub fn mem_get_info() -> Result<(usize, usize)> {
     ensure_loaded()?;

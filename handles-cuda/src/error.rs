@@ -31,6 +31,19 @@ pub enum Error {
     /// An argument was rejected before any driver call.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No NVRTC library (`libnvrtc.so`) could be loaded on this machine.
+    #[error("no NVRTC found: libnvrtc could not be loaded")]
+    NvrtcNotFound,
+    /// An NVRTC call failed; for a failed compilation, `log` is the compiler's log.
+    #[error("{call} failed: {status}{}", if log.is_empty() { String::new() } else { format!("\n{log}") })]
+    Nvrtc {
+        /// The NVRTC function that failed.
+        call: &'static str,
+        /// Its status, as `nvrtcGetErrorString` names it.
+        status: String,
+        /// The program's compilation log (empty when not a compilation).
+        log: String,
+    },
 }
 
 /// The crate's result type.

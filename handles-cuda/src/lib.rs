@@ -12,6 +12,11 @@
 //! | [`EventHandle`] | an event | its context |
 //! | [`MemoryPoolHandle`] | a pool | its device's primary context |
 //! | [`DevicePtrHandle`] | an allocation | its pool, its context, its deallocation stream |
+//! | [`LibraryHandle`] | a loaded library of device code | the contexts its kernels ran in |
+//! | [`KernelHandle`] | — (released with its library) | its library |
+//! | [`GraphHandle`] | a graph | its context, what its nodes reference |
+//! | [`GraphExecHandle`] | an executable graph | its context, what its nodes reference |
+//! | [`ProgramHandle`] | an NVRTC program | — |
 //!
 //! No call needs a context bound to the thread first: each constructor and deleter makes the
 //! context it needs current for the call and restores the caller's. The driver library is
@@ -39,8 +44,14 @@ mod driver;
 mod error;
 mod event;
 mod fd_passing;
+mod graph;
+mod image;
 mod ipc;
+mod kernel;
+mod launch;
+mod library;
 mod pool;
+mod program;
 mod scope;
 mod stream;
 mod stream_order;
@@ -54,12 +65,22 @@ pub use driver::{
 pub use error::{Error, Result};
 pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
 pub use fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
+pub use graph::{
+    Capture, CaptureMode, Graph, GraphBox, GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak,
+    GraphHandle, GraphNode, GraphWeak,
+};
 pub use ipc::{
     IpcEventHandle, IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
 };
+pub use kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
+pub use launch::{
+    BoundsCheck, Buffer, KernelParam, KernelParams, LaunchConfig, LaunchOptions, TypedKernel,
+};
+pub use library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };
+pub use program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
 pub use stream::{
     LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
 };

@@ -43,6 +43,9 @@ pub(crate) fn create_in<R, H>(
     create: impl FnOnce() -> Result<R>,
     wrap: impl FnOnce(R) -> H,
 ) -> Result<H> {
+    // A context handle can exist without a driver (an unsafe reference): never let cudarc
+    // panic on a missing library.
+    crate::driver::ensure_loaded()?;
     let context = context.as_cu();
     let previous = current_raw()?;
     if previous == context {

@@ -131,6 +131,37 @@ impl StreamHandle {
         })
     }
 
+    /// Refuses stream-ordered work on a stream that code outside this crate is capturing into
+    /// a graph (cudarc can, on a stream lent to it with `to_cudarc`): the graph would
+    /// reference memory that this crate does not know to keep alive, and an allocation or a
+    /// free would become a graph node instead of happening. Costs one relaxed load unless a
+    /// stream is lent to cudarc; then one `cuStreamIsCapturing`.
+    #[inline]
+    pub(crate) fn refuse_if_captured(&self) -> Result<()> {
+        if !crate::cudarc_interop::foreign_capture_possible() {
+            return Ok(());
+        }
+        self.refuse_if_captured_now()
+    }
+
+    #[cold]
+    fn refuse_if_captured_now(&self) -> Result<()> {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        self.run(|raw| {
+            // SAFETY: the stream is alive while `self` is; `status` is a valid out-pointer.
+            unsafe { driver!(cuStreamIsCapturing(raw, &mut status)) }
+        })?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(crate::error::Error::InvalidArgument(
+                "the stream is being captured into a graph by other code; stream-ordered work \
+                 through handles is refused on it until the capture ends (capture with \
+                 `GraphHandle::capture`)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs a stream-ordered driver call on this stream. A real stream carries its context,
     /// so the call needs no current context; a default-stream token means "the current
     /// context's", so a token bound to a context makes that context current for the call.
@@ -201,6 +232,24 @@ impl StreamHandle {
         };
         // SAFETY: default-stream tokens are always valid and never destroyed.
         Ok(unsafe { StreamHandle::from_raw_with_owner(self.as_cu(), record, ()) })
+    }
+
+    /// The ordinal of the device this stream's work runs on: from its context's record when
+    /// known, else asked of the driver in that context.
+    pub(crate) fn device_ordinal(&self) -> Result<usize> {
+        if let Some(ordinal) = self.context().as_ref().and_then(ContextHandle::device) {
+            return Ok(ordinal);
+        }
+        let context = self.owning_context()?;
+        if let Some(ordinal) = context.device() {
+            return Ok(ordinal);
+        }
+        let mut device: sys::CUdevice = 0;
+        in_context(context.as_cu(), || {
+            // SAFETY: the context is current for this call; `device` is a valid out-pointer.
+            unsafe { driver!(cuCtxGetDevice(&mut device)) }
+        })?;
+        crate::driver::ordinal_of(device)
     }
 
     /// An owning handle of the context this stream's work runs in: its own context handle, the

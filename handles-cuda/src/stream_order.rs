@@ -250,7 +250,10 @@ impl StreamOrder {
                     .into(),
             ));
         }
-        if !self.crossed.load(Ordering::Relaxed) && home_raw != 0 {
+        if !self.crossed.load(Ordering::Relaxed)
+            && home_raw != 0
+            && !crate::cudarc_interop::foreign_capture_possible()
+        {
             // Used on its real home stream only: nothing to wait for.
             // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).
             return unsafe { driver!(cuMemFreeAsync(raw, home_raw as sys::CUstream)) };
@@ -263,6 +266,9 @@ impl StreamOrder {
     #[inline(never)]
     fn free_ordered(&self, raw: CUdeviceptr) -> Result<()> {
         let state = lock(&self.state);
+        // A free queued on a stream that other code captures would become a graph node, run
+        // once per launch of that graph (or never): leaked and reported instead.
+        state.home.refuse_if_captured()?;
         Self::order_home(&state, |home| {
             // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
             unsafe { driver!(cuMemFreeAsync(raw, home)) }

@@ -282,3 +282,74 @@ pub mod child {
             .collect()
     }
 }
+
+/// The kernels of `tests/kernels/test_kernels.ptx`, loaded and typed, for the GPU tests and
+/// their runs on the simulated driver (which knows the same kernels).
+pub mod kernels {
+    use handles_cuda::{
+        Buffer, DevicePtrHandle, Error, KernelHandle, LibraryHandle, Result, TypedKernel,
+    };
+
+    /// The PTX source of the test kernels.
+    pub const PTX: &str = include_str!("../kernels/test_kernels.ptx");
+
+    /// `fill_u32(dst, value, n)`, `add_u32(data, value, n)`, `copy_u32(dst, src, n)`, `spin(cycles)`.
+    pub struct TestKernels {
+        /// The library they were loaded from.
+        pub library: LibraryHandle,
+        /// `dst[i] = value` for `i < n`.
+        pub fill: TypedKernel<(Buffer, u32, u32)>,
+        /// `data[i] += value` for `i < n`.
+        pub add: TypedKernel<(Buffer, u32, u32)>,
+        /// `dst[i] = src[i]` for `i < n`.
+        pub copy: TypedKernel<(Buffer, Buffer, u32)>,
+        /// Busy-waits about `cycles` clock ticks; touches no memory.
+        pub spin: TypedKernel<(u64,)>,
+    }
+
+    /// `Ok` when `n` 32-bit elements fit in `buffer`.
+    fn fits(buffer: &DevicePtrHandle, n: u32) -> Result<()> {
+        if (n as usize) * 4 <= buffer.size() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{n} elements do not fit in a buffer of {} bytes",
+                buffer.size()
+            )))
+        }
+    }
+
+    impl TestKernels {
+        /// Loads the library and types its four kernels.
+        pub fn load() -> Result<TestKernels> {
+            let library = LibraryHandle::load_ptx(PTX)?;
+            let kernel = |name: &str| KernelHandle::get(&library, name);
+            // SAFETY: each signature is the kernel's PTX parameter list, and each kernel
+            // touches only `n` 32-bit elements of its buffers, which the check guarantees
+            // fit (`spin` touches no memory and ends after `cycles` ticks).
+            unsafe {
+                Ok(TestKernels {
+                    fill: kernel("fill_u32")?
+                        .typed(|args: &(&DevicePtrHandle, u32, u32), _| fits(args.0, args.2))?,
+                    add: kernel("add_u32")?
+                        .typed(|args: &(&DevicePtrHandle, u32, u32), _| fits(args.0, args.2))?,
+                    copy: kernel("copy_u32")?.typed(
+                        |args: &(&DevicePtrHandle, &DevicePtrHandle, u32), _| {
+                            fits(args.0, args.2).and(fits(args.1, args.2))
+                        },
+                    )?,
+                    spin: kernel("spin")?.typed(|_, _| Ok(()))?,
+                    library,
+                })
+            }
+        }
+    }
+
+    /// The `u32`s of `bytes`.
+    pub fn words(bytes: &[u8]) -> Vec<u32> {
+        bytes
+            .chunks_exact(4)
+            .map(|chunk| u32::from_ne_bytes(chunk.try_into().unwrap()))
+            .collect()
+    }
+}

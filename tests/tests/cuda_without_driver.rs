@@ -25,6 +25,14 @@ fn entry_points_return_driver_not_found_or_work() {
                 MemoryPoolHandle::create(&PoolProps::device(0)).unwrap_err(),
                 Error::DriverNotFound
             );
+            assert_eq!(
+                handles_cuda::LibraryHandle::load_ptx(handles_tests::kernels::PTX).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                handles_cuda::GraphHandle::create(&unsafe_free_reference()).unwrap_err(),
+                Error::DriverNotFound
+            );
             // The built-in stream tokens exist without a driver; using them must not panic.
             let legacy = StreamHandle::legacy();
             assert_eq!(legacy.synchronize().unwrap_err(), Error::DriverNotFound);
@@ -77,4 +85,32 @@ fn malformed_ipc_payloads_are_rejected_before_the_driver() {
         "flags byte 2"
     );
     assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 65]).is_ok());
+}
+
+/// A context reference for calls that must fail before they use it.
+fn unsafe_free_reference() -> ContextHandle {
+    // SAFETY: a reference that nothing dereferences: every call given it fails first because
+    // no driver is loaded.
+    unsafe {
+        ContextHandle::from_raw_borrowed(
+            std::ptr::null_mut(),
+            handles_cuda::Context::reference(None),
+        )
+    }
+}
+
+#[test]
+fn nvrtc_calls_return_nvrtc_not_found_or_work() {
+    let source = "extern \"C\" __global__ void noop() {}";
+    match handles_cuda::ProgramHandle::new(source, "noop.cu") {
+        Err(Error::NvrtcNotFound) => {
+            assert_eq!(handles_cuda::nvrtc_version(), Err(Error::NvrtcNotFound));
+        }
+        Ok(program) => {
+            assert!(handles_cuda::nvrtc_version().unwrap().0 >= 11);
+            program.compile(&[]).unwrap();
+            assert!(!program.ptx().unwrap().is_empty());
+        }
+        Err(other) => panic!("neither NvrtcNotFound nor a program: {other}"),
+    }
 }

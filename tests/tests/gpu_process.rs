@@ -399,12 +399,18 @@ fn reimport_while_the_previous_free_is_queued_reads_correctly() {
 
 static KEPT: OnceLock<(StreamHandle, EventHandle, DevicePtrHandle)> = OnceLock::new();
 
+static KEPT_LIBRARY: OnceLock<handles_tests::kernels::TestKernels> = OnceLock::new();
+
 thread_local! {
     static THREAD_KEPT: RefCell<Vec<DevicePtrHandle>> = const { RefCell::new(Vec::new()) };
+    static THREAD_LIBRARY: RefCell<Option<handles_tests::kernels::TestKernels>> =
+        const { RefCell::new(None) };
 }
 
 /// The child: leaves handles in a static, in the thread-locals of the main thread and of an
-/// exiting thread, and stream-ordered frees still pending, then exits.
+/// exiting thread, and stream-ordered frees still pending, then exits. Libraries too: one in a
+/// static (never unloaded), one in the main thread's thread-locals (unloaded at exit) with a
+/// kernel still running, and one unloaded when another thread exits.
 fn exit_with_live_handles(how: &str) {
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
@@ -423,6 +429,42 @@ fn exit_with_live_handles(how: &str) {
     .unwrap();
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
     THREAD_KEPT.with(|kept| kept.borrow_mut().push(buffer));
+    let in_static = handles_tests::kernels::TestKernels::load().unwrap();
+    let running = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
+    in_static
+        .fill
+        .launch(
+            &stream,
+            &handles_cuda::LaunchConfig::linear(64, 64),
+            (&running, 1, 64),
+        )
+        .unwrap();
+    assert!(KEPT_LIBRARY.set(in_static).is_ok());
+    let thread_stream = stream.clone();
+    std::thread::spawn(move || {
+        let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+        kernels
+            .spin
+            .launch(
+                &thread_stream,
+                &handles_cuda::LaunchConfig::linear(1, 1),
+                (1_000_000,),
+            )
+            .unwrap();
+        THREAD_LIBRARY.with(|kept| *kept.borrow_mut() = Some(kernels));
+    })
+    .join()
+    .unwrap();
+    let in_thread_local = handles_tests::kernels::TestKernels::load().unwrap();
+    in_thread_local
+        .spin
+        .launch(
+            &stream,
+            &handles_cuda::LaunchConfig::linear(1, 1),
+            (50_000_000,),
+        )
+        .unwrap();
+    THREAD_LIBRARY.with(|kept| *kept.borrow_mut() = Some(in_thread_local));
     for _ in 0..32 {
         let pending = DevicePtrHandle::alloc_from_pool(&pool, 16 * SIZE, &stream).unwrap();
         pending.memset_async(1, 16 * SIZE, &stream).unwrap();

@@ -1,0 +1,210 @@
+//! Checking a device-code image before the driver reads it.
+//!
+//! `cuLibraryLoadData` takes a pointer and no length: the driver reads PTX up to its NUL and a
+//! cubin or fatbin as far as its own headers say. A truncated or forged binary would make it
+//! read past the caller's slice, so the headers that give sizes are checked against the slice
+//! first, and PTX without a NUL gets one. What the driver then finds *inside* the bounds (a
+//! corrupt but in-bounds image) is its to reject, with `CUDA_ERROR_INVALID_IMAGE` or similar.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+
+const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+/// `SHT_NOBITS`: a section that occupies no bytes of the file (`.bss`).
+const SECTION_WITHOUT_BYTES: u32 = 8;
+
+/// The image as the driver may read it: the same bytes, or PTX with a NUL appended.
+pub(crate) fn checked_image(image: &[u8]) -> Result<Cow<'_, [u8]>> {
+    if image.is_empty() {
+        return Err(invalid("an empty image".into()));
+    }
+    if image.starts_with(ELF_MAGIC) {
+        check_elf(image)?;
+        return Ok(Cow::Borrowed(image));
+    }
+    if read_u32(image, 0) == Some(FATBIN_MAGIC) {
+        check_fatbin(image)?;
+        return Ok(Cow::Borrowed(image));
+    }
+    // Anything else is handed over as PTX text, which the driver reads up to the first NUL.
+    if image.contains(&0) {
+        return Ok(Cow::Borrowed(image));
+    }
+    let mut text = Vec::with_capacity(image.len() + 1);
+    text.extend_from_slice(image);
+    text.push(0);
+    Ok(Cow::Owned(text))
+}
+
+/// A 64-bit little-endian ELF file whose header tables and sections lie inside `image`.
+fn check_elf(image: &[u8]) -> Result<()> {
+    if image.len() < 64 || image[4] != 2 || image[5] != 1 {
+        return Err(invalid(
+            "an ELF image that is not a complete 64-bit little-endian header".into(),
+        ));
+    }
+    let field = |offset, size| read_le(image, offset, size).unwrap_or(u64::MAX);
+    let (header_size, program_offset, section_offset) =
+        (field(0x34, 2), field(0x20, 8), field(0x28, 8));
+    let (program_entry, program_count) = (field(0x36, 2), field(0x38, 2));
+    let (section_entry, section_count) = (field(0x3A, 2), field(0x3C, 2));
+    within(image, 0, header_size, "the ELF header")?;
+    within(
+        image,
+        program_offset,
+        program_entry * program_count,
+        "the ELF program headers",
+    )?;
+    within(
+        image,
+        section_offset,
+        section_entry * section_count,
+        "the ELF section headers",
+    )?;
+    if section_count > 0 && section_entry < 64 {
+        return Err(invalid(
+            "an ELF section header smaller than 64 bytes".into(),
+        ));
+    }
+    for index in 0..section_count {
+        let header = section_offset + index * section_entry;
+        let kind = field(header as usize + 4, 4) as u32;
+        let (offset, size) = (
+            field(header as usize + 0x18, 8),
+            field(header as usize + 0x20, 8),
+        );
+        if kind != SECTION_WITHOUT_BYTES {
+            within(image, offset, size, "an ELF section")?;
+        }
+    }
+    Ok(())
+}
+
+/// A fatbin whose declared size, and each entry's, lie inside `image`.
+fn check_fatbin(image: &[u8]) -> Result<()> {
+    let header_size =
+        read_le(image, 6, 2).ok_or_else(|| invalid("a truncated fatbin header".into()))?;
+    let fat_size =
+        read_le(image, 8, 8).ok_or_else(|| invalid("a truncated fatbin header".into()))?;
+    within(image, header_size, fat_size, "the fatbin")?;
+    let end = header_size + fat_size;
+    let mut entry = header_size;
+    while entry < end {
+        let entry_header = read_le(image, entry as usize + 4, 4)
+            .ok_or_else(|| invalid("a truncated fatbin entry".into()))?;
+        let payload = read_le(image, entry as usize + 8, 8)
+            .ok_or_else(|| invalid("a truncated fatbin entry".into()))?;
+        if entry_header == 0 {
+            return Err(invalid("a fatbin entry with an empty header".into()));
+        }
+        let next = entry
+            .checked_add(entry_header)
+            .and_then(|at| at.checked_add(payload))
+            .ok_or_else(|| invalid("a fatbin entry size that overflows".into()))?;
+        if next > end {
+            return Err(invalid(
+                "a fatbin entry that extends past the fatbin".into(),
+            ));
+        }
+        entry = next;
+    }
+    Ok(())
+}
+
+/// `[offset, offset + size)` lies inside `image`.
+fn within(image: &[u8], offset: u64, size: u64, what: &str) -> Result<()> {
+    match offset.checked_add(size) {
+        Some(end) if end <= image.len() as u64 => Ok(()),
+        _ => Err(invalid(format!(
+            "{what} at offset {offset} of {size} bytes lies past the {}-byte image",
+            image.len()
+        ))),
+    }
+}
+
+fn read_le(image: &[u8], offset: usize, size: usize) -> Option<u64> {
+    let bytes = image.get(offset..offset.checked_add(size)?)?;
+    Some(
+        bytes
+            .iter()
+            .rev()
+            .fold(0u64, |value, byte| (value << 8) | u64::from(*byte)),
+    )
+}
+
+fn read_u32(image: &[u8], offset: usize) -> Option<u32> {
+    read_le(image, offset, 4).map(|value| value as u32)
+}
+
+fn invalid(what: String) -> Error {
+    Error::InvalidArgument(format!("not a loadable device-code image: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elf(sections: &[(u32, u64, u64)], len: usize) -> Vec<u8> {
+        let mut image = vec![0u8; len];
+        image[..4].copy_from_slice(ELF_MAGIC);
+        image[4] = 2;
+        image[5] = 1;
+        image[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+        image[0x28..0x30].copy_from_slice(&64u64.to_le_bytes());
+        image[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        image[0x3C..0x3E].copy_from_slice(&(sections.len() as u16).to_le_bytes());
+        for (index, (kind, offset, size)) in sections.iter().enumerate() {
+            let header = 64 + index * 64;
+            image[header + 4..header + 8].copy_from_slice(&kind.to_le_bytes());
+            image[header + 0x18..header + 0x20].copy_from_slice(&offset.to_le_bytes());
+            image[header + 0x20..header + 0x28].copy_from_slice(&size.to_le_bytes());
+        }
+        image
+    }
+
+    #[test]
+    fn ptx_gets_a_nul_and_keeps_its_text() {
+        let image = checked_image(b".version 7.0").unwrap();
+        assert_eq!(&image[..], b".version 7.0\0");
+        assert!(matches!(checked_image(b"ptx\0"), Ok(Cow::Borrowed(_))));
+        assert!(checked_image(b"").is_err());
+    }
+
+    #[test]
+    fn elf_sections_must_lie_inside_the_image() {
+        assert!(checked_image(&elf(&[(1, 200, 56)], 256)).is_ok());
+        // A `.bss`-like section occupies no file bytes, whatever its size.
+        assert!(checked_image(&elf(&[(SECTION_WITHOUT_BYTES, 0, 1 << 40)], 256)).is_ok());
+        let past = checked_image(&elf(&[(1, 200, 57)], 256)).unwrap_err();
+        assert!(
+            past.to_string().contains("past the 256-byte image"),
+            "{past}"
+        );
+        assert!(checked_image(&elf(&[(1, u64::MAX, 2)], 256)).is_err());
+        // Section headers that the file does not hold.
+        let mut truncated = elf(&[(1, 0, 0)], 256);
+        truncated[0x3C..0x3E].copy_from_slice(&100u16.to_le_bytes());
+        assert!(checked_image(&truncated).is_err());
+        assert!(checked_image(b"\x7fELF\x02\x01").is_err());
+    }
+
+    #[test]
+    fn fatbin_entries_must_lie_inside_the_fatbin() {
+        let fatbin = |fat_size: u64, entry_header: u32, payload: u64, len: usize| {
+            let mut image = vec![0u8; len];
+            image[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
+            image[6..8].copy_from_slice(&16u16.to_le_bytes());
+            image[8..16].copy_from_slice(&fat_size.to_le_bytes());
+            image[20..24].copy_from_slice(&entry_header.to_le_bytes());
+            image[24..32].copy_from_slice(&payload.to_le_bytes());
+            image
+        };
+        assert!(checked_image(&fatbin(80, 64, 16, 96)).is_ok());
+        assert!(checked_image(&fatbin(81, 64, 16, 96)).is_err());
+        assert!(checked_image(&fatbin(80, 64, 17, 96)).is_err());
+        assert!(checked_image(&fatbin(80, 0, 16, 96)).is_err());
+        assert!(checked_image(&fatbin(80, 64, u64::MAX, 96)).is_err());
+    }
+}

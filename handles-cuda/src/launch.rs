@@ -1,0 +1,526 @@
+//! Kernel launches: a checked configuration, typed parameters, and the bookkeeping that keeps
+//! a launch sound after it returns.
+//!
+//! A kernel is device code that this crate cannot inspect, so *what* it touches is the one
+//! fact a caller must vouch for, once, in the `unsafe` constructor [`KernelHandle::typed`]:
+//! the kernel's parameter types, and a bounds check under which it stays inside the buffers it
+//! is given. Everything else a launch needs for soundness is done here, on every launch:
+//!
+//! - the configuration is checked before the driver sees it (zero dimensions, a block larger
+//!   than the kernel allows on the stream's device, more dynamic shared memory than it allows,
+//!   a grid not divisible by its cluster), so a bad one is an `Err` naming the field;
+//! - every buffer passed is reported as used on the launch's stream (the ordering rule of
+//!   `stream_order.rs`), so no free can overtake the kernel, and the same holds for a launch
+//!   captured into a graph (the graph keeps the buffer instead);
+//! - the kernel's library notes the launch's context, so that its unload waits for the kernel.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+
+use cudarc::driver::sys::{self, CUcontext, CUfunction};
+
+use crate::context::ContextHandle;
+use crate::device_ptr::DevicePtrHandle;
+use crate::error::{Error, Result, driver};
+use crate::kernel::KernelHandle;
+use crate::scope::current_raw;
+use crate::stream::StreamHandle;
+
+/// The shape of a launch: grid and block dimensions and dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in x, y and z.
+    pub grid: [u32; 3],
+    /// Threads per block in x, y and z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional launch of at least `elements` threads, `block` per block (the grid
+    /// is rounded up; `elements` 0 still launches one block).
+    pub fn linear(elements: u32, block: u32) -> Self {
+        let block = block.max(1);
+        LaunchConfig {
+            grid: [elements.div_ceil(block).max(1), 1, 1],
+            block: [block, 1, 1],
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The total number of threads per block.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// Checks the limits every device has, and the kernel's own on the launch's device.
+    fn check(&self, max_threads: u32, max_shared: u32) -> Result<()> {
+        const GRID_LIMITS: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
+        const BLOCK_LIMITS: [u32; 3] = [1024, 1024, 64];
+        for (axis, (&blocks, &limit)) in ["x", "y", "z"]
+            .iter()
+            .zip(self.grid.iter().zip(&GRID_LIMITS))
+        {
+            if blocks == 0 || blocks > limit {
+                return Err(config_error(format!(
+                    "grid {axis} is {blocks}; it must be between 1 and {limit}"
+                )));
+            }
+        }
+        for (axis, (&threads, &limit)) in ["x", "y", "z"]
+            .iter()
+            .zip(self.block.iter().zip(&BLOCK_LIMITS))
+        {
+            if threads == 0 || threads > limit {
+                return Err(config_error(format!(
+                    "block {axis} is {threads}; it must be between 1 and {limit}"
+                )));
+            }
+        }
+        if self.threads_per_block() > u64::from(max_threads) {
+            return Err(config_error(format!(
+                "a block of {} threads is more than the {max_threads} this kernel allows on \
+                 this device",
+                self.threads_per_block()
+            )));
+        }
+        if self.shared_mem_bytes > max_shared {
+            return Err(config_error(format!(
+                "{} bytes of dynamic shared memory is more than the {max_shared} this kernel \
+                 allows on this device (raise it with KernelAttribute::MaxDynamicSharedSizeBytes)",
+                self.shared_mem_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn config_error(what: String) -> Error {
+    Error::InvalidArgument(format!("invalid launch configuration: {what}"))
+}
+
+/// Extra launch attributes for [`TypedKernel::launch_ex`] (`cuLaunchKernelEx`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LaunchOptions {
+    /// Thread-block cluster dimensions (compute capability 9.0 and later); each grid dimension
+    /// must be a multiple of the cluster's, and a cluster holds at most 8 blocks (the portable
+    /// size).
+    pub cluster: Option<[u32; 3]>,
+    /// The launch's priority, overriding the stream's (lower numbers are higher priority).
+    pub priority: Option<i32>,
+}
+
+impl LaunchOptions {
+    fn check(&self, config: &LaunchConfig) -> Result<()> {
+        let Some(cluster) = self.cluster else {
+            return Ok(());
+        };
+        for (axis, (&size, &blocks)) in ["x", "y", "z"].iter().zip(cluster.iter().zip(&config.grid))
+        {
+            if size == 0 || blocks % size != 0 {
+                return Err(config_error(format!(
+                    "cluster {axis} is {size}; it must be at least 1 and divide grid {axis} \
+                     ({blocks})"
+                )));
+            }
+        }
+        let blocks: u64 = cluster.iter().map(|&d| u64::from(d)).product();
+        if blocks > 8 {
+            return Err(config_error(format!(
+                "a cluster of {blocks} blocks is more than the portable maximum of 8"
+            )));
+        }
+        Ok(())
+    }
+
+    fn attributes(&self) -> ([sys::CUlaunchAttribute; 2], u32) {
+        // SAFETY: the attribute struct is plain old data (ids, padding and a union of
+        // integers), for which all zero bytes are a valid value (`CU_LAUNCH_ATTRIBUTE_IGNORE`).
+        let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut count = 0;
+        if let Some([x, y, z]) = self.cluster {
+            let attribute = &mut attributes[count];
+            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attribute.value.clusterDim.x = x;
+            attribute.value.clusterDim.y = y;
+            attribute.value.clusterDim.z = z;
+            count += 1;
+        }
+        if let Some(priority) = self.priority {
+            let attribute = &mut attributes[count];
+            attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PRIORITY;
+            attribute.value.priority = priority;
+            count += 1;
+        }
+        (attributes, count as u32)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A kernel parameter type: a scalar, or [`Buffer`] for a device pointer. Sealed: each
+/// implementation fixes the exact bytes the driver copies into the parameter.
+pub trait KernelParam: sealed::Sealed {
+    /// What a launch passes for this parameter.
+    type Arg<'a>;
+    /// The parameter's size in bytes.
+    const SIZE: usize;
+    /// The parameter's bytes, native-endian, in the first [`Self::SIZE`] bytes.
+    fn bytes(arg: &Self::Arg<'_>) -> [u8; 8];
+    /// Reports a buffer argument as used by work queued on `stream`.
+    fn note_use(_arg: &Self::Arg<'_>, _stream: &StreamHandle) -> Result<()> {
+        Ok(())
+    }
+    /// The buffer a buffer argument passes, for a graph to keep.
+    fn buffer<'a>(_arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        None
+    }
+}
+
+macro_rules! scalar_params {
+    ($($scalar:ty),* $(,)?) => {$(
+        impl sealed::Sealed for $scalar {}
+        impl KernelParam for $scalar {
+            type Arg<'a> = $scalar;
+            const SIZE: usize = std::mem::size_of::<$scalar>();
+            #[inline]
+            fn bytes(arg: &$scalar) -> [u8; 8] {
+                let mut bytes = [0u8; 8];
+                bytes[..Self::SIZE].copy_from_slice(&arg.to_ne_bytes());
+                bytes
+            }
+        }
+    )*};
+}
+scalar_params!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// A device-pointer parameter: the launch passes a `&DevicePtrHandle` (an allocation, or a
+/// [`DevicePtrHandle::view`] of part of one), and the kernel receives its address.
+#[derive(Clone, Copy, Debug)]
+pub struct Buffer;
+
+impl sealed::Sealed for Buffer {}
+impl KernelParam for Buffer {
+    type Arg<'a> = &'a DevicePtrHandle;
+    const SIZE: usize = 8;
+    #[inline]
+    fn bytes(arg: &&DevicePtrHandle) -> [u8; 8] {
+        arg.as_cu().to_ne_bytes()
+    }
+    #[inline]
+    fn note_use(arg: &&DevicePtrHandle, stream: &StreamHandle) -> Result<()> {
+        arg.note_use(stream)
+    }
+    fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        Some(*arg)
+    }
+}
+
+/// A kernel's parameter list: a tuple of [`KernelParam`] types, such as `(Buffer, u32, u32)`.
+pub trait KernelParams: sealed::Sealed {
+    /// The arguments a launch passes: the tuple of each parameter's [`KernelParam::Arg`].
+    type Args<'a>;
+    /// Each parameter's size in bytes, in order.
+    fn sizes() -> Vec<usize>;
+    /// Calls `launch` with the driver's `kernelParams` array for `args`.
+    fn with_pointers<R>(args: &Self::Args<'_>, launch: impl FnOnce(*mut *mut c_void) -> R) -> R;
+    /// Reports every buffer argument as used on `stream`; each is reported even if another
+    /// fails (an unreported use could be freed unordered).
+    fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()>;
+    /// Calls `each` with every buffer argument.
+    fn for_each_buffer<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a DevicePtrHandle));
+}
+
+impl sealed::Sealed for () {}
+impl KernelParams for () {
+    type Args<'a> = ();
+    fn sizes() -> Vec<usize> {
+        Vec::new()
+    }
+    fn with_pointers<R>(_: &(), launch: impl FnOnce(*mut *mut c_void) -> R) -> R {
+        launch(std::ptr::null_mut())
+    }
+    fn note_uses(_: &(), _: &StreamHandle) -> Result<()> {
+        Ok(())
+    }
+    fn for_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle)) {}
+}
+
+macro_rules! param_tuples {
+    ($( ($($param:ident $index:tt),+) )*) => {$(
+        impl<$($param: KernelParam),+> sealed::Sealed for ($($param,)+) {}
+        impl<$($param: KernelParam),+> KernelParams for ($($param,)+) {
+            type Args<'a> = ($($param::Arg<'a>,)+);
+            fn sizes() -> Vec<usize> {
+                vec![$($param::SIZE),+]
+            }
+            #[inline]
+            fn with_pointers<R>(
+                args: &Self::Args<'_>,
+                launch: impl FnOnce(*mut *mut c_void) -> R,
+            ) -> R {
+                let mut values = [$($param::bytes(&args.$index)),+];
+                let mut pointers = values.each_mut().map(|value| value.as_mut_ptr().cast::<c_void>());
+                launch(pointers.as_mut_ptr())
+            }
+            fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()> {
+                let mut status = Ok(());
+                $(
+                    if let Err(error) = $param::note_use(&args.$index, stream) {
+                        status = status.and(Err(error));
+                    }
+                )+
+                status
+            }
+            fn for_each_buffer<'a>(args: &Self::Args<'a>, mut each: impl FnMut(&'a DevicePtrHandle)) {
+                $(
+                    if let Some(buffer) = $param::buffer(&args.$index) {
+                        each(buffer);
+                    }
+                )+
+            }
+        }
+    )*};
+}
+param_tuples! {
+    (A 0)
+    (A 0, B 1)
+    (A 0, B 1, C 2)
+    (A 0, B 1, C 2, D 3)
+    (A 0, B 1, C 2, D 3, E 4)
+    (A 0, B 1, C 2, D 3, E 4, F 5)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11)
+}
+
+/// The check a [`TypedKernel`] runs on each launch's arguments and configuration before the
+/// launch: `Ok` only when the kernel, given them, stays inside its buffers.
+pub type BoundsCheck<P> = for<'a> fn(&<P as KernelParams>::Args<'a>, &LaunchConfig) -> Result<()>;
+
+/// A kernel with a known parameter list and a bounds check, launched with safe calls.
+pub struct TypedKernel<P: KernelParams> {
+    kernel: KernelHandle,
+    bounds: BoundsCheck<P>,
+    _params: PhantomData<fn(P)>,
+}
+
+impl<P: KernelParams> Clone for TypedKernel<P> {
+    fn clone(&self) -> Self {
+        TypedKernel {
+            kernel: self.kernel.clone(),
+            bounds: self.bounds,
+            _params: PhantomData,
+        }
+    }
+}
+
+impl<P: KernelParams> std::fmt::Debug for TypedKernel<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedKernel")
+            .field("kernel", &self.kernel)
+            .field("params", &P::sizes())
+            .finish()
+    }
+}
+
+impl KernelHandle {
+    /// This kernel with the parameter list `P` and the bounds check `bounds`, ready for safe
+    /// launches. Where the driver reports parameter sizes (CUDA 12.4 and later), a list that
+    /// does not match `P`'s sizes is an `Err`.
+    ///
+    /// # Safety
+    ///
+    /// For every launch through the returned value (any stream, any configuration that the
+    /// launch's own checks accept, any argument values):
+    ///
+    /// - The kernel's parameters are exactly `P`, in order: each scalar parameter of that
+    ///   scalar type, and each [`Buffer`] a pointer that the kernel uses as a device address.
+    /// - Whenever `bounds(args, config)` returns `Ok`, the kernel reads and writes device
+    ///   memory only inside the `size()` bytes of each [`Buffer`] argument (or memory it owns
+    ///   itself), and does nothing else that is undefined behaviour on the device (no
+    ///   out-of-bounds shared-memory access, no trap-free infinite loop that is relied on to
+    ///   end, no use of a buffer's memory after the kernel returns).
+    pub unsafe fn typed<P: KernelParams>(&self, bounds: BoundsCheck<P>) -> Result<TypedKernel<P>> {
+        if let Some(sizes) = self.param_sizes() {
+            let expected = P::sizes();
+            if *sizes != expected {
+                return Err(Error::InvalidArgument(format!(
+                    "kernel {:?} takes parameters of {sizes:?} bytes, not {expected:?}",
+                    self.name()
+                )));
+            }
+        }
+        Ok(TypedKernel {
+            kernel: self.clone(),
+            bounds,
+            _params: PhantomData,
+        })
+    }
+
+    /// Launches the kernel with `args`, without a bounds check. The configuration is still
+    /// checked, and the buffers are still reported as used on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// The kernel's parameters are exactly `P`, in order, and with these arguments and this
+    /// configuration the kernel reads and writes device memory only inside the `size()` bytes
+    /// of each [`Buffer`] argument (or memory it owns), with no other undefined behaviour on
+    /// the device.
+    pub unsafe fn launch_unchecked<P: KernelParams>(
+        &self,
+        stream: &StreamHandle,
+        config: &LaunchConfig,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        launch::<P>(self, stream, config, None, &args)
+    }
+}
+
+impl<P: KernelParams> TypedKernel<P> {
+    /// The kernel.
+    pub fn kernel(&self) -> &KernelHandle {
+        &self.kernel
+    }
+
+    /// Launches the kernel on `stream` (`cuLaunchKernel`): the configuration and the bounds
+    /// check run first, and every buffer argument is reported as used on `stream`, so no
+    /// free overtakes the kernel.
+    pub fn launch(
+        &self,
+        stream: &StreamHandle,
+        config: &LaunchConfig,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        (self.bounds)(&args, config)?;
+        launch::<P>(&self.kernel, stream, config, None, &args)
+    }
+
+    /// The checks of a launch on device `ordinal`, without launching (for graph nodes).
+    pub(crate) fn check_launch(
+        &self,
+        config: &LaunchConfig,
+        args: &P::Args<'_>,
+        ordinal: usize,
+    ) -> Result<()> {
+        (self.bounds)(args, config)?;
+        let (max_threads, max_shared) = self.kernel.launch_limits(ordinal)?;
+        config.check(max_threads, max_shared)
+    }
+
+    /// A launch on a capture's private stream: checked and queued, but neither reported as a
+    /// use nor noted in the library (the graph attaches both, and its launches report them).
+    pub(crate) fn launch_captured(
+        &self,
+        stream: &StreamHandle,
+        config: &LaunchConfig,
+        args: &P::Args<'_>,
+    ) -> Result<()> {
+        (self.bounds)(args, config)?;
+        queue::<P>(&self.kernel, stream, config, None, args).map(drop)
+    }
+
+    /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters and
+    /// a launch priority.
+    pub fn launch_ex(
+        &self,
+        stream: &StreamHandle,
+        config: &LaunchConfig,
+        options: &LaunchOptions,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        (self.bounds)(&args, config)?;
+        options.check(config)?;
+        launch::<P>(&self.kernel, stream, config, Some(options), &args)
+    }
+}
+
+/// The launch itself: checks, the driver call in the stream's context, then the bookkeeping.
+fn launch<P: KernelParams>(
+    kernel: &KernelHandle,
+    stream: &StreamHandle,
+    config: &LaunchConfig,
+    options: Option<&LaunchOptions>,
+    args: &P::Args<'_>,
+) -> Result<()> {
+    let context = queue::<P>(kernel, stream, config, options, args)?;
+    // The kernel is queued: from here on, every use is reported whatever else fails.
+    let uses = P::note_uses(args, stream);
+    let noted = kernel
+        .library()
+        .note_launch(context, || ContextHandle::owning(context));
+    uses.and(noted)
+}
+
+/// Checks the configuration and queues the launch in the stream's context; returns that
+/// context.
+fn queue<P: KernelParams>(
+    kernel: &KernelHandle,
+    stream: &StreamHandle,
+    config: &LaunchConfig,
+    options: Option<&LaunchOptions>,
+    args: &P::Args<'_>,
+) -> Result<CUcontext> {
+    stream.refuse_if_captured()?;
+    let ordinal = stream.device_ordinal()?;
+    let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
+    config.check(max_threads, max_shared)?;
+    let function = kernel.as_cu() as CUfunction;
+    let mut context: CUcontext = std::ptr::null_mut();
+    stream.run_bound(|raw_stream| {
+        // A `CUkernel` launches in the current context: the stream's, made current here.
+        context = current_raw()?;
+        P::with_pointers(args, |params| match options {
+            // SAFETY: the kernel is alive (its handle keeps the library loaded); `params`
+            // points to one pointer per parameter, each to that parameter's bytes, alive for
+            // the call; the caller vouched that the kernel's accesses stay in bounds.
+            None => unsafe {
+                driver!(cuLaunchKernel(
+                    function,
+                    config.grid[0],
+                    config.grid[1],
+                    config.grid[2],
+                    config.block[0],
+                    config.block[1],
+                    config.block[2],
+                    config.shared_mem_bytes,
+                    raw_stream,
+                    params,
+                    std::ptr::null_mut(),
+                ))
+            },
+            Some(options) => {
+                let (mut attributes, count) = options.attributes();
+                let launch_config = sys::CUlaunchConfig {
+                    gridDimX: config.grid[0],
+                    gridDimY: config.grid[1],
+                    gridDimZ: config.grid[2],
+                    blockDimX: config.block[0],
+                    blockDimY: config.block[1],
+                    blockDimZ: config.block[2],
+                    sharedMemBytes: config.shared_mem_bytes,
+                    hStream: raw_stream,
+                    attrs: attributes.as_mut_ptr(),
+                    numAttrs: count,
+                };
+                // SAFETY: as for `cuLaunchKernel`; `launch_config` and its attributes live
+                // for the call.
+                unsafe {
+                    driver!(cuLaunchKernelEx(
+                        &launch_config,
+                        function,
+                        params,
+                        std::ptr::null_mut()
+                    ))
+                }
+            }
+        })
+    })?;
+    Ok(context)
+}

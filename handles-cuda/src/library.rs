@@ -1,0 +1,229 @@
+//! Libraries of device code (`CUlibrary`): PTX, cubin or fatbin images loaded once for every
+//! context (`cuLibraryLoadData` is context-independent), and unloaded when the last handle, and
+//! so the last kernel handle, drops.
+//!
+//! **Unloading after the work that runs its code.** A launch returns as soon as the kernel is
+//! queued; unloading the library while that kernel runs would pull its code out from under it.
+//! Each launch therefore notes its context in the library (one relaxed load when it is the same
+//! context as last time), and the deleter synchronises every noted context before
+//! `cuLibraryUnload`. If a context cannot be synchronised, the library is leaked and the
+//! failure reported: the only sound answer to work that may still run.
+//!
+//! **At process exit** a library in a `static` is never dropped, and one in a thread-local of
+//! the main thread is dropped while the driver is still up; after the driver shut down, the
+//! unload returns `CUDA_ERROR_DEINITIALIZED`, which is not reported (the driver already
+//! released everything). `tests/gpu_process.rs` checks both in a child process.
+
+use std::ffi::{CString, c_void};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use cudarc::driver::sys::{CUcontext, CUlibrary};
+use handles_core::ResourceHandle;
+
+use crate::context::ContextHandle;
+use crate::driver::ensure_loaded;
+use crate::error::{Error, Result, deleter_status, driver, out};
+use crate::image::checked_image;
+use crate::scope::in_context;
+
+/// A loaded library of device code.
+///
+/// Ownership: [`LibraryHandle::load_data`], [`LibraryHandle::load_ptx`] and
+/// [`LibraryHandle::load_file`] own the library and unload it when the last clone drops, after
+/// synchronising every context its kernels were launched in through this crate. Keeps alive:
+/// the contexts its kernels were launched in (so that the unload can wait for them). Kernel
+/// handles keep their library alive.
+#[derive(ResourceHandle)]
+#[handle(raw = CUlibrary, accessor = as_cu, delete = unload_library)]
+pub struct Library {
+    launched_in: LaunchedIn,
+}
+// SAFETY: the CUDA driver API lets libraries be used and unloaded from any thread.
+unsafe impl handles_core::ThreadSafe for Library {}
+
+fn unload_library(raw: CUlibrary, library: &Library) -> Result<()> {
+    library.launched_in.wait_for_all()?;
+    // SAFETY: the handle owns `raw` and this deleter runs once; every context that ran its
+    // kernels through this crate has finished all its work.
+    deleter_status(unsafe { driver!(cuLibraryUnload(raw)) })
+}
+
+/// The contexts a library's kernels were launched in.
+struct LaunchedIn {
+    /// The raw context of the latest noted launch: a repeated launch in it takes no lock.
+    last: AtomicUsize,
+    contexts: Mutex<Vec<ContextHandle>>,
+    /// Set when a launch ran in a context no handle could own (so the unload could not wait
+    /// for it): the library is then leaked rather than unloaded under a running kernel.
+    unwaitable: AtomicBool,
+}
+
+impl LaunchedIn {
+    fn new() -> Self {
+        LaunchedIn {
+            last: AtomicUsize::new(0),
+            contexts: Mutex::new(Vec::new()),
+            unwaitable: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes that a kernel was launched in `context`.
+    #[inline]
+    fn note(
+        &self,
+        context: CUcontext,
+        owning: impl FnOnce() -> Result<ContextHandle>,
+    ) -> Result<()> {
+        if self.last.load(Ordering::Relaxed) == context as usize {
+            return Ok(());
+        }
+        self.note_slow(context, owning)
+    }
+
+    #[cold]
+    fn note_slow(
+        &self,
+        context: CUcontext,
+        owning: impl FnOnce() -> Result<ContextHandle>,
+    ) -> Result<()> {
+        let mut contexts = self
+            .contexts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !contexts.iter().any(|known| known.as_cu() == context) {
+            match owning() {
+                Ok(handle) => contexts.push(handle),
+                Err(error) => {
+                    self.unwaitable.store(true, Ordering::Relaxed);
+                    return Err(error);
+                }
+            }
+        }
+        self.last.store(context as usize, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Blocks until every noted context has finished its work.
+    fn wait_for_all(&self) -> Result<()> {
+        if self.unwaitable.load(Ordering::Relaxed) {
+            return Err(Error::InvalidArgument(
+                "a kernel of this library ran in a context that could not be waited for, so the \
+                 library is leaked rather than unloaded while the kernel may still run"
+                    .into(),
+            ));
+        }
+        let contexts = self
+            .contexts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for context in contexts.iter() {
+            // SAFETY: the context is alive (the handle holds it) and current for the call.
+            in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })?;
+        }
+        Ok(())
+    }
+}
+
+impl LibraryHandle {
+    /// Loads a library from an image in memory: PTX text, a cubin (ELF) or a fatbin. The
+    /// image is checked first: a binary image whose headers claim more bytes than `image` has,
+    /// or an empty one, is an [`Error::InvalidArgument`], never a read past the slice; PTX
+    /// without a terminating NUL gets one.
+    pub fn load_data(image: &[u8]) -> Result<Self> {
+        ensure_loaded()?;
+        let image = checked_image(image)?;
+        let raw = out(|raw| {
+            // SAFETY: `image` is a complete image the driver reads within its bounds (checked
+            // above); no options are passed; `raw` is a valid out-pointer.
+            unsafe {
+                driver!(cuLibraryLoadData(
+                    raw,
+                    image.as_ptr().cast::<c_void>(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                ))
+            }
+        })?;
+        Ok(Self::owning(raw))
+    }
+
+    /// Loads a library from PTX source text.
+    pub fn load_ptx(ptx: &str) -> Result<Self> {
+        Self::load_data(ptx.as_bytes())
+    }
+
+    /// Loads a library from a file holding PTX, a cubin or a fatbin
+    /// (`cuLibraryLoadFromFile`).
+    pub fn load_file(path: impl AsRef<Path>) -> Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        ensure_loaded()?;
+        let path = path.as_ref();
+        let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            Error::InvalidArgument(format!("the path {path:?} contains a NUL byte"))
+        })?;
+        let raw = out(|raw| {
+            // SAFETY: `name` is a NUL-terminated path; no options; `raw` is a valid out-pointer.
+            unsafe {
+                driver!(cuLibraryLoadFromFile(
+                    raw,
+                    name.as_ptr(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                ))
+            }
+        })?;
+        Ok(Self::owning(raw))
+    }
+
+    fn owning(raw: CUlibrary) -> Self {
+        let record = Library {
+            launched_in: LaunchedIn::new(),
+        };
+        // SAFETY: a freshly loaded library owned by nobody else; `unload_library` unloads it
+        // once, after the work its kernels were launched for.
+        unsafe { LibraryHandle::from_raw(raw, record) }
+    }
+
+    /// The record of a library this program does not own (for `from_raw_borrowed`).
+    pub fn reference_record() -> Library {
+        Library {
+            launched_in: LaunchedIn::new(),
+        }
+    }
+
+    /// Notes that one of this library's kernels was launched in `context`, so that the unload
+    /// waits for it.
+    #[inline]
+    pub(crate) fn note_launch(
+        &self,
+        context: CUcontext,
+        owning: impl FnOnce() -> Result<ContextHandle>,
+    ) -> Result<()> {
+        self.record().launched_in.note(context, owning)
+    }
+
+    /// The number of kernels the library holds (`cuLibraryGetKernelCount`).
+    pub fn kernel_count(&self) -> Result<usize> {
+        let mut count = 0u32;
+        // SAFETY: the library is alive while `self` is; `count` is a valid out-pointer.
+        unsafe { driver!(cuLibraryGetKernelCount(&mut count, self.as_cu())) }?;
+        Ok(count as usize)
+    }
+}
+
+/// A kernel name as the driver takes it.
+pub(crate) fn kernel_name(name: &str) -> Result<CString> {
+    CString::new(name).map_err(|_| {
+        Error::InvalidArgument(format!("the kernel name {name:?} contains a NUL byte"))
+    })
+}

@@ -1,0 +1,474 @@
+//! GPU tests of libraries, kernels, launches and graphs. They need a CUDA GPU and are ignored by
+//! default (run them with `--include-ignored`); `on_the_simulator` runs them all again on the
+//! simulated driver, which knows the test kernels. None of them returns early.
+
+use handles_cuda::{
+    AllocKind, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, Error, GraphHandle,
+    KernelAttribute, KernelHandle, LaunchConfig, LaunchOptions, LibraryHandle, MemoryPoolHandle,
+    PoolProps, ProgramHandle, StreamFlags, StreamHandle,
+};
+use handles_tests::kernels::{PTX, TestKernels, words};
+use handles_tests::{Failures, serial};
+
+mod simulator;
+
+fn stream(context: &ContextHandle) -> StreamHandle {
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+}
+
+fn read_words(buffer: &DevicePtrHandle, stream: &StreamHandle) -> Vec<u32> {
+    let mut bytes = vec![0u8; buffer.size()];
+    buffer.copy_to_host(&mut bytes, stream).unwrap();
+    words(&bytes)
+}
+
+fn invalid(result: handles_cuda::Result<()>, needle: &str) {
+    match result {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains(needle), "{needle:?} not in {message:?}")
+        }
+        other => panic!("expected an InvalidArgument error about {needle:?}, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_kernel_fills_a_buffer_and_is_registered_with_its_attributes() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    assert_eq!(kernels.library.kernel_count().unwrap(), 4);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1024 * 4, &stream).unwrap();
+    kernels
+        .fill
+        .launch(
+            &stream,
+            &LaunchConfig::linear(1024, 128),
+            (&buffer, 7, 1024),
+        )
+        .unwrap();
+    kernels
+        .add
+        .launch(
+            &stream,
+            &LaunchConfig::linear(1000, 256),
+            (&buffer, 5, 1000),
+        )
+        .unwrap();
+    let values = read_words(&buffer, &stream);
+    assert!(
+        values[..1000].iter().all(|&v| v == 12),
+        "{:?}",
+        &values[..8]
+    );
+    assert!(values[1000..].iter().all(|&v| v == 7));
+
+    // One raw kernel, one registered handle.
+    let again = KernelHandle::get(&kernels.library, "fill_u32").unwrap();
+    assert!(again.ptr_eq(kernels.fill.kernel()));
+    let found = KernelHandle::lookup(again.as_cu()).expect("the kernel is registered");
+    assert!(found.ptr_eq(&again));
+    assert_eq!(found.name(), "fill_u32");
+    assert_eq!(found.param_sizes().as_deref(), Some(&[8, 4, 4][..]));
+    let unknown = KernelHandle::get(&kernels.library, "no_such_kernel").unwrap_err();
+    assert!(matches!(unknown, Error::Driver { .. }), "{unknown}");
+
+    let threads = again
+        .attribute(KernelAttribute::MaxThreadsPerBlock, 0)
+        .unwrap();
+    assert!((1..=1024).contains(&threads), "{threads}");
+    assert!(again.attribute(KernelAttribute::NumRegs, 0).unwrap() >= 0);
+    again
+        .set_attribute(KernelAttribute::MaxDynamicSharedSizeBytes, 65536, 0)
+        .unwrap();
+    assert_eq!(
+        again
+            .attribute(KernelAttribute::MaxDynamicSharedSizeBytes, 0)
+            .unwrap(),
+        65536
+    );
+    // The launch check follows the new limit.
+    let mut config = LaunchConfig::linear(32, 32);
+    config.shared_mem_bytes = 65536;
+    kernels
+        .fill
+        .launch(&stream, &config, (&buffer, 1, 32))
+        .unwrap();
+    stream.synchronize().unwrap();
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bad_launches_are_refused_before_the_driver() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    let buffer = DevicePtrHandle::alloc(&context, 64 * 4).unwrap();
+    let fill =
+        |config: LaunchConfig, n: u32| kernels.fill.launch(&stream, &config, (&buffer, 1, n));
+    let mut config = LaunchConfig::linear(64, 64);
+    config.grid[1] = 0;
+    invalid(fill(config, 64), "grid y is 0");
+    let mut config = LaunchConfig::linear(64, 64);
+    config.block = [2048, 1, 1];
+    invalid(fill(config, 64), "block x is 2048");
+    let mut config = LaunchConfig::linear(64, 64);
+    config.block = [32, 32, 2];
+    invalid(fill(config, 64), "2048 threads");
+    let mut config = LaunchConfig::linear(64, 64);
+    config.shared_mem_bytes = 1 << 30;
+    invalid(fill(config, 64), "dynamic shared memory");
+    // The kernel's own bounds check: 65 elements do not fit in 64.
+    invalid(fill(LaunchConfig::linear(65, 64), 65), "do not fit");
+    // Clusters must divide the grid and stay portable.
+    let options = LaunchOptions {
+        cluster: Some([3, 1, 1]),
+        priority: None,
+    };
+    invalid(
+        kernels.fill.launch_ex(
+            &stream,
+            &LaunchConfig::linear(64, 16),
+            &options,
+            (&buffer, 1, 64),
+        ),
+        "cluster x is 3",
+    );
+    // A parameter list that does not match the kernel's.
+    // SAFETY: never launched: the mismatch is refused before a value is returned.
+    let typed = unsafe { kernels.fill.kernel().typed::<(u32,)>(|_, _| Ok(())) };
+    invalid(typed.map(drop), "takes parameters of [8, 4, 4] bytes");
+    // Images that would make the driver read past them.
+    invalid(
+        LibraryHandle::load_data(b"\x7fELF\x02\x01\x01").map(drop),
+        "not a loadable device-code image",
+    );
+    let broken =
+        LibraryHandle::load_ptx(".version 7.0\n.target sm_52\nthis is not ptx").unwrap_err();
+    assert!(matches!(broken, Error::Driver { .. }), "{broken}");
+    stream.synchronize().unwrap();
+    let values = read_words(&buffer, &stream);
+    assert!(values.iter().all(|&v| v == 0), "no refused launch ran");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_kernel_on_another_stream_is_ordered_before_the_free() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let (home, other) = (stream(&context), stream(&context));
+    let kernels = TestKernels::load().unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    for round in 0..20u32 {
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096 * 4, &home).unwrap();
+        // Keep `other` busy, so that an unordered free would overtake the kernels.
+        kernels
+            .spin
+            .launch(&other, &LaunchConfig::linear(1, 1), (200_000,))
+            .unwrap();
+        kernels
+            .fill
+            .launch(
+                &other,
+                &LaunchConfig::linear(4096, 256),
+                (&buffer, round, 4096),
+            )
+            .unwrap();
+        drop(buffer);
+        // The next allocation may get the same memory: it must not see the fill land later.
+        let next = DevicePtrHandle::alloc_from_pool(&pool, 4096 * 4, &home).unwrap();
+        next.memset_async(0, 4096 * 4, &home).unwrap();
+        other.synchronize().unwrap();
+        let values = read_words(&next, &home);
+        assert!(
+            values.iter().all(|&v| v == 0),
+            "round {round}: the fill overtook the free"
+        );
+    }
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_view_passes_part_of_a_buffer_and_keeps_the_buffer() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 16 * 4, &stream).unwrap();
+    buffer.memset_async(0, 16 * 4, &stream).unwrap();
+    let view = buffer.view(4 * 4, 8 * 4).unwrap();
+    assert_eq!(view.kind(), AllocKind::View);
+    assert_eq!(view.as_cu(), buffer.as_cu() + 16);
+    assert!(
+        buffer.view(15 * 4, 8).is_err(),
+        "a view must lie inside its buffer"
+    );
+    invalid(
+        kernels
+            .fill
+            .launch(&stream, &LaunchConfig::linear(9, 32), (&view, 3, 9)),
+        "do not fit",
+    );
+    drop(buffer);
+    kernels
+        .fill
+        .launch(&stream, &LaunchConfig::linear(8, 32), (&view, 3, 8))
+        .unwrap();
+    let mut bytes = vec![0u8; 8 * 4];
+    view.copy_to_host(&mut bytes, &stream).unwrap();
+    assert_eq!(words(&bytes), vec![3; 8]);
+    // The view's uses order the whole buffer's free: it is freed only after the view drops.
+    let whole = view.view(0, 4).unwrap();
+    drop(view);
+    assert_eq!(whole.size(), 4);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_library_dropped_while_its_kernel_runs_is_unloaded_after_it() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let buffer = DevicePtrHandle::alloc(&context, 256 * 4).unwrap();
+    {
+        let kernels = TestKernels::load().unwrap();
+        kernels
+            .spin
+            .launch(&stream, &LaunchConfig::linear(1, 1), (20_000_000,))
+            .unwrap();
+        kernels
+            .fill
+            .launch(&stream, &LaunchConfig::linear(256, 256), (&buffer, 9, 256))
+            .unwrap();
+        // The last handles of the kernels and the library drop here, kernels still queued.
+    }
+    assert!(stream.query().unwrap(), "the unload waited for the kernels");
+    assert_eq!(read_words(&buffer, &stream), vec![9; 256]);
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_captured_graph_keeps_what_it_uses_alive() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let out = DevicePtrHandle::alloc_from_pool(&pool, 512 * 4, &stream).unwrap();
+    let exec = {
+        let kernels = TestKernels::load().unwrap();
+        let scratch = DevicePtrHandle::alloc_from_pool(&pool, 512 * 4, &stream).unwrap();
+        stream.synchronize().unwrap();
+        let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+            capture.memset(&scratch, 0, 0, 512 * 4)?;
+            capture.launch(
+                &kernels.fill,
+                &LaunchConfig::linear(512, 128),
+                (&scratch, 40, 512),
+            )?;
+            capture.launch(
+                &kernels.add,
+                &LaunchConfig::linear(512, 128),
+                (&scratch, 2, 512),
+            )?;
+            capture.launch(
+                &kernels.copy,
+                &LaunchConfig::linear(512, 128),
+                (&out, &scratch, 512),
+            )
+        })
+        .unwrap();
+        assert!(
+            graph.attachment_count() >= 5,
+            "{}",
+            graph.attachment_count()
+        );
+        graph.instantiate().unwrap()
+        // The graph, the kernels, their library and the scratch buffer drop here.
+    };
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    assert_eq!(read_words(&out, &stream), vec![42; 512]);
+    drop(exec);
+    stream.synchronize().unwrap();
+    // A capture whose closure fails leaves no graph and no capturing stream behind.
+    let failed = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        capture.memset(&out, 0, 1, 8)?;
+        capture.memset(&out, 512 * 4, 1, 8)
+    });
+    assert!(failed.is_err());
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn explicit_graph_nodes_run_in_order_and_update_swaps_what_they_keep() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let build = |value: u32, out: &DevicePtrHandle| {
+        let graph = GraphHandle::create(&context).unwrap();
+        let scratch = DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &stream).unwrap();
+        let cleared = graph.add_memset_node(&[], &scratch, 0, 0, 256 * 4).unwrap();
+        let filled = graph
+            .add_kernel_node(
+                &[cleared],
+                &kernels.fill,
+                &LaunchConfig::linear(256, 64),
+                (&scratch, value, 256),
+            )
+            .unwrap();
+        graph
+            .add_copy_node(&[filled], &scratch, 0, out, 0, 256 * 4)
+            .unwrap();
+        stream.synchronize().unwrap();
+        graph
+    };
+    let (first_out, second_out) = (
+        DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &stream).unwrap(),
+        DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &stream).unwrap(),
+    );
+    let first = build(11, &first_out);
+    let exec = first.instantiate().unwrap();
+    drop(first);
+    exec.launch(&stream).unwrap();
+    assert_eq!(read_words(&first_out, &stream), vec![11; 256]);
+
+    let second = build(22, &second_out);
+    exec.update(&second).unwrap();
+    drop(second);
+    exec.launch(&stream).unwrap();
+    assert_eq!(read_words(&second_out, &stream), vec![22; 256]);
+    assert_eq!(
+        exec.attachment_count(),
+        5,
+        "kernel, scratch twice, scratch, out"
+    );
+
+    // Another topology is refused, and the executable graph keeps working as before.
+    let other = GraphHandle::create(&context).unwrap();
+    other.add_empty_node(&[]).unwrap();
+    assert!(exec.update(&other).is_err());
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    // A node of another graph is never a dependency.
+    let node = other.add_empty_node(&[]).unwrap();
+    let third = GraphHandle::create(&context).unwrap();
+    invalid(third.add_empty_node(&[node]).map(drop), "belongs to graph");
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn launch_ex_takes_clusters_and_priorities() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    let buffer = DevicePtrHandle::alloc(&context, 1024 * 4).unwrap();
+    let options = LaunchOptions {
+        cluster: Some([2, 1, 1]),
+        priority: Some(0),
+    };
+    kernels
+        .fill
+        .launch_ex(
+            &stream,
+            &LaunchConfig::linear(1024, 128),
+            &options,
+            (&buffer, 4, 1024),
+        )
+        .unwrap();
+    assert_eq!(read_words(&buffer, &stream), vec![4; 1024]);
+    assert!(PTX.contains(".entry spin"));
+}
+
+const SQUARE: &str = r#"
+extern "C" __global__ void square_u32(unsigned int *data, unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) data[i] = data[i] * data[i];
+}
+"#;
+
+#[test]
+#[ignore = "needs a CUDA GPU and NVRTC"]
+fn nvrtc_compiles_a_kernel_that_runs_and_reports_its_log() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (major, _) = handles_cuda::nvrtc_version().unwrap();
+    assert!(major >= 12, "NVRTC {major}");
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let program = ProgramHandle::new(SQUARE, "square.cu").unwrap();
+    program.compile(&["--gpu-architecture=sm_90"]).unwrap();
+    let library = LibraryHandle::load_data(&program.cubin().unwrap()).unwrap();
+    drop(program);
+    let kernel = KernelHandle::get(&library, "square_u32").unwrap();
+    // SAFETY: `square_u32(data, n)` touches `n` 32-bit elements, which the check bounds.
+    let square = unsafe {
+        kernel.typed::<(Buffer, u32)>(|args: &(&DevicePtrHandle, u32), _| {
+            if args.1 as usize * 4 <= args.0.size() {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument("too many elements".into()))
+            }
+        })
+    }
+    .unwrap();
+    let buffer = DevicePtrHandle::alloc(&context, 300 * 4).unwrap();
+    let input: Vec<u8> = (0..300u32).flat_map(|v| v.to_ne_bytes()).collect();
+    buffer.copy_from_host(&input, &stream).unwrap();
+    square
+        .launch(&stream, &LaunchConfig::linear(300, 128), (&buffer, 300))
+        .unwrap();
+    let expected: Vec<u32> = (0..300u32).map(|v| v * v).collect();
+    assert_eq!(read_words(&buffer, &stream), expected);
+    // The same program compiled to PTX loads too.
+    let program = ProgramHandle::new(SQUARE, "square.cu").unwrap();
+    program.compile(&[]).unwrap();
+    let ptx = program.ptx().unwrap();
+    assert!(ptx.ends_with(&[0]) && ptx.windows(10).any(|w| w == b"square_u32"));
+    LibraryHandle::load_data(&ptx).unwrap();
+    // A compile error carries the compiler's log.
+    let broken = ProgramHandle::new("__global__ void f() { undeclared(); }", "broken.cu").unwrap();
+    match broken.compile(&[]) {
+        Err(Error::Nvrtc { call, log, .. }) => {
+            assert_eq!(call, "nvrtcCompileProgram");
+            assert!(log.contains("undeclared"), "{log}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    failures.assert_none();
+}
+
+const NOT_SIMULATED: &[(&str, &str)] = &[(
+    "nvrtc_compiles_a_kernel_that_runs_and_reports_its_log",
+    "NVRTC is a library of its own, which the simulated driver does not provide",
+)];
+
+#[test]
+fn on_the_simulator() {
+    simulator::SuiteRun {
+        label: "gpu_kernels",
+        filters: &[],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 1,
+        env: &[],
+    }
+    .run();
+}
