@@ -311,16 +311,35 @@ impl GraphHandle {
                 "the source and destination ranges overlap".into(),
             ));
         }
-        // SAFETY: plain old data, for which all zero bytes are valid (null pointers, zero
-        // sizes, memory type 0 overwritten below).
-        let mut params: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        params.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        params.srcDevice = from;
-        params.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        params.dstDevice = to;
-        params.WidthInBytes = len;
-        params.Height = 1;
-        params.Depth = 1;
+        // Every field written out: the memory types are enums without a zero value.
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        let params = sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null(),
+            srcDevice: from,
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: 0,
+            srcHeight: 0,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: to,
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: 0,
+            dstHeight: 0,
+            WidthInBytes: len,
+            Height: 1,
+            Depth: 1,
+        };
         let attachments = [
             Attachment::Buffer(src.clone()),
             Attachment::Buffer(dst.clone()),
@@ -478,8 +497,11 @@ impl GraphExecHandle {
     /// whose topology differs is an error, and the executable graph is unchanged.
     pub fn update(&self, graph: &GraphHandle) -> Result<()> {
         let attachments = graph.attachment_snapshot();
-        // SAFETY: plain old data, for which all zero bytes are valid.
-        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
         let updated = in_context(self.context().as_cu(), || {
             // SAFETY: both graphs are alive; `info` is a valid out-pointer.
             let status =

@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use cudarc::driver::sys::{self, CUfunction_attribute, CUkernel};
 use handles_core::ResourceHandle;
 
+use crate::context::ContextHandle;
 use crate::driver::{self, device_count, ensure_loaded};
 use crate::error::{Error, Result, driver, out};
 use crate::library::{LibraryHandle, kernel_name};
+use crate::scope::{current_raw, in_context};
 
 /// A kernel of a loaded library.
 ///
@@ -117,7 +119,7 @@ impl KernelHandle {
         let record = Kernel {
             library: library.clone(),
             name: name.to_owned(),
-            param_sizes: param_sizes(raw)?,
+            param_sizes: in_some_context(|| param_sizes(raw))?,
             limits: (0..device_count()?).map(|_| Limits::default()).collect(),
         };
         // SAFETY: a kernel of a library the record keeps loaded; `release_kernel` deletes
@@ -128,16 +130,18 @@ impl KernelHandle {
     /// Reads an attribute of the kernel on device `ordinal` (`cuKernelGetAttribute`).
     pub fn attribute(&self, attribute: KernelAttribute, ordinal: usize) -> Result<i32> {
         let device = driver::device(ordinal)?;
-        out(|value| {
-            // SAFETY: the kernel is alive (its library is loaded) and `device` is valid.
-            unsafe {
-                driver!(cuKernelGetAttribute(
-                    value,
-                    attribute.to_raw(),
-                    self.as_cu(),
-                    device
-                ))
-            }
+        in_some_context(|| {
+            out(|value| {
+                // SAFETY: the kernel is alive (its library is loaded) and `device` is valid.
+                unsafe {
+                    driver!(cuKernelGetAttribute(
+                        value,
+                        attribute.to_raw(),
+                        self.as_cu(),
+                        device
+                    ))
+                }
+            })
         })
     }
 
@@ -151,15 +155,17 @@ impl KernelHandle {
         ordinal: usize,
     ) -> Result<()> {
         let device = driver::device(ordinal)?;
-        // SAFETY: the kernel is alive (its library is loaded) and `device` is valid.
-        unsafe {
-            driver!(cuKernelSetAttribute(
-                attribute.to_raw(),
-                value,
-                self.as_cu(),
-                device
-            ))
-        }?;
+        in_some_context(|| {
+            // SAFETY: the kernel is alive (its library is loaded) and `device` is valid.
+            unsafe {
+                driver!(cuKernelSetAttribute(
+                    attribute.to_raw(),
+                    value,
+                    self.as_cu(),
+                    device
+                ))
+            }
+        })?;
         if let Some(limits) = self.record().limits.get(ordinal) {
             // Read again on the next launch: the driver may round or clamp the value.
             limits.max_dynamic_shared_bytes.store(0, Ordering::Relaxed);
@@ -199,6 +205,27 @@ fn cached(slot: &AtomicU32, read: impl FnOnce() -> Result<i32>) -> Result<u32> {
         }
         value => Ok(value),
     }
+}
+
+/// Runs `call` in the current context, or in device 0's primary context if none is current:
+/// the driver resolves a kernel in the current context to answer questions about it, even
+/// though kernels belong to no context.
+fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
+    if !current_raw()?.is_null() {
+        return call();
+    }
+    let mut result = None;
+    ContextHandle::with_primary(0, |context| {
+        in_context(context.as_cu(), || {
+            result = Some(call());
+            Ok(())
+        })
+    })??;
+    result.unwrap_or_else(|| {
+        Err(Error::InvalidArgument(
+            "no context to ask the driver in".into(),
+        ))
+    })
 }
 
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.

@@ -135,8 +135,9 @@ impl LaunchOptions {
     }
 
     fn attributes(&self) -> ([sys::CUlaunchAttribute; 2], u32) {
-        // SAFETY: the attribute struct is plain old data (ids, padding and a union of
-        // integers), for which all zero bytes are a valid value (`CU_LAUNCH_ATTRIBUTE_IGNORE`).
+        // SAFETY: all zero bytes are a valid attribute: id 0 is `CU_LAUNCH_ATTRIBUTE_IGNORE`,
+        // a variant of the id enum; the padding is bytes; the value is a union of integer
+        // fields and plain structs of integers and pointers, for which zero is valid.
         let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
         let mut count = 0;
         if let Some([x, y, z]) = self.cluster {

@@ -95,7 +95,7 @@ impl SimCommand for Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     /// `unordered-free`, `use-after-free`, `destroyed-handle`, `double-destroy`,
-    /// `wrong-context` or `out-of-bounds`.
+    /// `wrong-context`, `out-of-bounds` or `call-from-destructor`.
     pub kind: String,
     /// What happened, naming the calls involved and their sequence numbers.
     pub message: String,
@@ -109,7 +109,8 @@ pub struct Report {
     /// Violations, in the order found.
     pub violations: Vec<Violation>,
     /// Resources alive at exit, by type (`stream`, `event`, `pool`, `allocation`,
-    /// `sync_allocation`, `host_allocation`, `import`, `context`, `primary_context`).
+    /// `sync_allocation`, `host_allocation`, `import`, `context`, `primary_context`,
+    /// `library`, `graph`, `graph_exec`, `user_object`).
     pub leaks: BTreeMap<String, u64>,
     /// Calls by exported function.
     pub calls: BTreeMap<String, u64>,

@@ -177,6 +177,7 @@ impl Sim {
 
     /// The timelines the host waits for in `cuCtxSynchronize`.
     pub fn synchronize_context(&mut self, raw: Raw) -> Result<(), CuResult> {
+        self.forbid_context_capture(raw)?;
         let timelines = self.context(raw)?.streams.clone();
         for timeline in timelines {
             self.checker.host_waits(timeline);

@@ -486,5 +486,6 @@ pub const INVALID_HANDLE: u32 = 400;
 pub const NOT_FOUND: u32 = 500;
 pub const NOT_READY: u32 = 600;
 pub const CONTEXT_IS_DESTROYED: u32 = 709;
+pub const NOT_PERMITTED: u32 = 800;
 pub const NOT_SUPPORTED: u32 = 801;
 pub const OPERATING_SYSTEM: u32 = 304;

@@ -1,9 +1,12 @@
 //! Events: record captures the stream's clock, waits and synchronisations join it; elapsed
-//! time from logical timestamps.
+//! time from logical timestamps. Records and waits are stream operations, so they are
+//! captured like the others (see `capture` for captured events).
 
 use super::checker::Clock;
 use super::errors::{INVALID_HANDLE, INVALID_VALUE};
+use super::streams::Target;
 use super::types::{CuResult, EVENT_BLOCKING_SYNC, EVENT_DISABLE_TIMING, EVENT_INTERPROCESS, Raw};
+use super::work::Op;
 use super::{Kind, Sim};
 
 /// An event.
@@ -16,6 +19,8 @@ pub struct Event {
     pub recorded: Option<(Clock, u64)>,
     /// Opened from another process's handle (`cuIpcOpenEventHandle`).
     pub imported: bool,
+    /// Last recorded in a capture: the session and the event's node (see `capture`).
+    pub captured: Option<(u64, Vec<Raw>)>,
 }
 
 impl Sim {
@@ -43,6 +48,7 @@ impl Sim {
                 flags,
                 recorded: None,
                 imported,
+                captured: None,
             },
         );
         Ok(raw)
@@ -56,9 +62,9 @@ impl Sim {
         Ok(())
     }
 
-    pub fn record_event(&mut self, raw: Raw, stream: Raw) -> Result<(), CuResult> {
+    /// An event may only be recorded on a stream of its own context.
+    fn check_event_context(&mut self, raw: Raw, target: Target) -> Result<(), CuResult> {
         let context = self.event(raw)?.context;
-        let target = self.stream(stream, "cuEventRecord")?;
         if target.context != context {
             self.checker.violation(
                 "wrong-context",
@@ -69,15 +75,33 @@ impl Sim {
             );
             return Err(INVALID_HANDLE);
         }
+        Ok(())
+    }
+
+    /// `cuEventRecord`: a stream operation (a node while the stream captures).
+    pub fn record_event(&mut self, raw: Raw, stream: Raw) -> Result<(), CuResult> {
+        self.event(raw)?;
+        let target = self.stream(stream, "cuEventRecord")?;
+        self.check_event_context(raw, target)?;
+        self.submit(target, Op::EventRecord(raw), false)?;
+        Ok(())
+    }
+
+    /// Records `raw` now as an operation of `target`: the event captures the stream's clock.
+    pub fn record_on(&mut self, raw: Raw, target: Target) -> Result<(), CuResult> {
+        self.check_event_context(raw, target)?;
         self.enqueue(target);
         let clock = self.checker.clock(target.timeline).clone();
         let tick = self.tick();
-        self.event(raw)?.recorded = Some((clock, tick));
+        let event = self.event(raw)?;
+        event.recorded = Some((clock, tick));
+        event.captured = None;
         Ok(())
     }
 
     /// `cuEventSynchronize` and a successful `cuEventQuery`.
     pub fn synchronize_event(&mut self, raw: Raw) -> Result<(), CuResult> {
+        self.forbid_captured_event(raw)?;
         if let Some((clock, _)) = self.event(raw)?.recorded.clone() {
             self.checker.host_waits_clock(&clock);
         }
@@ -85,9 +109,21 @@ impl Sim {
         Ok(())
     }
 
+    /// `cuStreamWaitEvent`: a stream operation; with a captured event, a fork or join of the
+    /// capture instead.
     pub fn wait_event(&mut self, stream: Raw, raw: Raw) -> Result<(), CuResult> {
-        let recorded = self.event(raw)?.recorded.clone();
+        self.event(raw)?;
         let target = self.stream(stream, "cuStreamWaitEvent")?;
+        if self.join_capture(target, raw)? {
+            return Ok(());
+        }
+        self.submit(target, Op::EventWait(raw), false)?;
+        Ok(())
+    }
+
+    /// `target` waits now for the event's last record.
+    pub fn wait_on(&mut self, target: Target, raw: Raw) -> Result<(), CuResult> {
+        let recorded = self.event(raw)?.recorded.clone();
         self.enqueue(target);
         if let Some((clock, _)) = recorded {
             self.checker.wait_clock(target.timeline, &clock);

@@ -12,10 +12,11 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use super::contexts;
 use super::errors::{self, INVALID_CONTEXT, INVALID_VALUE, NOT_FOUND, SUCCESS};
 use super::types::*;
-use super::{Sim, with_sim};
+use super::with_sim;
+use super::work::Op;
 
 /// Writes `value` through an out-pointer, rejecting null.
-fn put<T>(ptr: *mut T, value: T) -> Result<(), CuResult> {
+pub(super) fn put<T>(ptr: *mut T, value: T) -> Result<(), CuResult> {
     if ptr.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -26,7 +27,7 @@ fn put<T>(ptr: *mut T, value: T) -> Result<(), CuResult> {
 }
 
 /// Reads an in-pointer, rejecting null.
-fn get<T: Copy>(ptr: *const T) -> Result<T, CuResult> {
+pub(super) fn get<T: Copy>(ptr: *const T) -> Result<T, CuResult> {
     if ptr.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -35,16 +36,20 @@ fn get<T: Copy>(ptr: *const T) -> Result<T, CuResult> {
     Ok(unsafe { ptr.read_unaligned() })
 }
 
-/// The operation record of a stream-ordered call, or of a synchronous one (run on the
-/// current context's legacy stream, then waited for).
-fn operation(
-    sim: &mut Sim,
-    stream: Option<Raw>,
-    what: &str,
-) -> Result<(super::checker::Use, Option<usize>), CuResult> {
-    let target = sim.stream(stream.unwrap_or(STREAM_LEGACY), what)?;
-    let op = sim.enqueue(target);
-    Ok((op, stream.is_none().then_some(target.timeline)))
+/// Issues a stream-ordered operation on `stream`, or a synchronous one (`None`: run on the
+/// current context's legacy stream, then waited for); host functions are called once the
+/// lock is released.
+pub(super) fn stream_work(stream: Option<Raw>, what: &str, op: Op) -> Result<(), CuResult> {
+    let calls = with_sim(|sim| {
+        let target = sim.stream(stream.unwrap_or(STREAM_LEGACY), what)?;
+        sim.submit(target, op, stream.is_none())
+    })?;
+    for (function, data) in calls {
+        // SAFETY: the caller's host function with the caller's data; called outside the
+        // simulator's lock, as the driver calls it from its own thread.
+        unsafe { function(data as *mut c_void) };
+    }
+    Ok(())
 }
 
 /// `count` elements of `width` bytes of `pattern` at `dst`.
@@ -55,27 +60,15 @@ fn memset(
     count: usize,
     stream: Option<Raw>,
 ) -> Result<(), CuResult> {
-    with_sim(|sim| {
-        let (op, wait) = operation(sim, stream, "memset")?;
-        let len = count.checked_mul(width).ok_or(INVALID_VALUE)?;
-        sim.touch(dst, len as u64, op, true)?;
-        let bytes = pattern.to_le_bytes();
-        for i in 0..count {
-            // SAFETY: `touch` checked that `[dst, dst + len)` lies in one live allocation,
-            // which is mapped, writable memory of this simulator.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    (dst as usize + i * width) as *mut u8,
-                    width,
-                );
-            }
-        }
-        if let Some(timeline) = wait {
-            sim.checker.host_waits(timeline);
-        }
-        Ok(())
-    })
+    let op = Op::Memset {
+        dst,
+        pitch: 0,
+        value: pattern,
+        width,
+        count,
+        rows: 1,
+    };
+    stream_work(stream, "memset", op)
 }
 
 /// Copies `len` bytes; `device` says which sides must be device (or pinned) memory.
@@ -86,24 +79,16 @@ fn memcpy(
     stream: Option<Raw>,
     device: (bool, bool),
 ) -> Result<(), CuResult> {
-    with_sim(|sim| {
-        let (op, wait) = operation(sim, stream, "memcpy")?;
-        sim.touch(dst, len as u64, op, device.0)?;
-        sim.touch(src, len as u64, op, device.1)?;
-        if len > 0 {
-            if dst == 0 || src == 0 {
-                return Err(INVALID_VALUE);
-            }
-            // SAFETY: device sides were checked to lie in live allocations (mapped memory);
-            // host sides are the caller's buffers of at least `len` bytes by the API's
-            // contract. `copy` allows overlap.
-            unsafe { std::ptr::copy(src as usize as *const u8, dst as usize as *mut u8, len) };
-        }
-        if let Some(timeline) = wait {
-            sim.checker.host_waits(timeline);
-        }
-        Ok(())
-    })
+    stream_work(
+        stream,
+        "memcpy",
+        Op::Memcpy {
+            dst,
+            src,
+            len,
+            device,
+        },
+    )
 }
 
 fn static_str(
@@ -380,15 +365,7 @@ export_fns! {
 
     fn cuLaunchHostFunc(stream: Raw, function: HostFn, data: *mut c_void) {
         let function = function.ok_or(INVALID_VALUE)?;
-        with_sim(|sim| {
-            let target = sim.stream(stream, "cuLaunchHostFunc")?;
-            sim.enqueue(target);
-            Ok(())
-        })?;
-        // SAFETY: the caller's host function with the caller's data; called outside the
-        // simulator's lock, as the driver calls it from its own thread.
-        unsafe { function(data) };
-        Ok(())
+        stream_work(Some(stream), "cuLaunchHostFunc", Op::Host(function, data as usize))
     }
 
     fn cuStreamAddCallback(stream: Raw, callback: StreamCallback, data: *mut c_void, flags: c_uint) {
@@ -398,6 +375,8 @@ export_fns! {
         }
         with_sim(|sim| {
             let target = sim.stream(stream, "cuStreamAddCallback")?;
+            // Stream callbacks cannot be captured (host functions can).
+            sim.forbid_capture(target)?;
             sim.enqueue(target);
             Ok(())
         })?;
@@ -498,6 +477,9 @@ export_fns! {
         }
         let addr = with_sim(|sim| {
             let target = sim.stream(stream, "cuMemAllocAsync")?;
+            // Simplification: the driver records a memory-allocation node; the simulator
+            // refuses stream-ordered allocation in a capture.
+            sim.forbid_capture(target)?;
             sim.alloc_async(None, size, target)
         })?;
         put(ptr, addr)
@@ -509,13 +491,19 @@ export_fns! {
         }
         let addr = with_sim(|sim| {
             let target = sim.stream(stream, "cuMemAllocFromPoolAsync")?;
+            sim.forbid_capture(target)?;
             sim.alloc_async(Some(pool), size, target)
         })?;
         put(ptr, addr)
     }
 
     fn cuMemFreeAsync(ptr: CuDevicePtr, stream: Raw) {
-        with_sim(|sim| sim.free_async(ptr, stream))
+        with_sim(|sim| {
+            // As for allocations: no memory-free nodes.
+            let target = sim.stream(stream, "cuMemFreeAsync")?;
+            sim.forbid_capture(target)?;
+            sim.free_async(ptr, stream)
+        })
     }
 
     fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {

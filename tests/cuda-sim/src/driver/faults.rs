@@ -76,15 +76,30 @@ pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> 
         *count
     };
     let _ = CURRENT.try_with(|current| current.set((name, seq)));
+    if super::user_objects::in_destructor() {
+        // The driver forbids CUDA calls from a user object's destructor.
+        let _ = super::with_sim(|sim| {
+            sim.checker.violation(
+                "call-from-destructor",
+                format!("{name} called from a user object's destructor"),
+            );
+            Ok(())
+        });
+        return errors::NOT_PERMITTED;
+    }
     if let Some((_, _, code)) = plan().iter().find(|(f, at, _)| f == name && *at == n) {
         return *code;
     }
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+    let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(Ok(())) => errors::SUCCESS,
         Ok(Err(code)) => code,
         Err(_) => {
             eprintln!("cuda-sim: internal error in {name} (call #{seq})");
             999
         }
-    }
+    };
+    // User objects whose last reference this call dropped: destructors run now that the
+    // simulator's lock is released.
+    super::user_objects::run_pending();
+    result
 }

@@ -210,7 +210,7 @@ impl Sim {
         (addr < alloc.addr + alloc.size.max(1)).then_some(alloc)
     }
 
-    fn tomb_at(&self, addr: u64) -> Option<&Tomb> {
+    pub fn tomb_at(&self, addr: u64) -> Option<&Tomb> {
         let (start, tomb) = self.tombs.range(..=addr).next_back()?;
         (addr < start + tomb.size.max(1)).then_some(tomb)
     }

@@ -2,9 +2,10 @@
 //!
 //! Built by `build.rs` as a cdylib named `cuda` into `<target>/cuda-sim/libcuda.so`, never into
 //! a directory that cargo puts on the library path. It keeps the driver's lifecycle (devices,
-//! contexts, streams, events, pools, allocations, IPC) in one process-wide state behind one
-//! lock, executes stream work immediately on the host, and checks the program's use of the
-//! API with vector clocks (see `checker`). Behaviour is configured by `CUDA_SIM_*` variables
+//! contexts, streams, events, pools, allocations, IPC, libraries and kernels, stream capture,
+//! graphs, user objects) in one process-wide state behind one lock, executes stream work
+//! immediately on the host, and checks the program's use of the API with vector clocks (see
+//! `checker`). Behaviour is configured by `CUDA_SIM_*` variables
 //! read at `cuInit`; see the crate's README.
 #![allow(dead_code)]
 #![allow(clippy::missing_safety_doc)]
@@ -24,34 +25,49 @@ macro_rules! export_fns {
     )*};
 }
 
+mod capture;
 mod checker;
 mod contexts;
 mod devices;
 mod errors;
 mod events;
 mod exports;
+mod exports_graphs;
+mod exports_kernels;
 mod faults;
+mod graphs;
 mod ipc;
+mod kernels;
+mod launch;
+mod libraries;
 mod memory;
 mod pools;
+mod ptx;
 mod report;
 mod streams;
 mod sys;
 mod types;
+mod user_objects;
+mod work;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use capture::{Capturing, Session};
 use checker::Checker;
 use contexts::Context;
 use devices::Device;
 use errors::{DEINITIALIZED, NOT_INITIALIZED};
 use events::Event;
+use graphs::{Graph, GraphExec};
+use kernels::{Function, Kernel};
+use libraries::Library;
 use memory::{Alloc, Tomb};
 use pools::Pool;
 use streams::Stream;
 use types::{CuResult, Raw};
+use user_objects::UserObject;
 
 /// The simulator's configuration, from the environment at `cuInit`.
 #[derive(Clone, Debug)]
@@ -85,6 +101,13 @@ pub enum Kind {
     Stream,
     Event,
     Pool,
+    Library,
+    Kernel,
+    Function,
+    Graph,
+    GraphNode,
+    GraphExec,
+    UserObject,
 }
 
 impl Kind {
@@ -94,6 +117,13 @@ impl Kind {
             Kind::Stream => 0x51,
             Kind::Event => 0xe1,
             Kind::Pool => 0x91,
+            Kind::Library => 0x11,
+            Kind::Kernel => 0x2e,
+            Kind::Function => 0xf1,
+            Kind::Graph => 0x61,
+            Kind::GraphNode => 0x6e,
+            Kind::GraphExec => 0x6c,
+            Kind::UserObject => 0x0b,
         }
     }
 
@@ -103,6 +133,13 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::Event => "event",
             Kind::Pool => "memory pool",
+            Kind::Library => "library",
+            Kind::Kernel => "kernel",
+            Kind::Function => "function",
+            Kind::Graph => "graph",
+            Kind::GraphNode => "graph node",
+            Kind::GraphExec => "graph exec",
+            Kind::UserObject => "user object",
         }
     }
 }
@@ -123,6 +160,16 @@ pub struct Sim {
     pub streams: HashMap<Raw, Stream>,
     pub events: HashMap<Raw, Event>,
     pub pools: HashMap<Raw, Pool>,
+    pub libraries: HashMap<Raw, Library>,
+    pub kernels: HashMap<Raw, Kernel>,
+    pub functions: HashMap<Raw, Function>,
+    pub graphs: HashMap<Raw, Graph>,
+    pub execs: HashMap<Raw, GraphExec>,
+    pub user_objects: HashMap<Raw, UserObject>,
+    /// Capture sessions by id, and the streams (timelines) taking part in one.
+    pub sessions: HashMap<u64, Session>,
+    pub capturing: HashMap<usize, Capturing>,
+    pub next_capture: u64,
     pub graves: HashMap<Raw, Grave>,
     pub allocs: BTreeMap<u64, Alloc>,
     pub tombs: BTreeMap<u64, Tomb>,
@@ -170,6 +217,15 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             streams: HashMap::new(),
             events: HashMap::new(),
             pools: HashMap::new(),
+            libraries: HashMap::new(),
+            kernels: HashMap::new(),
+            functions: HashMap::new(),
+            graphs: HashMap::new(),
+            execs: HashMap::new(),
+            user_objects: HashMap::new(),
+            sessions: HashMap::new(),
+            capturing: HashMap::new(),
+            next_capture: 1,
             graves: HashMap::new(),
             allocs: BTreeMap::new(),
             tombs: BTreeMap::new(),

@@ -42,6 +42,10 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
             .filter(|p| !p.default && !p.zombie)
             .count() as u64,
     );
+    add("library", sim.libraries.len() as u64);
+    add("graph", sim.graphs.len() as u64);
+    add("graph_exec", sim.execs.len() as u64);
+    add("user_object", sim.user_objects.len() as u64);
     for alloc in sim.allocs.values() {
         add(alloc.kind.name(), 1);
     }

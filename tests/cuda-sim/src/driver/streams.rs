@@ -127,6 +127,7 @@ impl Sim {
         if let Some(ctx) = self.contexts.get_mut(&stream.context) {
             ctx.blocking.retain(|&t| t != stream.timeline);
         }
+        self.abandon_capture(stream.timeline);
         self.bury(raw, Kind::Stream);
         Ok(())
     }
@@ -134,6 +135,7 @@ impl Sim {
     /// `cuStreamSynchronize` (and a successful `cuStreamQuery`): the host has seen all work.
     pub fn synchronize_stream(&mut self, raw: Raw, what: &str) -> Result<(), CuResult> {
         let target = self.stream(raw, what)?;
+        self.forbid_capture(target)?;
         self.checker.host_waits(target.timeline);
         self.release_pool_memory();
         Ok(())

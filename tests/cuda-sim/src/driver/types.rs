@@ -101,3 +101,95 @@ pub const POINTER_ATTR_MEMPOOL_HANDLE: u32 = 17;
 
 pub const MEMORY_TYPE_HOST: u32 = 1;
 pub const MEMORY_TYPE_DEVICE: u32 = 2;
+
+/// `CUlaunchAttribute`: an id and a 64-byte value union (8-byte aligned in C; read unaligned).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LaunchAttribute {
+    pub id: u32,
+    pub pad: [u8; 4],
+    pub value: [u8; 64],
+}
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared: u32,
+    pub stream: Raw,
+    pub attrs: *mut LaunchAttribute,
+    pub num_attrs: u32,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (the `_v2` layout of CUDA 12 and 13: `kern` and `ctx` at the end).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelNodeParams {
+    pub func: Raw,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared: u32,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: Raw,
+    pub ctx: Raw,
+}
+
+/// `CUDA_MEMSET_NODE_PARAMS` (v1).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemsetNodeParams {
+    pub dst: CuDevicePtr,
+    pub pitch: usize,
+    pub value: u32,
+    pub element_size: u32,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// `CUDA_MEMCPY3D`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Memcpy3D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_z: usize,
+    pub src_lod: usize,
+    pub src_memory_type: u32,
+    pub src_host: *const c_void,
+    pub src_device: CuDevicePtr,
+    pub src_array: Raw,
+    pub reserved0: *mut c_void,
+    pub src_pitch: usize,
+    pub src_height: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_z: usize,
+    pub dst_lod: usize,
+    pub dst_memory_type: u32,
+    pub dst_host: *mut c_void,
+    pub dst_device: CuDevicePtr,
+    pub dst_array: Raw,
+    pub reserved1: *mut c_void,
+    pub dst_pitch: usize,
+    pub dst_height: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+/// `CUgraphExecUpdateResultInfo`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GraphExecUpdateResultInfo {
+    pub result: u32,
+    pub error_node: Raw,
+    pub error_from_node: Raw,
+}
+
+pub const MEMORYTYPE_HOST: u32 = 1;
+pub const MEMORYTYPE_DEVICE: u32 = 2;
+pub const MEMORYTYPE_ARRAY: u32 = 3;
+pub const MEMORYTYPE_UNIFIED: u32 = 4;

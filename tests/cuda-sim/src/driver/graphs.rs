@@ -1,0 +1,196 @@
+//! Graphs and executable graphs. A graph is a list of nodes in insertion order; a node can
+//! only depend on nodes added before it, so that order is topological. Instantiation copies
+//! the node list (the graph may be destroyed afterwards, as with the driver) and takes its own
+//! references to the graph's user objects. A launch executes the nodes in order, one stream
+//! operation per node on the launch stream, checking the handles and memory they use then.
+
+use std::collections::BTreeMap;
+
+use super::errors::INVALID_VALUE;
+use super::streams::Target;
+use super::types::{CuResult, Raw};
+use super::work::Op;
+use super::{Kind, Sim};
+
+/// `CUgraphExecUpdateResult` values the simulator reports.
+pub const UPDATE_SUCCESS: u32 = 0;
+pub const UPDATE_ERROR_TOPOLOGY_CHANGED: u32 = 2;
+pub const UPDATE_ERROR_NODE_TYPE_CHANGED: u32 = 3;
+/// `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`.
+pub const GRAPH_EXEC_UPDATE_FAILURE: CuResult = 910;
+
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH` and `…_USE_NODE_PRIORITY`: accepted
+/// (there are no graph allocations to free, and node priorities do not change the order).
+const INSTANTIATE_FLAGS: u64 = 1 | 8;
+
+/// A node: its operation and the nodes it depends on.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub raw: Raw,
+    pub deps: Vec<Raw>,
+    pub op: Op,
+}
+
+/// A graph (created, or made by a capture).
+#[derive(Debug)]
+pub struct Graph {
+    pub raw: Raw,
+    pub nodes: Vec<Node>,
+    /// References held on user objects, by object.
+    pub user_objects: BTreeMap<Raw, u32>,
+    /// The capture session recording into it, while one does.
+    pub capture: Option<u64>,
+}
+
+/// An executable graph.
+#[derive(Debug)]
+pub struct GraphExec {
+    pub raw: Raw,
+    pub nodes: Vec<Node>,
+    pub user_objects: BTreeMap<Raw, u32>,
+}
+
+impl Sim {
+    /// A live graph, or the error (and violation) for a destroyed one.
+    pub fn graph(&mut self, raw: Raw) -> Result<&mut Graph, CuResult> {
+        if !self.graphs.contains_key(&raw) {
+            return Err(self.dead_handle(raw, Kind::Graph, false));
+        }
+        Ok(self.graphs.get_mut(&raw).expect("checked"))
+    }
+
+    /// A live executable graph, or the error (and violation) for a destroyed one.
+    pub fn graph_exec(&mut self, raw: Raw) -> Result<&mut GraphExec, CuResult> {
+        if !self.execs.contains_key(&raw) {
+            return Err(self.dead_handle(raw, Kind::GraphExec, false));
+        }
+        Ok(self.execs.get_mut(&raw).expect("checked"))
+    }
+
+    pub fn create_graph(&mut self) -> Raw {
+        let raw = self.new_raw(Kind::Graph);
+        self.graphs.insert(
+            raw,
+            Graph {
+                raw,
+                nodes: Vec::new(),
+                user_objects: BTreeMap::new(),
+                capture: None,
+            },
+        );
+        raw
+    }
+
+    /// Removes a live graph, dropping its user-object references.
+    pub fn remove_graph(&mut self, raw: Raw) {
+        if let Some(graph) = self.graphs.remove(&raw) {
+            self.bury(raw, Kind::Graph);
+            self.drop_references(graph.user_objects);
+        }
+    }
+
+    pub fn destroy_graph(&mut self, raw: Raw) -> Result<(), CuResult> {
+        if !self.graphs.contains_key(&raw) {
+            return Err(self.dead_handle(raw, Kind::Graph, true));
+        }
+        self.remove_graph(raw);
+        Ok(())
+    }
+
+    /// Adds a node depending on `deps`, which must be distinct nodes of the graph.
+    pub fn add_node(&mut self, graph: Raw, deps: &[Raw], op: Op) -> Result<Raw, CuResult> {
+        let known = &self.graph(graph)?.nodes;
+        for (i, dep) in deps.iter().enumerate() {
+            if deps[..i].contains(dep) || !known.iter().any(|n| n.raw == *dep) {
+                return Err(INVALID_VALUE);
+            }
+        }
+        let raw = self.new_raw(Kind::GraphNode);
+        self.graphs
+            .get_mut(&graph)
+            .expect("checked")
+            .nodes
+            .push(Node {
+                raw,
+                deps: deps.to_vec(),
+                op,
+            });
+        Ok(raw)
+    }
+
+    /// `cuGraphInstantiateWithFlags`: needs a current context, like the driver.
+    pub fn instantiate(&mut self, graph: Raw, flags: u64) -> Result<Raw, CuResult> {
+        if flags & !INSTANTIATE_FLAGS != 0 {
+            return Err(INVALID_VALUE);
+        }
+        self.require_current("cuGraphInstantiateWithFlags")?;
+        let graph = self.graph(graph)?;
+        let nodes = graph.nodes.clone();
+        let user_objects = graph.user_objects.clone();
+        for (&object, &count) in &user_objects {
+            if let Some(object) = self.user_objects.get_mut(&object) {
+                object.refs += u64::from(count);
+            }
+        }
+        let raw = self.new_raw(Kind::GraphExec);
+        self.execs.insert(
+            raw,
+            GraphExec {
+                raw,
+                nodes,
+                user_objects,
+            },
+        );
+        Ok(raw)
+    }
+
+    /// `cuGraphExecDestroy`. A launch is never in flight (it ran at once), so the exec's
+    /// references are dropped now.
+    pub fn destroy_exec(&mut self, raw: Raw) -> Result<(), CuResult> {
+        let Some(exec) = self.execs.remove(&raw) else {
+            return Err(self.dead_handle(raw, Kind::GraphExec, true));
+        };
+        self.bury(raw, Kind::GraphExec);
+        self.drop_references(exec.user_objects);
+        Ok(())
+    }
+
+    /// `cuGraphExecUpdate_v2`: succeeds when `graph` has as many nodes as the exec, of the
+    /// same types in the same order; the exec then runs `graph`'s parameters. Returns
+    /// `(result, error node, error-from node)`; the exec keeps its user-object references.
+    pub fn update_exec(&mut self, exec: Raw, graph: Raw) -> Result<(u32, Raw, Raw), CuResult> {
+        self.graph_exec(exec)?;
+        let nodes = self.graph(graph)?.nodes.clone();
+        let current = &self.execs[&exec].nodes;
+        if current.len() != nodes.len() {
+            return Ok((UPDATE_ERROR_TOPOLOGY_CHANGED, 0, 0));
+        }
+        for (old, new) in current.iter().zip(&nodes) {
+            if old.op.node_type() != new.op.node_type() {
+                return Ok((UPDATE_ERROR_NODE_TYPE_CHANGED, new.raw, old.raw));
+            }
+        }
+        self.execs.get_mut(&exec).expect("checked").nodes = nodes;
+        Ok((UPDATE_SUCCESS, 0, 0))
+    }
+
+    /// The operations a launch of `exec` runs on `target`, in order (child graphs
+    /// expanded); while `target` captures, the launch is recorded as one child-graph node and
+    /// nothing is returned.
+    pub fn graph_launch_ops(&mut self, exec: Raw, target: Target) -> Result<Vec<Op>, CuResult> {
+        let ops: Vec<Op> = self
+            .graph_exec(exec)?
+            .nodes
+            .iter()
+            .map(|n| n.op.clone())
+            .collect();
+        if self.capturing.contains_key(&target.timeline) {
+            self.capture_op(target, Op::Child(ops))?;
+            return Ok(Vec::new());
+        }
+        self.check_legacy_capture(target, false)?;
+        let mut flat = Vec::with_capacity(ops.len());
+        Op::flatten(ops, &mut flat);
+        Ok(flat)
+    }
+}

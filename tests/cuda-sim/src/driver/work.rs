@@ -1,0 +1,193 @@
+//! Stream work: the operations a stream runs (kernels, memsets, copies, event records and
+//! waits, host functions), as values. A stream operation is either executed at once on its
+//! stream's timeline or, while the stream captures, recorded as a node of the capture's graph
+//! (see `capture`); a graph launch executes its nodes' operations the same way, one stream
+//! operation per node, so a node touches memory exactly as the direct call would.
+
+use std::ffi::c_void;
+
+use super::Sim;
+use super::errors::INVALID_VALUE;
+use super::launch::Launch;
+use super::streams::Target;
+use super::types::{CuResult, Raw};
+
+/// A host function and its argument, called outside the simulator's lock.
+pub type HostCall = (unsafe extern "C" fn(*mut c_void), usize);
+
+/// `CUgraphNodeType` values of the node kinds the simulator makes.
+pub const NODE_KERNEL: u32 = 0;
+pub const NODE_MEMCPY: u32 = 1;
+pub const NODE_MEMSET: u32 = 2;
+pub const NODE_HOST: u32 = 3;
+pub const NODE_GRAPH: u32 = 4;
+pub const NODE_EMPTY: u32 = 5;
+pub const NODE_WAIT_EVENT: u32 = 6;
+pub const NODE_EVENT_RECORD: u32 = 7;
+
+/// One stream operation, with its arguments captured by value.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Kernel(Launch),
+    /// `rows` rows of `count` elements of `width` bytes, `pitch` bytes apart.
+    Memset {
+        dst: u64,
+        pitch: usize,
+        value: u32,
+        width: usize,
+        count: usize,
+        rows: usize,
+    },
+    /// `device` says which sides must be device (or pinned) memory: (destination, source).
+    Memcpy {
+        dst: u64,
+        src: u64,
+        len: usize,
+        device: (bool, bool),
+    },
+    EventRecord(Raw),
+    EventWait(Raw),
+    Host(unsafe extern "C" fn(*mut c_void), usize),
+    /// A graph launched into a capture: its operations in order.
+    Child(Vec<Op>),
+    Empty,
+}
+
+impl Op {
+    /// The `CUgraphNodeType` of a node holding this operation.
+    pub fn node_type(&self) -> u32 {
+        match self {
+            Op::Kernel(_) => NODE_KERNEL,
+            Op::Memset { .. } => NODE_MEMSET,
+            Op::Memcpy { .. } => NODE_MEMCPY,
+            Op::EventRecord(_) => NODE_EVENT_RECORD,
+            Op::EventWait(_) => NODE_WAIT_EVENT,
+            Op::Host(..) => NODE_HOST,
+            Op::Child(_) => NODE_GRAPH,
+            Op::Empty => NODE_EMPTY,
+        }
+    }
+
+    /// The operations to execute, with child graphs expanded in place.
+    pub fn flatten(ops: Vec<Op>, into: &mut Vec<Op>) {
+        for op in ops {
+            match op {
+                Op::Child(children) => Op::flatten(children, into),
+                op => into.push(op),
+            }
+        }
+    }
+}
+
+impl Sim {
+    /// Executes `op` now as one operation of `target`'s stream. Host functions are returned
+    /// for the caller to call, in order, once the lock is released.
+    pub fn execute(&mut self, target: Target, op: &Op) -> Result<Vec<HostCall>, CuResult> {
+        match op {
+            Op::Kernel(launch) => {
+                let operation = self.enqueue(target);
+                self.run_kernel(launch, operation)?;
+            }
+            &Op::Memset {
+                dst,
+                pitch,
+                value,
+                width,
+                count,
+                rows,
+            } => {
+                let operation = self.enqueue(target);
+                let row = count.checked_mul(width).ok_or(INVALID_VALUE)?;
+                let starts: Vec<u64> = (0..rows)
+                    .map(|r| {
+                        r.checked_mul(pitch)
+                            .and_then(|offset| dst.checked_add(offset as u64))
+                            .ok_or(INVALID_VALUE)
+                    })
+                    .collect::<Result<_, _>>()?;
+                for &start in &starts {
+                    self.touch(start, row as u64, operation, true)?;
+                }
+                let bytes = value.to_le_bytes();
+                for start in starts {
+                    for i in 0..count {
+                        // SAFETY: `touch` checked that each row lies in one live allocation,
+                        // which is mapped, writable memory of this simulator.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                bytes.as_ptr(),
+                                (start as usize + i * width) as *mut u8,
+                                width,
+                            );
+                        }
+                    }
+                }
+            }
+            &Op::Memcpy {
+                dst,
+                src,
+                len,
+                device,
+            } => {
+                let operation = self.enqueue(target);
+                self.touch(dst, len as u64, operation, device.0)?;
+                self.touch(src, len as u64, operation, device.1)?;
+                if len > 0 {
+                    if dst == 0 || src == 0 {
+                        return Err(INVALID_VALUE);
+                    }
+                    // SAFETY: device sides were checked to lie in live allocations (mapped
+                    // memory); host sides are the caller's buffers of at least `len` bytes by
+                    // the API's contract (for graph nodes: kept alive until the launch, as
+                    // the driver requires). `copy` allows overlap.
+                    unsafe {
+                        std::ptr::copy(src as usize as *const u8, dst as usize as *mut u8, len)
+                    };
+                }
+            }
+            &Op::EventRecord(event) => self.record_on(event, target)?,
+            &Op::EventWait(event) => self.wait_on(target, event)?,
+            &Op::Host(function, data) => {
+                self.enqueue(target);
+                return Ok(vec![(function, data)]);
+            }
+            Op::Child(children) => {
+                // Graph launches expand child graphs before executing, so that host functions
+                // run between their neighbours; a child executed as one operation calls its
+                // host functions after all of its other nodes.
+                let mut calls = Vec::new();
+                for op in children {
+                    calls.extend(self.execute(target, op)?);
+                }
+                return Ok(calls);
+            }
+            Op::Empty => {
+                self.enqueue(target);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// Issues `op` on `target`: recorded as a node while the stream captures, else executed.
+    /// `sync`: a synchronous call (run on the legacy stream, then waited for by the host).
+    pub fn submit(
+        &mut self,
+        target: Target,
+        op: Op,
+        sync: bool,
+    ) -> Result<Vec<HostCall>, CuResult> {
+        if self.capturing.contains_key(&target.timeline) {
+            if sync {
+                return Err(self.refuse_in_capture(target));
+            }
+            self.capture_op(target, op)?;
+            return Ok(Vec::new());
+        }
+        self.check_legacy_capture(target, sync)?;
+        let host = self.execute(target, &op)?;
+        if sync {
+            self.checker.host_waits(target.timeline);
+        }
+        Ok(host)
+    }
+}
