@@ -13,7 +13,7 @@ use crate::context::ContextHandle;
 use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::pool::MemoryPoolHandle;
 use crate::scope::{create_in, in_context_of};
-use crate::stream::StreamHandle;
+use crate::stream::{Queued, StreamHandle};
 use crate::stream_order::StreamOrder;
 
 /// How an allocation was made, which fixes how it is freed. An asynchronous allocation is
@@ -75,10 +75,11 @@ enum Release {
         /// Imported from another process rather than allocated here.
         imported: bool,
     },
-    /// `cuMemFree` in the owning context.
-    Synchronous,
-    /// `cuMemFreeHost` in the owning context.
-    PinnedHost,
+    /// `cuMemFree` in the owning context, once the host has waited for every stream the
+    /// memory was used on (the order's home is the context's legacy stream).
+    Synchronous(StreamOrder),
+    /// `cuMemFreeHost` in the owning context, after the same wait.
+    PinnedHost(StreamOrder),
     /// Memory another library frees (a cudarc slice, kept here): see [`ForeignFree`].
     Foreign(ForeignFree),
     /// Part of the allocation `parent`, which the view keeps alive; frees nothing.
@@ -128,13 +129,19 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
         Release::Foreign(_) | Release::View(_) => Ok(()),
-        Release::Synchronous => with_owning_context(allocation, || {
-            // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context.
-            unsafe { driver!(cuMemFree_v2(raw)) }
+        Release::Synchronous(order) => order.wait_on_host().and_then(|()| {
+            with_owning_context(allocation, || {
+                // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context;
+                // every stream it was used on has finished that work.
+                unsafe { driver!(cuMemFree_v2(raw)) }
+            })
         }),
-        Release::PinnedHost => with_owning_context(allocation, || {
-            // SAFETY: the handle owns the host allocation at `raw`, made by `cuMemHostAlloc`.
-            unsafe { driver!(cuMemFreeHost(raw as usize as *mut std::ffi::c_void)) }
+        Release::PinnedHost(order) => order.wait_on_host().and_then(|()| {
+            with_owning_context(allocation, || {
+                // SAFETY: the handle owns the host allocation at `raw`, made by
+                // `cuMemHostAlloc`; every stream it was used on has finished that work.
+                unsafe { driver!(cuMemFreeHost(raw as usize as *mut std::ffi::c_void)) }
+            })
         }),
     };
     deleter_status(status)
@@ -164,19 +171,30 @@ impl DevicePtrHandle {
         check_size(size)?;
         stream.refuse_if_captured()?;
         let mut order = StreamOrder::new(stream.bound()?)?;
-        let raw = out(|raw| {
-            order.home_while_creating().run(|raw_stream| {
-                // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
-                unsafe { driver!(cuMemAllocFromPoolAsync(raw, size, pool.as_cu(), raw_stream)) }
-            })
-        })?;
-        Ok(Self::stream_ordered(
-            raw,
-            size,
-            Some(pool.clone()),
-            order,
-            Origin::Allocated,
-        ))
+        let mut raw = 0;
+        let allocated = order.home_while_creating().queue(|raw_stream| {
+            // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
+            unsafe {
+                driver!(cuMemAllocFromPoolAsync(
+                    &mut raw,
+                    size,
+                    pool.as_cu(),
+                    raw_stream
+                ))
+            }
+        });
+        Self::own_allocated(allocated, || {
+            Self::stream_ordered(raw, size, Some(pool.clone()), order, Origin::Allocated)
+        })
+    }
+
+    /// The handle of memory just allocated, or the error. If the allocation succeeded but
+    /// restoring the caller's context failed, the handle is made and dropped (freeing the
+    /// memory), and the error returned.
+    fn own_allocated(allocated: Queued, wrap: impl FnOnce() -> Self) -> Result<Self> {
+        let handle = allocated.queued.then(wrap);
+        allocated.status?;
+        handle.ok_or_else(|| Error::InvalidArgument("the allocation made no pointer".into()))
     }
 
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
@@ -184,19 +202,14 @@ impl DevicePtrHandle {
         check_size(size)?;
         stream.refuse_if_captured()?;
         let mut order = StreamOrder::new(stream.bound()?)?;
-        let raw = out(|raw| {
-            order.home_while_creating().run(|raw_stream| {
-                // SAFETY: the stream is alive; `raw` is a valid out-pointer.
-                unsafe { driver!(cuMemAllocAsync(raw, size, raw_stream)) }
-            })
-        })?;
-        Ok(Self::stream_ordered(
-            raw,
-            size,
-            None,
-            order,
-            Origin::Allocated,
-        ))
+        let mut raw = 0;
+        let allocated = order.home_while_creating().queue(|raw_stream| {
+            // SAFETY: the stream is alive; `raw` is a valid out-pointer.
+            unsafe { driver!(cuMemAllocAsync(&mut raw, size, raw_stream)) }
+        });
+        Self::own_allocated(allocated, || {
+            Self::stream_ordered(raw, size, None, order, Origin::Allocated)
+        })
     }
 
     /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync` on the
@@ -225,21 +238,24 @@ impl DevicePtrHandle {
         unsafe { DevicePtrHandle::from_raw(raw, record) }
     }
 
-    /// Allocates `size` bytes with `cuMemAlloc` in `context`, freed synchronously.
+    /// Allocates `size` bytes with `cuMemAlloc` in `context`, freed synchronously, after
+    /// every stream the safe methods used it on.
     pub fn alloc(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
+        let order = Self::host_order(context)?;
         create_in(
             context,
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             || out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) }),
-            |raw| Self::context_bound(raw, size, context, Release::Synchronous),
+            |raw| Self::context_bound(raw, size, context, Release::Synchronous(order)),
         )
     }
 
     /// Allocates `size` bytes of pinned host memory in `context` (`cuMemHostAlloc`). The
-    /// raw value is the host address.
+    /// raw value is the host address. Freed after every stream the safe methods used it on.
     pub fn alloc_host(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
+        let order = Self::host_order(context)?;
         create_in(
             context,
             // SAFETY: the context is current; `host` is a valid out-pointer.
@@ -249,10 +265,18 @@ impl DevicePtrHandle {
                     host as usize as CUdeviceptr,
                     size,
                     context,
-                    Release::PinnedHost,
+                    Release::PinnedHost(order),
                 )
             },
         )
+    }
+
+    /// The ordering of memory freed by the host: uses are tracked against the context's
+    /// legacy stream, and the free waits on the host for it and for a marker on every other
+    /// stream used (`StreamOrder::wait_on_host`). Made before the allocation, so that nothing
+    /// can fail after it.
+    fn host_order(context: &ContextHandle) -> Result<StreamOrder> {
+        StreamOrder::new(StreamHandle::legacy_in(context))
     }
 
     fn context_bound(
@@ -299,8 +323,8 @@ impl DevicePtrHandle {
                 imported: false, ..
             } => AllocKind::StreamOrdered,
             Release::StreamOrdered { imported: true, .. } => AllocKind::IpcImport,
-            Release::Synchronous => AllocKind::Synchronous,
-            Release::PinnedHost => AllocKind::PinnedHost,
+            Release::Synchronous(_) => AllocKind::Synchronous,
+            Release::PinnedHost(_) => AllocKind::PinnedHost,
         }
     }
 
@@ -308,7 +332,13 @@ impl DevicePtrHandle {
     /// library frees on its stream.
     fn order(&self) -> Option<&StreamOrder> {
         match &self.record().release {
-            Release::StreamOrdered { order, .. } if self.is_owning() => Some(order),
+            Release::StreamOrdered { order, .. }
+            | Release::Synchronous(order)
+            | Release::PinnedHost(order)
+                if self.is_owning() =>
+            {
+                Some(order)
+            }
             Release::Foreign(foreign) => Some(&foreign.order),
             Release::View(parent) => parent.order(),
             _ => None,
@@ -365,14 +395,27 @@ impl DevicePtrHandle {
 
     /// The stream a stream-ordered free will be queued on.
     pub fn deallocation_stream(&self) -> Option<StreamHandle> {
-        self.order().map(StreamOrder::home)
+        self.async_free_order().map(StreamOrder::home)
+    }
+
+    /// The ordering of memory freed with `cuMemFreeAsync` (owned or another library's).
+    fn async_free_order(&self) -> Option<&StreamOrder> {
+        match &self.record().release {
+            Release::StreamOrdered { order, .. } if self.is_owning() => Some(order),
+            Release::Foreign(foreign) => Some(&foreign.order),
+            Release::View(parent) => parent.async_free_order(),
+            _ => None,
+        }
     }
 
     /// Moves the free to `stream`, ordered after everything already queued on the current
     /// deallocation stream and on every other stream the memory was used on. A default-stream
     /// token is bound to the context current now. Only for owned stream-ordered memory.
     pub fn set_deallocation_stream(&self, stream: &StreamHandle) -> Result<()> {
-        let Some(order) = self.order().filter(|_| self.kind() != AllocKind::Unowned) else {
+        let Some(order) = self
+            .async_free_order()
+            .filter(|_| matches!(self.kind(), AllocKind::StreamOrdered | AllocKind::IpcImport))
+        else {
             return Err(Error::InvalidArgument(
                 "only owned stream-ordered allocations have a deallocation stream".into(),
             ));
@@ -395,11 +438,12 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let start = self.range(offset, len)?;
         stream.refuse_if_captured()?;
-        stream.run(|raw_stream| {
-            // SAFETY: the range is within the allocation, which is alive while `self` is.
-            unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
-        })?;
-        self.used_on(stream)
+        stream
+            .queue(|raw_stream| {
+                // SAFETY: the range is within the allocation, which is alive while `self` is.
+                unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
+            })
+            .then(|| self.used_on(stream))
     }
 
     /// Copies `src` into the start of the allocation, after the work queued on `stream`.
@@ -458,15 +502,18 @@ impl DevicePtrHandle {
             ));
         }
         stream.refuse_if_captured()?;
-        stream.run_bound(|raw_stream| {
-            // SAFETY: both ranges are within live allocations kept alive by their handles.
-            unsafe { driver!(cuMemcpyAsync(to, from, len, raw_stream)) }
-        })?;
-        // Both are reported whatever happens to the other: an unreported use could be freed
-        // unordered.
-        let source = self.used_on(stream);
-        let destination = dst.used_on(stream);
-        source.and(destination)
+        stream
+            .queue_bound(|raw_stream| {
+                // SAFETY: both ranges are within live allocations kept alive by their handles.
+                unsafe { driver!(cuMemcpyAsync(to, from, len, raw_stream)) }
+            })
+            .then(|| {
+                // Both are reported whatever happens to the other: an unreported use could be
+                // freed unordered.
+                let source = self.used_on(stream);
+                let destination = dst.used_on(stream);
+                source.and(destination)
+            })
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

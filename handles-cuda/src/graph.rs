@@ -471,24 +471,27 @@ impl GraphExecHandle {
     pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
         let attachments = self.current_attachments();
         stream.refuse_if_captured()?;
-        stream.run_bound(|raw_stream| {
+        let queued = stream.queue_bound(|raw_stream| {
             // SAFETY: the executable graph and the stream are alive; the record keeps alive
             // everything the graph's nodes reference.
             unsafe { driver!(cuGraphLaunch(self.as_cu(), raw_stream)) }
-        })?;
-        let context = self.context();
-        let mut status = Ok(());
-        for attachment in attachments.iter() {
-            let noted = match attachment {
-                Attachment::Buffer(buffer) => buffer.note_use(stream),
-                Attachment::Kernel(kernel) => kernel
-                    .library()
-                    .note_launch(context.as_cu(), || Ok(context.clone())),
-                Attachment::Event(_) => Ok(()),
-            };
-            status = status.and(noted);
-        }
-        status
+        });
+        // Once the graph is queued, every use is reported whatever else fails.
+        queued.then(|| {
+            let context = self.context();
+            let mut status = Ok(());
+            for attachment in attachments.iter() {
+                let noted = match attachment {
+                    Attachment::Buffer(buffer) => buffer.note_use(stream),
+                    Attachment::Kernel(kernel) => kernel
+                        .library()
+                        .note_launch(context.as_cu(), || Ok(context.clone())),
+                    Attachment::Event(_) => Ok(()),
+                };
+                status = status.and(noted);
+            }
+            status
+        })
     }
 
     /// Updates the executable graph to `graph`'s nodes (`cuGraphExecUpdate`). On success it

@@ -24,7 +24,7 @@ use crate::device_ptr::DevicePtrHandle;
 use crate::error::{Error, Result, driver};
 use crate::kernel::KernelHandle;
 use crate::scope::current_raw;
-use crate::stream::StreamHandle;
+use crate::stream::{Queued, StreamHandle};
 
 /// The shape of a launch: grid and block dimensions and dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,6 +164,12 @@ mod sealed {
 
 /// A kernel parameter type: a scalar, or [`Buffer`] for a device pointer. Sealed: each
 /// implementation fixes the exact bytes the driver copies into the parameter.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel parameter type",
+    label = "not a kernel parameter type",
+    note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
+            f64, and `Buffer` for a device pointer (passed as `&DevicePtrHandle`)"
+)]
 pub trait KernelParam: sealed::Sealed {
     /// What a launch passes for this parameter.
     type Arg<'a>;
@@ -221,6 +227,13 @@ impl KernelParam for Buffer {
 }
 
 /// A kernel's parameter list: a tuple of [`KernelParam`] types, such as `(Buffer, u32, u32)`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel parameter list",
+    label = "not a tuple of up to 12 kernel parameter types",
+    note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
+            f64, and `Buffer` for a device pointer; a list is a tuple of them, such as \
+            `(Buffer, u32)`"
+)]
 pub trait KernelParams: sealed::Sealed {
     /// The arguments a launch passes: the tuple of each parameter's [`KernelParam::Arg`].
     type Args<'a>;
@@ -424,7 +437,7 @@ impl<P: KernelParams> TypedKernel<P> {
         args: &P::Args<'_>,
     ) -> Result<()> {
         (self.bounds)(args, config)?;
-        queue::<P>(&self.kernel, stream, config, None, args).map(drop)
+        queue::<P>(&self.kernel, stream, config, None, args).and_then(|(queued, _)| queued.status)
     }
 
     /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters and
@@ -450,31 +463,33 @@ fn launch<P: KernelParams>(
     options: Option<&LaunchOptions>,
     args: &P::Args<'_>,
 ) -> Result<()> {
-    let context = queue::<P>(kernel, stream, config, options, args)?;
-    // The kernel is queued: from here on, every use is reported whatever else fails.
-    let uses = P::note_uses(args, stream);
-    let noted = kernel
-        .library()
-        .note_launch(context, || ContextHandle::owning(context));
-    uses.and(noted)
+    let (queued, context) = queue::<P>(kernel, stream, config, options, args)?;
+    // Once the kernel is queued, every use is reported whatever else fails.
+    queued.then(|| {
+        let uses = P::note_uses(args, stream);
+        let noted = kernel
+            .library()
+            .note_launch(context, || ContextHandle::owning(context));
+        uses.and(noted)
+    })
 }
 
-/// Checks the configuration and queues the launch in the stream's context; returns that
-/// context.
+/// Checks the configuration and queues the launch in the stream's context; returns whether it
+/// was queued, and that context.
 fn queue<P: KernelParams>(
     kernel: &KernelHandle,
     stream: &StreamHandle,
     config: &LaunchConfig,
     options: Option<&LaunchOptions>,
     args: &P::Args<'_>,
-) -> Result<CUcontext> {
+) -> Result<(Queued, CUcontext)> {
     stream.refuse_if_captured()?;
     let ordinal = stream.device_ordinal()?;
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;
     let function = kernel.as_cu() as CUfunction;
     let mut context: CUcontext = std::ptr::null_mut();
-    stream.run_bound(|raw_stream| {
+    let queued = stream.queue_bound(|raw_stream| {
         // A `CUkernel` launches in the current context: the stream's, made current here.
         context = current_raw()?;
         P::with_pointers(args, |params| match options {
@@ -522,6 +537,6 @@ fn queue<P: KernelParams>(
                 }
             }
         })
-    })?;
-    Ok(context)
+    });
+    Ok((queued, context))
 }

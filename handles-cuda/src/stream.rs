@@ -182,6 +182,30 @@ impl StreamHandle {
         }
     }
 
+    /// [`Self::run`] for work that is queued: also says whether the call itself succeeded,
+    /// separately from a failure to restore the caller's context afterwards. Work that was
+    /// queued must be reported as a use (or its allocation kept) whatever else failed.
+    pub(crate) fn queue(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Queued {
+        let mut queued = false;
+        let status = self.run(|raw| {
+            let called = call(raw);
+            queued = called.is_ok();
+            called
+        });
+        Queued { queued, status }
+    }
+
+    /// [`Self::run_bound`] for work that is queued; see [`Self::queue`].
+    pub(crate) fn queue_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Queued {
+        let mut queued = false;
+        let status = self.run_bound(|raw| {
+            let called = call(raw);
+            queued = called.is_ok();
+            called
+        });
+        Queued { queued, status }
+    }
+
     /// Runs a driver call on this stream with the stream's context current. For calls that
     /// validate memory against the current context (host/device copies).
     pub(crate) fn run_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
@@ -193,6 +217,22 @@ impl StreamHandle {
         }
         let raw = self.as_cu();
         in_context_of(self.context().as_ref(), || call(raw))
+    }
+}
+
+/// The outcome of queuing work on a stream: whether the driver accepted it, and the whole
+/// call's status (which also fails when restoring the caller's context failed afterwards).
+#[must_use]
+pub(crate) struct Queued {
+    pub(crate) queued: bool,
+    pub(crate) status: Result<()>,
+}
+
+impl Queued {
+    /// The status, after `then` ran if the work was queued (its error is reported too).
+    pub(crate) fn then(self, then: impl FnOnce() -> Result<()>) -> Result<()> {
+        let after = if self.queued { then() } else { Ok(()) };
+        self.status.and(after)
     }
 }
 

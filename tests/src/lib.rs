@@ -293,7 +293,8 @@ pub mod kernels {
     /// The PTX source of the test kernels.
     pub const PTX: &str = include_str!("../kernels/test_kernels.ptx");
 
-    /// `fill_u32(dst, value, n)`, `add_u32(data, value, n)`, `copy_u32(dst, src, n)`, `spin(cycles)`.
+    /// `fill_u32(dst, value, n)`, `add_u32(data, value, n)`, `copy_u32(dst, src, n)`,
+    /// `add_one(data, n)`, `spin(cycles)`.
     pub struct TestKernels {
         /// The library they were loaded from.
         pub library: LibraryHandle,
@@ -303,6 +304,8 @@ pub mod kernels {
         pub add: TypedKernel<(Buffer, u32, u32)>,
         /// `dst[i] = src[i]` for `i < n`.
         pub copy: TypedKernel<(Buffer, Buffer, u32)>,
+        /// `data[i] += 1` for `i < n`.
+        pub add_one: TypedKernel<(Buffer, u32)>,
         /// Busy-waits about `cycles` clock ticks; touches no memory.
         pub spin: TypedKernel<(u64,)>,
     }
@@ -338,6 +341,8 @@ pub mod kernels {
                             fits(args.0, args.2).and(fits(args.1, args.2))
                         },
                     )?,
+                    add_one: kernel("add_one")?
+                        .typed(|args: &(&DevicePtrHandle, u32), _| fits(args.0, args.1))?,
                     spin: kernel("spin")?.typed(|_, _| Ok(()))?,
                     library,
                 })

@@ -64,6 +64,49 @@ fn scenario_buffer_used_on_two_streams_then_dropped() {
     assert_eq!(cuda_live_counts(), start);
 }
 
+// Found while adding kernels: synchronous and pinned-host allocations used on a stream were
+// freed by the host with no wait for that stream.
+
+#[test]
+fn synchronous_and_pinned_allocations_used_on_streams_then_dropped() {
+    let name = "synchronous_and_pinned_allocations_used_on_streams_then_dropped";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_synchronous_and_pinned_allocations_used_on_streams_then_dropped() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let (first, second) = (non_blocking(&context), non_blocking(&context));
+        let device = DevicePtrHandle::alloc(&context, 1 << 16).unwrap();
+        let pinned = DevicePtrHandle::alloc_host(&context, 1 << 16).unwrap();
+        device.memset_async(1, 1 << 16, &first).unwrap();
+        device
+            .copy_to_async(0, &pinned, 0, 1 << 16, &second)
+            .unwrap();
+        pinned.memset_async(2, 4096, &first).unwrap();
+        let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+        let view = device.view(0, 1024).unwrap();
+        kernels
+            .fill
+            .launch(
+                &second,
+                &handles_cuda::LaunchConfig::linear(256, 256),
+                (&view, 5, 256),
+            )
+            .unwrap();
+        // The host frees both while the streams may still run.
+        drop((device, pinned, view));
+        first.synchronize().unwrap();
+        second.synchronize().unwrap();
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
 #[test]
 fn deallocation_stream_moved_after_work_on_the_old_one() {
     let name = "deallocation_stream_moved_after_work_on_the_old_one";

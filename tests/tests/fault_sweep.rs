@@ -26,9 +26,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, MemoryPoolHandle, PoolLocation,
+    CaptureMode, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, GraphHandle,
+    KernelAttribute, KernelHandle, LaunchConfig, LibraryHandle, MemoryPoolHandle, PoolLocation,
     PoolProps, Result, StreamFlags, StreamHandle, sys,
 };
+use handles_tests::kernels::TestKernels;
 use handles_tests::{Failures, cuda_live_counts};
 use simulator::{Scratch, say, tail};
 
@@ -247,6 +249,76 @@ fn set_deallocation_stream() -> Result<()> {
     first.synchronize()
 }
 
+fn library_load_and_kernel_get() -> Result<()> {
+    let library = LibraryHandle::load_ptx(handles_tests::kernels::PTX)?;
+    let kernel = KernelHandle::get(&library, "fill_u32")?;
+    kernel.attribute(KernelAttribute::MaxThreadsPerBlock, 0)?;
+    drop(library);
+    drop(kernel);
+    Ok(())
+}
+
+fn kernel_launch() -> Result<()> {
+    let context = primary()?;
+    let (home, other) = (new_stream(&context)?, new_stream(&context)?);
+    let kernels = TestKernels::load()?;
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &home)?;
+    kernels
+        .fill
+        .launch(&other, &LaunchConfig::linear(256, 64), (&buffer, 3, 256))?;
+    drop(buffer);
+    drop(kernels);
+    other.synchronize()?;
+    home.synchronize()
+}
+
+fn graph_capture_instantiate_launch() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &stream)?;
+    let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+        capture.memset(&buffer, 0, 0, 256 * 4)?;
+        capture.launch(
+            &kernels.add_one,
+            &LaunchConfig::linear(256, 64),
+            (&buffer, 256),
+        )
+    })?;
+    let exec = graph.instantiate()?;
+    drop((graph, kernels));
+    exec.launch(&stream)?;
+    drop(buffer);
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()
+}
+
+fn graph_nodes_and_update() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    let buffer = DevicePtrHandle::alloc(&context, 64 * 4)?;
+    let build = |value: u32| -> Result<GraphHandle> {
+        let graph = GraphHandle::create(&context)?;
+        let cleared = graph.add_memset_node(&[], &buffer, 0, 0, 64 * 4)?;
+        graph.add_kernel_node(
+            &[cleared],
+            &kernels.fill,
+            &LaunchConfig::linear(64, 64),
+            (&buffer, value, 64),
+        )?;
+        Ok(graph)
+    };
+    let exec = build(1)?.instantiate()?;
+    exec.launch(&stream)?;
+    exec.update(&build(2)?)?;
+    exec.launch(&stream)?;
+    stream.synchronize()
+}
+
 macro_rules! scenarios {
     ($($test:ident: $name:literal, $devices:literal devices, $run:path;)*) => {
         const SCENARIOS: &[Scenario] = &[
@@ -289,6 +361,13 @@ scenarios! {
         pointer_ipc_export_import;
     set_deallocation_stream_faults: "DevicePtrHandle::set_deallocation_stream", 1 devices,
         set_deallocation_stream;
+    library_faults: "LibraryHandle::load_ptx+KernelHandle::get", 1 devices,
+        library_load_and_kernel_get;
+    kernel_launch_faults: "TypedKernel::launch", 1 devices, kernel_launch;
+    graph_capture_faults: "GraphHandle::capture+instantiate+GraphExecHandle::launch", 1 devices,
+        graph_capture_instantiate_launch;
+    graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,
+        graph_nodes_and_update;
 }
 
 fn scenario(name: &str) -> &'static Scenario {
@@ -421,6 +500,9 @@ fn handle_type_of_leak(kind: &str) -> Option<&'static str> {
         "pool" => Some("MemoryPool"),
         "allocation" | "sync_allocation" | "host_allocation" | "import" => Some("DevicePtr"),
         "primary_context" | "context" => Some("Context"),
+        "library" => Some("Library"),
+        "graph" => Some("Graph"),
+        "graph_exec" => Some("GraphExec"),
         _ => None,
     }
 }

@@ -39,7 +39,7 @@ fn a_kernel_fills_a_buffer_and_is_registered_with_its_attributes() {
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let kernels = TestKernels::load().unwrap();
-    assert_eq!(kernels.library.kernel_count().unwrap(), 4);
+    assert_eq!(kernels.library.kernel_count().unwrap(), 5);
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1024 * 4, &stream).unwrap();
     kernels
@@ -308,6 +308,39 @@ fn a_captured_graph_keeps_what_it_uses_alive() {
         capture.memset(&out, 512 * 4, 1, 8)
     });
     assert!(failed.is_err());
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_executable_graph_alone_replays_a_thousand_times() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let out = DevicePtrHandle::alloc_from_pool(&pool, 1000 * 4, &stream).unwrap();
+    let exec = {
+        let kernels = TestKernels::load().unwrap();
+        let counter = DevicePtrHandle::alloc_from_pool(&pool, 1000 * 4, &stream).unwrap();
+        counter.memset_async(0, 1000 * 4, &stream).unwrap();
+        stream.synchronize().unwrap();
+        let config = LaunchConfig::linear(1000, 256);
+        let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+            capture.launch(&kernels.add_one, &config, (&counter, 1000))?;
+            capture.launch(&kernels.copy, &config, (&out, &counter, 1000))
+        })
+        .unwrap();
+        graph.instantiate().unwrap()
+        // Every handle but the executable graph (and the output) drops here: the counter
+        // buffer, the kernels, their library, the graph and the pool handle below.
+    };
+    drop(pool);
+    for _ in 0..1000 {
+        exec.launch(&stream).unwrap();
+    }
+    assert_eq!(read_words(&out, &stream), vec![1000; 1000]);
+    drop(exec);
     failures.assert_none();
 }
 

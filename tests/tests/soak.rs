@@ -1,4 +1,5 @@
-//! A soak: mixed create/drop of every handle kind across 8 threads and 4 streams for a minute
+//! A soak: mixed create/drop of every handle kind, kernel launches and graph launches across 8
+//! threads and 4 streams for a minute
 //! (`HANDLES_SOAK_SECS` overrides), then driver free memory and live counts must return to
 //! their starting figures and no deleter may have failed. Needs a CUDA GPU.
 
@@ -6,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
-    StreamFlags, StreamHandle,
+    CaptureMode, ContextHandle, DevicePtrHandle, EventFlags, EventHandle, GraphHandle,
+    LaunchConfig, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
 };
+use handles_tests::kernels::TestKernels;
 use handles_tests::{Failures, cuda_live_counts};
 
 mod simulator;
@@ -75,10 +77,26 @@ fn run_mixed(seconds: u64) -> u64 {
             .map(|_| StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap())
             .collect();
         let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        let kernels = TestKernels::load().unwrap();
+        // One executable graph, launched from every thread on every stream: the driver orders
+        // its launches, and each launch reports the counter as used on its stream.
+        let counter = DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &streams[0]).unwrap();
+        counter.memset_async(0, 256 * 4, &streams[0]).unwrap();
+        let graph = GraphHandle::capture(&context, CaptureMode::Relaxed, |capture| {
+            capture.launch(
+                &kernels.add_one,
+                &LaunchConfig::linear(256, 256),
+                (&counter, 256),
+            )
+        })
+        .unwrap();
+        let exec = graph.instantiate().unwrap();
+        drop((graph, counter));
         let deadline = Instant::now() + Duration::from_secs(seconds);
         std::thread::scope(|scope| {
             for thread in 0..8usize {
                 let (streams, pool, operations) = (&streams, &pool, &operations);
+                let (kernels, exec) = (&kernels, &exec);
                 scope.spawn(move || {
                     let context = ContextHandle::primary(0).unwrap();
                     let mut held: Vec<DevicePtrHandle> = Vec::new();
@@ -88,7 +106,7 @@ fn run_mixed(seconds: u64) -> u64 {
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
                         let stream = &streams[(step >> 33) % 4];
-                        match (step >> 40) % 8 {
+                        match (step >> 40) % 10 {
                             0..=2 => {
                                 let size = 256 << ((step >> 20) % 12);
                                 let buffer =
@@ -119,6 +137,18 @@ fn run_mixed(seconds: u64) -> u64 {
                                     own.synchronize().unwrap();
                                 }
                             }
+                            7 => {
+                                // A kernel over a buffer whose free may be on another stream.
+                                if let Some(buffer) = held.last() {
+                                    let n = (buffer.size() / 4) as u32;
+                                    let config = LaunchConfig::linear(n, 128);
+                                    kernels
+                                        .fill
+                                        .launch(stream, &config, (buffer, step as u32, n))
+                                        .unwrap();
+                                }
+                            }
+                            8 => exec.launch(stream).unwrap(),
                             _ => {
                                 if held.len() > 32 {
                                     held.drain(..16);

@@ -193,7 +193,7 @@ fn scenario_library_and_launches() {
     unsafe {
         let mut count = 0;
         ok(sys::cuLibraryGetKernelCount(&mut count, library));
-        assert_eq!(count, 4);
+        assert_eq!(count, 5);
         let mut missing = std::ptr::null_mut();
         assert_eq!(
             sys::cuLibraryGetKernel(&mut missing, library, c"nope".as_ptr()),

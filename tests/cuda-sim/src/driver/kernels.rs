@@ -3,7 +3,7 @@
 //! does on the CPU.
 //!
 //! Four kernels are known by name and signature (those of `tests/kernels/test_kernels.ptx`):
-//! `fill_u32`, `add_u32`, `copy_u32` and `spin`. Their semantics run over the whole grid and
+//! `fill_u32`, `add_u32`, `copy_u32`, `add_one` and `spin`. Their semantics run over the whole grid and
 //! touch exactly the bytes the threads access. Any other kernel is opaque: every 8-byte
 //! argument that points into an allocation (or a freed one) counts as a one-byte access there,
 //! which is enough to order frees against launches and to catch uses after free.
@@ -259,6 +259,16 @@ impl Sim {
                     let at = (data as usize + 4 * i) as *mut u32;
                     // SAFETY: as for `fill_u32`: the range lies in one live allocation.
                     unsafe { at.write_unaligned(at.read_unaligned().wrapping_add(value)) };
+                }
+            }
+            (b"add_one", [8, 4]) => {
+                let (data, count) = (arg(0), elements(arg(1)));
+                self.touch(data, 4 * count as u64, op, true)
+                    .map_err(illegal)?;
+                for i in 0..count {
+                    let at = (data as usize + 4 * i) as *mut u32;
+                    // SAFETY: as for `fill_u32`: the range lies in one live allocation.
+                    unsafe { at.write_unaligned(at.read_unaligned().wrapping_add(1)) };
                 }
             }
             (b"copy_u32", [8, 8, 4]) => {

@@ -189,7 +189,10 @@ mod tests {
     fn reads_the_test_kernels() {
         let entries = parse(include_str!("../../../kernels/test_kernels.ptx")).unwrap();
         let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["fill_u32", "add_u32", "copy_u32", "spin"]);
+        assert_eq!(
+            names,
+            ["fill_u32", "add_u32", "copy_u32", "add_one", "spin"]
+        );
         assert_eq!(entries[0].sizes(), [8, 4, 4]);
         assert_eq!(
             entries[2].params,
