@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, sys};
+use cudarc::driver::{CudaContext, PushKernelArg, sys};
 use handles_bench::{Measured, Variant, interleave, keep};
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
-    StreamFlags, StreamHandle,
+    Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags, EventHandle, GraphHandle,
+    KernelHandle, LaunchConfig, LibraryHandle, MemoryPoolHandle, PoolProps, StreamFlags,
+    StreamHandle,
 };
 
 const ROUNDS: usize = 31;
@@ -212,6 +213,190 @@ fn accessor(stream: &StreamHandle) -> Measured {
     )
 }
 
+/// The checked-in test kernels (`add_one(data, n)` is the one timed).
+const PTX: &str = include_str!("../../../tests/kernels/test_kernels.ptx");
+/// Elements `add_one` touches per launch: one block.
+const ELEMENTS: u32 = 256;
+/// Launches per timed batch; the stream is drained between batches, so the queue never fills.
+const LAUNCHES: usize = 200;
+
+/// A kernel launch: raw `cuLaunchKernel`, our typed launch (configuration and bounds checks,
+/// the buffer's use reported on the stream), cudarc's launch builder (with its default event
+/// tracking, and without).
+fn launches(
+    context: &ContextHandle,
+    stream: &StreamHandle,
+    tracked: &Arc<cudarc::driver::CudaStream>,
+    untracked: &Arc<cudarc::driver::CudaStream>,
+) -> Measured {
+    let library = LibraryHandle::load_ptx(PTX).unwrap();
+    let kernel = KernelHandle::get(&library, "add_one").unwrap();
+    // SAFETY: `add_one(data, n)` touches `n` 32-bit elements, which the check bounds.
+    let add_one = unsafe {
+        kernel.typed::<(Buffer, u32)>(|args: &(&DevicePtrHandle, u32), _| {
+            if args.1 as usize * 4 <= args.0.size() {
+                Ok(())
+            } else {
+                Err(handles_cuda::Error::InvalidArgument(
+                    "too many elements".into(),
+                ))
+            }
+        })
+    }
+    .unwrap();
+    let buffer = DevicePtrHandle::alloc(context, ELEMENTS as usize * 4).unwrap();
+    let config = LaunchConfig::linear(ELEMENTS, ELEMENTS);
+    let cudarc_function = |on: &Arc<cudarc::driver::CudaStream>| {
+        on.context()
+            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+            .unwrap()
+            .load_function("add_one")
+            .unwrap()
+    };
+    let (tracked_function, untracked_function) =
+        (cudarc_function(tracked), cudarc_function(untracked));
+    let tracked_slice = tracked.alloc_zeros::<u32>(ELEMENTS as usize).unwrap();
+    let untracked_slice = untracked.alloc_zeros::<u32>(ELEMENTS as usize).unwrap();
+    let cudarc_config = cudarc::driver::LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (ELEMENTS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let raw_stream = stream.as_cu();
+    let raw_kernel = kernel.as_cu() as sys::CUfunction;
+    let raw_buffer = buffer.as_cu();
+    interleave(
+        &mut [
+            Variant::new("raw cuLaunchKernel", || {
+                let (mut data, mut n) = (raw_buffer, ELEMENTS);
+                let mut params = [
+                    (&raw mut data).cast::<std::ffi::c_void>(),
+                    (&raw mut n).cast::<std::ffi::c_void>(),
+                ];
+                // SAFETY: the primary context is current; the kernel, stream and buffer are
+                // alive; `add_one` touches `ELEMENTS` elements of the buffer.
+                unsafe {
+                    ok(sys::cuLaunchKernel(
+                        keep(raw_kernel),
+                        1,
+                        1,
+                        1,
+                        ELEMENTS,
+                        1,
+                        1,
+                        0,
+                        raw_stream,
+                        params.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    ))
+                }
+            }),
+            Variant::new("handles-cuda TypedKernel::launch", || {
+                add_one
+                    .launch(stream, &config, (keep(&buffer), ELEMENTS))
+                    .unwrap();
+            }),
+            Variant::new("cudarc launch_builder (event tracking on)", || {
+                let mut builder = tracked.launch_builder(&tracked_function);
+                builder.arg(&tracked_slice).arg(&ELEMENTS);
+                // SAFETY: `add_one` touches `ELEMENTS` elements of the slice.
+                unsafe { builder.launch(cudarc_config) }.unwrap();
+            }),
+            Variant::new("cudarc launch_builder (event tracking off)", || {
+                let mut builder = untracked.launch_builder(&untracked_function);
+                builder.arg(&untracked_slice).arg(&ELEMENTS);
+                // SAFETY: `add_one` touches `ELEMENTS` elements of the slice.
+                unsafe { builder.launch(cudarc_config) }.unwrap();
+            }),
+        ],
+        ROUNDS,
+        LAUNCHES,
+        || {
+            stream.synchronize().unwrap();
+            tracked.synchronize().unwrap();
+            untracked.synchronize().unwrap();
+        },
+    )
+}
+
+/// A graph launch (one `add_one` node): raw `cuGraphLaunch`, ours (the graph's buffer
+/// reported on the stream), cudarc's `CudaGraph::launch`.
+fn graph_launches(
+    context: &ContextHandle,
+    stream: &StreamHandle,
+    cudarc_stream: &Arc<cudarc::driver::CudaStream>,
+) -> Measured {
+    let library = LibraryHandle::load_ptx(PTX).unwrap();
+    let kernel = KernelHandle::get(&library, "add_one").unwrap();
+    // SAFETY: as in `launches`.
+    let add_one = unsafe {
+        kernel.typed::<(Buffer, u32)>(|args: &(&DevicePtrHandle, u32), _| {
+            if args.1 as usize * 4 <= args.0.size() {
+                Ok(())
+            } else {
+                Err(handles_cuda::Error::InvalidArgument(
+                    "too many elements".into(),
+                ))
+            }
+        })
+    }
+    .unwrap();
+    let buffer = DevicePtrHandle::alloc(context, ELEMENTS as usize * 4).unwrap();
+    let config = LaunchConfig::linear(ELEMENTS, ELEMENTS);
+    let graph = GraphHandle::capture(context, CaptureMode::Global, |capture| {
+        capture.launch(&add_one, &config, (&buffer, ELEMENTS))
+    })
+    .unwrap();
+    let exec = graph.instantiate().unwrap();
+    let raw_exec = exec.as_cu();
+    let raw_stream = stream.as_cu();
+    let function = cudarc_stream
+        .context()
+        .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+        .unwrap()
+        .load_function("add_one")
+        .unwrap();
+    let slice = cudarc_stream.alloc_zeros::<u32>(ELEMENTS as usize).unwrap();
+    cudarc_stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
+    let mut builder = cudarc_stream.launch_builder(&function);
+    builder.arg(&slice).arg(&ELEMENTS);
+    // SAFETY: `add_one` touches `ELEMENTS` elements of the slice.
+    unsafe {
+        builder.launch(cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (ELEMENTS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }
+    .unwrap();
+    let cudarc_graph = cudarc_stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a captured graph");
+    interleave(
+        &mut [
+            Variant::new("raw cuGraphLaunch", || {
+                // SAFETY: the executable graph and the stream are alive.
+                unsafe { ok(sys::cuGraphLaunch(keep(raw_exec), raw_stream)) }
+            }),
+            Variant::new("handles-cuda GraphExecHandle::launch", || {
+                keep(&exec).launch(stream).unwrap();
+            }),
+            Variant::new("cudarc CudaGraph::launch", || {
+                keep(&cudarc_graph).launch().unwrap();
+            }),
+        ],
+        ROUNDS,
+        LAUNCHES,
+        || {
+            stream.synchronize().unwrap();
+            cudarc_stream.synchronize().unwrap();
+        },
+    )
+}
+
 fn main() {
     if let Err(error) = handles_cuda::ensure_loaded() {
         println!("gpu_bench needs a CUDA driver: {error}");
@@ -249,4 +434,12 @@ fn main() {
         &floor_parts(&context),
     );
     report("raw accessor", &accessor(&stream));
+    report(
+        "kernel launch (1 block of 256)",
+        &launches(&context, &stream, &tracked, &untracked),
+    );
+    report(
+        "graph launch (1 kernel node)",
+        &graph_launches(&context, &stream, &untracked),
+    );
 }
