@@ -10,6 +10,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use handles_core::{CacheSlot, ResourceHandle};
 
 use crate::context::ContextHandle;
+use crate::contexts_used::ContextsUsed;
 use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::pool::MemoryPoolHandle;
 use crate::scope::{create_in, in_context_of};
@@ -75,11 +76,11 @@ enum Release {
         /// Imported from another process rather than allocated here.
         imported: bool,
     },
-    /// `cuMemFree` in the owning context, once the host has waited for every stream the
-    /// memory was used on (the order's home is the context's legacy stream).
-    Synchronous(StreamOrder),
+    /// `cuMemFree` in the owning context, once every context the memory was used in through
+    /// a stream has finished its work.
+    Synchronous(ContextsUsed),
     /// `cuMemFreeHost` in the owning context, after the same wait.
-    PinnedHost(StreamOrder),
+    PinnedHost(ContextsUsed),
     /// Memory another library frees (a cudarc slice, kept here): see [`ForeignFree`].
     Foreign(ForeignFree),
     /// Part of the allocation `parent`, which the view keeps alive; frees nothing.
@@ -129,14 +130,14 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
         Release::Foreign(_) | Release::View(_) => Ok(()),
-        Release::Synchronous(order) => order.wait_on_host().and_then(|()| {
+        Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context;
                 // every stream it was used on has finished that work.
                 unsafe { driver!(cuMemFree_v2(raw)) }
             })
         }),
-        Release::PinnedHost(order) => order.wait_on_host().and_then(|()| {
+        Release::PinnedHost(used) => used.wait_for_all().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns the host allocation at `raw`, made by
                 // `cuMemHostAlloc`; every stream it was used on has finished that work.
@@ -242,12 +243,14 @@ impl DevicePtrHandle {
     /// every stream the safe methods used it on.
     pub fn alloc(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
-        let order = Self::host_order(context)?;
         create_in(
             context,
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             || out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) }),
-            |raw| Self::context_bound(raw, size, context, Release::Synchronous(order)),
+            |raw| {
+                let release = Release::Synchronous(ContextsUsed::new());
+                Self::context_bound(raw, size, context, release)
+            },
         )
     }
 
@@ -255,7 +258,6 @@ impl DevicePtrHandle {
     /// raw value is the host address. Freed after every stream the safe methods used it on.
     pub fn alloc_host(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
-        let order = Self::host_order(context)?;
         create_in(
             context,
             // SAFETY: the context is current; `host` is a valid out-pointer.
@@ -265,18 +267,10 @@ impl DevicePtrHandle {
                     host as usize as CUdeviceptr,
                     size,
                     context,
-                    Release::PinnedHost(order),
+                    Release::PinnedHost(ContextsUsed::new()),
                 )
             },
         )
-    }
-
-    /// The ordering of memory freed by the host: uses are tracked against the context's
-    /// legacy stream, and the free waits on the host for it and for a marker on every other
-    /// stream used (`StreamOrder::wait_on_host`). Made before the allocation, so that nothing
-    /// can fail after it.
-    fn host_order(context: &ContextHandle) -> Result<StreamOrder> {
-        StreamOrder::new(StreamHandle::legacy_in(context))
     }
 
     fn context_bound(
@@ -328,23 +322,6 @@ impl DevicePtrHandle {
         }
     }
 
-    /// The ordering of a stream-ordered allocation this handle owns, or of memory another
-    /// library frees on its stream.
-    fn order(&self) -> Option<&StreamOrder> {
-        match &self.record().release {
-            Release::StreamOrdered { order, .. }
-            | Release::Synchronous(order)
-            | Release::PinnedHost(order)
-                if self.is_owning() =>
-            {
-                Some(order)
-            }
-            Release::Foreign(foreign) => Some(&foreign.order),
-            Release::View(parent) => parent.order(),
-            _ => None,
-        }
-    }
-
     /// A view of `len` bytes from byte `offset`: a handle whose address is that byte, whose
     /// size is `len`, that keeps this allocation alive, and whose uses on streams count as
     /// uses of this allocation (so its free is ordered after them). Views pass parts of a
@@ -387,9 +364,14 @@ impl DevicePtrHandle {
 
     #[inline]
     fn used_on(&self, stream: &StreamHandle) -> Result<()> {
-        match self.order() {
-            Some(order) => order.used_on(stream),
-            None => Ok(()),
+        match &self.record().release {
+            Release::StreamOrdered { order, .. } if self.is_owning() => order.used_on(stream),
+            Release::Synchronous(used) | Release::PinnedHost(used) if self.is_owning() => {
+                used.note_stream(stream)
+            }
+            Release::Foreign(foreign) => foreign.order.used_on(stream),
+            Release::View(parent) => parent.used_on(stream),
+            _ => Ok(()),
         }
     }
 

@@ -469,7 +469,12 @@ impl GraphExecHandle {
     /// then reported as used on `stream`, and every kernel's library notes the launch, so
     /// nothing the graph uses is freed or unloaded before the launch completes.
     pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
-        let attachments = self.current_attachments();
+        // Held for the launch: an update cannot swap what the graph keeps while it is noted.
+        let attachments = self
+            .record()
+            .attachments
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         stream.refuse_if_captured()?;
         let queued = stream.queue_bound(|raw_stream| {
             // SAFETY: the executable graph and the stream are alive; the record keeps alive

@@ -488,10 +488,16 @@ fn queue<P: KernelParams>(
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;
     let function = kernel.as_cu() as CUfunction;
-    let mut context: CUcontext = std::ptr::null_mut();
+    // A `CUkernel` launches in the current context: the stream's, made current for the call.
+    let mut context: CUcontext = stream
+        .context()
+        .as_ref()
+        .map_or(std::ptr::null_mut(), ContextHandle::as_cu);
     let queued = stream.queue_bound(|raw_stream| {
-        // A `CUkernel` launches in the current context: the stream's, made current here.
-        context = current_raw()?;
+        if context.is_null() {
+            // A stream without a context record runs in the current one.
+            context = current_raw()?;
+        }
         P::with_pointers(args, |params| match options {
             // SAFETY: the kernel is alive (its handle keeps the library loaded); `params`
             // points to one pointer per parameter, each to that parameter's bytes, alive for

@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 mod context;
+mod contexts_used;
 mod cudarc_interop;
 mod device_ptr;
 mod driver;

@@ -16,17 +16,15 @@
 
 use std::ffi::{CString, c_void};
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{CUcontext, CUlibrary};
 use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
+use crate::contexts_used::ContextsUsed;
 use crate::driver::ensure_loaded;
 use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::image::checked_image;
-use crate::scope::in_context;
 
 /// A loaded library of device code.
 ///
@@ -38,7 +36,7 @@ use crate::scope::in_context;
 #[derive(ResourceHandle)]
 #[handle(raw = CUlibrary, accessor = as_cu, delete = unload_library)]
 pub struct Library {
-    launched_in: LaunchedIn,
+    launched_in: ContextsUsed,
 }
 // SAFETY: the CUDA driver API lets libraries be used and unloaded from any thread.
 unsafe impl handles_core::ThreadSafe for Library {}
@@ -48,82 +46,6 @@ fn unload_library(raw: CUlibrary, library: &Library) -> Result<()> {
     // SAFETY: the handle owns `raw` and this deleter runs once; every context that ran its
     // kernels through this crate has finished all its work.
     deleter_status(unsafe { driver!(cuLibraryUnload(raw)) })
-}
-
-/// The contexts a library's kernels were launched in.
-struct LaunchedIn {
-    /// The raw context of the latest noted launch: a repeated launch in it takes no lock.
-    last: AtomicUsize,
-    contexts: Mutex<Vec<ContextHandle>>,
-    /// Set when a launch ran in a context no handle could own (so the unload could not wait
-    /// for it): the library is then leaked rather than unloaded under a running kernel.
-    unwaitable: AtomicBool,
-}
-
-impl LaunchedIn {
-    fn new() -> Self {
-        LaunchedIn {
-            last: AtomicUsize::new(0),
-            contexts: Mutex::new(Vec::new()),
-            unwaitable: AtomicBool::new(false),
-        }
-    }
-
-    /// Notes that a kernel was launched in `context`.
-    #[inline]
-    fn note(
-        &self,
-        context: CUcontext,
-        owning: impl FnOnce() -> Result<ContextHandle>,
-    ) -> Result<()> {
-        if self.last.load(Ordering::Relaxed) == context as usize {
-            return Ok(());
-        }
-        self.note_slow(context, owning)
-    }
-
-    #[cold]
-    fn note_slow(
-        &self,
-        context: CUcontext,
-        owning: impl FnOnce() -> Result<ContextHandle>,
-    ) -> Result<()> {
-        let mut contexts = self
-            .contexts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !contexts.iter().any(|known| known.as_cu() == context) {
-            match owning() {
-                Ok(handle) => contexts.push(handle),
-                Err(error) => {
-                    self.unwaitable.store(true, Ordering::Relaxed);
-                    return Err(error);
-                }
-            }
-        }
-        self.last.store(context as usize, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Blocks until every noted context has finished its work.
-    fn wait_for_all(&self) -> Result<()> {
-        if self.unwaitable.load(Ordering::Relaxed) {
-            return Err(Error::InvalidArgument(
-                "a kernel of this library ran in a context that could not be waited for, so the \
-                 library is leaked rather than unloaded while the kernel may still run"
-                    .into(),
-            ));
-        }
-        let contexts = self
-            .contexts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for context in contexts.iter() {
-            // SAFETY: the context is alive (the handle holds it) and current for the call.
-            in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })?;
-        }
-        Ok(())
-    }
 }
 
 impl LibraryHandle {
@@ -187,7 +109,7 @@ impl LibraryHandle {
 
     fn owning(raw: CUlibrary) -> Self {
         let record = Library {
-            launched_in: LaunchedIn::new(),
+            launched_in: ContextsUsed::new(),
         };
         // SAFETY: a freshly loaded library owned by nobody else; `unload_library` unloads it
         // once, after the work its kernels were launched for.
@@ -197,7 +119,7 @@ impl LibraryHandle {
     /// The record of a library this program does not own (for `from_raw_borrowed`).
     pub fn reference_record() -> Library {
         Library {
-            launched_in: LaunchedIn::new(),
+            launched_in: ContextsUsed::new(),
         }
     }
 

@@ -275,25 +275,6 @@ impl StreamOrder {
         })
     }
 
-    /// Blocks the host until home and every other stream the memory was used on have finished
-    /// that work, for a free that the host makes (`cuMemFree`, `cuMemFreeHost`). An error
-    /// means some use could not be waited for, and that free must not happen.
-    pub(crate) fn wait_on_host(&self) -> Result<()> {
-        if self.unorderable.load(Ordering::Relaxed) {
-            return Err(Error::InvalidArgument(
-                "a use of this memory on another stream could not be ordered before its free, \
-                 so it is leaked rather than freed while that work may still run"
-                    .into(),
-            ));
-        }
-        let state = lock(&self.state);
-        state.home.synchronize()?;
-        for pending in &state.others {
-            pending.marker.synchronize()?;
-        }
-        Ok(())
-    }
-
     /// Makes home wait for every other stream the memory was used on, for a free that another
     /// library queues on home next (a cudarc slice's). An error means home could not be
     /// ordered, and that free must not happen.

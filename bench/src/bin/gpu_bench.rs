@@ -224,7 +224,6 @@ const LAUNCHES: usize = 200;
 /// the buffer's use reported on the stream), cudarc's launch builder (with its default event
 /// tracking, and without).
 fn launches(
-    context: &ContextHandle,
     stream: &StreamHandle,
     tracked: &Arc<cudarc::driver::CudaStream>,
     untracked: &Arc<cudarc::driver::CudaStream>,
@@ -244,7 +243,9 @@ fn launches(
         })
     }
     .unwrap();
-    let buffer = DevicePtrHandle::alloc(context, ELEMENTS as usize * 4).unwrap();
+    // Stream-ordered memory on the launch's stream: the common case.
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, ELEMENTS as usize * 4, stream).unwrap();
     let config = LaunchConfig::linear(ELEMENTS, ELEMENTS);
     let cudarc_function = |on: &Arc<cudarc::driver::CudaStream>| {
         on.context()
@@ -436,7 +437,7 @@ fn main() {
     report("raw accessor", &accessor(&stream));
     report(
         "kernel launch (1 block of 256)",
-        &launches(&context, &stream, &tracked, &untracked),
+        &launches(&stream, &tracked, &untracked),
     );
     report(
         "graph launch (1 kernel node)",

@@ -205,7 +205,8 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(entries[3].param_bytes(), 8);
+        assert_eq!(entries[3].param_bytes(), 12);
+        assert_eq!(entries[4].param_bytes(), 8);
     }
 
     #[test]

@@ -1,0 +1,116 @@
+//! The contexts some work ran in, so that a later host-side release can wait for all of it.
+//!
+//! Used where the release is not stream-ordered: a library's unload (its kernels may still
+//! run) and the host frees of synchronous and pinned-host allocations (`cuMemFree`,
+//! `cuMemFreeHost`, which do not wait for streams). Each use notes its context, one relaxed
+//! load when it is the same context as last time; the release synchronises every noted
+//! context first. If a use ran in a context that no handle can own (so it could not be waited
+//! for), the release is refused and the resource leaked: the only sound answer to work that
+//! may still run.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use cudarc::driver::sys::CUcontext;
+
+use crate::context::ContextHandle;
+use crate::error::{Error, Result, driver};
+use crate::scope::in_context;
+use crate::stream::StreamHandle;
+
+/// The contexts that work using a resource ran in (see the module docs).
+pub(crate) struct ContextsUsed {
+    /// The raw context of the latest noted use: a repeated use in it takes no lock.
+    last: AtomicUsize,
+    contexts: Mutex<Vec<ContextHandle>>,
+    /// Set when a use could not be noted: the release is then refused.
+    unwaitable: AtomicBool,
+}
+
+impl ContextsUsed {
+    pub(crate) fn new() -> Self {
+        ContextsUsed {
+            last: AtomicUsize::new(0),
+            contexts: Mutex::new(Vec::new()),
+            unwaitable: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes that work ran in `context`; `owning` makes a handle that keeps it alive, called
+    /// only the first time.
+    #[inline]
+    pub(crate) fn note(
+        &self,
+        context: CUcontext,
+        owning: impl FnOnce() -> Result<ContextHandle>,
+    ) -> Result<()> {
+        if self.last.load(Ordering::Relaxed) == context as usize {
+            return Ok(());
+        }
+        self.note_slow(context, owning)
+    }
+
+    /// Notes the context of work queued on `stream` by this thread.
+    #[inline]
+    pub(crate) fn note_stream(&self, stream: &StreamHandle) -> Result<()> {
+        match stream.context() {
+            Some(context) => self.note(context.as_cu(), || Ok(context.clone())),
+            None => self.note_unknown_context(stream),
+        }
+    }
+
+    #[cold]
+    fn note_unknown_context(&self, stream: &StreamHandle) -> Result<()> {
+        match stream.owning_context() {
+            Ok(context) => self.note(context.as_cu(), || Ok(context.clone())),
+            Err(error) => {
+                self.unwaitable.store(true, Ordering::Relaxed);
+                Err(error)
+            }
+        }
+    }
+
+    #[cold]
+    fn note_slow(
+        &self,
+        context: CUcontext,
+        owning: impl FnOnce() -> Result<ContextHandle>,
+    ) -> Result<()> {
+        let mut contexts = self
+            .contexts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !contexts.iter().any(|known| known.as_cu() == context) {
+            match owning() {
+                Ok(handle) => contexts.push(handle),
+                Err(error) => {
+                    self.unwaitable.store(true, Ordering::Relaxed);
+                    return Err(error);
+                }
+            }
+        }
+        self.last.store(context as usize, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Blocks until every noted context has finished its work; an error means some use could
+    /// not be waited for, and the release must not happen.
+    pub(crate) fn wait_for_all(&self) -> Result<()> {
+        if self.unwaitable.load(Ordering::Relaxed) {
+            return Err(Error::InvalidArgument(
+                "work using this resource ran in a context that could not be waited for, so it \
+                 is leaked rather than released while that work may still run"
+                    .into(),
+            ));
+        }
+        let contexts = self
+            .contexts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for context in contexts.iter() {
+            // SAFETY: the context is alive (the handle holds it) and current for the call.
+            in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })?;
+        }
+        Ok(())
+    }
+}
