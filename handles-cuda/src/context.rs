@@ -171,6 +171,32 @@ impl ContextHandle {
         }))
     }
 
+    /// Runs `call` with this context current on the calling thread, then makes the caller's
+    /// context current again: for calls of other CUDA libraries (cuBLAS, cuDNN, NCCL) that
+    /// act on the current context. If restoring the caller's context fails, what `call`
+    /// returned is dropped (so a handle made inside is destroyed by its own deleter) and the
+    /// restore's error is returned.
+    pub fn run<T, E: From<Error>>(&self, call: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let mut outcome = None;
+        let restored = crate::scope::create_in(
+            self,
+            || {
+                outcome = Some(call());
+                Ok(())
+            },
+            |()| (),
+        );
+        match (restored, outcome) {
+            (Ok(()), Some(outcome)) => outcome,
+            // The restore failed after the call: what it made is dropped here.
+            (Err(error), outcome) => {
+                drop(outcome);
+                Err(error.into())
+            }
+            (Ok(()), None) => Err(Error::InvalidArgument("the call did not run".into()).into()),
+        }
+    }
+
     /// Blocks until all work in this context has completed.
     pub fn synchronize(&self) -> Result<()> {
         in_context(self.as_cu(), || {

@@ -357,6 +357,15 @@ impl DevicePtrHandle {
 
     /// Reports that work touching the memory was queued on `stream`, so the free is ordered
     /// after it. Free of cost on the deallocation stream itself.
+    /// Reports that work using this memory was queued on `stream` by this thread, for code
+    /// that queues work through the raw pointer (another CUDA library's call, a raw launch):
+    /// the free is then ordered after that work, as after the safe methods' own work. Call it
+    /// after the work was queued. Safe: it only adds ordering.
+    #[inline]
+    pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {
+        self.used_on(stream)
+    }
+
     #[inline]
     pub(crate) fn note_use(&self, stream: &StreamHandle) -> Result<()> {
         self.used_on(stream)

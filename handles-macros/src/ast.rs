@@ -31,6 +31,15 @@ pub(crate) struct Field<'a> {
     pub ty: &'a Type,
     /// Marked `#[owner]`: a handle the resource depends on.
     pub owner: bool,
-    /// Marked `#[handle(copy)]`: the getter returns the value, not a reference.
+    /// The field's `#[handle(...)]` keys.
+    pub options: FieldOptions,
+}
+
+/// A field's `#[handle(...)]` keys.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FieldOptions {
+    /// `copy`: the getter returns the value, not a reference.
     pub copy: bool,
+    /// `skip`: no getter.
+    pub skip: bool,
 }

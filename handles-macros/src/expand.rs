@@ -208,36 +208,40 @@ fn constructors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
 fn accessors(decl: &Declaration<'_>, names: &Names) -> TokenStream {
     let Declaration { vis, spec, .. } = decl;
     let (krate, raw, accessor, handle) = (&spec.krate, &spec.raw, &spec.accessor, &names.handle);
-    let getters = decl.fields.iter().map(|field| {
-        // A getter is as visible as its field: the handle exposes exactly what the record does.
-        let (name, ty, vis) = (field.ident, field.ty, field.vis);
-        let doc = if field.owner {
-            format!("The `{name}` owner this resource keeps alive.")
-        } else {
-            format!("The `{name}` metadata recorded at creation.")
-        };
-        if field.copy {
-            let check = quote_spanned! {syn::spanned::Spanned::span(ty)=>
-                const { #krate::__private::fields_marked_copy_must_be_copy::<#ty>() };
+    let getters = decl
+        .fields
+        .iter()
+        .filter(|field| !field.options.skip)
+        .map(|field| {
+            // A getter is as visible as its field: the handle exposes exactly what the record does.
+            let (name, ty, vis) = (field.ident, field.ty, field.vis);
+            let doc = if field.owner {
+                format!("The `{name}` owner this resource keeps alive.")
+            } else {
+                format!("The `{name}` metadata recorded at creation.")
             };
-            quote! {
-                #[doc = #doc]
-                #[inline]
-                #vis fn #name(&self) -> #ty {
-                    #check
-                    self.0.record().#name
+            if field.options.copy {
+                let check = quote_spanned! {syn::spanned::Spanned::span(ty)=>
+                    const { #krate::__private::fields_marked_copy_must_be_copy::<#ty>() };
+                };
+                quote! {
+                    #[doc = #doc]
+                    #[inline]
+                    #vis fn #name(&self) -> #ty {
+                        #check
+                        self.0.record().#name
+                    }
+                }
+            } else {
+                quote! {
+                    #[doc = #doc]
+                    #[inline]
+                    #vis fn #name(&self) -> &#ty {
+                        &self.0.record().#name
+                    }
                 }
             }
-        } else {
-            quote! {
-                #[doc = #doc]
-                #[inline]
-                #vis fn #name(&self) -> &#ty {
-                    &self.0.record().#name
-                }
-            }
-        }
-    });
+        });
     quote! {
         // Getters a program does not call are not dead code of its own making.
         #[allow(dead_code)]

@@ -40,7 +40,8 @@ use proc_macro::TokenStream;
 ///
 /// Field attributes: `#[owner]` marks a field holding a handle (or `Option` of one) that the
 /// resource depends on; `#[handle(copy)]` makes a `Copy` field's getter return the value
-/// instead of a reference.
+/// instead of a reference; `#[handle(skip)]` generates no getter (private state, reached
+/// through `record()`, whose name is then free for a method of the author's).
 #[proc_macro_derive(ResourceHandle, attributes(handle, owner))]
 pub fn derive_resource_handle(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);

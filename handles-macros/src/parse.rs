@@ -12,14 +12,14 @@ use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{Attribute, Data, DeriveInput, Fields, Ident, Path, Token, Type};
 
-use crate::ast::{Declaration, Field, Spec};
+use crate::ast::{Declaration, Field, FieldOptions, Spec};
 use crate::diagnostics::Diagnostics;
 
 /// The keys `#[handle(...)]` accepts on the struct.
 const KEYS: &[&str] = &["raw", "accessor", "delete", "registry", "crate"];
 
 /// The keys `#[handle(...)]` accepts on a field.
-const FIELD_KEYS: &[&str] = &["copy"];
+const FIELD_KEYS: &[&str] = &["copy", "skip"];
 
 /// One `key` or `key = value` item, before its value is interpreted.
 struct Item {
@@ -268,7 +268,7 @@ fn parse_fields<'a>(input: &'a DeriveInput, diagnostics: &mut Diagnostics) -> Ve
                 ident: field.ident.as_ref().expect("named fields have names"),
                 ty: &field.ty,
                 owner: is_owner(&field.attrs, diagnostics),
-                copy: is_copy(&field.attrs, diagnostics),
+                options: field_options(&field.attrs, diagnostics),
             })
             .collect(),
         Fields::Unnamed(unnamed) => {
@@ -298,9 +298,10 @@ fn is_owner(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> bool {
     first.is_some()
 }
 
-/// Reads a field's `#[handle(copy)]`: the only field-level key so far.
-fn is_copy(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> bool {
-    let mut copy = false;
+/// Reads a field's `#[handle(...)]`: `copy` (the getter returns the value) or `skip` (no
+/// getter: private state the author reaches through `record()`).
+fn field_options(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> FieldOptions {
+    let mut options = FieldOptions::default();
     for attr in attrs.iter().filter(|attr| attr.path().is_ident("handle")) {
         let items = match attr.parse_args_with(parse_items) {
             Ok(items) => items,
@@ -311,17 +312,29 @@ fn is_copy(attrs: &[Attribute], diagnostics: &mut Diagnostics) -> bool {
         };
         for item in items {
             let name = item.key.unraw().to_string();
-            if !FIELD_KEYS.contains(&name.as_str()) {
+            let slot = match name.as_str() {
+                "copy" => &mut options.copy,
+                "skip" => &mut options.skip,
+                _ => {
+                    diagnostics.error(
+                        item.key.span(),
+                        unknown_key_message(&name, FIELD_KEYS, "a field's #[handle]"),
+                    );
+                    continue;
+                }
+            };
+            if *slot {
+                diagnostics.error(item.key.span(), format!("duplicate `{name}` on this field"));
+            } else {
+                *slot = flag(&item, diagnostics).is_some();
+            }
+            if options.copy && options.skip {
                 diagnostics.error(
                     item.key.span(),
-                    unknown_key_message(&name, FIELD_KEYS, "a field's #[handle]"),
+                    "`copy` and `skip` exclude each other: a skipped field has no getter",
                 );
-            } else if copy {
-                diagnostics.error(item.key.span(), "duplicate `copy` on this field");
-            } else {
-                copy = flag(&item, diagnostics).is_some();
             }
         }
     }
-    copy
+    options
 }

@@ -1,0 +1,235 @@
+//! NCCL: one communicator per device, each owning its device's context and the stream its
+//! collectives run on.
+//!
+//! Communicators are not thread-safe, so each record holds a lock that every call takes. A
+//! collective that fails marks the communicator failed, and its deleter then aborts it
+//! (`ncclCommAbort`) instead of destroying it: `ncclCommDestroy` would wait for operations that
+//! may never complete, so an error never hangs the process at drop.
+
+use std::ffi::CStr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cudarc::nccl::sys::{self as nccl, ncclResult_t};
+use handles_core::ResourceHandle;
+use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle};
+
+use crate::error::{LibError, require};
+
+/// One rank of an NCCL communicator.
+#[derive(ResourceHandle)]
+#[handle(raw = nccl::ncclComm_t, accessor = as_raw, delete = destroy)]
+pub struct NcclComm {
+    /// The stream this rank's collectives run on.
+    #[owner]
+    pub stream: StreamHandle,
+    /// The context of this rank's device.
+    #[owner]
+    pub context: ContextHandle,
+    /// This rank.
+    #[handle(copy)]
+    pub rank: usize,
+    /// The number of ranks.
+    #[handle(copy)]
+    pub world_size: usize,
+    /// Set when a call on the communicator failed: it is then aborted, not destroyed.
+    #[handle(skip)]
+    failed: AtomicBool,
+    /// Serialises the calls on the communicator, which NCCL requires.
+    #[handle(skip)]
+    calls: Mutex<()>,
+}
+// SAFETY: NCCL lets a communicator be used from any thread, one call at a time; every call
+// through this crate holds the record's lock, and the deleter runs when no handle is left.
+unsafe impl handles_core::ThreadSafe for NcclComm {}
+
+fn destroy(raw: nccl::ncclComm_t, record: &NcclComm) -> Result<(), LibError> {
+    record.context.run(|| {
+        let mut pending = ncclResult_t::ncclSuccess;
+        // SAFETY: the communicator is alive; `pending` is a valid out-pointer.
+        let asked = unsafe { nccl::ncclCommGetAsyncError(raw, &mut pending) };
+        let broken = record.failed.load(Ordering::Relaxed)
+            || asked != ncclResult_t::ncclSuccess
+            || pending != ncclResult_t::ncclSuccess;
+        if broken {
+            // SAFETY: the handle owns `raw`; abort is the call for a communicator in error.
+            ok("ncclCommAbort", unsafe { nccl::ncclCommAbort(raw) })
+        } else {
+            // SAFETY: the handle owns `raw` and this deleter runs once.
+            ok("ncclCommDestroy", unsafe { nccl::ncclCommDestroy(raw) })
+        }
+    })
+}
+
+fn ok(call: &'static str, status: ncclResult_t) -> Result<(), LibError> {
+    if status == ncclResult_t::ncclSuccess {
+        return Ok(());
+    }
+    // SAFETY: NCCL is loaded (it returned the status); the string is static.
+    let text = unsafe { CStr::from_ptr(nccl::ncclGetErrorString(status)) };
+    Err(LibError::Status {
+        call,
+        status: format!("{status:?}: {}", text.to_string_lossy()),
+    })
+}
+
+fn loaded() -> Result<(), LibError> {
+    // SAFETY: only probes whether the library can be opened.
+    require("NCCL", unsafe { nccl::is_culib_present() })
+}
+
+/// The device ordinal of a context.
+fn ordinal(context: &ContextHandle) -> Result<usize, LibError> {
+    context
+        .device()
+        .ok_or_else(|| LibError::InvalidArgument("the stream's context has no known device".into()))
+}
+
+impl NcclCommHandle {
+    /// NCCL's version (`ncclGetVersion`), e.g. 22703 for 2.27.3.
+    pub fn version() -> Result<i32, LibError> {
+        loaded()?;
+        let mut version = 0;
+        // SAFETY: `version` is a valid out-pointer.
+        ok("ncclGetVersion", unsafe {
+            nccl::ncclGetVersion(&mut version)
+        })?;
+        Ok(version)
+    }
+
+    /// One communicator per stream, rank `i` on `streams[i]`'s device (`ncclCommInitAll`, a
+    /// single-process clique). The streams must be on distinct devices.
+    pub fn init_all(streams: &[StreamHandle]) -> Result<Vec<Self>, LibError> {
+        loaded()?;
+        let contexts = streams
+            .iter()
+            .map(crate::context_of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let devices = contexts
+            .iter()
+            .map(|context| ordinal(context).map(|device| device as i32))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut unique = devices.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() != devices.len() || devices.is_empty() {
+            return Err(LibError::InvalidArgument(
+                "ncclCommInitAll needs one stream per distinct device".into(),
+            ));
+        }
+        let count = i32::try_from(devices.len())
+            .map_err(|_| LibError::InvalidArgument("too many devices".into()))?;
+        let mut raws = vec![std::ptr::null_mut(); devices.len()];
+        // SAFETY: `raws` has room for `count` communicators, `devices` lists `count` device
+        // ordinals; NCCL makes each device's context current itself.
+        ok("ncclCommInitAll", unsafe {
+            nccl::ncclCommInitAll(raws.as_mut_ptr(), count, devices.as_ptr())
+        })?;
+        Ok(raws
+            .into_iter()
+            .zip(streams.iter().zip(contexts))
+            .enumerate()
+            .map(|(rank, (raw, (stream, context)))| {
+                let record = NcclComm {
+                    stream: stream.clone(),
+                    context,
+                    rank,
+                    world_size: devices.len(),
+                    failed: AtomicBool::new(false),
+                    calls: Mutex::new(()),
+                };
+                // SAFETY: a fresh communicator owned by nobody else; `destroy` destroys (or
+                // aborts) it once, in its device's context, which the record keeps alive.
+                unsafe { NcclCommHandle::from_raw(raw, record) }
+            })
+            .collect())
+    }
+
+    /// Whether a call on this communicator failed (it will be aborted when dropped).
+    pub fn failed(&self) -> bool {
+        self.record().failed.load(Ordering::Relaxed)
+    }
+}
+
+/// Sums `count` f32s element-wise across ranks (`ncclAllReduce` with `ncclSum`), one call per
+/// communicator inside one NCCL group, as one thread driving several devices must. `sends[i]`
+/// and `recvs[i]` belong to `comms[i]`'s device; each holds at least `count` f32s (checked),
+/// and each is reported as used on its communicator's stream. If any call fails, every
+/// communicator of the group is marked failed.
+pub fn all_reduce_sum_f32(
+    comms: &[NcclCommHandle],
+    sends: &[&DevicePtrHandle],
+    recvs: &[&DevicePtrHandle],
+    count: usize,
+) -> Result<(), LibError> {
+    if comms.len() != sends.len() || comms.len() != recvs.len() || comms.is_empty() {
+        return Err(LibError::InvalidArgument(
+            "one send and one receive buffer per communicator".into(),
+        ));
+    }
+    let bytes = count
+        .checked_mul(4)
+        .ok_or_else(|| LibError::InvalidArgument("count overflows".into()))?;
+    for buffer in sends.iter().chain(recvs) {
+        if buffer.size() < bytes {
+            return Err(LibError::InvalidArgument(format!(
+                "{count} f32s do not fit in a buffer of {} bytes",
+                buffer.size()
+            )));
+        }
+    }
+    // Locks in a fixed order (by address), so two groups over the same communicators cannot
+    // deadlock.
+    let mut order: Vec<usize> = (0..comms.len()).collect();
+    order.sort_by_key(|&i| comms[i].as_raw() as usize);
+    let _held: Vec<_> = order
+        .iter()
+        .map(|&i| {
+            comms[i]
+                .record()
+                .calls
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        })
+        .collect();
+    let mut queued = vec![false; comms.len()];
+    // SAFETY: starts a group; every path below ends it.
+    let mut status = ok("ncclGroupStart", unsafe { nccl::ncclGroupStart() });
+    if status.is_ok() {
+        for (i, comm) in comms.iter().enumerate() {
+            let called = comm.context().run(|| {
+                // SAFETY: the communicator, its stream and both buffers are alive; each buffer
+                // holds `count` f32s (checked above).
+                ok("ncclAllReduce", unsafe {
+                    nccl::ncclAllReduce(
+                        sends[i].as_cu() as *const _,
+                        recvs[i].as_cu() as *mut _,
+                        count,
+                        nccl::ncclDataType_t::ncclFloat32,
+                        nccl::ncclRedOp_t::ncclSum,
+                        comm.as_raw(),
+                        comm.stream().as_cu() as _,
+                    )
+                })
+            });
+            queued[i] = called.is_ok();
+            status = status.and(called);
+        }
+        // SAFETY: ends the group started above.
+        status = status.and(ok("ncclGroupEnd", unsafe { nccl::ncclGroupEnd() }));
+    }
+    if status.is_err() {
+        for comm in comms {
+            comm.record().failed.store(true, Ordering::Relaxed);
+        }
+    }
+    // Every call that was queued is reported, whatever else failed.
+    for (i, comm) in comms.iter().enumerate() {
+        if queued[i] {
+            status = status
+                .and(sends[i].record_use(comm.stream()).map_err(LibError::from))
+                .and(recvs[i].record_use(comm.stream()).map_err(LibError::from));
+        }
+    }
+    status
+}

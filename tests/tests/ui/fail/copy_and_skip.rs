@@ -1,0 +1,10 @@
+use handles_core::ResourceHandle;
+
+#[derive(ResourceHandle)]
+#[handle(raw = u32)]
+struct Thing {
+    #[handle(copy, skip)]
+    len: usize,
+}
+
+fn main() {}
