@@ -13,6 +13,9 @@ mkdir -p .gpu
 cargo build --release -p handles-cuda --example tour --example ipc
 cp target/release/examples/tour .gpu/tour
 cp target/release/examples/ipc .gpu/ipc
+cargo build --release -p handles-cuda-libs --example gemm --example all_reduce
+cp target/release/examples/gemm .gpu/gemm
+cp target/release/examples/all_reduce .gpu/all_reduce
 cargo test --workspace --release --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys, shutil, os
@@ -37,7 +40,7 @@ for line in sys.stdin:
 cargo build --release -p handles-bench --bin gpu_bench
 cp target/release/gpu_bench .gpu/gpu_bench
 # Debug info would push the folder past the 64 MiB the device call carries.
-strip .gpu/test-* .gpu/tour .gpu/ipc
+strip .gpu/test-* .gpu/tour .gpu/ipc .gpu/gemm .gpu/all_reduce
 strip .gpu/gpu_bench
 # The simulated driver, for the `on_the_simulator` launchers and the fault sweep; only their
 # child processes load it (gpu-run.sh sets CUDA_SIM_LIBRARY_DIR), everything else uses the real

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|tour|sanitizer|soak|bench]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|tour|sanitizer|soak|bench|libs]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-gpu-logs}
@@ -44,6 +44,26 @@ for step in "${steps[@]}"; do
       compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --target-processes all \
         .gpu/tour >>"$logs/sanitizer.log" 2>&1 || status=1
       grep -E "ERROR SUMMARY|LEAK SUMMARY|^done" "$logs/sanitizer.log" | tail -n 3
+      ;;
+    libs)
+      # The downstream crate's examples: a cuBLAS GEMM, then an NCCL all-reduce over every GPU
+      # (it says so and exits 0 on a machine with one), also under compute-sanitizer. NCCL may
+      # come only with a Python package (nvidia.nccl), whose lib directory has libnccl.so.2
+      # but no libnccl.so: a private directory with that link goes first on the loader path.
+      nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+      if [ -n "$nccl_dir" ] && [ -e "$nccl_dir/libnccl.so.2" ]; then
+        link_dir=$(mktemp -d)
+        ln -s "$nccl_dir/libnccl.so.2" "$link_dir/libnccl.so"
+        export LD_LIBRARY_PATH="$link_dir:$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      fi
+      .gpu/gemm 2>&1 | tee "$logs/gemm.log" || status=1
+      .gpu/all_reduce 2>&1 | tee "$logs/all_reduce.log" || status=1
+      for example in gemm all_reduce; do
+        echo "== compute-sanitizer .gpu/$example" | tee -a "$logs/libs_sanitizer.log"
+        compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --target-processes all \
+          ".gpu/$example" >>"$logs/libs_sanitizer.log" 2>&1 || status=1
+        grep -E "ERROR SUMMARY|LEAK SUMMARY|^done" "$logs/libs_sanitizer.log" | tail -n 3
+      done
       ;;
     soak)
       .gpu/test-test-soak --include-ignored --nocapture 2>&1 | tee "$logs/soak.log" || status=1
