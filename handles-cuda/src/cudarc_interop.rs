@@ -44,10 +44,30 @@ fn sweep(table: &mut Vec<KnownStream>) -> Vec<KnownStream> {
 /// frees ask the driver whether their stream is capturing ([`StreamHandle::refuse_if_captured`]).
 static LENT: AtomicUsize = AtomicUsize::new(0);
 
-/// Whether some stream may be capturing without this crate knowing (one relaxed load).
+/// How many `GraphHandle::capture`s run now.
+static CAPTURING: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a capture in progress for as long as it lives.
+pub(crate) struct CaptureInProgress(());
+
+impl CaptureInProgress {
+    pub(crate) fn begin() -> CaptureInProgress {
+        CAPTURING.fetch_add(1, Ordering::Relaxed);
+        CaptureInProgress(())
+    }
+}
+
+impl Drop for CaptureInProgress {
+    fn drop(&mut self) {
+        CAPTURING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether some stream may be capturing without this crate knowing: a stream is lent to
+/// cudarc, or a capture runs (two relaxed loads).
 #[inline]
 pub(crate) fn foreign_capture_possible() -> bool {
-    LENT.load(Ordering::Relaxed) != 0
+    LENT.load(Ordering::Relaxed) != 0 || CAPTURING.load(Ordering::Relaxed) != 0
 }
 
 fn streams() -> std::sync::MutexGuard<'static, Vec<KnownStream>> {
@@ -94,7 +114,17 @@ impl ContextHandle {
 impl StreamHandle {
     /// Wraps a cudarc stream. The handle keeps `stream` (and so its context) alive and never
     /// destroys it itself.
-    pub fn from_cudarc(stream: &Arc<CudaStream>) -> Self {
+    ///
+    /// # Safety
+    ///
+    /// No capture may be begun on this stream (through cudarc or any other code outside this
+    /// crate) while work is being queued on it through handles-cuda from another thread. The
+    /// handles check the stream's capture state before each stream-ordered call and refuse it
+    /// (a free is leaked, and reported, rather than captured), but a capture begun by another
+    /// thread between that check and the call would capture work whose memory the graph does
+    /// not keep alive. A capture begun and ended by the thread that queues the work is always
+    /// detected.
+    pub unsafe fn from_cudarc(stream: &Arc<CudaStream>) -> Self {
         let record = Stream {
             context: Some(ContextHandle::from_cudarc(stream.context())),
         };
@@ -132,7 +162,17 @@ impl StreamHandle {
     ///
     /// Work queued through cudarc and work queued through handles on the same stream are
     /// ordered by the stream, as usual; across streams ordering is the caller's to arrange.
-    pub fn to_cudarc(&self) -> Result<Arc<CudaStream>> {
+    ///
+    /// # Safety
+    ///
+    /// No capture may be begun on the returned stream (or this one) (through cudarc or any other code outside this
+    /// crate) while work is being queued on it through handles-cuda from another thread. The
+    /// handles check the stream's capture state before each stream-ordered call and refuse it
+    /// (a free is leaked, and reported, rather than captured), but a capture begun by another
+    /// thread between that check and the call would capture work whose memory the graph does
+    /// not keep alive. A capture begun and ended by the thread that queues the work is always
+    /// detected.
+    pub unsafe fn to_cudarc(&self) -> Result<Arc<CudaStream>> {
         ensure_loaded()?;
         let raw = self.as_cu();
         let (found, dead) = {
@@ -197,8 +237,8 @@ impl StreamHandle {
     }
 
     /// A cudarc stream wrapping this one without owning it, in a cudarc context of the
-    /// caller's choice (for contexts that [`ContextHandle::to_cudarc`] refuses). Prefer the
-    /// safe [`StreamHandle::to_cudarc`].
+    /// caller's choice (for contexts that [`ContextHandle::to_cudarc`] refuses). Prefer
+    /// [`StreamHandle::to_cudarc`], which finds the context and keeps this stream alive.
     ///
     /// # Safety
     ///
@@ -206,6 +246,7 @@ impl StreamHandle {
     /// - This handle (or a clone) must stay alive until the returned cudarc stream and every
     ///   clone of it (including those held inside cudarc objects, such as slices allocated on
     ///   it) have been dropped.
+    /// - The capture clause of [`StreamHandle::to_cudarc`].
     pub unsafe fn to_cudarc_borrowed(&self, context: &Arc<CudaContext>) -> Arc<CudaStream> {
         // SAFETY: forwarded from this function's contract.
         unsafe { context.wrap_borrowed_stream(self.as_cu()) }
@@ -216,10 +257,15 @@ impl DevicePtrHandle {
     /// Wraps a cudarc slice, and returns the slice's stream with it: the stream cudarc orders
     /// the memory's work on and frees it on. [`StreamHandle::to_cudarc`] on the returned stream
     /// gives back cudarc's stream. See [`DevicePtrHandle::from_cudarc_slice`].
-    pub fn from_cudarc_slice_with_stream<T: Send + Sync + 'static>(
+    ///
+    /// # Safety
+    ///
+    /// The capture clause of [`StreamHandle::from_cudarc`], for the returned stream.
+    pub unsafe fn from_cudarc_slice_with_stream<T: Send + Sync + 'static>(
         slice: CudaSlice<T>,
     ) -> Result<(Self, StreamHandle)> {
-        let stream = StreamHandle::from_cudarc(slice.stream());
+        // SAFETY: forwarded from this function's contract.
+        let stream = unsafe { StreamHandle::from_cudarc(slice.stream()) };
         Ok((Self::from_cudarc_slice(slice)?, stream))
     }
 
@@ -239,7 +285,11 @@ impl DevicePtrHandle {
             drop(sync);
             raw
         };
-        let home = StreamHandle::from_cudarc(&cudarc_stream);
+        // SAFETY: the home stream is used only for this crate's ordering of the slice's free
+        // (a wait queued before cudarc's own free); it is checked for a capture first, and a
+        // capture cudarc begins concurrently would capture cudarc's own free too, which is
+        // cudarc's stream discipline, not work whose memory this crate keeps.
+        let home = unsafe { StreamHandle::from_cudarc(&cudarc_stream) };
         let record = DevicePtrHandle::foreign_record(size, home, Box::new(slice))?;
         // SAFETY: the memory is valid while the slice lives, and the record holds the slice
         // until the handle's last clone is gone; the record describes `size` bytes truthfully.

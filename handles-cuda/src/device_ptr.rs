@@ -357,6 +357,44 @@ impl DevicePtrHandle {
 
     /// Reports that work touching the memory was queued on `stream`, so the free is ordered
     /// after it. Free of cost on the deallocation stream itself.
+    /// Refuses to let a kernel on device `ordinal` use this memory when it lives on another
+    /// device that `ordinal` cannot access: a pool allocation needs the pool's peer access
+    /// for `ordinal`, and a synchronous allocation is refused (its peer access is a context
+    /// setting this crate does not track). Pinned host memory and memory of unknown device
+    /// pass. A kernel touching inaccessible memory faults and poisons its context.
+    pub(crate) fn check_accessible_from(&self, ordinal: usize) -> Result<()> {
+        if let Release::View(parent) = &self.record().release {
+            return parent.check_accessible_from(ordinal);
+        }
+        if let Some(pool) = self.pool().as_ref() {
+            return match pool.location() {
+                Some(crate::pool::PoolLocation::Device(device)) if device != ordinal => {
+                    if pool.peer_access(ordinal)? {
+                        Ok(())
+                    } else {
+                        Err(Error::InvalidArgument(format!(
+                            "memory of device {device}'s pool is not accessible from device \
+                             {ordinal} (grant it with MemoryPoolHandle::set_peer_access)"
+                        )))
+                    }
+                }
+                _ => Ok(()),
+            };
+        }
+        match (
+            &self.record().release,
+            self.context().as_ref().and_then(|c| c.device()),
+        ) {
+            (Release::Synchronous(_), Some(device)) if device != ordinal => {
+                Err(Error::InvalidArgument(format!(
+                    "a synchronous allocation of device {device} cannot be passed to a kernel \
+                     on device {ordinal}"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Reports that work using this memory was queued on `stream` by this thread, for code
     /// that queues work through the raw pointer (another CUDA library's call, a raw launch):
     /// the free is then ordered after that work, as after the safe methods' own work. Call it

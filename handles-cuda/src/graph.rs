@@ -25,7 +25,7 @@ use handles_core::ResourceHandle;
 
 use crate::context::ContextHandle;
 use crate::device_ptr::DevicePtrHandle;
-use crate::error::{Error, Result, check, deleter_status, driver, out};
+use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::event::EventHandle;
 use crate::kernel::KernelHandle;
 use crate::launch::{KernelParams, LaunchConfig, TypedKernel};
@@ -153,6 +153,10 @@ impl GraphHandle {
             }
             CaptureMode::Relaxed => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         };
+        // While any capture runs, every stream-ordered call asks the driver whether its stream
+        // is capturing (`StreamHandle::refuse_if_captured`): defence in depth, should any
+        // stream ever join this one's capture.
+        let _counted = crate::cudarc_interop::CaptureInProgress::begin();
         // SAFETY: the stream is alive and only this function can reach it.
         unsafe { driver!(cuStreamBeginCapture_v2(stream.as_cu(), raw_mode)) }?;
         let capture = Capture {
@@ -423,16 +427,6 @@ impl GraphHandle {
         })
     }
 
-    /// A snapshot of what the graph's nodes reference now.
-    fn attachment_snapshot(&self) -> Arc<[Attachment]> {
-        self.record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .as_slice()
-            .into()
-    }
-
     /// The number of handles the graph keeps alive for its nodes.
     pub fn attachment_count(&self) -> usize {
         self.record()
@@ -445,7 +439,14 @@ impl GraphHandle {
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps
     /// what the graph's nodes reference now, and stays valid after this graph is dropped.
     pub fn instantiate(&self) -> Result<GraphExecHandle> {
-        let attachments = self.attachment_snapshot();
+        // The lock is held across the driver call, so no node can be added between the copy
+        // of what the nodes reference and the instantiation of the nodes.
+        let attached = self
+            .record()
+            .attachments
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let attachments: Arc<[Attachment]> = attached.as_slice().into();
         let context = self.context();
         create_in(
             context,
@@ -504,34 +505,47 @@ impl GraphExecHandle {
     /// already queued were ordered before those releases when they were launched. A graph
     /// whose topology differs is an error, and the executable graph is unchanged.
     pub fn update(&self, graph: &GraphHandle) -> Result<()> {
-        let attachments = graph.attachment_snapshot();
+        // Both locks across the driver call: no node can be added to `graph` between the copy
+        // and the update, and no launch can run the new nodes while reporting the old ones.
+        let source = graph
+            .record()
+            .attachments
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = self
+            .record()
+            .attachments
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             errorNode: std::ptr::null_mut(),
             errorFromNode: std::ptr::null_mut(),
         };
-        let updated = in_context(self.context().as_cu(), || {
+        let mut status = None;
+        let restored = in_context(self.context().as_cu(), || {
             // SAFETY: both graphs are alive; `info` is a valid out-pointer.
-            let status =
-                unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) };
-            check("cuGraphExecUpdate", status)
+            status =
+                Some(unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) });
+            Ok(())
         });
-        if let Err(error) = updated {
-            return Err(Error::InvalidArgument(format!(
-                "the executable graph cannot take this graph's nodes ({:?}): {error}",
-                info.result
-            )));
-        }
-        let previous = std::mem::replace(
-            &mut *self
-                .record()
-                .attachments
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-            attachments,
-        );
+        let previous = match status {
+            Some(sys::CUresult::CUDA_SUCCESS) => {
+                // The executable graph runs the new nodes from now on, whatever the restore.
+                std::mem::replace(&mut *kept, source.as_slice().into())
+            }
+            Some(code) => {
+                return Err(Error::InvalidArgument(format!(
+                    "the executable graph cannot take this graph's nodes ({:?}): {}",
+                    info.result,
+                    crate::error::driver_error("cuGraphExecUpdate", code)
+                )));
+            }
+            None => return restored,
+        };
+        drop((kept, source));
         drop(previous);
-        Ok(())
+        restored
     }
 
     fn current_attachments(&self) -> Arc<[Attachment]> {
@@ -551,6 +565,11 @@ impl GraphExecHandle {
 /// The work of a [`GraphHandle::capture`]: each method queues its operation on the capture's
 /// private stream, where it is recorded into the graph, and attaches what it references.
 /// Stays on the thread that runs the capture.
+///
+/// There is deliberately no event record or wait here: an event recorded in a capture is a
+/// fork point that lets any other stream join the capture, and everything queued on that
+/// stream would then be captured without being attached. Event nodes are added explicitly
+/// ([`GraphHandle::add_event_record_node`], [`GraphHandle::add_event_wait_node`]).
 pub struct Capture {
     stream: StreamHandle,
     attachments: std::cell::RefCell<Vec<Attachment>>,
@@ -614,22 +633,6 @@ impl Capture {
         unsafe { driver!(cuMemcpyAsync(to, from, len, self.stream.as_cu())) }?;
         self.attach(Attachment::Buffer(src.clone()));
         self.attach(Attachment::Buffer(dst.clone()));
-        Ok(())
-    }
-
-    /// Captures a record of `event`.
-    pub fn record_event(&self, event: &EventHandle) -> Result<()> {
-        // SAFETY: the capture's stream and the event are alive; the graph keeps the event.
-        unsafe { driver!(cuEventRecord(event.as_cu(), self.stream.as_cu())) }?;
-        self.attach(Attachment::Event(event.clone()));
-        Ok(())
-    }
-
-    /// Captures a wait for `event`.
-    pub fn wait_event(&self, event: &EventHandle) -> Result<()> {
-        // SAFETY: the capture's stream and the event are alive; the graph keeps the event.
-        unsafe { driver!(cuStreamWaitEvent(self.stream.as_cu(), event.as_cu(), 0)) }?;
-        self.attach(Attachment::Event(event.clone()));
         Ok(())
     }
 }

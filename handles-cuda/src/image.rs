@@ -12,6 +12,14 @@ use crate::error::{Error, Result};
 
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+/// The magic of a fat-binary *wrapper*, which holds a host pointer to the fatbin: never an
+/// image on its own.
+const FATBIN_WRAPPER_MAGIC: u32 = 0x4662_43B1;
+/// The size of an `Elf64_Phdr` and of an `Elf64_Shdr`.
+const PROGRAM_HEADER_SIZE: u64 = 56;
+const SECTION_HEADER_SIZE: u64 = 64;
+/// The size of a fatbin entry's header as the driver reads it.
+const FATBIN_ENTRY_HEADER_SIZE: u64 = 64;
 /// `SHT_NOBITS`: a section that occupies no bytes of the file (`.bss`).
 const SECTION_WITHOUT_BYTES: u32 = 8;
 
@@ -28,8 +36,24 @@ pub(crate) fn checked_image(image: &[u8]) -> Result<Cow<'_, [u8]>> {
         check_fatbin(image)?;
         return Ok(Cow::Borrowed(image));
     }
-    // Anything else is handed over as PTX text, which the driver reads up to the first NUL.
-    if image.contains(&0) {
+    if read_u32(image, 0) == Some(FATBIN_WRAPPER_MAGIC) {
+        return Err(invalid(
+            "a fat-binary wrapper (it points at the fatbin; pass the fatbin itself)".into(),
+        ));
+    }
+    // Anything else must be PTX text, which the driver reads up to the first NUL.
+    let text_end = image
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(image.len());
+    let looks_like_ptx =
+        std::str::from_utf8(&image[..text_end]).is_ok_and(|text| text.contains(".version"));
+    if !looks_like_ptx {
+        return Err(invalid(
+            "neither a cubin (ELF), a fatbin nor PTX text (no `.version` directive)".into(),
+        ));
+    }
+    if text_end < image.len() {
         return Ok(Cow::Borrowed(image));
     }
     let mut text = Vec::with_capacity(image.len() + 1);
@@ -51,6 +75,23 @@ fn check_elf(image: &[u8]) -> Result<()> {
     let (program_entry, program_count) = (field(0x36, 2), field(0x38, 2));
     let (section_entry, section_count) = (field(0x3A, 2), field(0x3C, 2));
     within(image, 0, header_size, "the ELF header")?;
+    if program_count > 0 && program_entry != PROGRAM_HEADER_SIZE {
+        return Err(invalid(format!(
+            "ELF program headers of {program_entry} bytes, not 56"
+        )));
+    }
+    if section_count > 0 && section_entry != SECTION_HEADER_SIZE {
+        return Err(invalid(format!(
+            "ELF section headers of {section_entry} bytes, not 64"
+        )));
+    }
+    if section_count == 0 && section_offset != 0 {
+        // Extended numbering keeps the real count in section header 0: refused rather than
+        // followed.
+        return Err(invalid(
+            "an ELF file with extended section numbering".into(),
+        ));
+    }
     within(
         image,
         program_offset,
@@ -63,10 +104,10 @@ fn check_elf(image: &[u8]) -> Result<()> {
         section_entry * section_count,
         "the ELF section headers",
     )?;
-    if section_count > 0 && section_entry < 64 {
-        return Err(invalid(
-            "an ELF section header smaller than 64 bytes".into(),
-        ));
+    for index in 0..program_count {
+        let header = (program_offset + index * program_entry) as usize;
+        let (offset, size) = (field(header + 0x08, 8), field(header + 0x20, 8));
+        within(image, offset, size, "an ELF segment")?;
     }
     for index in 0..section_count {
         let header = section_offset + index * section_entry;
@@ -96,8 +137,11 @@ fn check_fatbin(image: &[u8]) -> Result<()> {
             .ok_or_else(|| invalid("a truncated fatbin entry".into()))?;
         let payload = read_le(image, entry as usize + 8, 8)
             .ok_or_else(|| invalid("a truncated fatbin entry".into()))?;
-        if entry_header == 0 {
-            return Err(invalid("a fatbin entry with an empty header".into()));
+        if entry_header < FATBIN_ENTRY_HEADER_SIZE {
+            return Err(invalid(format!(
+                "a fatbin entry header of {entry_header} bytes, less than the \
+                 {FATBIN_ENTRY_HEADER_SIZE} the driver reads"
+            )));
         }
         let next = entry
             .checked_add(entry_header)
@@ -168,8 +212,17 @@ mod tests {
     fn ptx_gets_a_nul_and_keeps_its_text() {
         let image = checked_image(b".version 7.0").unwrap();
         assert_eq!(&image[..], b".version 7.0\0");
-        assert!(matches!(checked_image(b"ptx\0"), Ok(Cow::Borrowed(_))));
+        assert!(matches!(
+            checked_image(b".version 8.0\0"),
+            Ok(Cow::Borrowed(_))
+        ));
         assert!(checked_image(b"").is_err());
+        // Not PTX, nor a wrapper that points elsewhere.
+        assert!(checked_image(b"random bytes").is_err());
+        assert!(checked_image(&[0xff, 0xfe, 0x00]).is_err());
+        let mut wrapper = FATBIN_WRAPPER_MAGIC.to_le_bytes().to_vec();
+        wrapper.extend_from_slice(&[0; 20]);
+        assert!(checked_image(&wrapper).is_err());
     }
 
     #[test]
@@ -188,6 +241,26 @@ mod tests {
         truncated[0x3C..0x3E].copy_from_slice(&100u16.to_le_bytes());
         assert!(checked_image(&truncated).is_err());
         assert!(checked_image(b"\x7fELF\x02\x01").is_err());
+        // A program header entry size other than 56 (the driver would read past the image).
+        let mut small_entries = elf(&[], 256);
+        small_entries[0x20..0x28].copy_from_slice(&255u64.to_le_bytes());
+        small_entries[0x36..0x38].copy_from_slice(&1u16.to_le_bytes());
+        small_entries[0x38..0x3A].copy_from_slice(&1u16.to_le_bytes());
+        assert!(checked_image(&small_entries).is_err());
+        // A segment past the image.
+        let mut segment = elf(&[], 256);
+        segment[0x28..0x30].copy_from_slice(&0u64.to_le_bytes());
+        segment[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        segment[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        segment[0x38..0x3A].copy_from_slice(&1u16.to_le_bytes());
+        segment[64 + 0x08..64 + 0x10].copy_from_slice(&200u64.to_le_bytes());
+        segment[64 + 0x20..64 + 0x28].copy_from_slice(&57u64.to_le_bytes());
+        assert!(checked_image(&segment).is_err());
+        segment[64 + 0x20..64 + 0x28].copy_from_slice(&56u64.to_le_bytes());
+        assert!(checked_image(&segment).is_ok());
+        // Extended section numbering: no sections, but a section table offset.
+        let extended = elf(&[], 256);
+        assert!(checked_image(&extended).is_err());
     }
 
     #[test]
@@ -205,6 +278,10 @@ mod tests {
         assert!(checked_image(&fatbin(81, 64, 16, 96)).is_err());
         assert!(checked_image(&fatbin(80, 64, 17, 96)).is_err());
         assert!(checked_image(&fatbin(80, 0, 16, 96)).is_err());
+        assert!(
+            checked_image(&fatbin(80, 32, 48, 96)).is_err(),
+            "a header the driver reads past"
+        );
         assert!(checked_image(&fatbin(80, 64, u64::MAX, 96)).is_err());
     }
 }

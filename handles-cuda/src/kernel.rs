@@ -155,6 +155,13 @@ impl KernelHandle {
         ordinal: usize,
     ) -> Result<()> {
         let device = driver::device(ordinal)?;
+        if let Some(limits) = self.record().limits.get(ordinal) {
+            // Forgotten first, so the next launch reads the driver's value whatever happens
+            // below (the driver may round or clamp, and a failed restore after a successful
+            // set must not leave a stale limit).
+            limits.max_dynamic_shared_bytes.store(0, Ordering::Relaxed);
+            limits.max_threads_per_block.store(0, Ordering::Relaxed);
+        }
         in_some_context(|| {
             // SAFETY: the kernel is alive (its library is loaded) and `device` is valid.
             unsafe {
@@ -165,13 +172,7 @@ impl KernelHandle {
                     device
                 ))
             }
-        })?;
-        if let Some(limits) = self.record().limits.get(ordinal) {
-            // Read again on the next launch: the driver may round or clamp the value.
-            limits.max_dynamic_shared_bytes.store(0, Ordering::Relaxed);
-            limits.max_threads_per_block.store(0, Ordering::Relaxed);
-        }
-        Ok(())
+        })
     }
 
     /// The most threads per block and the most dynamic shared memory a launch of this kernel

@@ -425,7 +425,13 @@ impl<P: KernelParams> TypedKernel<P> {
     ) -> Result<()> {
         (self.bounds)(args, config)?;
         let (max_threads, max_shared) = self.kernel.launch_limits(ordinal)?;
-        config.check(max_threads, max_shared)
+        config.check(max_threads, max_shared)?;
+        let mut reachable = Ok(());
+        P::for_each_buffer(args, |buffer| {
+            reachable = std::mem::replace(&mut reachable, Ok(()))
+                .and_then(|()| buffer.check_accessible_from(ordinal));
+        });
+        reachable
     }
 
     /// A launch on a capture's private stream: checked and queued, but neither reported as a
@@ -463,6 +469,7 @@ fn launch<P: KernelParams>(
     options: Option<&LaunchOptions>,
     args: &P::Args<'_>,
 ) -> Result<()> {
+    stream.refuse_if_captured()?;
     let (queued, context) = queue::<P>(kernel, stream, config, options, args)?;
     // Once the kernel is queued, every use is reported whatever else fails.
     queued.then(|| {
@@ -475,7 +482,8 @@ fn launch<P: KernelParams>(
 }
 
 /// Checks the configuration and queues the launch in the stream's context; returns whether it
-/// was queued, and that context.
+/// was queued, and that context. The caller checks the stream's capture state first (a
+/// capture's own private stream is the one stream where capturing is expected).
 fn queue<P: KernelParams>(
     kernel: &KernelHandle,
     stream: &StreamHandle,
@@ -483,10 +491,15 @@ fn queue<P: KernelParams>(
     options: Option<&LaunchOptions>,
     args: &P::Args<'_>,
 ) -> Result<(Queued, CUcontext)> {
-    stream.refuse_if_captured()?;
     let ordinal = stream.device_ordinal()?;
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;
+    let mut reachable = Ok(());
+    P::for_each_buffer(args, |buffer| {
+        reachable = std::mem::replace(&mut reachable, Ok(()))
+            .and_then(|()| buffer.check_accessible_from(ordinal));
+    });
+    reachable?;
     let function = kernel.as_cu() as CUfunction;
     // A `CUkernel` launches in the current context: the stream's, made current for the call.
     let mut context: CUcontext = stream

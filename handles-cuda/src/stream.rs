@@ -132,16 +132,30 @@ impl StreamHandle {
     }
 
     /// Refuses stream-ordered work on a stream that code outside this crate is capturing into
-    /// a graph (cudarc can, on a stream lent to it with `to_cudarc`): the graph would
+    /// a graph (cudarc can, on its own streams and on streams lent to it): the graph would
     /// reference memory that this crate does not know to keep alive, and an allocation or a
-    /// free would become a graph node instead of happening. Costs one relaxed load unless a
-    /// stream is lent to cudarc; then one `cuStreamIsCapturing`.
+    /// free would become a graph node instead of happening. On a stream this crate created
+    /// and never lent, two relaxed loads; otherwise one `cuStreamIsCapturing`.
     #[inline]
     pub(crate) fn refuse_if_captured(&self) -> Result<()> {
-        if !crate::cudarc_interop::foreign_capture_possible() {
+        if !self.may_be_captured_elsewhere() && !crate::cudarc_interop::foreign_capture_possible() {
             return Ok(());
         }
         self.refuse_if_captured_now()
+    }
+
+    /// Whether code outside this crate can capture this stream without lending it first: a
+    /// stream this crate does not own (a wrapped cudarc stream, a reference) or the per-thread
+    /// default stream (cudarc's `per_thread_stream` is the same stream). Streams this crate
+    /// created can only be captured by others once lent (`to_cudarc`); the legacy stream
+    /// cannot be captured at all.
+    #[inline]
+    pub(crate) fn may_be_captured_elsewhere(&self) -> bool {
+        let raw = self.as_cu();
+        if raw == PER_THREAD_STREAM {
+            return true;
+        }
+        !self.is_owning() && !self.is_default_token()
     }
 
     #[cold]

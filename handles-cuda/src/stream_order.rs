@@ -103,8 +103,9 @@ struct OrderState {
 /// Where a stream-ordered free runs, and what it must wait for (see the module docs).
 pub(crate) struct StreamOrder {
     mirror: HomeMirror,
-    /// Whether the memory was ever used on another stream or moved: until then the free is
-    /// one `cuMemFreeAsync` on the mirrored home, without the lock.
+    /// Whether the memory was ever used on another stream or moved, or its home is a stream
+    /// that other code may capture: until then the free is one `cuMemFreeAsync` on the
+    /// mirrored home, without the lock.
     crossed: AtomicBool,
     /// Set when a use could be neither marked nor waited for: the free would be unordered, so
     /// the memory is leaked instead (and the deleter reports it).
@@ -134,9 +135,11 @@ impl StreamOrder {
     #[inline(always)]
     pub(crate) fn new(home: StreamHandle) -> Result<StreamOrder> {
         let home_key = StreamKey::of(&home)?;
+        // A home that other code may capture takes the checked path for its free.
+        let checked = home.may_be_captured_elsewhere();
         Ok(StreamOrder {
             mirror: HomeMirror::new(mirror_value(&home)),
-            crossed: AtomicBool::new(false),
+            crossed: AtomicBool::new(checked),
             unorderable: AtomicBool::new(false),
             state: Mutex::new(OrderState {
                 home,
@@ -287,7 +290,10 @@ impl StreamOrder {
         if !self.crossed.load(Ordering::Relaxed) {
             return Ok(());
         }
-        Self::order_home(&lock(&self.state), |_| Ok(()))
+        let state = lock(&self.state);
+        // Another library's free on a stream that is being captured would become a graph node.
+        state.home.refuse_if_captured()?;
+        Self::order_home(&state, |_| Ok(()))
     }
 
     /// Orders home after every marker (or the host after each marker it cannot wait for), then

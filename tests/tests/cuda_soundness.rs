@@ -107,6 +107,56 @@ fn scenario_synchronous_and_pinned_allocations_used_on_streams_then_dropped() {
     assert_eq!(cuda_live_counts(), start);
 }
 
+// Found in review: cudarc can capture the per-thread default stream (its `per_thread_stream`
+// is the same stream), which this crate never lent: work queued there through handles was
+// captured without its buffer being kept.
+
+#[test]
+fn work_on_a_stream_captured_by_cudarc_is_refused() {
+    let name = "work_on_a_stream_captured_by_cudarc_is_refused";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_work_on_a_stream_captured_by_cudarc_is_refused() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        let home = non_blocking(&context);
+        let keep = DevicePtrHandle::alloc_from_pool(&pool, 4096, &home).unwrap();
+        let cudarc = cudarc::driver::CudaContext::new(0).unwrap();
+        let per_thread = cudarc.per_thread_stream();
+        per_thread
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .unwrap();
+        let refused = context.run(|| keep.memset_async(7, 4096, &StreamHandle::per_thread()));
+        assert!(
+            refused.is_err(),
+            "work on a captured stream must be refused"
+        );
+        let allocated =
+            context.run(|| DevicePtrHandle::alloc_async(4096, &StreamHandle::per_thread()));
+        assert!(
+            allocated.is_err(),
+            "an allocation on a captured stream must be refused"
+        );
+        let graph = per_thread
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .unwrap();
+        drop(keep);
+        if let Some(graph) = graph {
+            graph.launch().unwrap();
+            per_thread.synchronize().unwrap();
+        }
+        home.synchronize().unwrap();
+    }
+    handles_cuda::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}
+
 #[test]
 fn deallocation_stream_moved_after_work_on_the_old_one() {
     let name = "deallocation_stream_moved_after_work_on_the_old_one";

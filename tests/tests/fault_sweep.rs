@@ -300,8 +300,11 @@ fn graph_nodes_and_update() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
     let kernels = TestKernels::load()?;
-    let buffer = DevicePtrHandle::alloc(&context, 64 * 4)?;
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    // Each graph has a buffer of its own, which only the graph keeps: an update that did not
+    // swap what the executable graph keeps would launch into freed memory.
     let build = |value: u32| -> Result<GraphHandle> {
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 64 * 4, &stream)?;
         let graph = GraphHandle::create(&context)?;
         let cleared = graph.add_memset_node(&[], &buffer, 0, 0, 64 * 4)?;
         graph.add_kernel_node(
@@ -314,8 +317,12 @@ fn graph_nodes_and_update() -> Result<()> {
     };
     let exec = build(1)?.instantiate()?;
     exec.launch(&stream)?;
-    exec.update(&build(2)?)?;
+    let second = build(2)?;
+    let updated = exec.update(&second);
+    drop(second);
+    updated?;
     exec.launch(&stream)?;
+    drop(exec);
     stream.synchronize()
 }
 

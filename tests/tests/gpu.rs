@@ -139,7 +139,8 @@ fn with_owner_handles_keep_cudarc_objects_alive() {
     let cudarc_context = cudarc::driver::CudaContext::new(0).unwrap();
     let cudarc_stream = cudarc_context.new_stream().unwrap();
     let stream_count = Arc::strong_count(&cudarc_stream);
-    let wrapped = StreamHandle::from_cudarc(&cudarc_stream);
+    // SAFETY: nothing captures the cudarc stream in this test.
+    let wrapped = unsafe { StreamHandle::from_cudarc(&cudarc_stream) };
     assert_eq!(wrapped.ownership(), handles_core::Ownership::WithOwner);
     assert_eq!(Arc::strong_count(&cudarc_stream), stream_count + 1);
     let slice = cudarc_stream.alloc_zeros::<u32>(1024).unwrap();

@@ -433,6 +433,36 @@ fn launch_ex_takes_clusters_and_priorities() {
     assert!(PTX.contains(".entry spin"));
 }
 
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn two_gpus_a_kernel_is_refused_memory_its_device_cannot_reach() {
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    let far_pool = MemoryPoolHandle::create(&PoolProps::device(1)).unwrap();
+    let far_stream = self::stream(&ContextHandle::primary(1).unwrap());
+    let far = DevicePtrHandle::alloc_from_pool(&far_pool, 64 * 4, &far_stream).unwrap();
+    let far_sync = DevicePtrHandle::alloc(&ContextHandle::primary(1).unwrap(), 64 * 4).unwrap();
+    let config = LaunchConfig::linear(64, 64);
+    invalid(
+        kernels.fill.launch(&stream, &config, (&far, 1, 64)),
+        "not accessible",
+    );
+    invalid(
+        kernels.fill.launch(&stream, &config, (&far_sync, 1, 64)),
+        "cannot be passed to a kernel on device 0",
+    );
+    // Once device 0 may access the pool, the launch runs.
+    far_pool.set_peer_access(0, true).unwrap();
+    kernels
+        .fill
+        .launch(&stream, &config, (&far, 6, 64))
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(read_words(&far, &far_stream), vec![6; 64]);
+}
+
 const SQUARE: &str = r#"
 extern "C" __global__ void square_u32(unsigned int *data, unsigned int n) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -501,9 +531,18 @@ fn on_the_simulator() {
     simulator::SuiteRun {
         label: "gpu_kernels",
         filters: &[],
-        skips: &[],
+        skips: &["two_gpus"],
         not_simulated: NOT_SIMULATED,
         devices: 1,
+        env: &[],
+    }
+    .run();
+    simulator::SuiteRun {
+        label: "gpu_kernels, 2 devices",
+        filters: &["two_gpus"],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 2,
         env: &[],
     }
     .run();

@@ -35,10 +35,13 @@ fn scenario_slice_stream_stays_reachable() {
         let cudarc_context = CudaContext::new(0).unwrap();
         let cudarc_stream = cudarc_context.new_stream().unwrap();
         let slice = cudarc_stream.clone_htod(&[7u8; 4096]).unwrap();
-        let (buffer, stream) = DevicePtrHandle::from_cudarc_slice_with_stream(slice).unwrap();
+        // SAFETY: nothing captures the cudarc stream in this test.
+        let (buffer, stream) =
+            unsafe { DevicePtrHandle::from_cudarc_slice_with_stream(slice) }.unwrap();
         assert_eq!(stream.as_cu(), cudarc_stream.cu_stream());
         assert!(
-            Arc::ptr_eq(&stream.to_cudarc().unwrap(), &cudarc_stream),
+            // SAFETY: nothing captures the stream in this test.
+            Arc::ptr_eq(&unsafe { stream.to_cudarc() }.unwrap(), &cudarc_stream),
             "to_cudarc gives cudarc's own stream back"
         );
         drop((cudarc_stream, cudarc_context));
@@ -50,7 +53,8 @@ fn scenario_slice_stream_stays_reachable() {
         assert!(host[1024..2048].iter().all(|&byte| byte == 9));
         assert!(host[2048..].iter().all(|&byte| byte == 7));
         drop(buffer);
-        let back = stream.to_cudarc().unwrap();
+        // SAFETY: nothing captures the stream in this test.
+        let back = unsafe { stream.to_cudarc() }.unwrap();
         drop(stream);
         // The slice is freed on its stream, which cudarc keeps until the last `Arc` goes.
         back.synchronize().unwrap();
@@ -95,11 +99,13 @@ fn scenario_owned_stream_lent_to_cudarc() {
         let context = ContextHandle::primary(0).unwrap();
         let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap();
         let raw = stream.as_cu();
-        let lent = stream.to_cudarc().unwrap();
+        // SAFETY: nothing captures the stream in this test.
+        let lent = unsafe { stream.to_cudarc() }.unwrap();
         assert_eq!(lent.cu_stream(), raw);
         assert_eq!(lent.context().cu_ctx(), context.as_cu());
         assert!(
-            Arc::ptr_eq(&stream.to_cudarc().unwrap(), &lent),
+            // SAFETY: as above.
+            Arc::ptr_eq(&unsafe { stream.to_cudarc() }.unwrap(), &lent),
             "lending again while the first loan lives returns it"
         );
         // Our last handle goes; the loan keeps the stream alive while cudarc uses it.
@@ -135,12 +141,14 @@ fn scenario_default_stream_tokens_to_cudarc() {
     {
         // No context is current on this thread, and the token is bound to none.
         assert!(ContextHandle::current().unwrap().is_none());
-        match StreamHandle::per_thread().to_cudarc() {
+        // SAFETY: nothing captures the stream in this test.
+        match unsafe { StreamHandle::per_thread().to_cudarc() } {
             Err(Error::InvalidArgument(message)) => assert!(message.contains("no context")),
             other => panic!("expected InvalidArgument, got {other:?}"),
         }
         let context = ContextHandle::primary(0).unwrap();
-        let legacy = StreamHandle::legacy_in(&context).to_cudarc().unwrap();
+        // SAFETY: the legacy stream cannot be captured.
+        let legacy = unsafe { StreamHandle::legacy_in(&context).to_cudarc() }.unwrap();
         assert!(legacy.cu_stream().is_null(), "cudarc's default stream");
         assert_eq!(legacy.context().cu_ctx(), context.as_cu());
         let slice = legacy.clone_htod(&[5u8; 64]).unwrap();
@@ -170,8 +178,10 @@ fn scenario_wrapped_cudarc_stream_round_trips() {
     {
         let cudarc_context = CudaContext::new(0).unwrap();
         let cudarc_stream = cudarc_context.new_stream().unwrap();
-        let wrapped = StreamHandle::from_cudarc(&cudarc_stream);
-        let back = wrapped.to_cudarc().unwrap();
+        // SAFETY: nothing captures the cudarc stream in this test.
+        let wrapped = unsafe { StreamHandle::from_cudarc(&cudarc_stream) };
+        // SAFETY: as above.
+        let back = unsafe { wrapped.to_cudarc() }.unwrap();
         assert!(Arc::ptr_eq(&back, &cudarc_stream));
         let weak = Arc::downgrade(&cudarc_stream);
         drop((back, cudarc_stream, cudarc_context));
