@@ -45,6 +45,7 @@ pub fn command(program: impl AsRef<OsStr>) -> Command {
         "CUDA_SIM_FAIL",
         "CUDA_SIM_STRICT",
         "CUDA_SIM_REPORT",
+        "CUDA_SIM_NO_GREEN_CONTEXTS",
     ] {
         command.env_remove(name);
     }
@@ -63,6 +64,9 @@ pub trait SimCommand {
     fn sim_strict(&mut self) -> &mut Self;
     /// `CUDA_SIM_REPORT`: where the report is written at exit (`%p` becomes the pid).
     fn sim_report(&mut self, path: impl AsRef<Path>) -> &mut Self;
+    /// `CUDA_SIM_NO_GREEN_CONTEXTS=1`: the green-context functions answer
+    /// `CUDA_ERROR_NOT_SUPPORTED`.
+    fn sim_no_green_contexts(&mut self) -> &mut Self;
 }
 
 impl SimCommand for Command {
@@ -89,13 +93,18 @@ impl SimCommand for Command {
     fn sim_report(&mut self, path: impl AsRef<Path>) -> &mut Self {
         self.env("CUDA_SIM_REPORT", path.as_ref())
     }
+
+    fn sim_no_green_contexts(&mut self) -> &mut Self {
+        self.env("CUDA_SIM_NO_GREEN_CONTEXTS", "1")
+    }
 }
 
 /// One violation the simulator found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// `unordered-free`, `use-after-free`, `destroyed-handle`, `double-destroy`,
-    /// `wrong-context`, `out-of-bounds` or `call-from-destructor`.
+    /// `unordered-free`, `unordered-unmap`, `use-after-free`, `destroyed-handle`,
+    /// `double-destroy`, `wrong-context`, `out-of-bounds`, `no-access`, `free-while-mapped`
+    /// or `call-from-destructor`.
     pub kind: String,
     /// What happened, naming the calls involved and their sequence numbers.
     pub message: String,
@@ -110,7 +119,8 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// Resources alive at exit, by type (`stream`, `event`, `pool`, `allocation`,
     /// `sync_allocation`, `host_allocation`, `import`, `context`, `primary_context`,
-    /// `library`, `graph`, `graph_exec`, `user_object`).
+    /// `library`, `graph`, `graph_exec`, `user_object`, `physical_allocation`, `reservation`,
+    /// `mapping`, `green_context`).
     pub leaks: BTreeMap<String, u64>,
     /// Calls by exported function.
     pub calls: BTreeMap<String, u64>,

@@ -25,6 +25,8 @@ pub struct Context {
     pub blocking: Vec<usize>,
     /// Timelines of every stream of this context, for `cuCtxSynchronize`.
     pub streams: Vec<usize>,
+    /// The green context this context is the `cuCtxFromGreenCtx` view of.
+    pub green: Option<Raw>,
 }
 
 impl Context {
@@ -38,6 +40,7 @@ impl Context {
             per_thread: HashMap::new(),
             blocking: Vec::new(),
             streams: vec![legacy],
+            green: None,
         }
     }
 }
@@ -166,7 +169,8 @@ impl Sim {
         let Some(context) = self.contexts.get(&raw) else {
             return Err(self.dead_handle(raw, Kind::Context, true));
         };
-        if context.primary {
+        if context.primary || context.green.is_some() {
+            // A green context's context goes with `cuGreenCtxDestroy`.
             return Err(INVALID_VALUE);
         }
         self.contexts.remove(&raw);

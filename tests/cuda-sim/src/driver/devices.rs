@@ -60,7 +60,8 @@ impl Sim {
             .ok_or(INVALID_DEVICE)
     }
 
-    /// Bytes of device `device` reserved by its pools and its synchronous allocator.
+    /// Bytes of device `device` reserved by its pools, its synchronous allocator and the
+    /// physical allocations (`cuMemCreate`) made on it.
     pub fn device_reserved(&self, device: usize) -> u64 {
         let pools: u64 = self
             .pools
@@ -68,7 +69,7 @@ impl Sim {
             .filter(|pool| pool.device == Some(device) && !pool.imported)
             .map(|pool| pool.arena.reserved)
             .sum();
-        pools + self.devices[device].sync_arena.reserved
+        pools + self.devices[device].sync_arena.reserved + self.vmm_reserved(device)
     }
 
     /// `cuDeviceGetAttribute`.

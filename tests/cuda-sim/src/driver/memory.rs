@@ -167,6 +167,9 @@ pub enum AllocKind {
     Host,
     /// `cuMemPoolImportPointer`: freed by `cuMemFreeAsync`; unmaps the import.
     Import,
+    /// `cuMemMap`: a range of a physical allocation mapped into a reservation, released by
+    /// `cuMemUnmap` (see `vmm`).
+    Mapping,
 }
 
 impl AllocKind {
@@ -176,6 +179,7 @@ impl AllocKind {
             AllocKind::Sync => "sync_allocation",
             AllocKind::Host => "host_allocation",
             AllocKind::Import => "import",
+            AllocKind::Mapping => "mapping",
         }
     }
 }
@@ -258,6 +262,10 @@ impl Sim {
         }
         let (call, seq) = faults::current_call();
         if let Some(alloc) = self.alloc_at(addr) {
+            if alloc.kind == AllocKind::Mapping {
+                // Virtual memory: the range may span adjacent mappings, and needs access.
+                return self.touch_mapped(addr, len, operation);
+            }
             let end = alloc.addr + alloc.size;
             if addr.checked_add(len).is_none_or(|last| last > end) {
                 let message = format!(
@@ -284,6 +292,15 @@ impl Sim {
             self.checker.violation("use-after-free", message);
             return Err(INVALID_VALUE);
         }
+        if let Some(base) = self.reservation_containing(addr) {
+            // Reserved address space without a mapping is inaccessible: it must not be taken
+            // for pageable host memory (touching it would fault the process).
+            let message = format!(
+                "{call} (call #{seq}) uses [{addr:#x}, +{len}), in the reservation at {base:#x} but not mapped"
+            );
+            self.checker.violation("out-of-bounds", message);
+            return Err(INVALID_VALUE);
+        }
         if device_only {
             let message =
                 format!("{call} (call #{seq}) uses [{addr:#x}, +{len}), which is in no allocation");
@@ -296,6 +313,18 @@ impl Sim {
     /// Checks that a free at `free` (whose clock is that of its timeline) is ordered after
     /// every earlier use of the allocation on other timelines.
     pub fn check_free_order(&mut self, alloc: &Alloc, free: Use) {
+        self.check_release_order(alloc, free, "unordered-free", "frees");
+    }
+
+    /// Checks that `release` (a free, or an unmap: `kind` and `verb` say which) is ordered
+    /// after every earlier use of the allocation on other timelines.
+    pub fn check_release_order(
+        &mut self,
+        alloc: &Alloc,
+        free: Use,
+        kind: &'static str,
+        verb: &str,
+    ) {
         let clock = self.checker.clock(free.timeline).clone();
         let mut races: Vec<Use> = alloc
             .uses
@@ -306,7 +335,7 @@ impl Sim {
         races.sort_by_key(|u| u.seq);
         for race in races {
             let message = format!(
-                "{} (call #{}) on {} frees {:#x} ({} bytes) while {} (call #{}) on {} may still use it: no synchronisation orders them",
+                "{} (call #{}) on {} {verb} {:#x} ({} bytes) while {} (call #{}) on {} may still use it: no synchronisation orders them",
                 free.call,
                 free.seq,
                 self.checker.label(free.timeline),
@@ -316,7 +345,7 @@ impl Sim {
                 race.seq,
                 self.checker.label(race.timeline)
             );
-            self.checker.violation("unordered-free", message);
+            self.checker.violation(kind, message);
         }
     }
 

@@ -2,8 +2,8 @@
 //!
 //! Built by `build.rs` as a cdylib named `cuda` into `<target>/cuda-sim/libcuda.so`, never into
 //! a directory that cargo puts on the library path. It keeps the driver's lifecycle (devices,
-//! contexts, streams, events, pools, allocations, IPC, libraries and kernels, stream capture,
-//! graphs, user objects) in one process-wide state behind one lock, executes stream work
+//! contexts and green contexts, streams, events, pools, allocations, virtual memory
+//! management, IPC, libraries and kernels, stream capture, graphs, user objects) in one process-wide state behind one lock, executes stream work
 //! immediately on the host, and checks the program's use of the API with vector clocks (see
 //! `checker`). Behaviour is configured by `CUDA_SIM_*` variables
 //! read at `cuInit`; see the crate's README.
@@ -33,9 +33,12 @@ mod errors;
 mod events;
 mod exports;
 mod exports_graphs;
+mod exports_green;
 mod exports_kernels;
+mod exports_vmm;
 mod faults;
 mod graphs;
+mod green;
 mod ipc;
 mod kernels;
 mod launch;
@@ -48,6 +51,7 @@ mod streams;
 mod sys;
 mod types;
 mod user_objects;
+mod vmm;
 mod work;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -61,6 +65,7 @@ use devices::Device;
 use errors::{DEINITIALIZED, NOT_INITIALIZED};
 use events::Event;
 use graphs::{Graph, GraphExec};
+use green::{GreenContext, ResourceDesc};
 use kernels::{Function, Kernel};
 use libraries::Library;
 use memory::{Alloc, Tomb};
@@ -68,6 +73,7 @@ use pools::Pool;
 use streams::Stream;
 use types::{CuResult, Raw};
 use user_objects::UserObject;
+use vmm::Vmm;
 
 /// The simulator's configuration, from the environment at `cuInit`.
 #[derive(Clone, Debug)]
@@ -76,6 +82,8 @@ pub struct Config {
     pub memory: u64,
     pub strict: bool,
     pub report: Option<String>,
+    /// `CUDA_SIM_NO_GREEN_CONTEXTS`: play a driver without green contexts.
+    pub no_green_contexts: bool,
 }
 
 impl Config {
@@ -90,6 +98,7 @@ impl Config {
                 .unwrap_or(1 << 30),
             strict: var("CUDA_SIM_STRICT").is_some_and(|v| v != "0"),
             report: var("CUDA_SIM_REPORT"),
+            no_green_contexts: var("CUDA_SIM_NO_GREEN_CONTEXTS").is_some_and(|v| v != "0"),
         }
     }
 }
@@ -108,6 +117,9 @@ pub enum Kind {
     GraphNode,
     GraphExec,
     UserObject,
+    MemHandle,
+    GreenContext,
+    ResourceDesc,
 }
 
 impl Kind {
@@ -124,6 +136,9 @@ impl Kind {
             Kind::GraphNode => 0x6e,
             Kind::GraphExec => 0x6c,
             Kind::UserObject => 0x0b,
+            Kind::MemHandle => 0x4d,
+            Kind::GreenContext => 0x9c,
+            Kind::ResourceDesc => 0xde,
         }
     }
 
@@ -140,6 +155,9 @@ impl Kind {
             Kind::GraphNode => "graph node",
             Kind::GraphExec => "graph exec",
             Kind::UserObject => "user object",
+            Kind::MemHandle => "physical allocation handle",
+            Kind::GreenContext => "green context",
+            Kind::ResourceDesc => "resource descriptor",
         }
     }
 }
@@ -166,6 +184,10 @@ pub struct Sim {
     pub graphs: HashMap<Raw, Graph>,
     pub execs: HashMap<Raw, GraphExec>,
     pub user_objects: HashMap<Raw, UserObject>,
+    pub greens: HashMap<Raw, GreenContext>,
+    pub descs: HashMap<Raw, ResourceDesc>,
+    /// Physical allocations, reservations and mappings (`vmm`).
+    pub vmm: Vmm,
     /// Capture sessions by id, and the streams (timelines) taking part in one.
     pub sessions: HashMap<u64, Session>,
     pub capturing: HashMap<usize, Capturing>,
@@ -223,6 +245,9 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             graphs: HashMap::new(),
             execs: HashMap::new(),
             user_objects: HashMap::new(),
+            greens: HashMap::new(),
+            descs: HashMap::new(),
+            vmm: Vmm::default(),
             sessions: HashMap::new(),
             capturing: HashMap::new(),
             next_capture: 1,

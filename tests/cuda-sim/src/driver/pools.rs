@@ -337,6 +337,8 @@ impl Sim {
                 arena.free(alloc.addr - arena.base as u64, alloc.block);
                 arena.trim(0);
             }
+            // Never freed through the free calls (`allocation_to_free` does not accept them).
+            AllocKind::Mapping => {}
         }
     }
 

@@ -52,10 +52,14 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
     for context in sim.contexts.values() {
         if context.primary {
             add("primary_context", context.retains);
-        } else {
+        } else if context.green.is_none() {
+            // A green context's context is counted as the green context.
             add("context", 1);
         }
     }
+    add("green_context", sim.greens.len() as u64);
+    add("physical_allocation", sim.vmm.handles.len() as u64);
+    add("reservation", sim.vmm.reservations.len() as u64);
     leaks
 }
 

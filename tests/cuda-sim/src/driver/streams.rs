@@ -100,6 +100,19 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         let context = self.require_current("creating a stream")?;
+        self.create_stream_in(context, flags, priority)
+    }
+
+    /// A new stream of `context` (live), whether or not it is current.
+    pub fn create_stream_in(
+        &mut self,
+        context: Raw,
+        flags: u32,
+        priority: i32,
+    ) -> Result<Raw, CuResult> {
+        if flags & !STREAM_NON_BLOCKING != 0 {
+            return Err(INVALID_VALUE);
+        }
         let raw = self.new_raw(Kind::Stream);
         let timeline = self.checker.timeline(format!("stream {raw:#x}"));
         let ctx = self.contexts.get_mut(&context).expect("current");

@@ -49,6 +49,34 @@ pub fn map(len: usize, fd: Option<i32>) -> Option<usize> {
     (addr as usize != MAP_FAILED).then_some(addr as usize)
 }
 
+/// Reserves `len` bytes of inaccessible, uncommitted address space at an address of the
+/// kernel's choosing (`hint` is only a hint).
+pub fn reserve(len: usize, hint: usize) -> Option<usize> {
+    let flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    // SAFETY: without MAP_FIXED the kernel never places the mapping over an existing one.
+    let addr = unsafe { mmap(hint as *mut c_void, len, PROT_NONE, flags, -1, 0) };
+    (addr as usize != MAP_FAILED).then_some(addr as usize)
+}
+
+/// Maps `[offset, offset + len)` of `fd` readable and writable at exactly `addr`, replacing
+/// what was there (a range of a reservation this simulator made).
+pub fn map_fixed(addr: usize, len: usize, fd: i32, offset: u64) -> bool {
+    let flags = MAP_SHARED | MAP_FIXED;
+    // SAFETY: the caller passes a range inside one of its own inaccessible reservations, so
+    // nothing the program or the simulator uses is replaced.
+    let result = unsafe {
+        mmap(
+            addr as *mut c_void,
+            len,
+            PROT_RW,
+            flags,
+            fd,
+            offset as c_long,
+        )
+    };
+    result as usize == addr
+}
+
 /// Replaces `[addr, addr + len)` with inaccessible, uncommitted address space, so that the
 /// range is never handed out again (raw pointers of freed memory stay unique).
 pub fn retire(addr: usize, len: usize) {
@@ -85,8 +113,14 @@ pub fn discard(addr: usize, len: usize, fd: Option<(i32, u64)>) {
 
 /// A new memory file of `len` bytes (sparse), close-on-exec.
 pub fn memfd(len: u64) -> Option<i32> {
+    memfd_named(c"cuda-sim-pool", len)
+}
+
+/// A new memory file of `len` bytes (sparse), close-on-exec, named `name` (the name shows in
+/// `/proc/<pid>/fd/<fd>`, which is how an importer recognises the simulator's files).
+pub fn memfd_named(name: &std::ffi::CStr, len: u64) -> Option<i32> {
     // SAFETY: the name is NUL-terminated; the flags are valid.
-    let fd = unsafe { memfd_create(c"cuda-sim-pool".as_ptr(), MFD_CLOEXEC) };
+    let fd = unsafe { memfd_create(name.as_ptr(), MFD_CLOEXEC) };
     if fd < 0 {
         return None;
     }

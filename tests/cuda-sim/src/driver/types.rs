@@ -9,6 +9,8 @@ pub type CuResult = u32;
 pub type CuDevice = i32;
 /// `CUdeviceptr`.
 pub type CuDevicePtr = u64;
+/// `CUmemGenericAllocationHandle`.
+pub type MemHandle = u64;
 /// Opaque handles (`CUcontext`, `CUstream`, `CUevent`, `CUmemoryPool`): pointer-sized values.
 pub type Raw = usize;
 
@@ -193,3 +195,48 @@ pub const MEMORYTYPE_HOST: u32 = 1;
 pub const MEMORYTYPE_DEVICE: u32 = 2;
 pub const MEMORYTYPE_ARRAY: u32 = 3;
 pub const MEMORYTYPE_UNIFIED: u32 = 4;
+
+/// `CUmemAllocationProp` (CUDA 13.0 layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemAllocationProp {
+    pub alloc_type: u32,
+    pub handle_types: u32,
+    pub location: MemLocation,
+    pub win32_metadata: *mut c_void,
+    pub compression: u8,
+    pub rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+pub const ALLOCATION_TYPE_PINNED: u32 = 1;
+pub const HANDLE_TYPE_WIN32: u32 = 2;
+pub const HANDLE_TYPE_WIN32_KMT: u32 = 4;
+pub const HANDLE_TYPE_FABRIC: u32 = 8;
+pub const GRANULARITY_MINIMUM: u32 = 0;
+pub const GRANULARITY_RECOMMENDED: u32 = 1;
+
+/// `CUdevSmResource` (CUDA 13.0 layout).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DevSmResource {
+    pub sm_count: u32,
+    pub min_partition: u32,
+    pub coscheduled_alignment: u32,
+}
+
+/// `CUdevResource` (CUDA 13.0 layout: type, 92 bytes the driver keeps for itself, then a
+/// 48-byte union of which the simulator only uses the SM member).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DevResource {
+    pub kind: u32,
+    pub internal: [u8; 92],
+    pub sm: DevSmResource,
+    pub rest: [u8; 36],
+}
+
+pub const DEV_RESOURCE_TYPE_SM: u32 = 1;
+pub const SM_SPLIT_IGNORE_SM_COSCHEDULING: u32 = 1;
+pub const GREEN_CTX_DEFAULT_STREAM: u32 = 1;
