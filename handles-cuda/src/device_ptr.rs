@@ -16,6 +16,7 @@ use crate::pool::MemoryPoolHandle;
 use crate::scope::{create_in, in_context_of};
 use crate::stream::{Queued, StreamHandle};
 use crate::stream_order::StreamOrder;
+use crate::vmm::MappingHandle;
 
 /// How an allocation was made, which fixes how it is freed. An asynchronous allocation is
 /// never freed synchronously, nor the other way round.
@@ -37,6 +38,10 @@ pub enum AllocKind {
     /// Part of another allocation ([`DevicePtrHandle::view`]): never freed through it; it keeps
     /// the whole allocation alive, and its uses count as uses of the whole.
     View,
+    /// Mapped virtual memory ([`crate::MappingHandle::device_ptr`], a
+    /// [`crate::GrowableBuffer`] slice): never freed through it; it keeps its mappings alive,
+    /// and their unmap waits for its uses.
+    Mapped,
 }
 
 /// An allocation: a device pointer (or, for pinned host memory, the host address).
@@ -85,6 +90,8 @@ enum Release {
     Foreign(ForeignFree),
     /// Part of the allocation `parent`, which the view keeps alive; frees nothing.
     View(DevicePtrHandle),
+    /// Mapped virtual memory spanning these mappings, which it keeps alive; frees nothing.
+    Mapped(Vec<MappingHandle>),
 }
 
 /// Memory that another library owns and frees on its own stream when its owner value drops (a
@@ -129,7 +136,7 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
     let status = match &allocation.release {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
-        Release::Foreign(_) | Release::View(_) => Ok(()),
+        Release::Foreign(_) | Release::View(_) | Release::Mapped(_) => Ok(()),
         Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context;
@@ -305,14 +312,18 @@ impl DevicePtrHandle {
 
     /// How the memory is freed (and whether this handle frees it at all).
     pub fn kind(&self) -> AllocKind {
-        if let Release::View(_) = self.record().release {
-            return AllocKind::View;
+        match self.record().release {
+            Release::View(_) => return AllocKind::View,
+            Release::Mapped(_) => return AllocKind::Mapped,
+            _ => {}
         }
         if !self.is_owning() {
             return AllocKind::Unowned;
         }
         match &self.record().release {
-            Release::Nothing | Release::Foreign(_) | Release::View(_) => AllocKind::Unowned,
+            Release::Nothing | Release::Foreign(_) | Release::View(_) | Release::Mapped(_) => {
+                AllocKind::Unowned
+            }
             Release::StreamOrdered {
                 imported: false, ..
             } => AllocKind::StreamOrdered,
@@ -320,6 +331,20 @@ impl DevicePtrHandle {
             Release::Synchronous(_) => AllocKind::Synchronous,
             Release::PinnedHost(_) => AllocKind::PinnedHost,
         }
+    }
+
+    /// A pointer into mapped virtual memory spanning `mappings`, which it keeps alive.
+    pub(crate) fn mapped(start: CUdeviceptr, size: usize, mappings: Vec<MappingHandle>) -> Self {
+        let record = DevicePtr {
+            pool: None,
+            context: None,
+            size,
+            release: Release::Mapped(mappings),
+            import_slot: None,
+        };
+        // SAFETY: `[start, start + size)` lies in the mappings, which the record keeps mapped
+        // for as long as the handle lives; the handle frees nothing.
+        unsafe { DevicePtrHandle::from_raw_borrowed(start, record) }
     }
 
     /// A view of `len` bytes from byte `offset`: a handle whose address is that byte, whose
@@ -363,8 +388,17 @@ impl DevicePtrHandle {
     /// setting this crate does not track). Pinned host memory and memory of unknown device
     /// pass. A kernel touching inaccessible memory faults and poisons its context.
     pub(crate) fn check_accessible_from(&self, ordinal: usize) -> Result<()> {
-        if let Release::View(parent) = &self.record().release {
-            return parent.check_accessible_from(ordinal);
+        match &self.record().release {
+            Release::View(parent) => return parent.check_accessible_from(ordinal),
+            Release::Mapped(mappings) => {
+                return match mappings.iter().find(|m| !m.devices().contains(&ordinal)) {
+                    Some(_) => Err(Error::InvalidArgument(format!(
+                        "mapped memory without access for device {ordinal}"
+                    ))),
+                    None => Ok(()),
+                };
+            }
+            _ => {}
         }
         if let Some(pool) = self.pool().as_ref() {
             return match pool.location() {
@@ -418,6 +452,14 @@ impl DevicePtrHandle {
             }
             Release::Foreign(foreign) => foreign.order.used_on(stream),
             Release::View(parent) => parent.used_on(stream),
+            Release::Mapped(mappings) => {
+                // Every mapping is noted, whatever happens to another.
+                let mut status = Ok(());
+                for mapping in mappings {
+                    status = status.and(mapping.note_use(stream));
+                }
+                status
+            }
             _ => Ok(()),
         }
     }

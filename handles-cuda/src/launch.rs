@@ -474,9 +474,14 @@ fn launch<P: KernelParams>(
     // Once the kernel is queued, every use is reported whatever else fails.
     queued.then(|| {
         let uses = P::note_uses(args, stream);
+        // The stream's own context handle when it has one (a green context's is not
+        // registered, so only the stream's record can keep it).
         let noted = kernel
             .library()
-            .note_launch(context, || ContextHandle::owning(context));
+            .note_launch(context, || match stream.context() {
+                Some(own) if own.as_cu() == context => Ok(own.clone()),
+                _ => ContextHandle::owning(context),
+            });
         uses.and(noted)
     })
 }

@@ -17,6 +17,10 @@
 //! | [`GraphHandle`] | a graph | its context, what its nodes reference |
 //! | [`GraphExecHandle`] | an executable graph | its context, what its nodes reference |
 //! | [`ProgramHandle`] | an NVRTC program | — |
+//! | [`PhysicalAllocationHandle`] | physical memory (`cuMemCreate`) | — |
+//! | [`AddressReservationHandle`] | a virtual address range | — |
+//! | [`MappingHandle`] | a mapping of physical memory into a range | its allocation and its reservation |
+//! | [`GreenContextHandle`] | a green context (a share of the SMs) | — (its streams keep it) |
 //!
 //! No call needs a context bound to the thread first: each constructor and deleter makes the
 //! context it needs current for the call and restores the caller's. The driver library is
@@ -46,17 +50,20 @@ mod error;
 mod event;
 mod fd_passing;
 mod graph;
+mod green;
 mod image;
 mod ipc;
 mod kernel;
 mod launch;
 mod library;
 mod pool;
+mod pool_tuning;
 mod program;
 mod scope;
 mod stream;
 mod stream_order;
 mod stream_order_protocol;
+mod vmm;
 
 pub use context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
@@ -70,6 +77,7 @@ pub use graph::{
     Capture, CaptureMode, Graph, GraphBox, GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak,
     GraphHandle, GraphNode, GraphWeak,
 };
+pub use green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};
 pub use ipc::{
     IpcEventHandle, IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
 };
@@ -81,9 +89,15 @@ pub use library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };
+pub use pool_tuning::{PoolUsage, ReusePolicy};
 pub use program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
 pub use stream::{
     LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
+};
+pub use vmm::{
+    AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
+    GrowableBuffer, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,
+    PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak, granularity,
 };
 
 /// The raw driver API, as used by this crate (cudarc's bindings).

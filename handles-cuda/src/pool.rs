@@ -71,7 +71,7 @@ impl PoolProps {
     }
 }
 
-fn raw_location(location: PoolLocation) -> sys::CUmemLocation {
+pub(crate) fn raw_location(location: PoolLocation) -> sys::CUmemLocation {
     match location {
         PoolLocation::Device(ordinal) => sys::CUmemLocation {
             type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
@@ -257,7 +257,7 @@ impl MemoryPoolHandle {
         revoke_peer_access(self.as_cu(), self.owning_device())
     }
 
-    fn owning_device(&self) -> Option<usize> {
+    pub(crate) fn owning_device(&self) -> Option<usize> {
         owning_device(&self.location())
     }
 

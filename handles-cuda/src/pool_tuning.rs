@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use cudarc::driver::sys::{self, CUmemPool_attribute as Attribute};
+use cudarc::driver::sys::CUmemPool_attribute as Attribute;
 
 use crate::driver;
 use crate::error::{Error, Result, driver, out};
@@ -58,7 +58,8 @@ impl MemoryPoolHandle {
         Ok(ReusePolicy {
             follow_event_dependencies: self
                 .get_flag(Attribute::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)?,
-            allow_opportunistic: self.get_flag(Attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)?,
+            allow_opportunistic: self
+                .get_flag(Attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC)?,
             allow_internal_dependencies: self
                 .get_flag(Attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)?,
         })
@@ -104,19 +105,24 @@ impl MemoryPoolHandle {
     /// can be made its current pool.
     pub fn set_device_current(&self, ordinal: usize) -> Result<MemoryPoolHandle> {
         let device = driver::device(ordinal)?;
-        if self.owning_device_ordinal() != Some(ordinal) {
+        if self.owning_device() != Some(ordinal) {
             return Err(Error::InvalidArgument(format!(
                 "only a pool located on device {ordinal} can be its current pool"
             )));
         }
-        let mut current = CURRENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut current = CURRENT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let previous = MemoryPoolHandle::device_current(ordinal)?;
         // SAFETY: the pool and the device are valid.
         unsafe { driver!(cuDeviceSetMemPool(device, self.as_cu())) }?;
         if current.len() <= ordinal {
             current.resize(ordinal + 1, None);
         }
-        let replaced = current[ordinal].replace(self.clone());
+        // Only a pool this program owns needs keeping; a reference (the device's default
+        // pool) lives as long as the driver.
+        let keep = self.is_owning().then(|| self.clone());
+        let replaced = std::mem::replace(&mut current[ordinal], keep);
         drop(current);
         // The replaced pool may be dropped here, outside the lock: its own handles (and its
         // pointers, which keep it) decide when it goes.
@@ -127,7 +133,11 @@ impl MemoryPoolHandle {
     fn get_u64(&self, attribute: Attribute) -> Result<u64> {
         // SAFETY: the pool is alive; these attributes are 64-bit values.
         out(|value: &mut u64| unsafe {
-            driver!(cuMemPoolGetAttribute(self.as_cu(), attribute, (value as *mut u64).cast()))
+            driver!(cuMemPoolGetAttribute(
+                self.as_cu(),
+                attribute,
+                (value as *mut u64).cast()
+            ))
         })
     }
 
@@ -146,7 +156,11 @@ impl MemoryPoolHandle {
     fn get_flag(&self, attribute: Attribute) -> Result<bool> {
         // SAFETY: the pool is alive; the reuse attributes are `int` values.
         let value = out(|value: &mut i32| unsafe {
-            driver!(cuMemPoolGetAttribute(self.as_cu(), attribute, (value as *mut i32).cast()))
+            driver!(cuMemPoolGetAttribute(
+                self.as_cu(),
+                attribute,
+                (value as *mut i32).cast()
+            ))
         })?;
         Ok(value != 0)
     }
@@ -163,8 +177,3 @@ impl MemoryPoolHandle {
         }
     }
 }
-
-/// The FABRIC handle type (multi-node NVLink): refused with an error where the driver or the
-/// system does not support it.
-pub(crate) const FABRIC: sys::CUmemAllocationHandleType =
-    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC;

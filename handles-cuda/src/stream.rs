@@ -26,9 +26,15 @@ pub struct Stream {
 // SAFETY: the CUDA driver API lets streams be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for Stream {}
 
-fn destroy_stream(raw: CUstream, _: &Stream) -> Result<()> {
+fn destroy_stream(raw: CUstream, stream: &Stream) -> Result<()> {
     // SAFETY: the handle owns `raw`, and this deleter runs once; its context is still alive.
-    deleter_status(unsafe { driver!(cuStreamDestroy_v2(raw)) })
+    let destroyed = deleter_status(unsafe { driver!(cuStreamDestroy_v2(raw)) });
+    if destroyed.is_err() {
+        // The stream lives on in the driver: its context (a green context's, say) must not be
+        // destroyed under it, so it is leaked with the stream.
+        std::mem::forget(stream.context.clone());
+    }
+    destroyed
 }
 
 /// The raw value of the legacy default stream (`CU_STREAM_LEGACY`).

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, PushKernelArg, sys};
 use handles_bench::{Measured, Variant, interleave, keep};
 use handles_cuda::{
-    Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags, EventHandle, GraphHandle,
-    KernelHandle, LaunchConfig, LibraryHandle, MemoryPoolHandle, PoolProps, StreamFlags,
-    StreamHandle,
+    AddressReservationHandle, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags,
+    EventHandle, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle, MappingHandle,
+    MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps, StreamFlags, StreamHandle,
 };
 
 const ROUNDS: usize = 31;
@@ -398,6 +398,44 @@ fn graph_launches(
     )
 }
 
+/// Mapping a 2 MiB chunk of physical memory into a reservation and unmapping it: raw
+/// `cuMemMap`+`cuMemSetAccess`+`cuMemUnmap` against `MappingHandle::map`+drop (which adds the
+/// checks, the handle and the wait for the contexts its uses ran in: none here).
+fn vmm_map_unmap() -> Measured {
+    let grain = handles_cuda::granularity(PoolLocation::Device(0)).unwrap();
+    let physical = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, false).unwrap();
+    let reservation = AddressReservationHandle::reserve(grain, grain).unwrap();
+    let (address, handle) = (reservation.as_cu(), physical.as_raw());
+    let access = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: 0,
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    interleave(
+        &mut [
+            Variant::new("raw cuMemMap+cuMemSetAccess+cuMemUnmap", || {
+                // SAFETY: the reservation and the allocation are alive; the range is unmapped
+                // again before the next iteration.
+                unsafe {
+                    ok(sys::cuMemMap(keep(address), grain, 0, handle, 0));
+                    ok(sys::cuMemSetAccess(address, grain, &access, 1));
+                    ok(sys::cuMemUnmap(address, grain));
+                }
+            }),
+            Variant::new("handles-cuda MappingHandle::map+drop", || {
+                drop(keep(
+                    MappingHandle::map(&reservation, 0, &physical, 0, grain, &[0]).unwrap(),
+                ));
+            }),
+        ],
+        ROUNDS,
+        200,
+        || {},
+    )
+}
+
 fn main() {
     if let Err(error) = handles_cuda::ensure_loaded() {
         println!("gpu_bench needs a CUDA driver: {error}");
@@ -443,4 +481,5 @@ fn main() {
         "graph launch (1 kernel node)",
         &graph_launches(&context, &stream, &untracked),
     );
+    report("map+unmap 2 MiB", &vmm_map_unmap());
 }

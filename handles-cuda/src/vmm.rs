@@ -1,0 +1,472 @@
+//! Virtual memory management: physical allocations (`cuMemCreate`), address reservations
+//! (`cuMemAddressReserve`) and mappings of the one into the other (`cuMemMap`).
+//!
+//! The owner graph: a [`MappingHandle`] keeps its physical allocation and its reservation
+//! alive, so the program may drop both first; the range stays valid until the last mapping of
+//! it drops. Device pointers into a mapping ([`MappingHandle::device_ptr`], and the slices of
+//! a [`GrowableBuffer`]) keep their mappings alive.
+//!
+//! **Unmapping after the work that uses the range.** `cuMemUnmap` is a host call that does not
+//! wait for streams, so every stream use reported through a pointer into the mapping notes its
+//! context (`contexts_used.rs`), and the unmap first synchronises every noted context. If one
+//! cannot be synchronised, the mapping is leaked (and reported) rather than unmapped under
+//! running work.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
+use handles_core::ResourceHandle;
+
+use crate::contexts_used::ContextsUsed;
+use crate::device_ptr::DevicePtrHandle;
+use crate::driver::{self, ensure_loaded};
+use crate::error::{Error, Result, deleter_status, driver, out};
+use crate::pool::{PoolLocation, raw_location};
+use crate::stream::StreamHandle;
+
+const POSIX_FD: sys::CUmemAllocationHandleType =
+    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+
+/// Physical memory made with `cuMemCreate`, mappable into reservations.
+///
+/// Ownership: [`PhysicalAllocationHandle::create`] and
+/// [`PhysicalAllocationHandle::import_posix_fd`] own the handle and release it
+/// (`cuMemRelease`) when the last clone drops; the memory itself lives until its last mapping
+/// is gone too. Keeps alive: nothing (mappings keep it).
+#[derive(ResourceHandle)]
+#[handle(raw = CUmemGenericAllocationHandle, accessor = as_raw, delete = release_physical)]
+pub struct PhysicalAllocation {
+    /// The size in bytes, a multiple of the location's granularity.
+    #[handle(copy)]
+    pub size: usize,
+    /// Where the memory is: a device, or a host NUMA node.
+    #[handle(copy)]
+    pub location: PoolLocation,
+    /// Whether it can be exported as a POSIX file descriptor.
+    #[handle(copy)]
+    pub shareable: bool,
+}
+// SAFETY: the CUDA driver API lets allocation handles be used and released from any thread.
+unsafe impl handles_core::ThreadSafe for PhysicalAllocation {}
+
+fn release_physical(raw: CUmemGenericAllocationHandle, _: &PhysicalAllocation) -> Result<()> {
+    // SAFETY: the handle owns `raw` and this deleter runs once; mappings hold their own
+    // reference in the driver.
+    deleter_status(unsafe { driver!(cuMemRelease(raw)) })
+}
+
+/// A reserved range of virtual addresses (`cuMemAddressReserve`).
+///
+/// Ownership: [`AddressReservationHandle::reserve`] owns the range and frees it
+/// (`cuMemAddressFree`) when the last clone drops, which is after its last mapping (mappings
+/// keep it). Keeps alive: nothing.
+#[derive(ResourceHandle)]
+#[handle(raw = CUdeviceptr, accessor = as_cu, delete = free_reservation)]
+pub struct AddressReservation {
+    /// The size in bytes.
+    #[handle(copy)]
+    pub size: usize,
+}
+// SAFETY: the CUDA driver API lets address ranges be used and freed from any thread.
+unsafe impl handles_core::ThreadSafe for AddressReservation {}
+
+fn free_reservation(raw: CUdeviceptr, reservation: &AddressReservation) -> Result<()> {
+    // SAFETY: the handle owns the range and this deleter runs once, after every mapping of
+    // it was unmapped (each mapping keeps the reservation alive).
+    deleter_status(unsafe { driver!(cuMemAddressFree(raw, reservation.size)) })
+}
+
+/// Part of a physical allocation mapped at an address of a reservation (`cuMemMap`), with
+/// read-write access for the devices it was mapped for (`cuMemSetAccess`).
+///
+/// Ownership: [`MappingHandle::map`] owns the mapping and unmaps it (`cuMemUnmap`) when the
+/// last clone drops, after every context its stream uses ran in has finished. Keeps alive:
+/// the physical allocation and the reservation.
+#[derive(ResourceHandle)]
+#[handle(raw = CUdeviceptr, accessor = as_cu, delete = unmap)]
+pub struct Mapping {
+    /// The physical memory mapped.
+    #[owner]
+    pub physical: PhysicalAllocationHandle,
+    /// The reservation the mapping lies in.
+    #[owner]
+    pub reservation: AddressReservationHandle,
+    /// The mapped size in bytes.
+    #[handle(copy)]
+    pub size: usize,
+    /// The devices granted read-write access.
+    pub devices: Vec<usize>,
+    /// The contexts that work using the range ran in.
+    #[handle(skip)]
+    used: ContextsUsed,
+}
+// SAFETY: the CUDA driver API lets mappings be used and unmapped from any thread.
+unsafe impl handles_core::ThreadSafe for Mapping {}
+
+fn unmap(raw: CUdeviceptr, mapping: &Mapping) -> Result<()> {
+    let unmapped = mapping.used.wait_for_all().and_then(|()| {
+        // SAFETY: the handle owns the mapping at `raw` of `size` bytes and this deleter runs
+        // once; every context that used the range has finished that work.
+        deleter_status(unsafe { driver!(cuMemUnmap(raw, mapping.size)) })
+    });
+    if unmapped.is_err() {
+        // The range stays mapped: its reservation must never be freed under it, so it is
+        // leaked with the mapping (one reference that is never dropped).
+        std::mem::forget(mapping.reservation.clone());
+    }
+    unmapped
+}
+
+/// The allocation properties for `location`.
+fn properties(location: PoolLocation, shareable: bool) -> sys::CUmemAllocationProp {
+    sys::CUmemAllocationProp {
+        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requestedHandleTypes: if shareable {
+            POSIX_FD
+        } else {
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
+        },
+        location: raw_location(location),
+        win32HandleMetaData: std::ptr::null_mut(),
+        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
+            compressionType: 0,
+            gpuDirectRDMACapable: 0,
+            usage: 0,
+            reserved: [0; 4],
+        },
+    }
+}
+
+/// The granularity that sizes and offsets at `location` must be a multiple of
+/// (`cuMemGetAllocationGranularity`, the minimum).
+pub fn granularity(location: PoolLocation) -> Result<usize> {
+    ensure_loaded()?;
+    check_location(location)?;
+    let prop = properties(location, false);
+    out(|value| {
+        // SAFETY: `prop` is fully initialised; `value` is a valid out-pointer.
+        unsafe {
+            driver!(cuMemGetAllocationGranularity(
+                value,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM
+            ))
+        }
+    })
+}
+
+fn check_location(location: PoolLocation) -> Result<()> {
+    match location {
+        PoolLocation::Device(ordinal) => driver::device(ordinal).map(drop),
+        PoolLocation::HostNuma(node) if node >= 0 => Ok(()),
+        PoolLocation::HostNuma(node) => Err(Error::InvalidArgument(format!(
+            "host NUMA node {node} is not a node"
+        ))),
+        PoolLocation::Host => Err(Error::InvalidArgument(
+            "physical allocations live on a device or a host NUMA node".into(),
+        )),
+    }
+}
+
+/// `size` rounded up to a multiple of `granularity`; an error for 0 or on overflow.
+fn rounded(size: usize, granularity: usize) -> Result<usize> {
+    if size == 0 {
+        return Err(Error::InvalidArgument(
+            "a size of at least one byte is needed".into(),
+        ));
+    }
+    size.checked_next_multiple_of(granularity.max(1))
+        .ok_or_else(|| Error::InvalidArgument(format!("{size} bytes is too large")))
+}
+
+impl PhysicalAllocationHandle {
+    /// Physical memory of at least `size` bytes at `location` (rounded up to the granularity),
+    /// exportable as a POSIX descriptor if `shareable`.
+    pub fn create(location: PoolLocation, size: usize, shareable: bool) -> Result<Self> {
+        let size = rounded(size, granularity(location)?)?;
+        let prop = properties(location, shareable);
+        let raw = out(|raw| {
+            // SAFETY: `prop` is fully initialised and `size` a multiple of the granularity;
+            // `raw` is a valid out-pointer.
+            unsafe { driver!(cuMemCreate(raw, size, &prop, 0)) }
+        })?;
+        let record = PhysicalAllocation {
+            size,
+            location,
+            shareable,
+        };
+        // SAFETY: a fresh allocation handle owned by nobody else; `release_physical` releases
+        // it once.
+        Ok(unsafe { PhysicalAllocationHandle::from_raw(raw, record) })
+    }
+
+    /// Exports the allocation as a new POSIX file descriptor
+    /// (`cuMemExportToShareableHandle`), to send to another process.
+    pub fn export_posix_fd(&self) -> Result<OwnedFd> {
+        if !self.shareable() {
+            return Err(Error::InvalidArgument(
+                "only allocations created shareable can be exported".into(),
+            ));
+        }
+        let mut fd: std::ffi::c_int = -1;
+        // SAFETY: the allocation is alive; for POSIX descriptors the driver writes an `int`.
+        unsafe {
+            driver!(cuMemExportToShareableHandle(
+                (&mut fd as *mut std::ffi::c_int).cast(),
+                self.as_raw(),
+                POSIX_FD,
+                0
+            ))
+        }?;
+        // SAFETY: the driver returned a fresh descriptor that the caller now owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Imports an allocation another process exported as `fd`, of `size` bytes at `location`
+    /// as the exporter made it (`cuMemImportFromShareableHandle`; the descriptor is not
+    /// consumed). A size larger than the real allocation makes mapping it fail.
+    pub fn import_posix_fd(
+        fd: BorrowedFd<'_>,
+        location: PoolLocation,
+        size: usize,
+    ) -> Result<Self> {
+        let size = rounded(size, granularity(location)?)?;
+        let raw = out(|raw| {
+            // SAFETY: `fd` is an open descriptor the caller lends for the call; the driver
+            // reads it as an `int` passed by value in a pointer.
+            unsafe {
+                driver!(cuMemImportFromShareableHandle(
+                    raw,
+                    fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                    POSIX_FD
+                ))
+            }
+        })?;
+        let record = PhysicalAllocation {
+            size,
+            location,
+            shareable: true,
+        };
+        // SAFETY: a fresh handle onto the imported memory, owned by nobody else.
+        Ok(unsafe { PhysicalAllocationHandle::from_raw(raw, record) })
+    }
+}
+
+impl AddressReservationHandle {
+    /// Reserves at least `size` bytes of virtual addresses (rounded up to `granularity`, e.g.
+    /// [`granularity`] of the memory to be mapped there).
+    pub fn reserve(size: usize, granularity: usize) -> Result<Self> {
+        ensure_loaded()?;
+        let size = rounded(size, granularity)?;
+        let raw = out(|raw| {
+            // SAFETY: `raw` is a valid out-pointer; no fixed address is asked for.
+            unsafe { driver!(cuMemAddressReserve(raw, size, 0, 0, 0)) }
+        })?;
+        // SAFETY: a fresh range owned by nobody else; `free_reservation` frees it once.
+        Ok(unsafe { AddressReservationHandle::from_raw(raw, AddressReservation { size }) })
+    }
+}
+
+impl MappingHandle {
+    /// Maps `size` bytes of `physical`, from byte `physical_offset`, at byte `offset` of
+    /// `reservation`, and grants read-write access to each device in `devices` (at least
+    /// one). Offsets and size must be multiples of the physical allocation's granularity and
+    /// lie inside both.
+    pub fn map(
+        reservation: &AddressReservationHandle,
+        offset: usize,
+        physical: &PhysicalAllocationHandle,
+        physical_offset: usize,
+        size: usize,
+        devices: &[usize],
+    ) -> Result<Self> {
+        let granularity = granularity(physical.location())?;
+        let aligned = |value: usize| value.is_multiple_of(granularity);
+        let fits =
+            |start: usize, total: usize| start.checked_add(size).is_some_and(|end| end <= total);
+        if size == 0 || !aligned(offset) || !aligned(physical_offset) || !aligned(size) {
+            return Err(Error::InvalidArgument(format!(
+                "offsets and size must be non-zero multiples of the granularity ({granularity} bytes)"
+            )));
+        }
+        if !fits(offset, reservation.size()) || !fits(physical_offset, physical.size()) {
+            return Err(Error::InvalidArgument(
+                "the mapping does not fit in the reservation or the allocation".into(),
+            ));
+        }
+        if devices.is_empty() {
+            return Err(Error::InvalidArgument(
+                "grant access to at least one device".into(),
+            ));
+        }
+        let descriptors = devices
+            .iter()
+            .map(|&ordinal| {
+                driver::device(ordinal)?;
+                Ok(sys::CUmemAccessDesc {
+                    location: raw_location(PoolLocation::Device(ordinal)),
+                    flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let address = reservation.as_cu() + offset as CUdeviceptr;
+        // SAFETY: the range lies in the reservation, the part in the allocation (checked);
+        // the driver refuses a range that is already mapped.
+        unsafe {
+            driver!(cuMemMap(
+                address,
+                size,
+                physical_offset,
+                physical.as_raw(),
+                0
+            ))
+        }?;
+        let record = Mapping {
+            physical: physical.clone(),
+            reservation: reservation.clone(),
+            size,
+            devices: devices.to_vec(),
+            used: ContextsUsed::new(),
+        };
+        // SAFETY: a fresh mapping owned by nobody else; `unmap` unmaps it once, after the work
+        // using it; the record keeps the allocation and the reservation alive.
+        let mapping = unsafe { MappingHandle::from_raw(address, record) };
+        // SAFETY: the range is mapped; one descriptor per device. A failure drops `mapping`,
+        // which unmaps it again.
+        unsafe {
+            driver!(cuMemSetAccess(
+                address,
+                size,
+                descriptors.as_ptr(),
+                descriptors.len()
+            ))
+        }?;
+        Ok(mapping)
+    }
+
+    /// A device pointer to the whole mapping, which keeps it alive; its uses on streams are
+    /// waited for before the unmap.
+    pub fn device_ptr(&self) -> DevicePtrHandle {
+        DevicePtrHandle::mapped(self.as_cu(), self.size(), vec![self.clone()])
+    }
+
+    /// Notes the context of work queued on `stream` that uses the range.
+    pub(crate) fn note_use(&self, stream: &StreamHandle) -> Result<()> {
+        self.record().used.note_stream(stream)
+    }
+}
+
+/// A buffer that grows in place: one reservation made once, and physical chunks mapped into it
+/// on demand. Slices of it ([`GrowableBuffer::slice`]) are device pointers that keep their
+/// chunks' mappings alive, so the buffer itself may be dropped first.
+pub struct GrowableBuffer {
+    reservation: AddressReservationHandle,
+    device: usize,
+    chunk: usize,
+    chunks: Mutex<Vec<MappingHandle>>,
+}
+
+impl std::fmt::Debug for GrowableBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrowableBuffer")
+            .field("reservation", &self.reservation)
+            .field("chunk", &self.chunk)
+            .field("mapped", &self.len())
+            .finish()
+    }
+}
+
+impl GrowableBuffer {
+    /// Reserves `capacity` bytes on device `ordinal`, to be backed in chunks of `chunk` bytes
+    /// (both rounded up to the device's granularity). Nothing is mapped yet.
+    pub fn new(ordinal: usize, capacity: usize, chunk: usize) -> Result<Self> {
+        let granularity = granularity(PoolLocation::Device(ordinal))?;
+        let chunk = rounded(chunk, granularity)?;
+        let reservation = AddressReservationHandle::reserve(capacity, chunk)?;
+        Ok(GrowableBuffer {
+            reservation,
+            device: ordinal,
+            chunk,
+            chunks: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn chunks(&self) -> std::sync::MutexGuard<'_, Vec<MappingHandle>> {
+        self.chunks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The bytes mapped so far.
+    pub fn len(&self) -> usize {
+        self.chunks().len() * self.chunk
+    }
+
+    /// Whether nothing is mapped yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The reserved capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.reservation.size()
+    }
+
+    /// The base address of the buffer.
+    pub fn as_cu(&self) -> CUdeviceptr {
+        self.reservation.as_cu()
+    }
+
+    /// Maps chunks until at least `size` bytes are backed (a new chunk: `cuMemCreate`, then
+    /// `cuMemMap` and `cuMemSetAccess` at the end of what is mapped). An error leaves what was
+    /// mapped before.
+    pub fn grow_to(&self, size: usize) -> Result<()> {
+        if size > self.capacity() {
+            return Err(Error::InvalidArgument(format!(
+                "{size} bytes is more than the {} reserved",
+                self.capacity()
+            )));
+        }
+        let mut chunks = self.chunks();
+        while chunks.len() * self.chunk < size {
+            let physical = PhysicalAllocationHandle::create(
+                PoolLocation::Device(self.device),
+                self.chunk,
+                false,
+            )?;
+            let offset = chunks.len() * self.chunk;
+            let mapping = MappingHandle::map(
+                &self.reservation,
+                offset,
+                &physical,
+                0,
+                self.chunk,
+                &[self.device],
+            )?;
+            chunks.push(mapping);
+        }
+        Ok(())
+    }
+
+    /// A device pointer to `len` bytes from byte `offset`, which must be mapped; it keeps the
+    /// mappings it spans alive.
+    pub fn slice(&self, offset: usize, len: usize) -> Result<DevicePtrHandle> {
+        let chunks = self.chunks();
+        let mapped = chunks.len() * self.chunk;
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| len > 0 && end <= mapped);
+        let Some(end) = end else {
+            return Err(Error::InvalidArgument(format!(
+                "{len} bytes at offset {offset} are not within the {mapped} mapped bytes"
+            )));
+        };
+        let spanned = chunks[offset / self.chunk..end.div_ceil(self.chunk)].to_vec();
+        Ok(DevicePtrHandle::mapped(
+            self.as_cu() + offset as CUdeviceptr,
+            len,
+            spanned,
+        ))
+    }
+}
