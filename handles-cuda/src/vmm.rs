@@ -271,8 +271,9 @@ impl AddressReservationHandle {
 impl MappingHandle {
     /// Maps `size` bytes of `physical`, from byte `physical_offset`, at byte `offset` of
     /// `reservation`, and grants read-write access to each device in `devices` (at least
-    /// one). Offsets and size must be multiples of the physical allocation's granularity and
-    /// lie inside both.
+    /// one). The offset in the reservation and the size must be multiples of the physical
+    /// allocation's granularity and lie inside both; `physical_offset` must be 0, the only
+    /// offset the driver maps from.
     pub fn map(
         reservation: &AddressReservationHandle,
         offset: usize,
@@ -285,7 +286,13 @@ impl MappingHandle {
         let aligned = |value: usize| value.is_multiple_of(granularity);
         let fits =
             |start: usize, total: usize| start.checked_add(size).is_some_and(|end| end <= total);
-        if size == 0 || !aligned(offset) || !aligned(physical_offset) || !aligned(size) {
+        if physical_offset != 0 {
+            // The driver maps an allocation only from its start ("currently must be zero").
+            return Err(Error::InvalidArgument(
+                "the driver maps physical memory only from offset 0".into(),
+            ));
+        }
+        if size == 0 || !aligned(offset) || !aligned(size) {
             return Err(Error::InvalidArgument(format!(
                 "offsets and size must be non-zero multiples of the granularity ({granularity} bytes)"
             )));

@@ -96,21 +96,26 @@ fn a_reservation_dropped_before_its_mappings_stays_valid_until_the_last_one() {
     let physical =
         PhysicalAllocationHandle::create(PoolLocation::Device(0), grain + 1, false).unwrap();
     assert_eq!(physical.size(), 2 * grain, "rounded up to the granularity");
-    let first = MappingHandle::map(&reservation, 0, &physical, 0, grain, &[0]).unwrap();
-    let second =
-        MappingHandle::map(&reservation, 2 * grain, &physical, grain, grain, &[0]).unwrap();
-    // Bad mappings are refused before the driver.
+    let other = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, false).unwrap();
+    let first = MappingHandle::map(&reservation, 0, &physical, 0, 2 * grain, &[0]).unwrap();
+    let second = MappingHandle::map(&reservation, 2 * grain, &other, 0, grain, &[0]).unwrap();
+    // Bad mappings are refused before the driver: unaligned, past the reservation, from an
+    // offset other than 0 (the driver maps only from the start), over a mapped range, with
+    // no device to access it.
+    assert!(MappingHandle::map(&reservation, 3 * grain, &physical, grain, grain, &[0]).is_err());
+    assert!(MappingHandle::map(&reservation, 0, &other, 0, grain, &[0]).is_err());
     assert!(MappingHandle::map(&reservation, 1, &physical, 0, grain, &[0]).is_err());
     assert!(MappingHandle::map(&reservation, 3 * grain, &physical, 0, 2 * grain, &[0]).is_err());
     assert!(MappingHandle::map(&reservation, 0, &physical, 0, grain, &[]).is_err());
-    drop((reservation, physical));
+    drop((reservation, physical, other));
     let (one, two) = (first.device_ptr(), second.device_ptr());
     drop(first);
-    one.memset_async(1, grain, &stream).unwrap();
+    one.memset_async(1, 2 * grain, &stream).unwrap();
     two.memset_async(2, grain, &stream).unwrap();
-    let mut bytes = vec![0u8; grain];
+    let mut bytes = vec![0u8; 2 * grain];
     one.copy_to_host(&mut bytes, &stream).unwrap();
     assert!(bytes.iter().all(|&b| b == 1));
+    let mut bytes = vec![0u8; grain];
     two.copy_to_host(&mut bytes, &stream).unwrap();
     assert!(bytes.iter().all(|&b| b == 2));
     drop((one, second, two));

@@ -437,11 +437,13 @@ impl Sim {
         flags: u64,
     ) -> Result<(), CuResult> {
         let handle = self.handle(raw, false)?;
+        // The real driver (580) maps only from offset 0 of an allocation ("currently must be
+        // zero"), and answers any other offset with CUDA_ERROR_INVALID_VALUE.
         if flags != 0
             || size == 0
+            || offset != 0
             || !size.is_multiple_of(GRANULARITY)
             || !ptr.is_multiple_of(GRANULARITY)
-            || !offset.is_multiple_of(GRANULARITY)
         {
             return Err(INVALID_VALUE);
         }
