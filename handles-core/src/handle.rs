@@ -291,6 +291,11 @@ impl<R: Resource> Handle<R> {
         Arc::strong_count(&self.inner)
     }
 
+    /// The number of weak handles to this box (a registry's entry counts as one).
+    pub fn weak_count(&self) -> usize {
+        Arc::weak_count(&self.inner)
+    }
+
     /// Whether two handles share one box (not merely the same raw value).
     pub fn ptr_eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

@@ -48,6 +48,7 @@ mod device_ptr;
 mod driver;
 mod error;
 mod event;
+mod event_recycler;
 mod fd_passing;
 mod graph;
 mod green;
@@ -72,6 +73,7 @@ pub use driver::{
 };
 pub use error::{Error, Result};
 pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
+pub use event_recycler::{EventRecycler, RecycledEvent};
 pub use fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
 pub use graph::{
     Capture, CaptureMode, Graph, GraphBox, GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak,

@@ -663,6 +663,68 @@ const NOT_SIMULATED: &[(&str, &str)] = &[];
 /// process: the one-device tests first, then `two_gpus` with two simulated devices. Runs
 /// without a GPU; on a GPU machine it still uses the simulator, never the real driver.
 #[test]
+#[ignore = "needs a CUDA GPU"]
+fn recycled_events_behave_like_fresh_ones() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let (a, b) = (stream(&context), stream(&context));
+    let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+    let config = handles_cuda::LaunchConfig::linear(1, 1);
+    let recycler = handles_cuda::EventRecycler::new(&context, EventFlags::default()).unwrap();
+    assert!(handles_cuda::EventRecycler::new(&context, EventFlags::timing()).is_err());
+
+    // Released complete and unshared: handed out again, and it looks fresh (complete).
+    let first = recycler.acquire().unwrap();
+    let raw = first.as_cu();
+    first.record(&a).unwrap();
+    a.synchronize().unwrap();
+    // `b` waits for the completed record, before the release.
+    b.wait_event(&first).unwrap();
+    drop(first);
+    let again = recycler.acquire().unwrap();
+    assert_eq!(again.as_cu(), raw, "the released event is reused");
+    assert!(
+        again.query().unwrap(),
+        "a reused event is complete, like a fresh one"
+    );
+    // Recording it again behind a long kernel does not hold back `b`'s earlier wait.
+    kernels.spin.launch(&a, &config, (200_000_000,)).unwrap();
+    again.record(&a).unwrap();
+    b.synchronize().unwrap();
+    let b_done = b.query().unwrap();
+    assert!(b_done, "a wait enqueued before the release is unaffected");
+
+    // Released while its record is pending (on a GPU the spin is still running): destroyed,
+    // never handed out with that record. (The simulated driver has run the spin already: then
+    // the event is complete and reused.)
+    let pending = !again.query().unwrap();
+    drop(again);
+    let other = recycler.acquire().unwrap();
+    if pending {
+        assert_ne!(other.as_cu(), raw, "a pending event is not reused");
+    } else {
+        assert_eq!(other.as_cu(), raw, "a complete event is reused");
+    }
+    assert!(other.query().unwrap(), "the event handed out looks fresh");
+    // Shared (a clone or a weak handle escaped): never reused.
+    let escaped = other.clone();
+    let other_raw = other.as_cu();
+    drop(other);
+    let third = recycler.acquire().unwrap();
+    assert_ne!(third.as_cu(), other_raw);
+    drop(escaped);
+    a.synchronize().unwrap();
+    // Many acquire/release pairs reuse one event.
+    drop(third);
+    let reused = recycler.acquire().unwrap().as_cu();
+    for _ in 0..1000 {
+        assert_eq!(recycler.acquire().unwrap().as_cu(), reused);
+    }
+    failures.assert_none();
+}
+
+#[test]
 fn on_the_simulator() {
     simulator::SuiteRun {
         label: "gpu",

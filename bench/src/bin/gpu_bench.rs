@@ -9,8 +9,9 @@ use cudarc::driver::{CudaContext, PushKernelArg, sys};
 use handles_bench::{Measured, Variant, interleave, keep};
 use handles_cuda::{
     AddressReservationHandle, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags,
-    EventHandle, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle, MappingHandle,
-    MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps, StreamFlags, StreamHandle,
+    EventHandle, EventRecycler, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle,
+    MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps,
+    StreamFlags, StreamHandle,
 };
 
 const ROUNDS: usize = 31;
@@ -28,6 +29,7 @@ fn report(op: &str, measured: &Measured) {
 
 fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measured {
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    let recycler = EventRecycler::new(context, EventFlags::default()).unwrap();
     interleave(
         &mut [
             Variant::new("raw cuEventCreate+cuEventDestroy", || {
@@ -45,6 +47,9 @@ fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measure
             }),
             Variant::new("cudarc new_event+drop", || {
                 drop(keep(cudarc_context.new_event(None).unwrap()));
+            }),
+            Variant::new("handles-cuda EventRecycler acquire+drop", || {
+                drop(keep(recycler.acquire().unwrap()));
             }),
         ],
         ROUNDS,
@@ -436,6 +441,194 @@ fn vmm_map_unmap() -> Measured {
     )
 }
 
+/// Thread counts of the scaling table.
+const THREADS: [usize; 5] = [1, 2, 4, 8, 16];
+/// Operations per thread per timed run of the scaling table.
+const SCALING_OPS: usize = 20_000;
+
+/// Aggregate operations per second of `threads` threads each running `op` `SCALING_OPS`
+/// times after a common start (the median of 5 runs). `setup` makes each thread's state.
+fn aggregate<S>(
+    threads: usize,
+    setup: impl Fn(usize) -> S + Sync,
+    op: impl Fn(&mut S) + Sync,
+) -> f64 {
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let barrier = std::sync::Barrier::new(threads + 1);
+        let elapsed = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|index| {
+                    let (barrier, setup, op) = (&barrier, &setup, &op);
+                    scope.spawn(move || {
+                        let mut state = setup(index);
+                        for _ in 0..100 {
+                            op(&mut state);
+                        }
+                        barrier.wait();
+                        for _ in 0..SCALING_OPS {
+                            op(&mut state);
+                        }
+                        drop(state);
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let start = std::time::Instant::now();
+            for handle in handles {
+                handle.join().unwrap();
+            }
+            start.elapsed()
+        });
+        rates.push((threads * SCALING_OPS) as f64 / elapsed.as_secs_f64());
+    }
+    handles_bench::median(rates)
+}
+
+/// The scaling table: aggregate throughput (million ops/s) at 1 to 16 threads.
+fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    let raw_context = context.as_cu() as usize;
+    let bind = move || {
+        // SAFETY: the primary context is alive for the whole benchmark.
+        unsafe { ok(sys::cuCtxSetCurrent(raw_context as sys::CUcontext)) };
+    };
+    let cudarc_context = CudaContext::new(0).unwrap();
+    let untracked_context = CudaContext::new(0).unwrap();
+    // SAFETY: slices of this context are used on their own stream only.
+    unsafe { untracked_context.disable_event_tracking() };
+    let recycler = EventRecycler::new(context, EventFlags::default()).unwrap();
+    let raw_pool = pool.as_cu() as usize;
+    println!();
+    println!(
+        "| op | variant | {} |",
+        THREADS.map(|t| format!("{t} thr (M/s)")).join(" | ")
+    );
+    println!("|---|---|{}", "---|".repeat(THREADS.len()));
+    let row = |op: &str, name: &str, rates: Vec<f64>| {
+        let cells: Vec<String> = rates
+            .iter()
+            .map(|rate| format!("{:.3}", rate / 1e6))
+            .collect();
+        println!("| {op} | {name} | {} |", cells.join(" | "));
+    };
+    let each = |run: &dyn Fn(usize) -> f64| THREADS.iter().map(|&t| run(t)).collect::<Vec<_>>();
+    row(
+        "event create+drop",
+        "raw",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| bind(),
+                |_| {
+                    let mut event = std::ptr::null_mut();
+                    // SAFETY: the primary context is current on this thread.
+                    unsafe {
+                        ok(sys::cuEventCreate(&mut event, flags));
+                        ok(sys::cuEventDestroy_v2(keep(event)));
+                    }
+                },
+            )
+        }),
+    );
+    row(
+        "event create+drop",
+        "handles-cuda",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| (),
+                |_| {
+                    drop(keep(
+                        EventHandle::create(context, EventFlags::default()).unwrap(),
+                    ));
+                },
+            )
+        }),
+    );
+    row(
+        "event create+drop",
+        "cudarc",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| (),
+                |_| {
+                    drop(keep(cudarc_context.new_event(None).unwrap()));
+                },
+            )
+        }),
+    );
+    row(
+        "event create+drop",
+        "handles-cuda recycled",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| (),
+                |_| {
+                    drop(keep(recycler.acquire().unwrap()));
+                },
+            )
+        }),
+    );
+    row(
+        "pool alloc+free 1 KiB, a stream per thread",
+        "raw",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| {
+                    bind();
+                    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+                },
+                |stream| {
+                    let mut ptr = 0;
+                    // SAFETY: the pool and the thread's stream are alive; the memory is freed at once.
+                    unsafe {
+                        ok(sys::cuMemAllocFromPoolAsync(
+                            &mut ptr,
+                            1024,
+                            raw_pool as sys::CUmemoryPool,
+                            stream.as_cu(),
+                        ));
+                        ok(sys::cuMemFreeAsync(keep(ptr), stream.as_cu()));
+                    }
+                },
+            )
+        }),
+    );
+    row(
+        "pool alloc+free 1 KiB, a stream per thread",
+        "handles-cuda",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap(),
+                |stream| {
+                    drop(keep(
+                        DevicePtrHandle::alloc_from_pool(pool, 1024, stream).unwrap(),
+                    ));
+                },
+            )
+        }),
+    );
+    row(
+        "pool alloc+free 1 KiB, a stream per thread",
+        "cudarc (tracking off)",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| untracked_context.new_stream().unwrap(),
+                |stream| {
+                    // SAFETY: the uninitialised memory is freed without being read.
+                    drop(keep(unsafe { stream.alloc::<u8>(1024) }.unwrap()));
+                },
+            )
+        }),
+    );
+}
+
 fn main() {
     if let Err(error) = handles_cuda::ensure_loaded() {
         println!("gpu_bench needs a CUDA driver: {error}");
@@ -482,4 +675,5 @@ fn main() {
         &graph_launches(&context, &stream, &untracked),
     );
     report("map+unmap 2 MiB", &vmm_map_unmap());
+    scaling(&context, &pool);
 }
