@@ -5,8 +5,10 @@
 //! says it is complete, and a wait on it returns at once. A released event is cached only
 //! when it is in that same state for every observer:
 //!
-//! - its last record has completed (`cuEventQuery` says so at release), so a query on the new
-//!   handle sees a completed event, as it would on a fresh one;
+//! - its last record has completed, so a query on the new handle sees a completed event, as it
+//!   would on a fresh one: `cuEventQuery` says so at release, unless the event was never
+//!   reached since it was handed out (no `Deref` to its `EventHandle`, so nothing can have
+//!   recorded it), in which case it is still in the state it was handed out in;
 //! - no other handle to it exists, strong or weak, so nothing can record on it behind the new
 //!   owner's back;
 //! - it records no timestamps (a recycled timing event would carry an old timestamp into
@@ -72,7 +74,10 @@ impl EventRecycler {
             Some(event) => event,
             None => EventHandle::create(&self.context, self.flags)?,
         };
-        Ok(RecycledEvent { event: Some(event) })
+        Ok(RecycledEvent {
+            event: Some(event),
+            reached: std::cell::Cell::new(false),
+        })
     }
 }
 
@@ -82,6 +87,9 @@ impl EventRecycler {
 #[derive(Debug)]
 pub struct RecycledEvent {
     event: Option<EventHandle>,
+    /// Whether the event was reached (through `Deref`) since it was handed out: only then can
+    /// it have been recorded, and only then does its release ask the driver.
+    reached: std::cell::Cell<bool>,
 }
 
 impl RecycledEvent {
@@ -95,6 +103,7 @@ impl Deref for RecycledEvent {
     type Target = EventHandle;
 
     fn deref(&self) -> &EventHandle {
+        self.reached.set(true);
         self.event.as_ref().expect("present until dropped or taken")
     }
 }
@@ -102,20 +111,21 @@ impl Deref for RecycledEvent {
 impl Drop for RecycledEvent {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {
-            recycle(event);
+            recycle(event, self.reached.get());
         }
     }
 }
 
 /// Puts `event` in this thread's cache if it is in the state of a fresh event, or drops it.
-fn recycle(event: EventHandle) {
+/// An event not `reached` since it was handed out is in the state it was handed out in.
+fn recycle(event: EventHandle, reached: bool) {
     // The only handle, strong or weak: nobody else can record on it or see it again.
     if event.strong_count() != 1 || event.weak_count() != 0 {
         return;
     }
     // Its last record completed: a query on the next owner's handle says complete, as on a
     // fresh event. A pending or failed query destroys it instead.
-    if event.query() != Ok(true) {
+    if reached && event.query() != Ok(true) {
         return;
     }
     let Some(context) = event

@@ -51,6 +51,11 @@ fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measure
             Variant::new("handles-cuda EventRecycler acquire+drop", || {
                 drop(keep(recycler.acquire().unwrap()));
             }),
+            Variant::new("handles-cuda EventRecycler acquire+query+drop", || {
+                // Reaching the event makes its release ask the driver whether it is complete.
+                let event = recycler.acquire().unwrap();
+                keep(event.query().unwrap());
+            }),
         ],
         ROUNDS,
         2000,
