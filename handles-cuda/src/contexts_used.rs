@@ -8,21 +8,19 @@
 //! for), the release is refused and the resource leaked: the only sound answer to work that
 //! may still run.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::CUcontext;
 
 use crate::context::ContextHandle;
+use crate::contexts_used_protocol::NotedSet;
 use crate::error::{Error, Result, driver};
 use crate::scope::in_context;
 use crate::stream::StreamHandle;
 
 /// The contexts that work using a resource ran in (see the module docs).
 pub(crate) struct ContextsUsed {
-    /// The raw context of the latest noted use: a repeated use in it takes no lock.
-    last: AtomicUsize,
-    contexts: Mutex<Vec<ContextHandle>>,
+    contexts: NotedSet<ContextHandle>,
     /// Set when a use could not be noted: the release is then refused.
     unwaitable: AtomicBool,
 }
@@ -30,8 +28,7 @@ pub(crate) struct ContextsUsed {
 impl ContextsUsed {
     pub(crate) fn new() -> Self {
         ContextsUsed {
-            last: AtomicUsize::new(0),
-            contexts: Mutex::new(Vec::new()),
+            contexts: NotedSet::new(),
             unwaitable: AtomicBool::new(false),
         }
     }
@@ -44,10 +41,11 @@ impl ContextsUsed {
         context: CUcontext,
         owning: impl FnOnce() -> Result<ContextHandle>,
     ) -> Result<()> {
-        if self.last.load(Ordering::Relaxed) == context as usize {
-            return Ok(());
+        let noted = self.contexts.note(context as usize, owning);
+        if noted.is_err() {
+            self.unwaitable.store(true, Ordering::Relaxed);
         }
-        self.note_slow(context, owning)
+        noted
     }
 
     /// Notes the context of work queued on `stream` by this thread.
@@ -70,29 +68,6 @@ impl ContextsUsed {
         }
     }
 
-    #[cold]
-    fn note_slow(
-        &self,
-        context: CUcontext,
-        owning: impl FnOnce() -> Result<ContextHandle>,
-    ) -> Result<()> {
-        let mut contexts = self
-            .contexts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !contexts.iter().any(|known| known.as_cu() == context) {
-            match owning() {
-                Ok(handle) => contexts.push(handle),
-                Err(error) => {
-                    self.unwaitable.store(true, Ordering::Relaxed);
-                    return Err(error);
-                }
-            }
-        }
-        self.last.store(context as usize, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// Blocks until every noted context has finished its work; an error means some use could
     /// not be waited for, and the release must not happen.
     pub(crate) fn wait_for_all(&self) -> Result<()> {
@@ -103,14 +78,9 @@ impl ContextsUsed {
                     .into(),
             ));
         }
-        let contexts = self
-            .contexts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for context in contexts.iter() {
+        self.contexts.try_for_each(|context| {
             // SAFETY: the context is alive (the handle holds it) and current for the call.
-            in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })?;
-        }
-        Ok(())
+            in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
+        })
     }
 }

@@ -43,6 +43,7 @@
 
 mod context;
 mod contexts_used;
+mod contexts_used_protocol;
 mod cudarc_interop;
 mod device_ptr;
 mod driver;
