@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cudarc::driver::sys::CUcontext;
+use cudarc::driver::sys::{self, CUcontext};
 
 use crate::context::ContextHandle;
 use crate::contexts_used_protocol::NotedSet;
@@ -79,8 +79,23 @@ impl ContextsUsed {
             ));
         }
         self.contexts.try_for_each(|context| {
-            // SAFETY: the context is alive (the handle holds it) and current for the call.
-            in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
+            in_relaxed_capture_mode(|| {
+                // SAFETY: the context is alive (the handle holds it) and current for the call.
+                in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
+            })
         })
     }
+}
+
+/// Runs `call` with this thread's stream-capture mode relaxed, then restores it: a release
+/// that synchronises must not be refused (nor invalidate the capture) because another thread
+/// is capturing in global mode, as cuda.core's VMM release does too.
+fn in_relaxed_capture_mode(call: impl FnOnce() -> Result<()>) -> Result<()> {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: `mode` is a valid in/out pointer; the call swaps this thread's mode.
+    unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
+    let called = call();
+    // SAFETY: as above; puts the thread's previous mode back.
+    let restored = unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
+    called.and(restored)
 }

@@ -99,8 +99,9 @@ pub use stream::{
 };
 pub use vmm::{
     AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
-    GrowableBuffer, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,
-    PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak, granularity,
+    FabricHandle, GrowableBuffer, Mapping, MappingBox, MappingHandle, MappingWeak,
+    PhysicalAllocation, PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak,
+    Sharing, granularity,
 };
 
 /// The raw driver API, as used by this crate (cudarc's bindings).

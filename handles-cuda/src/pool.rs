@@ -162,6 +162,29 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
 impl MemoryPoolHandle {
     /// Creates a pool from `props`. The pool keeps the device's primary context alive.
     pub fn create(props: &PoolProps) -> Result<Self> {
+        let handle_type = if props.ipc {
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        } else {
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
+        };
+        Self::create_with(props, handle_type)
+    }
+
+    /// Creates a pool from `props` whose memory can be shared across an NVLink fabric
+    /// (`CU_MEM_HANDLE_TYPE_FABRIC`; `props.ipc` is ignored): export it with
+    /// [`MemoryPoolHandle::export_fabric`]. Where the driver or the system has no fabric
+    /// support, the driver's refusal is returned as an `Err`.
+    pub fn create_fabric(props: &PoolProps) -> Result<Self> {
+        Self::create_with(
+            &PoolProps {
+                ipc: false,
+                ..*props
+            },
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
+        )
+    }
+
+    fn create_with(props: &PoolProps, handle_type: sys::CUmemAllocationHandleType) -> Result<Self> {
         ensure_loaded()?;
         let context = match props.location {
             PoolLocation::Device(ordinal) => ContextHandle::primary(ordinal)?,
@@ -176,11 +199,7 @@ impl MemoryPoolHandle {
         // SAFETY: the props struct is plain data for which all-zero is the documented default.
         let mut raw_props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
         raw_props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        raw_props.handleTypes = if props.ipc {
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        } else {
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
-        };
+        raw_props.handleTypes = handle_type;
         raw_props.location = raw_location(location);
         raw_props.maxSize = props.max_size;
         let record = MemoryPool {

@@ -27,6 +27,35 @@ use crate::stream::StreamHandle;
 
 const POSIX_FD: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+const FABRIC: sys::CUmemAllocationHandleType =
+    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC;
+
+/// How a physical allocation can be shared with other processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Sharing {
+    /// Not shareable.
+    #[default]
+    None,
+    /// As a POSIX file descriptor, with processes of this machine.
+    PosixFd,
+    /// As a FABRIC handle (64 bytes), with processes on machines of one NVLink fabric. Only
+    /// where the driver and the system support it; elsewhere creation is an `Err`.
+    Fabric,
+}
+
+impl Sharing {
+    fn handle_type(self) -> sys::CUmemAllocationHandleType {
+        match self {
+            Sharing::None => sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+            Sharing::PosixFd => POSIX_FD,
+            Sharing::Fabric => FABRIC,
+        }
+    }
+}
+
+/// A FABRIC handle: 64 bytes that name a physical allocation (or a pool) across the fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FabricHandle(pub [u8; 64]);
 
 /// Physical memory made with `cuMemCreate`, mappable into reservations.
 ///
@@ -43,9 +72,9 @@ pub struct PhysicalAllocation {
     /// Where the memory is: a device, or a host NUMA node.
     #[handle(copy)]
     pub location: PoolLocation,
-    /// Whether it can be exported as a POSIX file descriptor.
+    /// How it can be shared with other processes.
     #[handle(copy)]
-    pub shareable: bool,
+    pub sharing: Sharing,
 }
 // SAFETY: the CUDA driver API lets allocation handles be used and released from any thread.
 unsafe impl handles_core::ThreadSafe for PhysicalAllocation {}
@@ -119,14 +148,10 @@ fn unmap(raw: CUdeviceptr, mapping: &Mapping) -> Result<()> {
 }
 
 /// The allocation properties for `location`.
-fn properties(location: PoolLocation, shareable: bool) -> sys::CUmemAllocationProp {
+fn properties(location: PoolLocation, sharing: Sharing) -> sys::CUmemAllocationProp {
     sys::CUmemAllocationProp {
         type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: if shareable {
-            POSIX_FD
-        } else {
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE
-        },
+        requestedHandleTypes: sharing.handle_type(),
         location: raw_location(location),
         win32HandleMetaData: std::ptr::null_mut(),
         allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
@@ -143,7 +168,7 @@ fn properties(location: PoolLocation, shareable: bool) -> sys::CUmemAllocationPr
 pub fn granularity(location: PoolLocation) -> Result<usize> {
     ensure_loaded()?;
     check_location(location)?;
-    let prop = properties(location, false);
+    let prop = properties(location, Sharing::None);
     out(|value| {
         // SAFETY: `prop` is fully initialised; `value` is a valid out-pointer.
         unsafe {
@@ -182,10 +207,10 @@ fn rounded(size: usize, granularity: usize) -> Result<usize> {
 
 impl PhysicalAllocationHandle {
     /// Physical memory of at least `size` bytes at `location` (rounded up to the granularity),
-    /// exportable as a POSIX descriptor if `shareable`.
-    pub fn create(location: PoolLocation, size: usize, shareable: bool) -> Result<Self> {
+    /// shareable as `sharing` says.
+    pub fn create(location: PoolLocation, size: usize, sharing: Sharing) -> Result<Self> {
         let size = rounded(size, granularity(location)?)?;
-        let prop = properties(location, shareable);
+        let prop = properties(location, sharing);
         let raw = out(|raw| {
             // SAFETY: `prop` is fully initialised and `size` a multiple of the granularity;
             // `raw` is a valid out-pointer.
@@ -194,7 +219,7 @@ impl PhysicalAllocationHandle {
         let record = PhysicalAllocation {
             size,
             location,
-            shareable,
+            sharing,
         };
         // SAFETY: a fresh allocation handle owned by nobody else; `release_physical` releases
         // it once.
@@ -204,9 +229,9 @@ impl PhysicalAllocationHandle {
     /// Exports the allocation as a new POSIX file descriptor
     /// (`cuMemExportToShareableHandle`), to send to another process.
     pub fn export_posix_fd(&self) -> Result<OwnedFd> {
-        if !self.shareable() {
+        if self.sharing() != Sharing::PosixFd {
             return Err(Error::InvalidArgument(
-                "only allocations created shareable can be exported".into(),
+                "only allocations created with Sharing::PosixFd export a descriptor".into(),
             ));
         }
         let mut fd: std::ffi::c_int = -1;
@@ -246,7 +271,57 @@ impl PhysicalAllocationHandle {
         let record = PhysicalAllocation {
             size,
             location,
-            shareable: true,
+            sharing: Sharing::PosixFd,
+        };
+        // SAFETY: a fresh handle onto the imported memory, owned by nobody else.
+        Ok(unsafe { PhysicalAllocationHandle::from_raw(raw, record) })
+    }
+}
+
+impl PhysicalAllocationHandle {
+    /// Exports the allocation as a FABRIC handle (`cuMemExportToShareableHandle`).
+    pub fn export_fabric(&self) -> Result<FabricHandle> {
+        if self.sharing() != Sharing::Fabric {
+            return Err(Error::InvalidArgument(
+                "only allocations created with Sharing::Fabric export a FABRIC handle".into(),
+            ));
+        }
+        let mut handle = sys::CUmemFabricHandle_st { data: [0; 64] };
+        // SAFETY: the allocation is alive; for FABRIC the driver writes a 64-byte handle.
+        unsafe {
+            driver!(cuMemExportToShareableHandle(
+                (&mut handle as *mut sys::CUmemFabricHandle_st).cast(),
+                self.as_raw(),
+                FABRIC,
+                0
+            ))
+        }?;
+        Ok(FabricHandle(handle.data))
+    }
+
+    /// Imports an allocation exported as a FABRIC handle, of `size` bytes at `location` as the
+    /// exporter made it (`cuMemImportFromShareableHandle`).
+    pub fn import_fabric(
+        handle: &FabricHandle,
+        location: PoolLocation,
+        size: usize,
+    ) -> Result<Self> {
+        let size = rounded(size, granularity(location)?)?;
+        let mut data = sys::CUmemFabricHandle_st { data: handle.0 };
+        let raw = out(|raw| {
+            // SAFETY: `data` is a 64-byte FABRIC handle, read by the call.
+            unsafe {
+                driver!(cuMemImportFromShareableHandle(
+                    raw,
+                    (&mut data as *mut sys::CUmemFabricHandle_st).cast(),
+                    FABRIC
+                ))
+            }
+        })?;
+        let record = PhysicalAllocation {
+            size,
+            location,
+            sharing: Sharing::Fabric,
         };
         // SAFETY: a fresh handle onto the imported memory, owned by nobody else.
         Ok(unsafe { PhysicalAllocationHandle::from_raw(raw, record) })
@@ -440,7 +515,7 @@ impl GrowableBuffer {
             let physical = PhysicalAllocationHandle::create(
                 PoolLocation::Device(self.device),
                 self.chunk,
-                false,
+                Sharing::None,
             )?;
             let offset = chunks.len() * self.chunk;
             let mapping = MappingHandle::map(

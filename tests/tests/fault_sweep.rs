@@ -29,7 +29,7 @@ use handles_cuda::{
     AddressReservationHandle, CaptureMode, ContextHandle, DevicePtrHandle, Error, EventFlags,
     EventHandle, GraphHandle, GreenContextHandle, GrowableBuffer, KernelAttribute, KernelHandle,
     LaunchConfig, LibraryHandle, MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle,
-    PoolLocation, PoolProps, Result, ReusePolicy, StreamFlags, StreamHandle, sys,
+    PoolLocation, PoolProps, Result, ReusePolicy, Sharing, StreamFlags, StreamHandle, sys,
 };
 use handles_tests::kernels::TestKernels;
 use handles_tests::{Failures, cuda_live_counts};
@@ -341,7 +341,8 @@ fn vmm_growable_buffer() -> Result<()> {
 
 fn vmm_export_import() -> Result<()> {
     let grain = handles_cuda::granularity(PoolLocation::Device(0))?;
-    let physical = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, true)?;
+    let physical =
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::PosixFd)?;
     let fd = physical.export_posix_fd()?;
     let imported =
         PhysicalAllocationHandle::import_posix_fd(fd.as_fd(), PoolLocation::Device(0), grain)?;

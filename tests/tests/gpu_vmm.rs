@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use handles_cuda::{
     AddressReservationHandle, ContextHandle, DevicePtrHandle, GreenContextHandle, GrowableBuffer,
     LaunchConfig, MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation,
-    PoolProps, ReusePolicy, StreamFlags, StreamHandle, granularity,
+    PoolProps, ReusePolicy, Sharing, StreamFlags, StreamHandle, granularity,
 };
 use handles_tests::kernels::{TestKernels, words};
 use handles_tests::{Failures, child, serial};
@@ -94,9 +94,11 @@ fn a_reservation_dropped_before_its_mappings_stays_valid_until_the_last_one() {
     assert!(grain >= 4096 && grain.is_power_of_two(), "{grain}");
     let reservation = AddressReservationHandle::reserve(4 * grain, grain).unwrap();
     let physical =
-        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain + 1, false).unwrap();
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain + 1, Sharing::None)
+            .unwrap();
     assert_eq!(physical.size(), 2 * grain, "rounded up to the granularity");
-    let other = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, false).unwrap();
+    let other =
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::None).unwrap();
     let first = MappingHandle::map(&reservation, 0, &physical, 0, 2 * grain, &[0]).unwrap();
     let second = MappingHandle::map(&reservation, 2 * grain, &other, 0, grain, &[0]).unwrap();
     // Bad mappings are refused before the driver: unaligned, past the reservation, from an
@@ -160,7 +162,8 @@ fn physical_memory_is_shared_with_a_child_process_through_a_descriptor() {
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let grain = granularity(PoolLocation::Device(0)).unwrap();
-    let physical = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, true).unwrap();
+    let physical =
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::PosixFd).unwrap();
     let reservation = AddressReservationHandle::reserve(grain, grain).unwrap();
     let mapping = MappingHandle::map(&reservation, 0, &physical, 0, grain, &[0]).unwrap();
     let pointer = mapping.device_ptr();
@@ -183,7 +186,8 @@ fn physical_memory_is_shared_with_a_child_process_through_a_descriptor() {
         stdout.contains("child: read the parent's bytes"),
         "{stdout}"
     );
-    let unshared = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, false).unwrap();
+    let unshared =
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::None).unwrap();
     assert!(unshared.export_posix_fd().is_err(), "not created shareable");
 }
 
@@ -306,6 +310,48 @@ fn pool_attributes_round_trip_and_trim_lowers_reserved_memory() {
     })
     .unwrap();
     assert!(host.set_device_current(0).is_err(), "only a device pool");
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fabric_sharing_round_trips_or_is_refused_with_an_error() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let grain = granularity(PoolLocation::Device(0)).unwrap();
+    match PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::Fabric) {
+        Ok(physical) => {
+            let handle = physical.export_fabric().unwrap();
+            let imported =
+                PhysicalAllocationHandle::import_fabric(&handle, PoolLocation::Device(0), grain)
+                    .unwrap();
+            assert_eq!(imported.size(), grain);
+            println!("FABRIC allocations are supported here");
+        }
+        Err(error) => {
+            assert!(
+                matches!(error, handles_cuda::Error::Driver { .. }),
+                "{error}"
+            );
+            println!("FABRIC allocations refused, as expected without a fabric: {error}");
+        }
+    }
+    match MemoryPoolHandle::create_fabric(&PoolProps::device(0)) {
+        Ok(pool) => {
+            let handle = pool.export_fabric().unwrap();
+            MemoryPoolHandle::import_fabric(&handle, 0).unwrap();
+        }
+        Err(error) => assert!(
+            matches!(error, handles_cuda::Error::Driver { .. }),
+            "{error}"
+        ),
+    }
+    // A pool or an allocation not made for FABRIC never exports one.
+    let plain = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    assert!(plain.export_fabric().is_err());
+    let unshared =
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::None).unwrap();
+    assert!(unshared.export_fabric().is_err());
     failures.assert_none();
 }
 

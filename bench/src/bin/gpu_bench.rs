@@ -10,7 +10,7 @@ use handles_bench::{Measured, Variant, interleave, keep};
 use handles_cuda::{
     AddressReservationHandle, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags,
     EventHandle, EventRecycler, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle,
-    MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps,
+    MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps, Sharing,
     StreamFlags, StreamHandle,
 };
 
@@ -413,7 +413,8 @@ fn graph_launches(
 /// checks, the handle and the wait for the contexts its uses ran in: none here).
 fn vmm_map_unmap() -> Measured {
     let grain = handles_cuda::granularity(PoolLocation::Device(0)).unwrap();
-    let physical = PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, false).unwrap();
+    let physical =
+        PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::None).unwrap();
     let reservation = AddressReservationHandle::reserve(grain, grain).unwrap();
     let (address, handle) = (reservation.as_cu(), physical.as_raw());
     let access = sys::CUmemAccessDesc {

@@ -69,3 +69,51 @@ impl MemoryPoolHandle {
         )
     }
 }
+impl MemoryPoolHandle {
+    /// Exports a pool made with [`MemoryPoolHandle::create_fabric`] as a FABRIC handle
+    /// (`cuMemPoolExportToShareableHandle`). Any other pool gets the driver's refusal as an
+    /// `Err`.
+    pub fn export_fabric(&self) -> Result<crate::vmm::FabricHandle> {
+        let mut handle = sys::CUmemFabricHandle_st { data: [0; 64] };
+        // SAFETY: the pool is alive; for FABRIC the driver writes a 64-byte handle.
+        unsafe {
+            driver!(cuMemPoolExportToShareableHandle(
+                (&mut handle as *mut sys::CUmemFabricHandle_st).cast(),
+                self.as_cu(),
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
+                0,
+            ))
+        }?;
+        Ok(crate::vmm::FabricHandle(handle.data))
+    }
+
+    /// Imports a pool exported as a FABRIC handle, on device `ordinal` of this process (whose
+    /// primary context the import keeps alive). The returned handle owns the imported pool.
+    pub fn import_fabric(handle: &crate::vmm::FabricHandle, ordinal: usize) -> Result<Self> {
+        ensure_loaded()?;
+        let context = ContextHandle::primary(ordinal)?;
+        let record = MemoryPool {
+            context: Some(context.clone()),
+            location: Some(crate::pool::PoolLocation::Device(ordinal)),
+            ipc: false,
+        };
+        let mut data = sys::CUmemFabricHandle_st { data: handle.0 };
+        create_in(
+            &context,
+            || {
+                // SAFETY: `data` is a 64-byte FABRIC handle read by the call; `raw` is a valid
+                // out-pointer.
+                out(|raw| unsafe {
+                    driver!(cuMemPoolImportFromShareableHandle(
+                        raw,
+                        (&mut data as *mut sys::CUmemFabricHandle_st).cast(),
+                        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
+                        0,
+                    ))
+                })
+            },
+            // SAFETY: a freshly imported pool owned by nobody else; its deleter destroys it.
+            |raw| unsafe { MemoryPoolHandle::from_raw(raw, record) },
+        )
+    }
+}
