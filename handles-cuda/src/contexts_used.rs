@@ -57,14 +57,16 @@ impl ContextsUsed {
         }
     }
 
+    /// A stream whose context no handle here can own (a token while an unregistered
+    /// context, such as a green context's, is current): the host waits for the stream now,
+    /// so the use needs no later wait; only if that fails is the release refused.
     #[cold]
     fn note_unknown_context(&self, stream: &StreamHandle) -> Result<()> {
         match stream.owning_context() {
             Ok(context) => self.note(context.as_cu(), || Ok(context.clone())),
-            Err(error) => {
+            Err(_) => stream.synchronize().inspect_err(|_| {
                 self.unwaitable.store(true, Ordering::Relaxed);
-                Err(error)
-            }
+            }),
         }
     }
 

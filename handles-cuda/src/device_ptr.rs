@@ -208,16 +208,11 @@ impl DevicePtrHandle {
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
     pub fn alloc_async(size: usize, stream: &StreamHandle) -> Result<Self> {
         check_size(size)?;
-        stream.refuse_if_captured()?;
-        let mut order = StreamOrder::new(stream.bound()?)?;
-        let mut raw = 0;
-        let allocated = order.home_while_creating().queue(|raw_stream| {
-            // SAFETY: the stream is alive; `raw` is a valid out-pointer.
-            unsafe { driver!(cuMemAllocAsync(&mut raw, size, raw_stream)) }
-        });
-        Self::own_allocated(allocated, || {
-            Self::stream_ordered(raw, size, None, order, Origin::Allocated)
-        })
+        // Allocated from that pool by name, so that the pointer keeps it alive (the handle
+        // that manages it, or a reference to a pool the driver or another owner keeps).
+        let current = MemoryPoolHandle::device_current(stream.device_ordinal()?)?;
+        let pool = MemoryPoolHandle::lookup(current.as_cu()).unwrap_or(current);
+        Self::alloc_from_pool(&pool, size, stream)
     }
 
     /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync` on the
@@ -382,6 +377,12 @@ impl DevicePtrHandle {
 
     /// Reports that work touching the memory was queued on `stream`, so the free is ordered
     /// after it. Free of cost on the deallocation stream itself.
+    /// [`Self::check_accessible_from`] the device of `stream`'s work.
+    #[inline]
+    pub(crate) fn accessible_on(&self, stream: &StreamHandle) -> Result<()> {
+        self.check_accessible_from(stream.device_ordinal()?)
+    }
+
     /// Refuses to let a kernel on device `ordinal` use this memory when it lives on another
     /// device that `ordinal` cannot access: a pool allocation needs the pool's peer access
     /// for `ordinal`, and a synchronous allocation is refused (its peer access is a context
@@ -509,6 +510,7 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let start = self.range(offset, len)?;
         stream.refuse_if_captured()?;
+        self.accessible_on(stream)?;
         stream
             .queue(|raw_stream| {
                 // SAFETY: the range is within the allocation, which is alive while `self` is.
@@ -532,6 +534,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, src.len())?;
+        self.accessible_on(stream)?;
         host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
     }
 
@@ -550,6 +553,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, dst.len())?;
+        self.accessible_on(stream)?;
         host_copy(stream, dst.as_mut_ptr() as CUdeviceptr, start, dst.len())
     }
 
@@ -573,6 +577,8 @@ impl DevicePtrHandle {
             ));
         }
         stream.refuse_if_captured()?;
+        self.accessible_on(stream)?;
+        dst.accessible_on(stream)?;
         stream
             .queue_bound(|raw_stream| {
                 // SAFETY: both ranges are within live allocations kept alive by their handles.

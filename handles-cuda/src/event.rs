@@ -118,6 +118,13 @@ impl EventHandle {
 
     /// Records the event on `stream`.
     pub fn record(&self, stream: &StreamHandle) -> Result<()> {
+        if let (Some(own), Some(theirs)) = (self.context().as_ref(), stream.context().as_ref())
+            && own.as_cu() != theirs.as_cu()
+        {
+            return Err(Error::InvalidArgument(
+                "an event can only be recorded on a stream of the context it was created in".into(),
+            ));
+        }
         let event = self.as_cu();
         stream.run(|raw_stream| {
             // SAFETY: both the event and the stream are alive while their handles are.

@@ -81,6 +81,19 @@ impl EventRecycler {
     }
 }
 
+/// Destroys the events this thread keeps for reuse (which hold their contexts, a green
+/// context's too, alive), and returns how many. Threads release their cache when they exit.
+pub fn clear_recycled_events() -> usize {
+    let taken = CACHE
+        .try_with(|cache| cache.try_borrow_mut().map(|mut c| std::mem::take(&mut *c)))
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let count = taken.len();
+    drop(taken);
+    count
+}
+
 /// An event from an [`EventRecycler`]: an `EventHandle` (through `Deref`) that goes back to
 /// this thread's cache when dropped, if it is in the state of a fresh event (see the module
 /// docs); otherwise it is destroyed as usual.

@@ -176,6 +176,14 @@ impl GraphHandle {
         made.ok_or_else(|| Error::InvalidArgument("the capture produced no graph".into()))
     }
 
+    /// The ordinal of the device the graph's nodes run on.
+    fn device_ordinal(&self) -> Result<usize> {
+        match self.context().device() {
+            Some(ordinal) => Ok(ordinal),
+            None => StreamHandle::legacy_in(self.context()).device_ordinal(),
+        }
+    }
+
     fn check_dependencies(&self, dependencies: &[GraphNode]) -> Result<Vec<CUgraphNode>> {
         let id = self.id();
         if let Some(foreign) = dependencies.iter().find(|node| node.graph != id) {
@@ -220,10 +228,7 @@ impl GraphHandle {
         config: &LaunchConfig,
         args: P::Args<'_>,
     ) -> Result<GraphNode> {
-        let ordinal = self.context().device().map_or_else(
-            || StreamHandle::legacy_in(self.context()).device_ordinal(),
-            Ok,
-        )?;
+        let ordinal = self.device_ordinal()?;
         kernel.check_launch(config, &args, ordinal)?;
         let mut attachments = vec![Attachment::Kernel(kernel.kernel().clone())];
         P::for_each_buffer(&args, |buffer| {
@@ -272,6 +277,7 @@ impl GraphHandle {
         len: usize,
     ) -> Result<GraphNode> {
         let start = buffer.checked_range(offset, len)?;
+        buffer.check_accessible_from(self.device_ordinal()?)?;
         let params = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: start,
             pitch: 0,
@@ -315,6 +321,9 @@ impl GraphHandle {
                 "the source and destination ranges overlap".into(),
             ));
         }
+        let ordinal = self.device_ordinal()?;
+        src.check_accessible_from(ordinal)?;
+        dst.check_accessible_from(ordinal)?;
         // Every field written out: the memory types are enums without a zero value.
         let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
         let params = sys::CUDA_MEMCPY3D {
@@ -605,6 +614,7 @@ impl Capture {
         len: usize,
     ) -> Result<()> {
         let start = buffer.checked_range(offset, len)?;
+        buffer.accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; the range lies in the buffer, which the
         // graph will keep alive.
         unsafe { driver!(cuMemsetD8Async(start, value, len, self.stream.as_cu())) }?;
@@ -628,6 +638,8 @@ impl Capture {
                 "the source and destination ranges overlap".into(),
             ));
         }
+        src.accessible_on(&self.stream)?;
+        dst.accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; both ranges lie in their buffers, which the
         // graph will keep alive.
         unsafe { driver!(cuMemcpyAsync(to, from, len, self.stream.as_cu())) }?;

@@ -32,7 +32,17 @@ pub struct GreenContext {
 unsafe impl handles_core::ThreadSafe for GreenContext {}
 
 fn destroy_green(raw: CUgreenCtx, _: &GreenContext) -> Result<()> {
-    // SAFETY: the handle owns `raw`; every stream made in it is gone (they keep it alive).
+    // Its streams are destroyed, but `cuStreamDestroy` returns before their work has run
+    // (a last free, say): the green context is destroyed only after that work.
+    // SAFETY: the green context is alive; `context` is a valid out-pointer.
+    let context = out(|context| unsafe { driver!(cuCtxFromGreenCtx(context, raw)) });
+    let drained = context.and_then(|context| {
+        // SAFETY: the green context's context is alive and current for the call.
+        crate::scope::in_context(context, || unsafe { driver!(cuCtxSynchronize()) })
+    });
+    deleter_status(drained)?;
+    // SAFETY: the handle owns `raw`; every stream made in it is gone (they keep it alive) and
+    // their work has completed.
     deleter_status(unsafe { driver!(cuGreenCtxDestroy(raw)) })
 }
 

@@ -74,7 +74,7 @@ pub use driver::{
 };
 pub use error::{Error, Result};
 pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
-pub use event_recycler::{EventRecycler, RecycledEvent};
+pub use event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
 pub use fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
 pub use graph::{
     Capture, CaptureMode, Graph, GraphBox, GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak,

@@ -355,6 +355,39 @@ fn fabric_sharing_round_trips_or_is_refused_with_an_error() {
     failures.assert_none();
 }
 
+#[test]
+#[ignore = "needs two CUDA GPUs"]
+fn two_gpus_memsets_and_copies_are_refused_memory_their_device_cannot_reach() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let near = stream(&ContextHandle::primary(0).unwrap());
+    let far = stream(&ContextHandle::primary(1).unwrap());
+    let grain = granularity(PoolLocation::Device(0)).unwrap();
+    // Device 1's memory, mapped for device 1 only: device 0's work may not touch it, by any
+    // path.
+    let physical =
+        PhysicalAllocationHandle::create(PoolLocation::Device(1), grain, Sharing::None).unwrap();
+    let reservation = AddressReservationHandle::reserve(grain, grain).unwrap();
+    let only_far = MappingHandle::map(&reservation, 0, &physical, 0, grain, &[1])
+        .unwrap()
+        .device_ptr();
+    assert!(only_far.memset_async(0, 64, &near).is_err());
+    let mut bytes = [0u8; 16];
+    assert!(only_far.copy_to_host(&mut bytes, &near).is_err());
+    only_far.memset_async(5, 64, &far).unwrap();
+    only_far.copy_to_host(&mut bytes, &far).unwrap();
+    assert_eq!(bytes, [5; 16]);
+    // `alloc_async` memory keeps (and is checked against) the pool it came from.
+    let pooled = DevicePtrHandle::alloc_async(4096, &near).unwrap();
+    assert!(pooled.pool().is_some(), "the device's current pool, kept");
+    assert!(pooled.memset_async(0, 64, &far).is_err());
+    let local = DevicePtrHandle::alloc_async(4096, &far).unwrap();
+    assert!(pooled.copy_to_async(0, &local, 0, 64, &far).is_err());
+    near.synchronize().unwrap();
+    far.synchronize().unwrap();
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]
@@ -362,10 +395,19 @@ fn on_the_simulator() {
     simulator::SuiteRun {
         label: "gpu_vmm",
         filters: &[],
-        skips: &[],
+        skips: &["two_gpus"],
         not_simulated: NOT_SIMULATED,
         devices: 1,
         env: &[("HANDLES_VMM_BYTES", "134217728")],
+    }
+    .run();
+    simulator::SuiteRun {
+        label: "gpu_vmm, 2 devices",
+        filters: &["two_gpus"],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 2,
+        env: &[],
     }
     .run();
 }
