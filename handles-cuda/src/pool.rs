@@ -170,20 +170,6 @@ impl MemoryPoolHandle {
         Self::create_with(props, handle_type)
     }
 
-    /// Creates a pool from `props` whose memory can be shared across an NVLink fabric
-    /// (`CU_MEM_HANDLE_TYPE_FABRIC`; `props.ipc` is ignored): export it with
-    /// [`MemoryPoolHandle::export_fabric`]. Where the driver or the system has no fabric
-    /// support, the driver's refusal is returned as an `Err`.
-    pub fn create_fabric(props: &PoolProps) -> Result<Self> {
-        Self::create_with(
-            &PoolProps {
-                ipc: false,
-                ..*props
-            },
-            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_FABRIC,
-        )
-    }
-
     fn create_with(props: &PoolProps, handle_type: sys::CUmemAllocationHandleType) -> Result<Self> {
         ensure_loaded()?;
         let context = match props.location {

@@ -53,7 +53,7 @@ impl Sharing {
     }
 }
 
-/// A FABRIC handle: 64 bytes that name a physical allocation (or a pool) across the fabric.
+/// A FABRIC handle: 64 bytes that name a physical allocation across the fabric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FabricHandle(pub [u8; 64]);
 
