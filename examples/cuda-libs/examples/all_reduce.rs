@@ -1,12 +1,13 @@
 //! An all-reduce across every GPU of the machine through NCCL (one communicator per device,
 //! `ncclCommInitAll`), checked, then the communicators, streams and contexts dropped in an
-//! adversarial order. Needs two or more GPUs; with fewer, without a driver or without NCCL it
+//! adversarial order; then the same sum with one thread per rank joining by a shared id
+//! (`ncclCommInitRank`). Needs two or more GPUs; with fewer, without a driver or without NCCL it
 //! says so in one sentence and exits with 0.
 //!
 //! `cargo run -p handles-cuda-libs --example all_reduce`
 
 use handles_cuda::{ContextHandle, DevicePtrHandle, StreamFlags, StreamHandle};
-use handles_cuda_libs::{LibError, NcclCommHandle, all_reduce_sum_f32};
+use handles_cuda_libs::{LibError, NcclCommHandle, NcclUniqueId, all_reduce_sum_f32};
 
 const COUNT: usize = 1 << 20;
 
@@ -87,6 +88,57 @@ fn run() -> Result<(), LibError> {
         drop(comm);
     }
     drop(recvs);
+    by_rank(devices)?;
     println!("done");
     Ok(())
+}
+
+/// The same sum with one thread per rank, each joining by a shared id (`ncclCommInitRank`),
+/// as separate processes would after sending the id's bytes to each other.
+fn by_rank(devices: usize) -> Result<(), LibError> {
+    let id = NcclUniqueId::new()?;
+    let bytes = id.to_bytes();
+    let expected = (1..=devices).sum::<usize>() as f32;
+    let results: Vec<Result<(), LibError>> = std::thread::scope(|scope| {
+        let ranks: Vec<_> = (0..devices)
+            .map(|rank| {
+                scope.spawn(move || -> Result<(), LibError> {
+                    let context = ContextHandle::primary(rank)?;
+                    let stream =
+                        StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0)?;
+                    let id = NcclUniqueId::from_bytes(&bytes);
+                    let comm = NcclCommHandle::init_rank(&id, rank, devices, &stream)?;
+                    let send = DevicePtrHandle::alloc(&context, COUNT * 4)?;
+                    let value = (rank + 1) as f32;
+                    let host: Vec<u8> = std::iter::repeat_n(value.to_ne_bytes(), COUNT)
+                        .flatten()
+                        .collect();
+                    send.copy_from_host(&host, &stream)?;
+                    let recv = DevicePtrHandle::alloc(&context, COUNT * 4)?;
+                    all_reduce_sum_f32(std::slice::from_ref(&comm), &[&send], &[&recv], COUNT)?;
+                    let mut back = vec![0u8; COUNT * 4];
+                    recv.copy_to_host(&mut back, &stream)?;
+                    let wrong = back
+                        .chunks_exact(4)
+                        .filter(|x| f32::from_ne_bytes((*x).try_into().unwrap()) != expected)
+                        .count();
+                    println!(
+                        "by rank: rank {rank} of {devices}: {} of {COUNT} elements are {expected}",
+                        COUNT - wrong
+                    );
+                    if wrong != 0 {
+                        return Err(LibError::InvalidArgument(format!(
+                            "rank {rank}: {wrong} differ"
+                        )));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .map(|rank| rank.join().expect("a rank thread panicked"))
+            .collect()
+    });
+    results.into_iter().collect()
 }

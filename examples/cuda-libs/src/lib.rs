@@ -26,7 +26,9 @@ pub use cublaslt::{
 };
 pub use cudnn::{Cudnn, CudnnBox, CudnnHandle, CudnnWeak};
 pub use error::LibError;
-pub use nccl::{NcclComm, NcclCommBox, NcclCommHandle, NcclCommWeak, all_reduce_sum_f32};
+pub use nccl::{
+    NcclComm, NcclCommBox, NcclCommHandle, NcclCommWeak, NcclUniqueId, all_reduce_sum_f32,
+};
 
 /// The context a stream's work runs in: the stream's own record must name it (streams made by
 /// `StreamHandle::create` do).

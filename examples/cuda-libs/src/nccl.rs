@@ -145,9 +145,85 @@ impl NcclCommHandle {
             .collect())
     }
 
+    /// Rank `rank` of a communicator of `world_size` ranks identified by `id`
+    /// (`ncclCommInitRank`), on `stream`'s device: every rank, in this process or another,
+    /// calls this with the same id; the call returns once all ranks have joined.
+    pub fn init_rank(
+        id: &NcclUniqueId,
+        rank: usize,
+        world_size: usize,
+        stream: &StreamHandle,
+    ) -> Result<Self, LibError> {
+        loaded()?;
+        if rank >= world_size {
+            return Err(LibError::InvalidArgument(format!(
+                "rank {rank} is not below the world size {world_size}"
+            )));
+        }
+        let (ranks, this) = (
+            i32::try_from(world_size)
+                .map_err(|_| LibError::InvalidArgument("world size too large".into()))?,
+            rank as i32,
+        );
+        let context = crate::context_of(stream)?;
+        context.run(|| {
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: the stream's context is current (NCCL binds the rank to its device);
+            // `raw` is a valid out-pointer; the id is passed by value.
+            ok("ncclCommInitRank", unsafe {
+                nccl::ncclCommInitRank(&mut raw, ranks, id.0, this)
+            })?;
+            let record = NcclComm {
+                stream: stream.clone(),
+                context: context.clone(),
+                rank,
+                world_size,
+                failed: AtomicBool::new(false),
+                calls: Mutex::new(()),
+            };
+            // SAFETY: a fresh communicator owned by nobody else; `destroy` destroys (or
+            // aborts) it once, in its device's context, which the record keeps alive.
+            Ok(unsafe { NcclCommHandle::from_raw(raw, record) })
+        })
+    }
+
     /// Whether a call on this communicator failed (it will be aborted when dropped).
     pub fn failed(&self) -> bool {
         self.record().failed.load(Ordering::Relaxed)
+    }
+}
+
+/// The id of a communicator, made by one rank and handed to the others (`ncclGetUniqueId`),
+/// for instance as the 128 bytes of [`NcclUniqueId::to_bytes`] over a socket.
+#[derive(Clone, Copy)]
+pub struct NcclUniqueId(nccl::ncclUniqueId);
+
+impl NcclUniqueId {
+    /// A new id (`ncclGetUniqueId`).
+    pub fn new() -> Result<Self, LibError> {
+        loaded()?;
+        let mut id = nccl::ncclUniqueId { internal: [0; 128] };
+        // SAFETY: `id` is a valid out-pointer.
+        ok("ncclGetUniqueId", unsafe { nccl::ncclGetUniqueId(&mut id) })?;
+        Ok(NcclUniqueId(id))
+    }
+
+    /// The id's 128 bytes, to send to the other ranks.
+    pub fn to_bytes(&self) -> [u8; 128] {
+        self.0.internal.map(|byte| byte as u8)
+    }
+
+    /// An id received from the rank that made it.
+    pub fn from_bytes(bytes: &[u8; 128]) -> Self {
+        NcclUniqueId(nccl::ncclUniqueId {
+            internal: bytes.map(|byte| byte as std::ffi::c_char),
+        })
+    }
+}
+
+impl std::fmt::Debug for NcclUniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NcclUniqueId(..)")
     }
 }
 
