@@ -1,9 +1,9 @@
 //! Interprocess sharing: pools exported as memory-file descriptors, pointers exported as
 //! `(pool, offset, size)`, and interprocess events. Reproduces the real driver's quirks
 //! (measured on the H200 by `tests/tests/gpu_process.rs`): a second import of one allocation
-//! returns the same pointer and the first free unmaps it for both (nvbug 5570902); pinned host memory refuses a second import
-//! with `CUDA_ERROR_ALREADY_MAPPED`; pointers cannot be exported before the pool's handle was
-//! exported once (driver 580).
+//! returns the same pointer and the first free unmaps it for both (nvbug 5570902); pinned host
+//! memory refuses a second import with `CUDA_ERROR_ALREADY_MAPPED`; pointers cannot be exported
+//! before the pool's handle was exported once (driver 580).
 
 use std::collections::HashMap;
 
