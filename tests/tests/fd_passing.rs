@@ -97,6 +97,17 @@ fn framed(announced: u32, payload: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// Serialises the tests that start child processes with those that check that every copy of
+/// a descriptor is closed: a child forked by another test thread holds copies of this
+/// process's descriptors (even close-on-exec ones) until it execs, and would keep a pipe's
+/// read end open for an instant.
+fn no_fork_meanwhile() -> std::sync::MutexGuard<'static, ()> {
+    static FORKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    FORKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A pipe whose read end is to be sent; after the receiver has closed what it received, and
 /// our own read end is dropped, writing reports `BrokenPipe` exactly when no copy of the read
 /// end is left open anywhere.
@@ -116,6 +127,7 @@ fn assert_all_readers_closed(mut writer: std::io::PipeWriter) {
 
 #[test]
 fn memfd_and_payload_cross_a_socket_pair() {
+    let _forks = no_fork_meanwhile();
     let (left, right) = UnixStream::pair().unwrap();
     let file = memfd(b"the pool's memory");
     let pointer = IpcPointer {
@@ -165,6 +177,7 @@ fn message_without_a_descriptor_is_an_error() {
 
 #[test]
 fn message_with_two_descriptors_is_an_error_and_closes_both() {
+    let _forks = no_fork_meanwhile();
     let (left, right) = UnixStream::pair().unwrap();
     let (reader, writer) = pipe();
     let copy = reader.try_clone().unwrap();
@@ -182,6 +195,7 @@ fn message_with_two_descriptors_is_an_error_and_closes_both() {
 
 #[test]
 fn message_with_too_many_descriptors_is_an_error_and_closes_them() {
+    let _forks = no_fork_meanwhile();
     let (left, right) = UnixStream::pair().unwrap();
     let (reader, writer) = pipe();
     let copies: Vec<OwnedFd> = (0..20).map(|_| reader.try_clone().unwrap()).collect();
@@ -196,6 +210,7 @@ fn message_with_too_many_descriptors_is_an_error_and_closes_them() {
 
 #[test]
 fn payload_longer_than_expected_is_an_error_and_closes_the_descriptor() {
+    let _forks = no_fork_meanwhile();
     let (left, right) = UnixStream::pair().unwrap();
     let (reader, writer) = pipe();
     send_fd(&left, reader.as_fd(), &[1; 100]).unwrap();
@@ -208,6 +223,7 @@ fn payload_longer_than_expected_is_an_error_and_closes_the_descriptor() {
 
 #[test]
 fn payload_cut_short_is_an_error_and_closes_the_descriptor() {
+    let _forks = no_fork_meanwhile();
     let (left, right) = UnixStream::pair().unwrap();
     let (reader, writer) = pipe();
     // The header announces 72 bytes; 10 arrive, then the sender hangs up.
@@ -226,6 +242,7 @@ fn payload_cut_short_is_an_error_and_closes_the_descriptor() {
 
 #[test]
 fn memfd_crosses_into_a_child_process() {
+    let _forks = no_fork_meanwhile();
     let (parent, child_end) = UnixStream::pair().unwrap();
     let child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -288,6 +305,7 @@ fn pattern() -> Vec<u8> {
 /// reports must show no violation and no leak.
 #[test]
 fn ipc_pool_and_pointer_cross_a_socket_on_the_simulator() {
+    let _forks = no_fork_meanwhile();
     let scratch = Scratch::new("fd_passing_ipc");
     let mut command = this_binary();
     command
