@@ -11,6 +11,7 @@ use crate::context::{Context, ContextHandle};
 use crate::device_ptr::DevicePtrHandle;
 use crate::driver::ensure_loaded;
 use crate::error::{Error, Result, driver_error};
+use crate::lock::lock;
 use crate::scope::{current_raw, restore_current};
 use crate::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
 
@@ -71,9 +72,7 @@ pub(crate) fn foreign_capture_possible() -> bool {
 }
 
 fn streams() -> std::sync::MutexGuard<'static, Vec<KnownStream>> {
-    STREAMS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    lock(&STREAMS)
 }
 
 impl ContextHandle {

@@ -29,6 +29,7 @@ use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::event::EventHandle;
 use crate::kernel::KernelHandle;
 use crate::launch::{KernelParams, LaunchConfig, TypedKernel};
+use crate::lock::lock;
 use crate::scope::{create_in, in_context};
 use crate::stream::{StreamFlags, StreamHandle};
 
@@ -204,11 +205,7 @@ impl GraphHandle {
         add: impl FnOnce(*mut CUgraphNode, &[CUgraphNode]) -> Result<()>,
     ) -> Result<GraphNode> {
         let raw_dependencies = self.check_dependencies(dependencies)?;
-        let mut attached = self
-            .record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut attached = lock(&self.record().attachments);
         let mut node: CUgraphNode = std::ptr::null_mut();
         add(&mut node, &raw_dependencies)?;
         attached.extend(attachments);
@@ -379,22 +376,7 @@ impl GraphHandle {
         dependencies: &[GraphNode],
         event: &EventHandle,
     ) -> Result<GraphNode> {
-        self.add_node(
-            dependencies,
-            [Attachment::Event(event.clone())],
-            |node, deps| {
-                // SAFETY: the graph is alive; the graph keeps the event alive.
-                unsafe {
-                    driver!(cuGraphAddEventRecordNode(
-                        node,
-                        self.as_cu(),
-                        deps.as_ptr(),
-                        deps.len(),
-                        event.as_cu()
-                    ))
-                }
-            },
-        )
+        self.add_event_node(dependencies, event, EventNode::Record)
     }
 
     /// Adds a node that waits for `event`.
@@ -403,19 +385,33 @@ impl GraphHandle {
         dependencies: &[GraphNode],
         event: &EventHandle,
     ) -> Result<GraphNode> {
+        self.add_event_node(dependencies, event, EventNode::Wait)
+    }
+
+    /// The one path of the two event nodes: both attach the event, which the graph then keeps.
+    fn add_event_node(
+        &self,
+        dependencies: &[GraphNode],
+        event: &EventHandle,
+        kind: EventNode,
+    ) -> Result<GraphNode> {
+        let (graph, raw_event) = (self.as_cu(), event.as_cu());
         self.add_node(
             dependencies,
             [Attachment::Event(event.clone())],
             |node, deps| {
-                // SAFETY: the graph is alive; the graph keeps the event alive.
+                let (deps, count) = (deps.as_ptr(), deps.len());
+                // SAFETY: the graph and the event are alive; `deps` points at `count` nodes
+                // that `add_node` checked belong to this graph; the graph keeps the event.
                 unsafe {
-                    driver!(cuGraphAddEventWaitNode(
-                        node,
-                        self.as_cu(),
-                        deps.as_ptr(),
-                        deps.len(),
-                        event.as_cu()
-                    ))
+                    match kind {
+                        EventNode::Record => driver!(cuGraphAddEventRecordNode(
+                            node, graph, deps, count, raw_event
+                        )),
+                        EventNode::Wait => {
+                            driver!(cuGraphAddEventWaitNode(node, graph, deps, count, raw_event))
+                        }
+                    }
                 }
             },
         )
@@ -438,11 +434,7 @@ impl GraphHandle {
 
     /// The number of handles the graph keeps alive for its nodes.
     pub fn attachment_count(&self) -> usize {
-        self.record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .len()
+        lock(&self.record().attachments).len()
     }
 
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps
@@ -450,11 +442,7 @@ impl GraphHandle {
     pub fn instantiate(&self) -> Result<GraphExecHandle> {
         // The lock is held across the driver call, so no node can be added between the copy
         // of what the nodes reference and the instantiation of the nodes.
-        let attached = self
-            .record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let attached = lock(&self.record().attachments);
         let attachments: Arc<[Attachment]> = attached.as_slice().into();
         let context = self.context();
         create_in(
@@ -480,11 +468,7 @@ impl GraphExecHandle {
     /// nothing the graph uses is freed or unloaded before the launch completes.
     pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
         // Held for the launch: an update cannot swap what the graph keeps while it is noted.
-        let attachments = self
-            .record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let attachments = lock(&self.record().attachments);
         stream.refuse_if_captured()?;
         let queued = stream.queue_bound(|raw_stream| {
             // SAFETY: the executable graph and the stream are alive; the record keeps alive
@@ -516,16 +500,8 @@ impl GraphExecHandle {
     pub fn update(&self, graph: &GraphHandle) -> Result<()> {
         // Both locks across the driver call: no node can be added to `graph` between the copy
         // and the update, and no launch can run the new nodes while reporting the old ones.
-        let source = graph
-            .record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut kept = self
-            .record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let source = lock(&graph.record().attachments);
+        let mut kept = lock(&self.record().attachments);
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             errorNode: std::ptr::null_mut(),
@@ -558,11 +534,7 @@ impl GraphExecHandle {
     }
 
     fn current_attachments(&self) -> Arc<[Attachment]> {
-        self.record()
-            .attachments
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        lock(&self.record().attachments).clone()
     }
 
     /// The number of handles the executable graph keeps alive for its nodes.
@@ -647,4 +619,12 @@ impl Capture {
         self.attach(Attachment::Buffer(dst.clone()));
         Ok(())
     }
+}
+
+/// Which of the two event nodes [`GraphHandle::add_event_record_node`] and
+/// [`GraphHandle::add_event_wait_node`] add.
+#[derive(Clone, Copy)]
+enum EventNode {
+    Record,
+    Wait,
 }

@@ -16,6 +16,7 @@ use crate::context::ContextHandle;
 use crate::driver::{self, device_count, ensure_loaded};
 use crate::error::{Error, Result, driver, out};
 use crate::library::{LibraryHandle, kernel_name};
+use crate::lock::lock;
 use crate::scope::{current_raw, in_context};
 
 /// A kernel of a loaded library.
@@ -110,9 +111,7 @@ impl KernelHandle {
             // SAFETY: the library is alive; `c_name` is NUL-terminated; `raw` is an out-pointer.
             unsafe { driver!(cuLibraryGetKernel(raw, library.as_cu(), c_name.as_ptr())) }
         })?;
-        let _registering = REGISTERING
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _registering = lock(&REGISTERING);
         if let Some(known) = Self::lookup(raw) {
             return Ok(known);
         }

@@ -58,6 +58,7 @@ mod ipc;
 mod kernel;
 mod launch;
 mod library;
+mod lock;
 mod pool;
 mod pool_tuning;
 mod program;

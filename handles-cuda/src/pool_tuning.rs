@@ -12,6 +12,7 @@ use cudarc::driver::sys::CUmemPool_attribute as Attribute;
 
 use crate::driver;
 use crate::error::{Error, Result, driver, out};
+use crate::lock::lock;
 use crate::pool::MemoryPoolHandle;
 
 /// The reuse policies of a pool (`CU_MEMPOOL_ATTR_REUSE_*`), all on by default.
@@ -110,9 +111,7 @@ impl MemoryPoolHandle {
                 "only a pool located on device {ordinal} can be its current pool"
             )));
         }
-        let mut current = CURRENT
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut current = lock(&CURRENT);
         let previous = MemoryPoolHandle::device_current(ordinal)?;
         // SAFETY: the pool and the device are valid.
         unsafe { driver!(cuDeviceSetMemPool(device, self.as_cu())) }?;

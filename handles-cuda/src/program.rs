@@ -13,6 +13,7 @@ use cudarc::nvrtc::sys::{self as nvrtc, nvrtcProgram, nvrtcResult};
 use handles_core::ResourceHandle;
 
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 /// A CUDA C++ program for the runtime compiler.
 ///
@@ -107,10 +108,7 @@ impl ProgramHandle {
     }
 
     fn exclusive(&self) -> MutexGuard<'_, ()> {
-        self.record()
-            .calls
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.record().calls)
     }
 
     /// Compiles the program with `options` (such as `--gpu-architecture=sm_90`). A failed

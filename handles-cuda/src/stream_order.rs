@@ -34,13 +34,14 @@
 //! interleaving.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::thread::{self, ThreadId};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
 
 use crate::error::{Error, Result, driver};
 use crate::event::EventHandle;
+use crate::lock::lock;
 use crate::scope::current_raw;
 use crate::stream::{PER_THREAD_STREAM, StreamHandle};
 use crate::stream_order_protocol::HomeMirror;
@@ -111,12 +112,6 @@ pub(crate) struct StreamOrder {
     /// the memory is leaked instead (and the deleter reports it).
     unorderable: AtomicBool,
     state: Mutex<OrderState>,
-}
-
-fn lock(state: &Mutex<OrderState>) -> MutexGuard<'_, OrderState> {
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The raw stream as the mirror stores it: real streams only (tokens take the locked path).

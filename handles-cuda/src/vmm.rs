@@ -22,6 +22,7 @@ use crate::contexts_used::ContextsUsed;
 use crate::device_ptr::DevicePtrHandle;
 use crate::driver::{self, ensure_loaded};
 use crate::error::{Error, Result, deleter_status, driver, out};
+use crate::lock::lock;
 use crate::pool::{PoolLocation, raw_location};
 use crate::stream::StreamHandle;
 
@@ -475,9 +476,7 @@ impl GrowableBuffer {
     }
 
     fn chunks(&self) -> std::sync::MutexGuard<'_, Vec<MappingHandle>> {
-        self.chunks
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.chunks)
     }
 
     /// The bytes mapped so far.

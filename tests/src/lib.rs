@@ -202,6 +202,12 @@ pub fn cuda_live_counts() -> [usize; 5] {
     ]
 }
 
+/// A non-blocking stream on `context`, for the GPU tests.
+pub fn stream(context: &handles_cuda::ContextHandle) -> handles_cuda::StreamHandle {
+    use handles_cuda::{StreamFlags, StreamHandle};
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+}
+
 /// Helpers for tests that re-run their own test binary as a child process.
 pub mod child {
     use std::process::{Command, Output};
@@ -348,6 +354,13 @@ pub mod kernels {
                 })
             }
         }
+    }
+
+    /// The `u32`s of `buffer`, copied to the host on `stream` (which the copy synchronises).
+    pub fn read_words(buffer: &DevicePtrHandle, stream: &handles_cuda::StreamHandle) -> Vec<u32> {
+        let mut bytes = vec![0u8; buffer.size()];
+        buffer.copy_to_host(&mut bytes, stream).unwrap();
+        words(&bytes)
     }
 
     /// The `u32`s of `bytes`.

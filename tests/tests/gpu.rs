@@ -7,15 +7,11 @@ use std::sync::Arc;
 use handles_cuda::sys;
 use handles_cuda::{
     AllocKind, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcPointer,
-    MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    MemoryPoolHandle, PoolProps, StreamHandle,
 };
-use handles_tests::{Failures, cuda_live_counts, serial};
+use handles_tests::{Failures, cuda_live_counts, serial, stream};
 
 mod simulator;
-
-fn stream(context: &ContextHandle) -> StreamHandle {
-    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
-}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]

@@ -5,22 +5,12 @@
 use handles_cuda::{
     AllocKind, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, Error, GraphHandle,
     KernelAttribute, KernelHandle, LaunchConfig, LaunchOptions, LibraryHandle, MemoryPoolHandle,
-    PoolProps, ProgramHandle, StreamFlags, StreamHandle,
+    PoolProps, ProgramHandle,
 };
-use handles_tests::kernels::{PTX, TestKernels, words};
-use handles_tests::{Failures, serial};
+use handles_tests::kernels::{PTX, TestKernels, read_words, words};
+use handles_tests::{Failures, serial, stream};
 
 mod simulator;
-
-fn stream(context: &ContextHandle) -> StreamHandle {
-    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
-}
-
-fn read_words(buffer: &DevicePtrHandle, stream: &StreamHandle) -> Vec<u32> {
-    let mut bytes = vec![0u8; buffer.size()];
-    buffer.copy_to_host(&mut bytes, stream).unwrap();
-    words(&bytes)
-}
 
 fn invalid(result: handles_cuda::Result<()>, needle: &str) {
     match result {

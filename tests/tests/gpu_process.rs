@@ -8,9 +8,9 @@ use std::sync::{Arc, Barrier, OnceLock};
 
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventFlags, EventHandle, IpcPointer, MemoryPoolHandle,
-    PoolLocation, PoolProps, StreamFlags, StreamHandle,
+    PoolLocation, PoolProps, StreamHandle,
 };
-use handles_tests::{Failures, child};
+use handles_tests::{Failures, child, stream};
 
 mod simulator;
 
@@ -18,10 +18,6 @@ const SIZE: usize = 1 << 20;
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 % 251) as u8).collect()
-}
-
-fn stream(context: &ContextHandle) -> StreamHandle {
-    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
 }
 
 fn inheritable(fd: RawFd) {

@@ -7,24 +7,14 @@ use std::os::fd::AsRawFd;
 use handles_cuda::{
     AddressReservationHandle, ContextHandle, DevicePtrHandle, GreenContextHandle, GrowableBuffer,
     LaunchConfig, MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation,
-    PoolProps, ReusePolicy, Sharing, StreamFlags, StreamHandle, granularity,
+    PoolProps, ReusePolicy, Sharing, granularity,
 };
-use handles_tests::kernels::{TestKernels, words};
-use handles_tests::{Failures, child, serial};
+use handles_tests::kernels::{TestKernels, read_words};
+use handles_tests::{Failures, child, serial, stream};
 
 mod simulator;
 
 const MIB: usize = 1 << 20;
-
-fn stream(context: &ContextHandle) -> StreamHandle {
-    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
-}
-
-fn read_words(buffer: &DevicePtrHandle, stream: &StreamHandle) -> Vec<u32> {
-    let mut bytes = vec![0u8; buffer.size()];
-    buffer.copy_to_host(&mut bytes, stream).unwrap();
-    words(&bytes)
-}
 
 /// The growable buffer's reservation: 1 GiB on a GPU; `HANDLES_VMM_BYTES` overrides it (the
 /// simulated driver's runs use less, to stay fast).

@@ -11,7 +11,7 @@ use handles_cuda::{
     AddressReservationHandle, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags,
     EventHandle, EventRecycler, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle,
     MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps, Sharing,
-    StreamFlags, StreamHandle,
+    StreamFlags, StreamHandle, TypedKernel,
 };
 
 const ROUNDS: usize = 31;
@@ -230,18 +230,13 @@ const ELEMENTS: u32 = 256;
 /// Launches per timed batch; the stream is drained between batches, so the queue never fills.
 const LAUNCHES: usize = 200;
 
-/// A kernel launch: raw `cuLaunchKernel`, our typed launch (configuration and bounds checks,
-/// the buffer's use reported on the stream), cudarc's launch builder (with its default event
-/// tracking, and without).
-fn launches(
-    stream: &StreamHandle,
-    tracked: &Arc<cudarc::driver::CudaStream>,
-    untracked: &Arc<cudarc::driver::CudaStream>,
-) -> Measured {
+/// `add_one(data, n)` from the test kernels, typed and bounds-checked; it keeps its library.
+fn add_one() -> TypedKernel<(Buffer, u32)> {
     let library = LibraryHandle::load_ptx(PTX).unwrap();
     let kernel = KernelHandle::get(&library, "add_one").unwrap();
-    // SAFETY: `add_one(data, n)` touches `n` 32-bit elements, which the check bounds.
-    let add_one = unsafe {
+    // SAFETY: `(Buffer, u32)` is `add_one`'s parameter list, and `add_one(data, n)` touches
+    // `n` 32-bit elements of `data`, which the check bounds by the buffer's size.
+    unsafe {
         kernel.typed::<(Buffer, u32)>(|args: &(&DevicePtrHandle, u32), _| {
             if args.1 as usize * 4 <= args.0.size() {
                 Ok(())
@@ -252,7 +247,19 @@ fn launches(
             }
         })
     }
-    .unwrap();
+    .unwrap()
+}
+
+/// A kernel launch: raw `cuLaunchKernel`, our typed launch (configuration and bounds checks,
+/// the buffer's use reported on the stream), cudarc's launch builder (with its default event
+/// tracking, and without).
+fn launches(
+    stream: &StreamHandle,
+    tracked: &Arc<cudarc::driver::CudaStream>,
+    untracked: &Arc<cudarc::driver::CudaStream>,
+) -> Measured {
+    let add_one = add_one();
+    let kernel = add_one.kernel();
     // Stream-ordered memory on the launch's stream: the common case.
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, ELEMENTS as usize * 4, stream).unwrap();
@@ -337,21 +344,7 @@ fn graph_launches(
     stream: &StreamHandle,
     cudarc_stream: &Arc<cudarc::driver::CudaStream>,
 ) -> Measured {
-    let library = LibraryHandle::load_ptx(PTX).unwrap();
-    let kernel = KernelHandle::get(&library, "add_one").unwrap();
-    // SAFETY: as in `launches`.
-    let add_one = unsafe {
-        kernel.typed::<(Buffer, u32)>(|args: &(&DevicePtrHandle, u32), _| {
-            if args.1 as usize * 4 <= args.0.size() {
-                Ok(())
-            } else {
-                Err(handles_cuda::Error::InvalidArgument(
-                    "too many elements".into(),
-                ))
-            }
-        })
-    }
-    .unwrap();
+    let add_one = add_one();
     let buffer = DevicePtrHandle::alloc(context, ELEMENTS as usize * 4).unwrap();
     let config = LaunchConfig::linear(ELEMENTS, ELEMENTS);
     let graph = GraphHandle::capture(context, CaptureMode::Global, |capture| {

@@ -4,126 +4,16 @@
 //! the child's report.
 
 use std::ffi::c_void;
-use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cuda_sim::{Report, SimCommand};
 use cudarc::driver::sys::{self, CUresult};
 
-const MARKER: &str = "CUDA_SIM_KERNELS_CHILD";
-const WHY: &str = "runs under the simulator from a parent test in this file";
-/// The test kernels, NUL-terminated as the driver takes PTX.
-const PTX: &str = concat!(include_str!("../../kernels/test_kernels.ptx"), "\0");
-
-/// Runs scenario `name` in a child under the simulator.
-fn run(name: &str) -> (Output, Option<Report>) {
-    let report = std::env::temp_dir().join(format!(
-        "cuda-sim-kernels-{}-{name}.json",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&report);
-    let output = cuda_sim::command(std::env::current_exe().unwrap())
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(MARKER, name)
-        .sim_report(&report)
-        .output()
-        .expect("run the child");
-    let parsed = Report::read(&report).ok();
-    let _ = std::fs::remove_file(&report);
-    (output, parsed)
-}
-
-/// Runs a scenario that must succeed and returns its report.
-fn report_of(name: &str) -> Report {
-    let (output, report) = run(name);
-    assert!(
-        output.status.success(),
-        "{name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    report.unwrap_or_else(|| panic!("{name} wrote no report"))
-}
-
-fn kinds(report: &Report) -> Vec<&str> {
-    report.violations.iter().map(|v| v.kind.as_str()).collect()
-}
-
-fn child() {
-    assert!(std::env::var_os(MARKER).is_some(), "this scenario {WHY}");
-}
-
-#[track_caller]
-fn ok(result: CUresult) {
-    assert_eq!(result, CUresult::CUDA_SUCCESS);
-}
-
-/// cuInit, retain device 0's primary context and make it current.
-fn setup() {
-    let mut context = std::ptr::null_mut();
-    // SAFETY: plain driver calls with valid out-pointers.
-    unsafe {
-        ok(sys::cuInit(0));
-        ok(sys::cuDevicePrimaryCtxRetain(&mut context, 0));
-        ok(sys::cuCtxSetCurrent(context));
-    }
-}
-
-fn teardown() {
-    // SAFETY: releases the retain of `setup`.
-    unsafe {
-        ok(sys::cuCtxSetCurrent(std::ptr::null_mut()));
-        ok(sys::cuDevicePrimaryCtxRelease_v2(0));
-    }
-}
-
-fn new_stream() -> sys::CUstream {
-    let mut stream = std::ptr::null_mut();
-    // SAFETY: a context is current; valid out-pointer.
-    unsafe { ok(sys::cuStreamCreate(&mut stream, 1)) };
-    stream
-}
-
-fn destroy_stream(stream: sys::CUstream) {
-    // SAFETY: our own stream.
-    unsafe { ok(sys::cuStreamDestroy_v2(stream)) };
-}
-
-fn load() -> sys::CUlibrary {
-    let mut library = std::ptr::null_mut();
-    // SAFETY: NUL-terminated PTX; no options.
-    unsafe {
-        ok(sys::cuLibraryLoadData(
-            &mut library,
-            PTX.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        ))
-    };
-    library
-}
+mod common;
+use common::*;
 
 fn unload(library: sys::CUlibrary) {
     // SAFETY: our own library.
     unsafe { ok(sys::cuLibraryUnload(library)) };
-}
-
-fn kernel(library: sys::CUlibrary, name: &std::ffi::CStr) -> sys::CUkernel {
-    let mut kernel = std::ptr::null_mut();
-    // SAFETY: live library, NUL-terminated name.
-    unsafe { ok(sys::cuLibraryGetKernel(&mut kernel, library, name.as_ptr())) };
-    kernel
 }
 
 /// Launches `kernel` over `threads` threads (blocks of 128) with `(dst, value, n)` or
@@ -897,7 +787,7 @@ fn kernels_graphs_and_user_objects_work() {
         "scenario_exec_update",
         "scenario_user_objects",
     ] {
-        let (output, report) = run(scenario);
+        let (output, report) = run(scenario, |_| {});
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
             output.status.success(),

@@ -6,96 +6,12 @@
 //! real driver (or none), so they refuse to run unless the parent started them.
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use cuda_sim::{Report, SimCommand};
 use cudarc::driver::sys::{self, CUresult};
 
-const MARKER: &str = "CUDA_SIM_SELFTEST_CHILD";
-const WHY: &str = "runs under the simulator from a parent test in this file";
-
-/// Runs scenario `name` in a child under the simulator, with `setup` applied to the command.
-fn run(name: &str, setup: impl FnOnce(&mut std::process::Command)) -> (Output, Option<Report>) {
-    let report = std::env::temp_dir().join(format!(
-        "cuda-sim-selftest-{}-{name}.json",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&report);
-    let mut command = cuda_sim::command(std::env::current_exe().unwrap());
-    command
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(MARKER, name)
-        .sim_report(&report);
-    setup(&mut command);
-    let output = command.output().expect("run the child");
-    let parsed = Report::read(&report).ok();
-    let _ = std::fs::remove_file(&report);
-    (output, parsed)
-}
-
-/// Runs a scenario that must succeed and returns its report.
-fn report_of(name: &str) -> Report {
-    let (output, report) = run(name, |_| {});
-    assert!(
-        output.status.success(),
-        "{name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    report.unwrap_or_else(|| panic!("{name} wrote no report"))
-}
-
-fn kinds(report: &Report) -> Vec<&str> {
-    report.violations.iter().map(|v| v.kind.as_str()).collect()
-}
-
-fn child() {
-    assert!(std::env::var_os(MARKER).is_some(), "this scenario {WHY}");
-}
-
-#[track_caller]
-fn ok(result: CUresult) {
-    assert_eq!(result, CUresult::CUDA_SUCCESS);
-}
-
-/// cuInit, retain device 0's primary context and make it current.
-fn setup() -> sys::CUcontext {
-    let mut context = std::ptr::null_mut();
-    // SAFETY: plain driver calls with valid out-pointers.
-    unsafe {
-        ok(sys::cuInit(0));
-        ok(sys::cuDevicePrimaryCtxRetain(&mut context, 0));
-        ok(sys::cuCtxSetCurrent(context));
-    }
-    context
-}
-
-fn teardown() {
-    // SAFETY: releases the retain of `setup`.
-    unsafe {
-        ok(sys::cuCtxSetCurrent(std::ptr::null_mut()));
-        ok(sys::cuDevicePrimaryCtxRelease_v2(0));
-    }
-}
-
-fn new_stream() -> sys::CUstream {
-    let mut stream = std::ptr::null_mut();
-    // SAFETY: a context is current; valid out-pointer.
-    unsafe { ok(sys::cuStreamCreate(&mut stream, 1)) };
-    stream
-}
-
-fn destroy_stream(stream: sys::CUstream) {
-    // SAFETY: our own stream.
-    unsafe { ok(sys::cuStreamDestroy_v2(stream)) };
-}
+mod common;
+use common::*;
 
 fn alloc_on(stream: sys::CUstream, size: usize) -> sys::CUdeviceptr {
     let mut ptr = 0;

@@ -4,104 +4,17 @@
 //! simulator on its library path), and the parent test reads the child's report.
 
 use std::ffi::c_void;
-use std::process::Output;
 
 use cuda_sim::{Report, SimCommand};
 use cudarc::driver::sys::{self, CUresult};
 
-const MARKER: &str = "CUDA_SIM_VMM_CHILD";
-const WHY: &str = "runs under the simulator from a parent test in this file";
-/// The test kernels, NUL-terminated as the driver takes PTX.
-const PTX: &str = concat!(include_str!("../../kernels/test_kernels.ptx"), "\0");
+mod common;
+use common::*;
+
 const MIB: usize = 1 << 20;
 const GRANULARITY: usize = 2 * MIB;
 const POSIX_FD: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-
-/// Runs scenario `name` in a child under the simulator, with `setup` applied to the command.
-fn run(name: &str, setup: impl FnOnce(&mut std::process::Command)) -> (Output, Option<Report>) {
-    let report =
-        std::env::temp_dir().join(format!("cuda-sim-vmm-{}-{name}.json", std::process::id()));
-    let _ = std::fs::remove_file(&report);
-    let mut command = cuda_sim::command(std::env::current_exe().unwrap());
-    command
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(MARKER, name)
-        .sim_report(&report);
-    setup(&mut command);
-    let output = command.output().expect("run the child");
-    let parsed = Report::read(&report).ok();
-    let _ = std::fs::remove_file(&report);
-    (output, parsed)
-}
-
-/// Runs a scenario that must succeed and returns its report.
-fn report_with(name: &str, setup: impl FnOnce(&mut std::process::Command)) -> Report {
-    let (output, report) = run(name, setup);
-    assert!(
-        output.status.success(),
-        "{name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    report.unwrap_or_else(|| panic!("{name} wrote no report"))
-}
-
-fn report_of(name: &str) -> Report {
-    report_with(name, |_| {})
-}
-
-fn kinds(report: &Report) -> Vec<&str> {
-    report.violations.iter().map(|v| v.kind.as_str()).collect()
-}
-
-fn child() {
-    assert!(std::env::var_os(MARKER).is_some(), "this scenario {WHY}");
-}
-
-#[track_caller]
-fn ok(result: CUresult) {
-    assert_eq!(result, CUresult::CUDA_SUCCESS);
-}
-
-/// cuInit, retain device 0's primary context and make it current.
-fn setup() -> sys::CUcontext {
-    let mut context = std::ptr::null_mut();
-    // SAFETY: plain driver calls with valid out-pointers.
-    unsafe {
-        ok(sys::cuInit(0));
-        ok(sys::cuDevicePrimaryCtxRetain(&mut context, 0));
-        ok(sys::cuCtxSetCurrent(context));
-    }
-    context
-}
-
-fn teardown() {
-    // SAFETY: releases the retain of `setup`.
-    unsafe {
-        ok(sys::cuCtxSetCurrent(std::ptr::null_mut()));
-        ok(sys::cuDevicePrimaryCtxRelease_v2(0));
-    }
-}
-
-fn new_stream() -> sys::CUstream {
-    let mut stream = std::ptr::null_mut();
-    // SAFETY: a context is current; valid out-pointer.
-    unsafe { ok(sys::cuStreamCreate(&mut stream, 1)) };
-    stream
-}
-
-fn destroy_stream(stream: sys::CUstream) {
-    // SAFETY: our own stream.
-    unsafe { ok(sys::cuStreamDestroy_v2(stream)) };
-}
 
 fn device_location(id: i32) -> sys::CUmemLocation {
     sys::CUmemLocation {
@@ -187,31 +100,6 @@ fn read(ptr: sys::CUdeviceptr, len: usize) -> Vec<u8> {
     // SAFETY: `host` has room for `len` bytes.
     unsafe { ok(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), ptr, len)) };
     host
-}
-
-fn load() -> sys::CUlibrary {
-    let mut library = std::ptr::null_mut();
-    // SAFETY: NUL-terminated PTX; no options.
-    unsafe {
-        ok(sys::cuLibraryLoadData(
-            &mut library,
-            PTX.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        ))
-    };
-    library
-}
-
-fn kernel(library: sys::CUlibrary, name: &std::ffi::CStr) -> sys::CUkernel {
-    let mut kernel = std::ptr::null_mut();
-    // SAFETY: live library, NUL-terminated name.
-    unsafe { ok(sys::cuLibraryGetKernel(&mut kernel, library, name.as_ptr())) };
-    kernel
 }
 
 /// Launches `fill_u32`/`add_u32` (`(ptr, value, n)`) over `n` threads; returns the status.
