@@ -33,8 +33,8 @@
 //! records its own marker. `tests/loom_stream_order.rs` checks this protocol on every
 //! interleaving.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, ThreadId};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
