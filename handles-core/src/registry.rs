@@ -1,7 +1,9 @@
 //! The opt-in per-type registry: raw value → the canonical handle that manages it.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::collections::hash_map::Entry;
+
+use foldhash::fast::FixedState;
 
 use crate::handle::HandleBox;
 use crate::sync::{Mutex, lock};
@@ -9,8 +11,9 @@ use crate::{Handle, Resource, ThreadSafe, WeakHandle};
 
 /// Keyed by the raw value itself, whose `Eq` and `Hash` the unsafe [`crate::RawValue`] contract
 /// makes exact: no lossy conversion (such as to a pointer-sized integer) can make two resources
-/// share an entry.
-type Map<R> = HashMap<<R as Resource>::Raw, WeakHandle<R>, BuildHasherDefault<DefaultHasher>>;
+/// share an entry. Hashed with foldhash's fixed-seed hasher: the keys are values the C library
+/// handed out, not attacker-chosen, and SipHash cost more than the lock.
+type Map<R> = HashMap<<R as Resource>::Raw, WeakHandle<R>, FixedState>;
 
 /// Maps raw values to the owning handle that manages them, so that a non-owning lookup of a
 /// raw value the program already manages returns that handle, with its owners and metadata.
@@ -35,7 +38,7 @@ impl<R: Resource> Registry<R> {
     #[cfg(not(loom))]
     pub const fn new() -> Self {
         Registry {
-            map: Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())),
+            map: Mutex::new(HashMap::with_hasher(FixedState::with_seed(0))),
         }
     }
 
@@ -43,7 +46,7 @@ impl<R: Resource> Registry<R> {
     #[cfg(loom)]
     pub fn new() -> Self {
         Registry {
-            map: Mutex::new(HashMap::with_hasher(BuildHasherDefault::new())),
+            map: Mutex::new(HashMap::with_hasher(FixedState::with_seed(0))),
         }
     }
 
@@ -79,12 +82,12 @@ impl<R: Resource> Registry<R> {
     pub(crate) fn unregister(&self, raw: R::Raw, boxed: *const HandleBox<R>) {
         let mut map = lock(&self.map);
         // Remove only our own entry: a reused raw value may already belong to a newer box.
-        let removed = if map.get(&raw).is_some_and(|weak| weak.points_to_box(boxed)) {
-            map.remove(&raw)
-        } else {
-            None
+        let removed = match map.entry(raw) {
+            Entry::Occupied(entry) if entry.get().points_to_box(boxed) => Some(entry.remove()),
+            _ => None,
         };
         drop(map);
+        // Dropped after the lock is released: dropping a weak handle can free its allocation.
         drop(removed);
     }
 }

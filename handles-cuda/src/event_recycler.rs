@@ -2,36 +2,188 @@
 //! instead of a destroy and a create (opt in, through [`EventRecycler`]).
 //!
 //! **Exactly the semantics of a fresh event.** A fresh event has never been recorded: a query
-//! says it is complete, and a wait on it returns at once. A released event is cached only
-//! when it is in that same state for every observer:
+//! says it is complete, and a wait on it returns at once. An event is handed out again only in
+//! that same state for every observer:
 //!
 //! - its last record has completed, so a query on the new handle sees a completed event, as it
-//!   would on a fresh one: `cuEventQuery` says so at release, unless the event was never
-//!   reached since it was handed out (no `Deref` to its `EventHandle`, so nothing can have
-//!   recorded it), in which case it is still in the state it was handed out in;
+//!   would on a fresh one, and a wait on it returns at once;
 //! - no other handle to it exists, strong or weak, so nothing can record on it behind the new
 //!   owner's back;
 //! - it records no timestamps (a recycled timing event would carry an old timestamp into
 //!   `elapsed_ms`) and is not interprocess (another process may hold it).
 //!
 //! A wait enqueued before the release waited for the record that was the latest when it was
-//! enqueued, which had completed; recording the event again later cannot affect it. An event
-//! that fails any of these checks is destroyed as usual. The cache is per thread (no lock, no
-//! atomics): a release on another thread fills that thread's cache.
+//! enqueued (the driver's rule for `cuStreamWaitEvent`); recording the event again later cannot
+//! affect it.
+//!
+//! **How completion is known without asking the driver at every release.** A released event
+//! that was never recorded since it was handed out is still complete: it is *ready* at once. One
+//! that was recorded is *pending*: the release costs no driver call, and an acquire that finds
+//! no ready event settles pending ones. It asks `cuEventQuery` about the most recently released
+//! one, and if that is complete, every pending event whose last record was made *earlier by the
+//! same thread on the same stream* is complete too, with no query: a stream runs its work in the
+//! order it was queued, and one thread's calls are queued in program order. So a thread that
+//! records its events on a few streams pays about one query per batch of releases. An event
+//! recorded through anything the recycler cannot follow (its `EventHandle`, reached through
+//! `Deref`, or a stream this crate did not create, whose raw value may name different streams
+//! on different threads) is settled by a query of its own. An event still running is left
+//! pending, and a new event is created instead: an acquire never blocks.
+//!
+//! An event that fails any of these checks is destroyed as usual. The cache is per thread (no
+//! lock, no atomics): a release on another thread fills that thread's cache.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use handles_core::{ResourceHandle, WeakHandle};
 
 use crate::context::ContextHandle;
 use crate::error::{Error, Result};
 use crate::event::{EventFlags, EventHandle};
+use crate::stream::{Stream, StreamHandle};
 
-/// The most events a thread keeps for reuse; more are destroyed.
+/// The most events a thread keeps for reuse, ready and pending together; more are destroyed.
 const CACHED_PER_THREAD: usize = 256;
 
+/// How many queries one acquire makes at most to settle pending events.
+const QUERIES_PER_ACQUIRE: usize = 2;
+
+/// A released event, with the raw context and flags it was made with (what an acquire
+/// matches on).
+struct Cached {
+    context: usize,
+    flags: EventFlags,
+    event: EventHandle,
+}
+
+/// A released event whose last record may still be running.
+struct Pending {
+    cached: Cached,
+    last_record: LastRecord,
+}
+
+/// What the recycler knows about an event's last record since it was handed out.
+#[derive(Clone, Debug, Default)]
+enum LastRecord {
+    /// Not recorded since it was handed out: still in the state it was handed out in.
+    #[default]
+    None,
+    /// Recorded by [`RecycledEvent::record`] on a stream this crate created.
+    Followed(RecordOrder),
+    /// Possibly recorded some other way: only a query of its own says whether it completed.
+    Unknown,
+}
+
+/// Where a record sits in a stream's order: the stream (a weak handle, which keeps the
+/// stream's box from being reused, so equal means the same stream), the recording thread, and
+/// that thread's count of followed records when it was made.
+#[derive(Clone, Debug)]
+struct RecordOrder {
+    stream: WeakHandle<Stream>,
+    thread: u64,
+    ticket: u64,
+}
+
+impl RecordOrder {
+    /// Whether `self` was queued on the same stream as `later`, before it, by the same thread:
+    /// then `later` completing means `self` completed.
+    fn completed_before(&self, later: &RecordOrder) -> bool {
+        self.thread == later.thread
+            && self.ticket < later.ticket
+            && self.stream.ptr_eq(&later.stream)
+    }
+}
+
+/// This thread's released events.
+#[derive(Default)]
+struct Cache {
+    ready: Vec<Cached>,
+    pending: Vec<Pending>,
+}
+
+impl Cache {
+    fn len(&self) -> usize {
+        self.ready.len() + self.pending.len()
+    }
+
+    /// A ready event of `context` and `flags`, settling pending ones if there is none.
+    fn take(&mut self, context: usize, flags: EventFlags) -> Option<EventHandle> {
+        if let Some(at) = self
+            .ready
+            .iter()
+            .rposition(|cached| cached.context == context && cached.flags == flags)
+        {
+            return Some(self.ready.swap_remove(at).event);
+        }
+        self.settle(context, flags)
+    }
+
+    /// Queries pending events of `context` and `flags`, newest first then oldest, and returns
+    /// the first that completed; everything its completion implies becomes ready.
+    fn settle(&mut self, context: usize, flags: EventFlags) -> Option<EventHandle> {
+        let matches =
+            |pending: &Pending| pending.cached.context == context && pending.cached.flags == flags;
+        let newest = self.pending.iter().rposition(matches)?;
+        let oldest = self.pending.iter().position(matches)?;
+        let tries = if newest == oldest {
+            1
+        } else {
+            QUERIES_PER_ACQUIRE
+        };
+        for at in [newest, oldest].into_iter().take(tries) {
+            match self.pending[at].cached.event.query() {
+                Ok(true) => {
+                    let settled = self.pending.swap_remove(at);
+                    if let LastRecord::Followed(order) = &settled.last_record {
+                        self.release_completed_before(order);
+                    }
+                    return Some(settled.cached.event);
+                }
+                // Still running: left pending. (Only the newest is tried before the oldest, and
+                // `swap_remove` is not reached, so `oldest` still indexes the same entry.)
+                Ok(false) => {}
+                // A failed query: the event is not trusted again, and is destroyed.
+                Err(_) => {
+                    let failed = self.pending.swap_remove(at);
+                    drop(failed);
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Makes ready every pending event whose last followed record was queued before `later` on
+    /// its stream by its thread.
+    fn release_completed_before(&mut self, later: &RecordOrder) {
+        let mut at = 0;
+        while at < self.pending.len() {
+            let completed = matches!(
+                &self.pending[at].last_record,
+                LastRecord::Followed(order) if order.completed_before(later)
+            );
+            if completed {
+                let settled = self.pending.swap_remove(at);
+                self.ready.push(settled.cached);
+            } else {
+                at += 1;
+            }
+        }
+    }
+}
+
 thread_local! {
-    /// Released events, with the raw context and flags they were made with.
-    static CACHE: RefCell<Vec<(usize, EventFlags, EventHandle)>> = const { RefCell::new(Vec::new()) };
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+
+    /// This thread's number, for [`RecordOrder::thread`].
+    static THREAD: u64 = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
+
+    /// This thread's count of followed records, for [`RecordOrder::ticket`].
+    static TICKETS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Hands out events of one context and one set of flags, reusing released ones.
@@ -56,19 +208,15 @@ impl EventRecycler {
         })
     }
 
-    /// An event: one this thread released earlier if there is one, else a new one.
+    /// An event in the state of a fresh one: one this thread released earlier if there is one
+    /// whose last record is known to have completed, else a new one. Never blocks.
     #[inline]
     pub fn acquire(&self) -> Result<RecycledEvent> {
         let context = self.context.as_cu() as usize;
         let reused = CACHE
-            .try_with(|cache| {
-                let mut cache = cache.try_borrow_mut().ok()?;
-                let at = cache
-                    .iter()
-                    .rposition(|(raw, flags, _)| *raw == context && *flags == self.flags)?;
-                Some(cache.swap_remove(at).2)
-            })
+            .try_with(|cache| Some(cache.try_borrow_mut().ok()?.take(context, self.flags)))
             .ok()
+            .flatten()
             .flatten();
         let event = match reused {
             Some(event) => event,
@@ -76,13 +224,14 @@ impl EventRecycler {
         };
         Ok(RecycledEvent {
             event: Some(event),
-            reached: std::cell::Cell::new(false),
+            last_record: RefCell::new(LastRecord::None),
         })
     }
 }
 
-/// Destroys the events this thread keeps for reuse (which hold their contexts, a green
-/// context's too, alive), and returns how many. Threads release their cache when they exit.
+/// Destroys the events this thread keeps for reuse, ready and pending (they hold their
+/// contexts, a green context's too, alive), and returns how many. Threads release their cache
+/// when they exit.
 pub fn clear_recycled_events() -> usize {
     let taken = CACHE
         .try_with(|cache| cache.try_borrow_mut().map(|mut c| std::mem::take(&mut *c)))
@@ -95,14 +244,17 @@ pub fn clear_recycled_events() -> usize {
 }
 
 /// An event from an [`EventRecycler`]: an `EventHandle` (through `Deref`) that goes back to
-/// this thread's cache when dropped, if it is in the state of a fresh event (see the module
-/// docs); otherwise it is destroyed as usual.
+/// this thread's cache when dropped, if no other handle to it exists; otherwise it is
+/// destroyed as usual.
+///
+/// Record it with [`RecycledEvent::record`], and wait for it or query it with the methods here:
+/// then the recycler follows its records, and settles it with the others recorded on the same
+/// stream. Reaching the `EventHandle` through `Deref` is allowed and safe, but the event is then
+/// settled by a query of its own.
 #[derive(Debug)]
 pub struct RecycledEvent {
     event: Option<EventHandle>,
-    /// Whether the event was reached (through `Deref`) since it was handed out: only then can
-    /// it have been recorded, and only then does its release ask the driver.
-    reached: std::cell::Cell<bool>,
+    last_record: RefCell<LastRecord>,
 }
 
 impl RecycledEvent {
@@ -110,35 +262,76 @@ impl RecycledEvent {
     pub fn into_event(mut self) -> EventHandle {
         self.event.take().expect("present until dropped or taken")
     }
+
+    /// The event, without marking it reached: for the methods below, which cannot record it.
+    fn event(&self) -> &EventHandle {
+        self.event.as_ref().expect("present until dropped or taken")
+    }
+
+    /// Records the event on `stream` ([`EventHandle::record`]).
+    pub fn record(&self, stream: &StreamHandle) -> Result<()> {
+        let recorded = self.event().record(stream);
+        let followed = recorded.is_ok() && stream.as_handle().is_owning();
+        let mut last_record = self.last_record.borrow_mut();
+        *last_record = match &*last_record {
+            LastRecord::Unknown => LastRecord::Unknown,
+            _ if followed => LastRecord::Followed(RecordOrder {
+                stream: stream.as_handle().downgrade(),
+                thread: THREAD.with(|thread| *thread),
+                ticket: TICKETS.with(|tickets| {
+                    let ticket = tickets.get();
+                    tickets.set(ticket + 1);
+                    ticket
+                }),
+            }),
+            // A failed record may have left any state; a stream whose raw value may name
+            // another stream on another thread cannot be followed.
+            _ => LastRecord::Unknown,
+        };
+        recorded
+    }
+
+    /// Makes work queued on `stream` after this call wait for the event
+    /// ([`StreamHandle::wait_event`]); a wait does not change the event.
+    pub fn wait_on(&self, stream: &StreamHandle) -> Result<()> {
+        stream.wait_event(self.event())
+    }
+
+    /// Whether the event's last record completed ([`EventHandle::query`]).
+    pub fn query(&self) -> Result<bool> {
+        self.event().query()
+    }
+
+    /// Blocks until the event's last record completed ([`EventHandle::synchronize`]).
+    pub fn synchronize(&self) -> Result<()> {
+        self.event().synchronize()
+    }
 }
 
 impl Deref for RecycledEvent {
     type Target = EventHandle;
 
+    /// The event. Through it the event may be recorded in ways the recycler cannot follow, so
+    /// its release will ask the driver whether its last record completed.
     fn deref(&self) -> &EventHandle {
-        self.reached.set(true);
-        self.event.as_ref().expect("present until dropped or taken")
+        *self.last_record.borrow_mut() = LastRecord::Unknown;
+        self.event()
     }
 }
 
 impl Drop for RecycledEvent {
     fn drop(&mut self) {
         if let Some(event) = self.event.take() {
-            recycle(event, self.reached.get());
+            recycle(event, self.last_record.take());
         }
     }
 }
 
-/// Puts `event` in this thread's cache if it is in the state of a fresh event, or drops it.
-/// An event not `reached` since it was handed out is in the state it was handed out in.
-fn recycle(event: EventHandle, reached: bool) {
+/// Puts `event` in this thread's cache, ready if it was not recorded since it was handed out
+/// and pending otherwise, or drops it if another handle to it exists or the cache is full.
+fn recycle(event: EventHandle, last_record: LastRecord) {
     // The only handle, strong or weak: nobody else can record on it or see it again.
     if event.strong_count() != 1 || event.weak_count() != 0 {
-        return;
-    }
-    // Its last record completed: a query on the next owner's handle says complete, as on a
-    // fresh event. A pending or failed query destroys it instead.
-    if reached && event.query() != Ok(true) {
         return;
     }
     let Some(context) = event
@@ -148,13 +341,23 @@ fn recycle(event: EventHandle, reached: bool) {
     else {
         return;
     };
-    let flags = event.flags();
+    let cached = Cached {
+        context,
+        flags: event.flags(),
+        event,
+    };
     let rejected = CACHE.try_with(|cache| match cache.try_borrow_mut() {
         Ok(mut cache) if cache.len() < CACHED_PER_THREAD => {
-            cache.push((context, flags, event));
+            match last_record {
+                LastRecord::None => cache.ready.push(cached),
+                last_record => cache.pending.push(Pending {
+                    cached,
+                    last_record,
+                }),
+            }
             None
         }
-        _ => Some(event),
+        _ => Some(cached),
     });
     // Dropped outside the cache's borrow (a full cache, or a thread being torn down).
     drop(rejected);

@@ -66,6 +66,7 @@ mod scope;
 mod stream;
 mod stream_order;
 mod stream_order_protocol;
+mod stream_recycler;
 mod vmm;
 
 pub use context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
@@ -98,6 +99,7 @@ pub use program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version
 pub use stream::{
     LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
 };
+pub use stream_recycler::{RecycledStream, StreamRecycler, clear_recycled_streams};
 pub use vmm::{
     AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
     FabricHandle, GrowableBuffer, Mapping, MappingBox, MappingHandle, MappingWeak,

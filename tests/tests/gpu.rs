@@ -663,6 +663,7 @@ const NOT_SIMULATED: &[(&str, &str)] = &[];
 fn recycled_events_behave_like_fresh_ones() {
     let _serial = serial();
     let failures = Failures::watch();
+    handles_cuda::clear_recycled_events();
     let context = ContextHandle::primary(0).unwrap();
     let (a, b) = (stream(&context), stream(&context));
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
@@ -676,7 +677,7 @@ fn recycled_events_behave_like_fresh_ones() {
     first.record(&a).unwrap();
     a.synchronize().unwrap();
     // `b` waits for the completed record, before the release.
-    b.wait_event(&first).unwrap();
+    first.wait_on(&b).unwrap();
     drop(first);
     let again = recycler.acquire().unwrap();
     assert_eq!(again.as_cu(), raw, "the released event is reused");
@@ -691,29 +692,35 @@ fn recycled_events_behave_like_fresh_ones() {
     let b_done = b.query().unwrap();
     assert!(b_done, "a wait enqueued before the release is unaffected");
 
-    // Released while its record is pending (on a GPU the spin is still running): destroyed,
-    // never handed out with that record. (The simulated driver has run the spin already: then
-    // the event is complete and reused.)
-    // (Live counts, not raw values: the driver may give a destroyed event's value to the
-    // next one it creates.)
+    // Released while its record is pending (on a GPU the spin is still running): kept, but
+    // never handed out with that record; the acquire makes a new event instead. (The
+    // simulated driver has run the spin already: then the event is complete and reused.)
     let pending = !again.query().unwrap();
-    let live = EventHandle::live_count().unwrap();
+    let again_raw = again.as_cu();
     drop(again);
-    if pending {
-        assert_eq!(
-            EventHandle::live_count().unwrap(),
-            live - 1,
-            "a pending event is destroyed"
-        );
-    } else {
-        assert_eq!(
-            EventHandle::live_count().unwrap(),
-            live,
-            "a complete event is cached"
-        );
-    }
     let other = recycler.acquire().unwrap();
     assert!(other.query().unwrap(), "the event handed out looks fresh");
+    if pending {
+        // The pending event still exists, so a new event cannot have its raw value.
+        assert_ne!(
+            other.as_cu(),
+            again_raw,
+            "a pending event is not handed out"
+        );
+    } else {
+        assert_eq!(other.as_cu(), again_raw, "a complete event is reused");
+    }
+    // Once its record completed, the pending event is handed out again.
+    a.synchronize().unwrap();
+    if pending {
+        let settled = recycler.acquire().unwrap();
+        assert_eq!(
+            settled.as_cu(),
+            again_raw,
+            "settled once its record completed"
+        );
+        assert!(settled.query().unwrap());
+    }
     // Shared (a clone or a weak handle escaped): never reused.
     let escaped = other.clone();
     let other_raw = other.as_cu();
@@ -733,6 +740,170 @@ fn recycled_events_behave_like_fresh_ones() {
     let cleared = handles_cuda::clear_recycled_events();
     assert!(cleared >= 1);
     assert_eq!(EventHandle::live_count().unwrap(), live - cleared);
+    failures.assert_none();
+}
+
+/// Recycled events recorded on one stream are settled together, by stream order: the newest
+/// one completing makes the earlier ones reusable with no query of their own. A completion on
+/// another stream, or of an event reached through `Deref`, says nothing about the others.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn recycled_events_are_settled_in_stream_order_only() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    handles_cuda::clear_recycled_events();
+    let context = ContextHandle::primary(0).unwrap();
+    let (a, b) = (stream(&context), stream(&context));
+    let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+    let config = handles_cuda::LaunchConfig::linear(1, 1);
+    let recycler = handles_cuda::EventRecycler::new(&context, EventFlags::default()).unwrap();
+
+    // A batch recorded on `a`, released, then `a` drained: every one of them comes back.
+    let batch: Vec<_> = (0..8).map(|_| recycler.acquire().unwrap()).collect();
+    for event in &batch {
+        event.record(&a).unwrap();
+    }
+    let raws: std::collections::HashSet<_> = batch.iter().map(|event| event.as_cu()).collect();
+    drop(batch);
+    a.synchronize().unwrap();
+    let live = EventHandle::live_count().unwrap();
+    let again: Vec<_> = (0..8).map(|_| recycler.acquire().unwrap()).collect();
+    assert_eq!(
+        EventHandle::live_count().unwrap(),
+        live,
+        "all eight reused, none created"
+    );
+    for event in &again {
+        assert!(raws.contains(&event.as_cu()));
+        assert!(event.query().unwrap(), "each looks fresh");
+    }
+    drop(again);
+    handles_cuda::clear_recycled_events();
+
+    // `slow` is recorded on `a` behind a long kernel, `fast` on `b`, and released after it:
+    // `fast` completing must not make `slow` reusable. Likewise `reached`, recorded on `a`
+    // through its `EventHandle`.
+    let slow = recycler.acquire().unwrap();
+    let reached = recycler.acquire().unwrap();
+    let fast = recycler.acquire().unwrap();
+    kernels.spin.launch(&a, &config, (200_000_000,)).unwrap();
+    slow.record(&a).unwrap();
+    (*reached).record(&a).unwrap();
+    fast.record(&b).unwrap();
+    b.synchronize().unwrap();
+    let slow_pending = !slow.query().unwrap();
+    let (slow_raw, reached_raw) = (slow.as_cu(), reached.as_cu());
+    drop(slow);
+    drop(reached);
+    drop(fast);
+    let first = recycler.acquire().unwrap();
+    assert!(first.query().unwrap(), "the event handed out looks fresh");
+    let second = recycler.acquire().unwrap();
+    assert!(second.query().unwrap(), "the event handed out looks fresh");
+    if slow_pending {
+        // On a GPU the spin still runs: neither `slow` nor `reached` is handed out.
+        for event in [&first, &second] {
+            assert_ne!(
+                event.as_cu(),
+                slow_raw,
+                "an unfinished record is never reused"
+            );
+            assert_ne!(
+                event.as_cu(),
+                reached_raw,
+                "an unfinished record is never reused"
+            );
+        }
+    }
+    a.synchronize().unwrap();
+    drop((first, second));
+    handles_cuda::clear_recycled_events();
+    failures.assert_none();
+}
+
+/// Recycled streams come back only idle, unshared and of the same key; a busy or shared one is
+/// destroyed (or left to its other handles).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn recycled_streams_behave_like_fresh_ones() {
+    use handles_cuda::{StreamFlags, StreamRecycler};
+    let _serial = serial();
+    let failures = Failures::watch();
+    handles_cuda::clear_recycled_streams();
+    let context = ContextHandle::primary(0).unwrap();
+    let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+    let config = handles_cuda::LaunchConfig::linear(1, 1);
+    let flags = StreamFlags { non_blocking: true };
+    let recycler = StreamRecycler::new(&context, flags, 0);
+
+    // Idle and unshared: handed out again, idle; never under another key.
+    let first = recycler.acquire().unwrap();
+    let raw = first.as_cu();
+    kernels.spin.launch(&first, &config, (1_000,)).unwrap();
+    first.synchronize().unwrap();
+    drop(first);
+    let other_priority = StreamRecycler::new(&context, flags, -1).acquire().unwrap();
+    assert_ne!(
+        other_priority.as_cu(),
+        raw,
+        "another priority is another key"
+    );
+    let blocking = StreamRecycler::new(&context, StreamFlags::default(), 0)
+        .acquire()
+        .unwrap();
+    assert_ne!(blocking.as_cu(), raw, "other flags are another key");
+    let again = recycler.acquire().unwrap();
+    assert_eq!(again.as_cu(), raw, "the released stream is reused");
+    assert!(again.query().unwrap(), "a reused stream is idle");
+    drop((other_priority, blocking));
+
+    // Busy when released (on a GPU the spin still runs): destroyed, not cached. (On the
+    // simulated driver the spin has run already: then it is idle and cached.)
+    kernels
+        .spin
+        .launch(&again, &config, (200_000_000,))
+        .unwrap();
+    let busy = !again.query().unwrap();
+    let live = StreamHandle::live_count().unwrap();
+    drop(again);
+    let expected = if busy { live - 1 } else { live };
+    assert_eq!(StreamHandle::live_count().unwrap(), expected);
+    context.synchronize().unwrap();
+
+    // Shared: a clone, or a buffer homed on it, keeps it from the cache.
+    let shared = recycler.acquire().unwrap();
+    let clone = StreamHandle::clone(&shared);
+    let shared_raw = shared.as_cu();
+    drop(shared);
+    let next = recycler.acquire().unwrap();
+    assert_ne!(
+        next.as_cu(),
+        shared_raw,
+        "a shared stream is not handed out"
+    );
+    drop(clone);
+    let pool = handles_cuda::MemoryPoolHandle::device_default(0).unwrap();
+    let buffer = handles_cuda::DevicePtrHandle::alloc_from_pool(&pool, 256, &next).unwrap();
+    let homed_raw = next.as_cu();
+    drop(next);
+    let after = recycler.acquire().unwrap();
+    assert_ne!(
+        after.as_cu(),
+        homed_raw,
+        "a stream a buffer is homed on is not handed out"
+    );
+    drop(buffer);
+    drop(after);
+
+    // Many acquire/release pairs reuse one stream; the cache can be emptied.
+    let reused = recycler.acquire().unwrap().as_cu();
+    for _ in 0..100 {
+        assert_eq!(recycler.acquire().unwrap().as_cu(), reused);
+    }
+    let live = StreamHandle::live_count().unwrap();
+    let cleared = handles_cuda::clear_recycled_streams();
+    assert!(cleared >= 1);
+    assert_eq!(StreamHandle::live_count().unwrap(), live - cleared);
     failures.assert_none();
 }
 

@@ -11,7 +11,7 @@ use handles_cuda::{
     AddressReservationHandle, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags,
     EventHandle, EventRecycler, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle,
     MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps, Sharing,
-    StreamFlags, StreamHandle, TypedKernel,
+    StreamFlags, StreamHandle, StreamRecycler, TypedKernel,
 };
 
 const ROUNDS: usize = 31;
@@ -51,15 +51,67 @@ fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measure
             Variant::new("handles-cuda EventRecycler acquire+drop", || {
                 drop(keep(recycler.acquire().unwrap()));
             }),
-            Variant::new("handles-cuda EventRecycler acquire+query+drop", || {
-                // Reaching the event makes its release ask the driver whether it is complete.
-                let event = recycler.acquire().unwrap();
-                keep(event.query().unwrap());
-            }),
         ],
         ROUNDS,
         2000,
         || {},
+    )
+}
+
+/// Events that are recorded once each on `stream` before they go: the raw pair with a record
+/// between, our handle, cudarc's, and the recycler (which settles released events by stream
+/// order). The stream is drained between batches.
+fn recorded_events(
+    context: &ContextHandle,
+    stream: &StreamHandle,
+    cudarc_context: &Arc<CudaContext>,
+    cudarc_stream: &Arc<cudarc::driver::CudaStream>,
+) -> Measured {
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    let recycler = EventRecycler::new(context, EventFlags::default()).unwrap();
+    let raw_stream = stream.as_cu();
+    interleave(
+        &mut [
+            Variant::new("raw cuEventCreate+cuEventRecord+cuEventDestroy", || {
+                let mut event = std::ptr::null_mut();
+                // SAFETY: the primary context is current on this thread; the stream is alive.
+                unsafe {
+                    ok(sys::cuEventCreate(&mut event, flags));
+                    ok(sys::cuEventRecord(event, raw_stream));
+                    ok(sys::cuEventDestroy_v2(keep(event)));
+                }
+            }),
+            Variant::new("handles-cuda EventHandle::create+record+drop", || {
+                let event = EventHandle::create(context, EventFlags::default()).unwrap();
+                event.record(stream).unwrap();
+                drop(keep(event));
+            }),
+            Variant::new("cudarc new_event+record+drop", || {
+                let event = cudarc_context.new_event(None).unwrap();
+                event.record(cudarc_stream).unwrap();
+                drop(keep(event));
+            }),
+            Variant::new("handles-cuda EventRecycler acquire+record+drop", || {
+                let event = recycler.acquire().unwrap();
+                event.record(stream).unwrap();
+                drop(keep(event));
+            }),
+            Variant::new(
+                "handles-cuda EventRecycler acquire+record+drop, reached (settled by a query each)",
+                || {
+                    let event = recycler.acquire().unwrap();
+                    // Recorded through the `EventHandle`: the recycler cannot follow it.
+                    (*event).record(stream).unwrap();
+                    drop(keep(event));
+                },
+            ),
+        ],
+        ROUNDS,
+        2000,
+        || {
+            stream.synchronize().unwrap();
+            cudarc_stream.synchronize().unwrap();
+        },
     )
 }
 
@@ -107,6 +159,7 @@ fn pool_allocations(
 }
 
 fn streams(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measured {
+    let recycler = StreamRecycler::new(context, StreamFlags { non_blocking: true }, 0);
     interleave(
         &mut [
             Variant::new("raw cuStreamCreateWithPriority+cuStreamDestroy", || {
@@ -123,6 +176,9 @@ fn streams(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measur
             }),
             Variant::new("cudarc new_stream+drop", || {
                 drop(keep(cudarc_context.new_stream().unwrap()));
+            }),
+            Variant::new("handles-cuda StreamRecycler acquire+drop (idle)", || {
+                drop(keep(recycler.acquire().unwrap()));
             }),
         ],
         // cuStreamCreate's own time varies by a few percent between batches; more rounds make
@@ -572,6 +628,44 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
         }),
     );
     row(
+        "event create+record+drop, a stream per thread",
+        "raw",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| {
+                    bind();
+                    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+                },
+                |stream| {
+                    let mut event = std::ptr::null_mut();
+                    // SAFETY: the primary context is current on this thread; the stream is
+                    // alive.
+                    unsafe {
+                        ok(sys::cuEventCreate(&mut event, flags));
+                        ok(sys::cuEventRecord(event, stream.as_cu()));
+                        ok(sys::cuEventDestroy_v2(keep(event)));
+                    }
+                },
+            )
+        }),
+    );
+    row(
+        "event create+record+drop, a stream per thread",
+        "handles-cuda recycled (acquire+record+drop)",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap(),
+                |stream| {
+                    let event = recycler.acquire().unwrap();
+                    event.record(stream).unwrap();
+                    drop(keep(event));
+                },
+            )
+        }),
+    );
+    row(
         "pool alloc+free 1 KiB, a stream per thread",
         "raw",
         each(&|t| {
@@ -652,6 +746,10 @@ fn main() {
     report(
         "event create+drop (timing off)",
         &events(&context, &cudarc_context),
+    );
+    report(
+        "event create+record+drop (timing off)",
+        &recorded_events(&context, &stream, &cudarc_context, &tracked),
     );
     report(
         "pool alloc+free 1 KiB",
