@@ -42,11 +42,9 @@ impl<R: Resource> BoxCache<R> {
     /// How many boxes of `R` a thread keeps: [`MAX_BOXES`], fewer for boxes so large that
     /// [`MAX_BYTES`] is reached first.
     const CAPACITY: usize = {
-        let size = size_of::<HandleBox<R>>();
-        let by_bytes = if size == 0 {
-            MAX_BOXES
-        } else {
-            MAX_BYTES / size
+        let by_bytes = match MAX_BYTES.checked_div(size_of::<HandleBox<R>>()) {
+            Some(boxes) => boxes,
+            None => MAX_BOXES,
         };
         if by_bytes < MAX_BOXES {
             by_bytes

@@ -19,11 +19,12 @@
 //! **How completion is known without asking the driver at every release.** A released event
 //! that was never recorded since it was handed out is still complete: it is *ready* at once. One
 //! that was recorded is *pending*: the release costs no driver call, and an acquire that finds
-//! no ready event settles pending ones. It asks `cuEventQuery` about the most recently released
-//! one, and if that is complete, every pending event whose last record was made *earlier by the
-//! same thread on the same stream* is complete too, with no query: a stream runs its work in the
-//! order it was queued, and one thread's calls are queued in program order. So a thread that
-//! records its events on a few streams pays about one query per batch of releases. An event
+//! no ready event settles pending ones. Records made *by one thread on one stream* complete in
+//! the order they were made (a stream runs its work in the order it was queued, and one
+//! thread's calls are queued in program order), so when one of them is complete, every earlier
+//! one is too, with no query of its own; a binary search with `cuEventQuery` finds the newest
+//! completed one among the pending events of that stream and thread. So a thread that records
+//! its events on a few streams pays O(log n) queries per batch of n releases. An event
 //! recorded through anything the recycler cannot follow (its `EventHandle`, reached through
 //! `Deref`, or a stream this crate did not create, whose raw value may name different streams
 //! on different threads) is settled by a query of its own. An event still running is left
@@ -45,9 +46,6 @@ use crate::stream::{Stream, StreamHandle};
 
 /// The most events a thread keeps for reuse, ready and pending together; more are destroyed.
 const CACHED_PER_THREAD: usize = 256;
-
-/// How many queries one acquire makes at most to settle pending events.
-const QUERIES_PER_ACQUIRE: usize = 2;
 
 /// A released event, with the raw context and flags it was made with (what an acquire
 /// matches on).
@@ -86,12 +84,10 @@ struct RecordOrder {
 }
 
 impl RecordOrder {
-    /// Whether `self` was queued on the same stream as `later`, before it, by the same thread:
-    /// then `later` completing means `self` completed.
-    fn completed_before(&self, later: &RecordOrder) -> bool {
-        self.thread == later.thread
-            && self.ticket < later.ticket
-            && self.stream.ptr_eq(&later.stream)
+    /// Whether `self` and `other` were queued on the same stream by the same thread: then their
+    /// tickets order them on the stream, and a later one completing means the earlier did.
+    fn same_sequence(&self, other: &RecordOrder) -> bool {
+        self.thread == other.thread && self.stream.ptr_eq(&other.stream)
     }
 }
 
@@ -119,51 +115,96 @@ impl Cache {
         self.settle(context, flags)
     }
 
-    /// Queries pending events of `context` and `flags`, newest first then oldest, and returns
-    /// the first that completed; everything its completion implies becomes ready.
+    /// Settles pending events and returns one of `context` and `flags` that completed, if any.
+    ///
+    /// First the records followed on the stream and thread of the newest matching event: they
+    /// complete in the order they were queued, so a binary search finds the newest completed
+    /// one with O(log n) queries, and it and every earlier one become ready. Failing that, the
+    /// oldest matching event is queried on its own.
     fn settle(&mut self, context: usize, flags: EventFlags) -> Option<EventHandle> {
         let matches =
             |pending: &Pending| pending.cached.context == context && pending.cached.flags == flags;
         let newest = self.pending.iter().rposition(matches)?;
-        let oldest = self.pending.iter().position(matches)?;
-        let tries = if newest == oldest {
-            1
-        } else {
-            QUERIES_PER_ACQUIRE
-        };
-        for at in [newest, oldest].into_iter().take(tries) {
-            match self.pending[at].cached.event.query() {
-                Ok(true) => {
-                    let settled = self.pending.swap_remove(at);
-                    if let LastRecord::Followed(order) = &settled.last_record {
-                        self.release_completed_before(order);
-                    }
-                    return Some(settled.cached.event);
-                }
-                // Still running: left pending. (Only the newest is tried before the oldest, and
-                // `swap_remove` is not reached, so `oldest` still indexes the same entry.)
-                Ok(false) => {}
-                // A failed query: the event is not trusted again, and is destroyed.
-                Err(_) => {
-                    let failed = self.pending.swap_remove(at);
-                    drop(failed);
-                    return None;
+        if let LastRecord::Followed(order) = &self.pending[newest].last_record {
+            let order = order.clone();
+            if let Some(completed) = self.newest_completed_like(&order) {
+                self.release_completed(&completed);
+                if let Some(at) = self
+                    .ready
+                    .iter()
+                    .rposition(|cached| cached.context == context && cached.flags == flags)
+                {
+                    return Some(self.ready.swap_remove(at).event);
                 }
             }
         }
-        None
+        let oldest = self.pending.iter().position(matches)?;
+        match self.pending[oldest].cached.event.query() {
+            Ok(true) => {
+                let settled = self.pending.swap_remove(oldest);
+                if let LastRecord::Followed(order) = &settled.last_record {
+                    self.release_completed(order);
+                }
+                Some(settled.cached.event)
+            }
+            // Still running: left pending.
+            Ok(false) => None,
+            // A failed query: the event is not trusted again, and is destroyed.
+            Err(_) => {
+                drop(self.pending.swap_remove(oldest));
+                None
+            }
+        }
     }
 
-    /// Makes ready every pending event whose last followed record was queued before `later` on
-    /// its stream by its thread.
-    fn release_completed_before(&mut self, later: &RecordOrder) {
+    /// The newest completed record among the pending ones followed on the stream and thread of
+    /// `order`, found by binary search over their tickets (a failed query counts as not
+    /// completed: such an event is left to be settled on its own).
+    fn newest_completed_like(&self, order: &RecordOrder) -> Option<RecordOrder> {
+        let mut group: Vec<(u64, usize)> = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter_map(|(at, pending)| match &pending.last_record {
+                LastRecord::Followed(other) if other.same_sequence(order) => {
+                    Some((other.ticket, at))
+                }
+                _ => None,
+            })
+            .collect();
+        group.sort_unstable();
+        let completed =
+            |index: usize| self.pending[group[index].1].cached.event.query() == Ok(true);
+        if !completed(0) {
+            return None;
+        }
+        // `lo` completed; every index from `hi` on is not known to have completed.
+        let (mut lo, mut hi) = (0, group.len());
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if completed(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        match &self.pending[group[lo].1].last_record {
+            LastRecord::Followed(newest) => Some(newest.clone()),
+            _ => None,
+        }
+    }
+
+    /// Makes ready every pending event whose last record was followed on the stream and thread
+    /// of `completed`, no later than it: `completed` finished, so they did.
+    fn release_completed(&mut self, completed: &RecordOrder) {
         let mut at = 0;
         while at < self.pending.len() {
-            let completed = matches!(
+            let done = matches!(
                 &self.pending[at].last_record,
-                LastRecord::Followed(order) if order.completed_before(later)
+                LastRecord::Followed(order)
+                    if order.same_sequence(completed) && order.ticket <= completed.ticket
             );
-            if completed {
+            if done {
                 let settled = self.pending.swap_remove(at);
                 self.ready.push(settled.cached);
             } else {
