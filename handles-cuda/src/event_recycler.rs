@@ -96,6 +96,8 @@ impl RecordOrder {
 struct Cache {
     ready: Vec<Cached>,
     pending: Vec<Pending>,
+    /// Tickets and positions of one sequence's pending events, reused by each settling.
+    scratch: Vec<(u64, usize)>,
 }
 
 impl Cache {
@@ -125,20 +127,29 @@ impl Cache {
         let matches =
             |pending: &Pending| pending.cached.context == context && pending.cached.flags == flags;
         let newest = self.pending.iter().rposition(matches)?;
+        // The sequence found still running, if any: none of its events is queried again below.
+        let mut running = None;
         if let LastRecord::Followed(order) = &self.pending[newest].last_record {
             let order = order.clone();
-            if let Some(completed) = self.newest_completed_like(&order) {
-                self.release_completed(&completed);
-                if let Some(at) = self
-                    .ready
-                    .iter()
-                    .rposition(|cached| cached.context == context && cached.flags == flags)
-                {
-                    return Some(self.ready.swap_remove(at).event);
+            match self.newest_completed_like(&order) {
+                Some(completed) => {
+                    self.release_completed(&completed);
+                    if let Some(at) = self
+                        .ready
+                        .iter()
+                        .rposition(|cached| cached.context == context && cached.flags == flags)
+                    {
+                        return Some(self.ready.swap_remove(at).event);
+                    }
                 }
+                None => running = Some(order),
             }
         }
-        let oldest = self.pending.iter().position(matches)?;
+        let oldest = self.pending.iter().position(|pending| {
+            matches(pending)
+                && !matches!((&pending.last_record, &running),
+                    (LastRecord::Followed(order), Some(running)) if order.same_sequence(running))
+        })?;
         match self.pending[oldest].cached.event.query() {
             Ok(true) => {
                 let settled = self.pending.swap_remove(oldest);
@@ -158,40 +169,44 @@ impl Cache {
     }
 
     /// The newest completed record among the pending ones followed on the stream and thread of
-    /// `order`, found by binary search over their tickets (a failed query counts as not
-    /// completed: such an event is left to be settled on its own).
-    fn newest_completed_like(&self, order: &RecordOrder) -> Option<RecordOrder> {
-        let mut group: Vec<(u64, usize)> = self
-            .pending
-            .iter()
-            .enumerate()
-            .filter_map(|(at, pending)| match &pending.last_record {
+    /// `order`, found by binary search over their tickets; `None` if the oldest of them is still
+    /// running (then all are). A failed query counts as not completed: such an event is left to
+    /// be settled on its own.
+    fn newest_completed_like(&mut self, order: &RecordOrder) -> Option<RecordOrder> {
+        // A buffer kept across calls, so settling allocates nothing once warm.
+        let mut group = std::mem::take(&mut self.scratch);
+        group.clear();
+        group.extend(self.pending.iter().enumerate().filter_map(|(at, pending)| {
+            match &pending.last_record {
                 LastRecord::Followed(other) if other.same_sequence(order) => {
                     Some((other.ticket, at))
                 }
                 _ => None,
-            })
-            .collect();
+            }
+        }));
         group.sort_unstable();
         let completed =
             |index: usize| self.pending[group[index].1].cached.event.query() == Ok(true);
-        if !completed(0) {
-            return None;
-        }
-        // `lo` completed; every index from `hi` on is not known to have completed.
-        let (mut lo, mut hi) = (0, group.len());
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if completed(mid) {
-                lo = mid;
-            } else {
-                hi = mid;
+        let newest = if completed(0) {
+            // `lo` completed; every index from `hi` on is not known to have completed.
+            let (mut lo, mut hi) = (0, group.len());
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if completed(mid) {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
             }
-        }
-        match &self.pending[group[lo].1].last_record {
-            LastRecord::Followed(newest) => Some(newest.clone()),
-            _ => None,
-        }
+            match &self.pending[group[lo].1].last_record {
+                LastRecord::Followed(newest) => Some(newest.clone()),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        self.scratch = group;
+        newest
     }
 
     /// Makes ready every pending event whose last record was followed on the stream and thread
