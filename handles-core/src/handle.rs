@@ -1,8 +1,7 @@
 //! The heap box and the generic strong and weak handles.
 //!
-//! A handle is an `Arc` of a [`HandleBox`]: one allocation per resource (reused from a
-//! per-thread list of retired boxes when there is one, see `box_cache.rs`), one atomic
-//! increment per clone, one atomic decrement per drop. Whether the handle owns its resource is decided
+//! A handle is an `Arc` of a [`HandleBox`]: one allocation per resource, one atomic increment
+//! per clone, one atomic decrement per drop. Whether the handle owns its resource is decided
 //! once, at construction, and stored in the box; clone and drop never branch on it. The last
 //! drop goes through [`crate::release`], which tears owner chains down iteratively.
 
@@ -13,7 +12,6 @@ use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 
-use crate::box_cache::allocate;
 use crate::error::drop_without_unwinding;
 use crate::release::release;
 use crate::report::{DeleteFailure, report};
@@ -36,9 +34,6 @@ enum Keep {
     WithOwner(#[allow(dead_code)] OwnerValue),
     /// An owned resource already deleted by `close`.
     Closed,
-    /// A box already torn down in place, whose allocation waits for reuse (`box_cache.rs`): its
-    /// record has been dropped, and its `Drop` does nothing.
-    Retired,
 }
 
 /// A with-owner value. It is dropped through the iterative release (it may hold the last handle
@@ -73,15 +68,12 @@ impl Drop for OwnerValue {
 /// The heap record behind every handle: the raw value, how it is owned, and the resource's
 /// record (owner handles and metadata).
 ///
-/// Teardown order is the point of this type ([`HandleBox::retire`]): the deleter runs first,
-/// while the record's owner handles are still alive; then the record is dropped, and only then
-/// any with-owner value.
-///
-/// The record is dropped by `retire` only, exactly once: `keep` is [`Keep::Retired`] from then
-/// on, and a retired box is never read again except to be overwritten or freed.
+/// Field drop order is the point of this type. `Drop` runs the deleter first, while the record's
+/// owner handles are still alive; then the record is dropped, and only then any with-owner value
+/// (fields drop in declaration order, so `keep` must stay after `record`).
 pub struct HandleBox<R: Resource> {
     raw: R::Raw,
-    record: ManuallyDrop<R>,
+    record: R,
     keep: Keep,
 }
 
@@ -96,11 +88,7 @@ unsafe impl<R: ThreadSafe + Send + Sync> Sync for HandleBox<R> {}
 impl<R: Resource> HandleBox<R> {
     fn new(raw: R::Raw, keep: Keep, record: R) -> Self {
         R::live().increment();
-        let boxed = HandleBox {
-            raw,
-            record: ManuallyDrop::new(record),
-            keep,
-        };
+        let boxed = HandleBox { raw, record, keep };
         // With-owner boxes are traced by `from_raw_with_owner`, which knows the owner's type.
         #[cfg(feature = "tracing")]
         if !matches!(boxed.keep, Keep::WithOwner(_)) && crate::trace::enabled() {
@@ -140,8 +128,6 @@ impl<R: Resource> HandleBox<R> {
             Keep::Owned | Keep::Closed => Ownership::Owned,
             Keep::Borrowed => Ownership::Borrowed,
             Keep::WithOwner(_) => Ownership::WithOwner,
-            // Never observed: no handle refers to a retired box.
-            Keep::Retired => Ownership::Borrowed,
         }
     }
 
@@ -156,15 +142,8 @@ impl<R: Resource> HandleBox<R> {
     }
 }
 
-impl<R: Resource> HandleBox<R> {
-    /// Tears the box down in place: traces the destruction, runs the deleter of an owned
-    /// resource (reporting a failure), unregisters it, counts it gone, then drops the record and
-    /// last any with-owner value. Afterwards the box is [`Keep::Retired`] and its `Drop` does
-    /// nothing, so its allocation can be freed or reused (`box_cache.rs`).
-    pub(crate) fn retire(&mut self) {
-        if matches!(self.keep, Keep::Retired) {
-            return;
-        }
+impl<R: Resource> Drop for HandleBox<R> {
+    fn drop(&mut self) {
         #[cfg(feature = "tracing")]
         if crate::trace::enabled() {
             crate::trace::destroy::<R>(
@@ -183,21 +162,6 @@ impl<R: Resource> HandleBox<R> {
         }
         // Counted before the fields drop: a field's `Drop` is user code that might panic.
         R::live().decrement();
-        // Marked retired before the record drops, so that if the record's `Drop` unwinds, the
-        // box's own `Drop` (on the way out) does not drop it again; `keep` is dropped after the
-        // record, on unwind too.
-        let keep = core::mem::replace(&mut self.keep, Keep::Retired);
-        // SAFETY: the record is dropped only here, and only while `keep` was not `Retired`;
-        // `keep` is `Retired` from now on, so this runs once per box, and nothing reads the
-        // record of a retired box (no handle refers to it; it is only overwritten or freed).
-        unsafe { ManuallyDrop::drop(&mut self.record) };
-        drop(keep);
-    }
-}
-
-impl<R: Resource> Drop for HandleBox<R> {
-    fn drop(&mut self) {
-        self.retire();
     }
 }
 
@@ -236,7 +200,7 @@ impl<R: Resource> Handle<R> {
     ///   record's metadata (a length, a size, a device) rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
-        let handle = Handle::new(allocate(HandleBox::new(raw, Keep::Owned, record)));
+        let handle = Handle::new(Arc::new(HandleBox::new(raw, Keep::Owned, record)));
         if let Some(registry) = R::registry() {
             registry.register(&handle);
         }
@@ -260,7 +224,7 @@ impl<R: Resource> Handle<R> {
             }
             return canonical;
         }
-        Handle::new(allocate(HandleBox::new(raw, Keep::Borrowed, record)))
+        Handle::new(Arc::new(HandleBox::new(raw, Keep::Borrowed, record)))
     }
 
     /// A non-owning handle that keeps `owner` alive until the last clone drops; `owner` is
@@ -287,7 +251,7 @@ impl<R: Resource> Handle<R> {
                 Some(core::any::type_name::<O>()),
             );
         }
-        Handle::new(allocate(HandleBox::new(
+        Handle::new(Arc::new(HandleBox::new(
             raw,
             Keep::WithOwner(OwnerValue::new(owner)),
             record,

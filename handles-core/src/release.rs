@@ -33,7 +33,6 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crate::Resource;
-use crate::box_cache::BoxCacheKey;
 use crate::error::drop_without_unwinding;
 use crate::handle::HandleBox;
 
@@ -66,22 +65,9 @@ loom::thread_local! {
 }
 
 /// Drops one strong reference to a box, tearing down the box and, iteratively, everything it
-/// was the last owner of. A box that was the only reference to its allocation, of a type with a
-/// box cache, is torn down in place and its allocation kept for reuse (`box_cache.rs`).
+/// was the last owner of.
 #[inline(always)]
-pub(crate) fn release<R: Resource>(mut inner: Arc<HandleBox<R>>) {
-    if let Some(key) = R::box_cache()
-        && Arc::strong_count(&inner) == 1
-        && Arc::get_mut(&mut inner).is_some()
-    {
-        // The only reference, strong or weak, and nothing can make another: retired in place.
-        if core::mem::needs_drop::<R>() {
-            release_last(Retire(inner, key));
-        } else {
-            crate::box_cache::retire(inner, key);
-        }
-        return;
-    }
+pub(crate) fn release<R: Resource>(inner: Arc<HandleBox<R>>) {
     // A box whose record has no drop glue (known at compile time) cannot drop another handle
     // here (a with-owner value goes through `release_value` by itself), and a reference that is
     // not the last (the common case) tears nothing down: a plain drop, with no bookkeeping.
@@ -98,15 +84,10 @@ pub(crate) fn release_value(value: Box<dyn Any + Send + Sync>) {
     release_last(value);
 }
 
-/// The last reference to a box, or a with-owner value: released in place by the outermost drop
+/// The last reference to a box, or a with-owner value: dropped in place by the outermost drop
 /// (statically dispatched, the common case), parked as a [`Parked`] by a nested one.
 trait Releasable: Sized {
     fn park(self) -> Parked;
-
-    #[inline(always)]
-    fn release_in_place(self) {
-        drop(self);
-    }
 }
 
 impl<R: Resource> Releasable for Arc<HandleBox<R>> {
@@ -120,22 +101,6 @@ impl Releasable for Box<dyn Any + Send + Sync> {
     #[inline(always)]
     fn park(self) -> Parked {
         Parked::Value(self)
-    }
-}
-
-/// The only reference to a box whose allocation goes back to its type's box cache. Parked, it
-/// is an ordinary last reference (its allocation is freed rather than kept).
-struct Retire<R: Resource>(Arc<HandleBox<R>>, &'static BoxCacheKey<R>);
-
-impl<R: Resource> Releasable for Retire<R> {
-    #[inline(always)]
-    fn park(self) -> Parked {
-        Parked::Box(self.0)
-    }
-
-    #[inline(always)]
-    fn release_in_place(self) {
-        crate::box_cache::retire(self.0, self.1);
     }
 }
 
@@ -157,7 +122,7 @@ fn release_last<T: Releasable>(item: T) {
     let list: ManuallyDrop<ParkedList> = ManuallyDrop::new(RefCell::new(Vec::new()));
     OUTERMOST.with(|outermost| outermost.set(&*list));
     let on_unwind = Unpublish(&list);
-    item.release_in_place();
+    drop(item);
     if list.borrow().capacity() != 0 {
         drain(&list);
     }

@@ -1,6 +1,6 @@
 //! The traits `#[derive(ResourceHandle)]` implements.
 
-use crate::{BoxCacheKey, DeleteError, Handle, LiveCount, RawValue, Registry, WeakHandle};
+use crate::{DeleteError, Handle, LiveCount, RawValue, Registry, WeakHandle};
 
 /// A kind of C resource: its raw type, its deleter and its per-type statics.
 ///
@@ -23,12 +23,6 @@ pub trait Resource: Sized + 'static {
 
     /// The per-type registry of canonical handles, for types declared with `registry`.
     fn registry() -> Option<&'static Registry<Self>> {
-        None
-    }
-
-    /// This thread's list of retired boxes of this type, reused by the next handles created
-    /// (see [`BoxCache`](crate::BoxCache)). The derive declares one for every type without a registry.
-    fn box_cache() -> Option<&'static BoxCacheKey<Self>> {
         None
     }
 }

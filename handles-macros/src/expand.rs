@@ -69,18 +69,6 @@ fn resource_impl(decl: &Declaration<'_>) -> TokenStream {
             }
         }
     });
-    // A registry holds a weak handle to every owning box, so its type's boxes are never retired.
-    let box_cache = spec.registry.is_none().then(|| {
-        quote! {
-            #[inline(always)]
-            fn box_cache() -> #krate::__private::Option<&'static #krate::BoxCacheKey<Self>> {
-                #krate::__private::thread_local! {
-                    static BOXES: #krate::BoxCache<#ident> = const { #krate::BoxCache::new() };
-                }
-                #krate::__private::Option::Some(&BOXES)
-            }
-        }
-    });
     quote! {
         #[automatically_derived]
         impl #krate::Resource for #ident {
@@ -101,7 +89,6 @@ fn resource_impl(decl: &Declaration<'_>) -> TokenStream {
             }
 
             #registry
-            #box_cache
         }
     }
 }
