@@ -155,6 +155,18 @@ impl ContextHandle {
         ))
     }
 
+    /// A handle that keeps this context alive, for a new object to own: this handle unless it
+    /// is a non-owning reference (such as [`ContextHandle::current`] returns for a context no
+    /// handle manages); then the handle that manages the same context, or a retain of the
+    /// device's primary context if that is what it is. Any other context is refused: nothing
+    /// here could keep it alive, so an object made in it could be destroyed after it.
+    pub(crate) fn keep_alive(&self) -> Result<ContextHandle> {
+        match self.ownership() {
+            handles_core::Ownership::Borrowed => ContextHandle::owning(self.as_cu()),
+            _ => Ok(self.clone()),
+        }
+    }
+
     /// The calling thread's current context: the handle that manages it if this program
     /// created one, else a non-owning reference. `None` when no context is current.
     pub fn current() -> Result<Option<ContextHandle>> {

@@ -245,6 +245,7 @@ impl DevicePtrHandle {
     /// every stream the safe methods used it on.
     pub fn alloc(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
+        let context = &context.keep_alive()?;
         create_in(
             context,
             // SAFETY: the context is current; `raw` is a valid out-pointer.
@@ -260,6 +261,7 @@ impl DevicePtrHandle {
     /// raw value is the host address. Freed after every stream the safe methods used it on.
     pub fn alloc_host(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
+        let context = &context.keep_alive()?;
         create_in(
             context,
             // SAFETY: the context is current; `host` is a valid out-pointer.

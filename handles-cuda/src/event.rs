@@ -87,9 +87,11 @@ fn elapsed_time_v2_available() -> bool {
 }
 
 impl EventHandle {
-    /// Creates an event in `context`, which it keeps alive.
+    /// Creates an event in `context`, which it keeps alive (a non-owning reference is
+    /// resolved to a handle that does, or refused).
     pub fn create(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
         let raw_flags = flags.to_raw()?;
+        let context = &context.keep_alive()?;
         let record = Event {
             context: Some(context.clone()),
             flags,
@@ -116,8 +118,11 @@ impl EventHandle {
         Self::create(&context, flags)
     }
 
-    /// Records the event on `stream`.
+    /// Records the event on `stream`. Refused on a stream that other code is capturing into a
+    /// graph: the event would become a captured event, through which a wait could pull any
+    /// other stream into that capture.
     pub fn record(&self, stream: &StreamHandle) -> Result<()> {
+        stream.refuse_if_captured()?;
         if let (Some(own), Some(theirs)) = (self.context().as_ref(), stream.context().as_ref())
             && own.as_cu() != theirs.as_cu()
         {

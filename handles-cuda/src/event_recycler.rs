@@ -98,6 +98,8 @@ struct Cache {
     pending: Vec<Pending>,
     /// Tickets and positions of one sequence's pending events, reused by each settling.
     scratch: Vec<(u64, usize)>,
+    /// The position of a pending event whose query failed while settling its sequence.
+    failed: Option<usize>,
 }
 
 impl Cache {
@@ -144,6 +146,12 @@ impl Cache {
                 }
                 None => running = Some(order),
             }
+            // A failed query of the sequence's oldest event: that event is not trusted again
+            // and is destroyed; the sequence is settled at a later acquire.
+            if let Some(at) = self.failed.take() {
+                drop(self.pending.swap_remove(at));
+                running = None;
+            }
         }
         let oldest = self.pending.iter().position(|pending| {
             matches(pending)
@@ -158,8 +166,13 @@ impl Cache {
                 }
                 Some(settled.cached.event)
             }
-            // Still running: left pending.
-            Ok(false) => None,
+            // Still running: left pending, but moved to the newest end, so that one event that
+            // never completes does not take every later acquire's query.
+            Ok(false) => {
+                let running = self.pending.remove(oldest);
+                self.pending.push(running);
+                None
+            }
             // A failed query: the event is not trusted again, and is destroyed.
             Err(_) => {
                 drop(self.pending.swap_remove(oldest));
@@ -169,8 +182,8 @@ impl Cache {
     }
 
     /// The newest completed record among the pending ones followed on the stream and thread of
-    /// `order`, found by binary search over their tickets; `None` if the oldest of them is still
-    /// running (then all are). A failed query counts as not completed: such an event is left to
+    /// `order`, found with O(log n) queries over their tickets; `None` if the oldest of them is
+    /// still running (then all are). A failed query counts as not completed: such an event is left to
     /// be settled on its own.
     fn newest_completed_like(&mut self, order: &RecordOrder) -> Option<RecordOrder> {
         // A buffer kept across calls, so settling allocates nothing once warm.
@@ -187,9 +200,21 @@ impl Cache {
         group.sort_unstable();
         let completed =
             |index: usize| self.pending[group[index].1].cached.event.query() == Ok(true);
-        let newest = if completed(0) {
-            // `lo` completed; every index from `hi` on is not known to have completed.
-            let (mut lo, mut hi) = (0, group.len());
+        let last = group.len() - 1;
+        // The oldest first (if it is running, they all are), then the newest (after a
+        // synchronisation all completed, and two queries settle the whole sequence), then a
+        // binary search between them.
+        let oldest = self.pending[group[0].1].cached.event.query();
+        if oldest.is_err() {
+            self.failed = Some(group[0].1);
+        }
+        let newest = if oldest != Ok(true) {
+            None
+        } else if last == 0 || completed(last) {
+            Some(last)
+        } else {
+            // `lo` completed; `hi` did not.
+            let (mut lo, mut hi) = (0, last);
             while hi - lo > 1 {
                 let mid = lo + (hi - lo) / 2;
                 if completed(mid) {
@@ -198,13 +223,12 @@ impl Cache {
                     hi = mid;
                 }
             }
-            match &self.pending[group[lo].1].last_record {
-                LastRecord::Followed(newest) => Some(newest.clone()),
-                _ => None,
-            }
-        } else {
-            None
-        };
+            Some(lo)
+        }
+        .and_then(|at| match &self.pending[group[at].1].last_record {
+            LastRecord::Followed(newest) => Some(newest.clone()),
+            _ => None,
+        });
         self.scratch = group;
         newest
     }
@@ -250,8 +274,10 @@ pub struct EventRecycler {
 }
 
 impl EventRecycler {
-    /// A recycler of events created in `context` with `flags`. Timing and interprocess events
-    /// are refused: they cannot be reused with the semantics of a fresh event.
+    /// A recycler of events created in `context` with `flags`, which it keeps alive (a
+    /// non-owning reference is resolved to a handle that does, or refused). Timing and
+    /// interprocess events are refused: they cannot be reused with the semantics of a fresh
+    /// event.
     pub fn new(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
         if flags.timing || flags.interprocess {
             return Err(Error::InvalidArgument(
@@ -259,7 +285,8 @@ impl EventRecycler {
             ));
         }
         Ok(EventRecycler {
-            context: context.clone(),
+            // Cached events outlive the caller's handles: the context must be kept alive.
+            context: context.keep_alive()?,
             flags,
         })
     }

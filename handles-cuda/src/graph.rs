@@ -119,6 +119,7 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 impl GraphHandle {
     /// An empty graph whose nodes will run in `context` (`cuGraphCreate`).
     pub fn create(context: &ContextHandle) -> Result<Self> {
+        let context = &context.keep_alive()?;
         create_in(
             context,
             // SAFETY: the context is current; `raw` is a valid out-pointer.
@@ -181,7 +182,7 @@ impl GraphHandle {
     fn device_ordinal(&self) -> Result<usize> {
         match self.context().device() {
             Some(ordinal) => Ok(ordinal),
-            None => StreamHandle::legacy_in(self.context()).device_ordinal(),
+            None => StreamHandle::legacy_in(self.context())?.device_ordinal(),
         }
     }
 

@@ -54,6 +54,7 @@ impl StreamHandle {
     /// higher priority; the driver clamps out-of-range values). The context is made current
     /// only for the call, and the caller's context is restored.
     pub fn create(context: &ContextHandle, flags: StreamFlags, priority: i32) -> Result<Self> {
+        let context = &context.keep_alive()?;
         let raw_flags = if flags.non_blocking {
             sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
         } else {
@@ -86,14 +87,15 @@ impl StreamHandle {
         unsafe { StreamHandle::from_raw_borrowed(PER_THREAD_STREAM, Stream { context: None }) }
     }
 
-    /// The legacy default stream bound to `context`: work and frees on it run in that context
-    /// whatever is current on the calling thread.
-    pub fn legacy_in(context: &ContextHandle) -> Self {
+    /// The legacy default stream bound to `context`, which it keeps alive: work and frees on
+    /// it run in that context whatever is current on the calling thread. A non-owning
+    /// reference is resolved to a handle that keeps the context alive, or refused.
+    pub fn legacy_in(context: &ContextHandle) -> Result<Self> {
         let record = Stream {
-            context: Some(context.clone()),
+            context: Some(context.keep_alive()?),
         };
         // SAFETY: the built-in stream token is always valid and never destroyed.
-        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, record) }
+        Ok(unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, record) })
     }
 
     /// Whether this is one of the built-in default-stream tokens (null, legacy, per-thread),
@@ -120,8 +122,10 @@ impl StreamHandle {
     }
 
     /// Makes all work queued on this stream after this call wait until `event` completes
-    /// (`cuStreamWaitEvent`), without blocking the host.
+    /// (`cuStreamWaitEvent`), without blocking the host. Refused on a stream that other code is
+    /// capturing into a graph.
     pub fn wait_event(&self, event: &EventHandle) -> Result<()> {
+        self.refuse_if_captured()?;
         let raw_event = event.as_cu();
         self.run(|raw| {
             // SAFETY: the stream and the event are alive while their handles are.

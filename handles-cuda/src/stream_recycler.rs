@@ -4,21 +4,25 @@
 //! release.
 //!
 //! **What a recycled stream carries.** It is handed out only in the state of a fresh stream of
-//! the same context, flags and priority (the recycler's key), for every observer:
+//! the same context, flags and priority (the recycler's key), checked when it is handed out:
 //!
-//! - it is idle: everything queued on it has completed (`cuStreamQuery` at the release), so
-//!   work the new owner queues waits for nothing of the old owner's;
-//! - it is not being captured into a graph (`cuStreamIsCapturing` at the release);
-//! - no other handle to it exists: one strong handle, and no weak handle but the registry's
-//!   (so nothing kept from the old owner can queue work on it later). A weak handle kept by a
-//!   pending recycled event's record counts: such a stream is destroyed, not cached;
-//! - it was created by this crate ([`StreamHandle::create`] through the recycler) and never
-//!   lent to cudarc while the old owner had it (a lent stream keeps another handle).
+//! - it is idle: everything queued on it has completed (`cuStreamQuery`), so work the new owner
+//!   queues waits for nothing of the old owner's; one still busy stays cached, and a new stream
+//!   is made instead;
+//! - it is not being captured into a graph (`cuStreamIsCapturing`);
+//! - no other strong handle to it exists. Streams are registered, so anyone who kept the raw
+//!   value can look the stream up while it is cached (as for any stream): such a handle, still
+//!   held at the acquire, makes the recycler let go of the stream instead of handing it out,
+//!   and work it queued and left is caught by the idle check;
+//! - it was created by this crate through the recycler, in a context the recycler keeps alive,
+//!   and never lent to cudarc while the old owner had it (a lent stream keeps another handle).
 //!
 //! Stream attributes set on the raw stream through the driver (an access policy window, a
 //! synchronisation policy) are the one thing a recycled stream may carry: this crate sets none,
 //! and whoever sets them through the raw value must reset them before the release. A stream
-//! that fails any check is destroyed as usual. The cache is per thread (no lock, no atomics).
+//! that fails a check is dropped (destroyed, if the cache held the last handle). The cache is
+//! per thread (no lock, no atomics); caches of long-lived threads keep their streams' contexts
+//! alive until [`clear_recycled_streams`] runs on that thread or the thread exits.
 
 use std::cell::RefCell;
 use std::ops::Deref;
@@ -49,31 +53,54 @@ pub struct StreamRecycler {
 
 impl StreamRecycler {
     /// A recycler of streams created in `context` with `flags` and `priority` (as
-    /// [`StreamHandle::create`] takes them).
-    pub fn new(context: &ContextHandle, flags: StreamFlags, priority: i32) -> Self {
-        StreamRecycler {
-            context: context.clone(),
+    /// [`StreamHandle::create`] takes them). It keeps the context alive (a non-owning
+    /// reference is resolved to a handle that does, or refused).
+    pub fn new(context: &ContextHandle, flags: StreamFlags, priority: i32) -> Result<Self> {
+        Ok(StreamRecycler {
+            context: context.keep_alive()?,
             flags,
             priority,
-        }
+        })
     }
 
     fn key(&self) -> Key {
         (self.context.as_cu() as usize, self.flags, self.priority)
     }
 
-    /// A stream in the state of a fresh one: one this thread released earlier if there is
-    /// one, else a new one.
+    /// A stream in the state of a fresh one: the one this thread released most recently, if
+    /// it passes the checks of the module docs, else a new one. Never blocks.
     pub fn acquire(&self) -> Result<RecycledStream> {
         let key = self.key();
-        let reused = CACHE
+        let candidate = CACHE
             .try_with(|cache| {
                 let mut cache = cache.try_borrow_mut().ok()?;
                 let at = cache.iter().rposition(|(cached, _)| *cached == key)?;
-                Some(cache.swap_remove(at).1)
+                Some(cache.remove(at).1)
             })
             .ok()
             .flatten();
+        let reused = match candidate {
+            Some(stream) => match check(&stream) {
+                Check::Fresh => Some(stream),
+                // Kept for a later acquire, at the oldest end, so the next one tries another.
+                Check::Busy => {
+                    let rejected = CACHE.try_with(|cache| match cache.try_borrow_mut() {
+                        Ok(mut cache) => {
+                            cache.insert(0, (key, stream));
+                            None
+                        }
+                        Err(_) => Some(stream),
+                    });
+                    drop(rejected);
+                    None
+                }
+                Check::Unusable => {
+                    drop(stream);
+                    None
+                }
+            },
+            None => None,
+        };
         let stream = match reused {
             Some(stream) => stream,
             None => StreamHandle::create(&self.context, self.flags, self.priority)?,
@@ -126,8 +153,10 @@ impl Deref for RecycledStream {
 
 impl Drop for RecycledStream {
     fn drop(&mut self) {
+        // Only the cheap check here; the driver is asked when the stream is handed out again.
         if let Some(stream) = self.stream.take()
-            && is_like_fresh(&stream)
+            && stream.is_owning()
+            && stream.strong_count() == 1
         {
             let rejected = CACHE.try_with(|cache| match cache.try_borrow_mut() {
                 Ok(mut cache) if cache.len() < CACHED_PER_THREAD => {
@@ -142,18 +171,32 @@ impl Drop for RecycledStream {
     }
 }
 
-/// Whether `stream` can be handed out again as a fresh stream: the only handle (the registry's
-/// weak entry aside), idle and not capturing. A failed query counts as no.
-fn is_like_fresh(stream: &StreamHandle) -> bool {
-    if !stream.is_owning() || stream.strong_count() != 1 || stream.weak_count() != 1 {
-        return false;
+/// What a cached stream is fit for.
+enum Check {
+    /// Idle, not capturing, and the only strong handle: handed out.
+    Fresh,
+    /// Still running work: kept for later.
+    Busy,
+    /// Shared, capturing, or a failed query: let go.
+    Unusable,
+}
+
+/// Checks a cached stream before it is handed out again.
+fn check(stream: &StreamHandle) -> Check {
+    if stream.strong_count() != 1 {
+        return Check::Unusable;
     }
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let capture = stream.run(|raw| {
         // SAFETY: the stream is alive while `stream` is; `status` is a valid out-pointer.
         unsafe { crate::error::driver!(cuStreamIsCapturing(raw, &mut status)) }
     });
-    capture.is_ok()
-        && status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        && stream.query() == Ok(true)
+    if capture.is_err() || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Check::Unusable;
+    }
+    match stream.query() {
+        Ok(true) => Check::Fresh,
+        Ok(false) => Check::Busy,
+        Err(_) => Check::Unusable,
+    }
 }

@@ -285,6 +285,125 @@ fn scenario_foreign_current_context_is_refused_and_a_current_primary_is_retained
     drop(buffer);
 }
 
+// Found in review: `ContextHandle::current()` is safe and returns a non-owning reference to a
+// context no handle manages. Every constructor that keeps its context (events, streams, the
+// legacy stream bound to a context, synchronous and pinned allocations, graphs, IPC events,
+// and the two recyclers, whose caches outlive the caller) resolved it to nothing: an object
+// made in it was destroyed after the context, or a cached one handed out in a new context
+// that reused the raw value.
+
+#[test]
+fn a_borrowed_current_context_is_kept_alive_or_refused() {
+    let name = "a_borrowed_current_context_is_kept_alive_or_refused";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_borrowed_current_context_is_kept_alive_or_refused() {
+    in_scenario();
+    handles_cuda::ensure_loaded().unwrap();
+    let mut foreign = std::ptr::null_mut();
+    // SAFETY: the driver is loaded; no creation parameters; device 0 exists.
+    let status = unsafe { sys::cuCtxCreate_v4(&mut foreign, std::ptr::null_mut(), 0, 0) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    let borrowed = ContextHandle::current().unwrap().unwrap();
+    assert_eq!(borrowed.ownership(), handles_core::Ownership::Borrowed);
+    let flags = StreamFlags { non_blocking: true };
+    assert!(EventHandle::create(&borrowed, EventFlags::default()).is_err());
+    assert!(StreamHandle::create(&borrowed, flags, 0).is_err());
+    assert!(StreamHandle::legacy_in(&borrowed).is_err());
+    assert!(DevicePtrHandle::alloc(&borrowed, 64).is_err());
+    assert!(DevicePtrHandle::alloc_host(&borrowed, 64).is_err());
+    assert!(handles_cuda::GraphHandle::create(&borrowed).is_err());
+    assert!(handles_cuda::EventRecycler::new(&borrowed, EventFlags::default()).is_err());
+    assert!(handles_cuda::StreamRecycler::new(&borrowed, flags, 0).is_err());
+    drop(borrowed);
+    // SAFETY: our own context, which nothing of ours refers to.
+    let destroyed = unsafe { sys::cuCtxDestroy_v2(foreign) };
+    assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
+
+    // A primary context someone else retained and made current: a reference to it is resolved
+    // to a retain, so what is made in it outlives the other library's release.
+    let mut primary = std::ptr::null_mut();
+    handles_cuda::clear_primary_cache();
+    // SAFETY: device 0 exists; released below.
+    unsafe {
+        assert_eq!(
+            sys::cuDevicePrimaryCtxRetain(&mut primary, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(sys::cuCtxSetCurrent(primary), sys::CUresult::CUDA_SUCCESS);
+    }
+    let current = ContextHandle::current().unwrap().unwrap();
+    let event = EventHandle::create(&current, EventFlags::default()).unwrap();
+    let stream = StreamHandle::create(&current, flags, 0).unwrap();
+    let recycler = handles_cuda::EventRecycler::new(&current, EventFlags::default()).unwrap();
+    drop(recycler.acquire().unwrap());
+    drop(current);
+    // SAFETY: releases the retain taken above.
+    unsafe {
+        assert_eq!(
+            sys::cuDevicePrimaryCtxRelease_v2(0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuCtxSetCurrent(std::ptr::null_mut()),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    handles_cuda::clear_primary_cache();
+    drop(recycler);
+    // Destroyed in the primary context they keep alive (the simulator reports a destroy in a
+    // dead context).
+    drop(event);
+    drop(stream);
+    assert_eq!(handles_cuda::clear_recycled_events(), 1);
+}
+
+// Found in review: an event recorded into another library's capture becomes a captured event,
+// and a wait on it pulls any stream, including one this crate created and never lent, into
+// that capture, where allocations and frees would become graph nodes.
+
+#[test]
+fn records_and_waits_on_a_stream_captured_by_cudarc_are_refused() {
+    let name = "records_and_waits_on_a_stream_captured_by_cudarc_are_refused";
+    assert_clean(name, &run_scenario(name, &[]));
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_records_and_waits_on_a_stream_captured_by_cudarc_are_refused() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let home = non_blocking(&context);
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    let cudarc = cudarc::driver::CudaContext::new(0).unwrap();
+    let per_thread = cudarc.per_thread_stream();
+    per_thread
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    let captured = context.run(|| event.record(&StreamHandle::per_thread()));
+    assert!(captured.is_err(), "a record into the capture is refused");
+    let waited = context.run(|| StreamHandle::per_thread().wait_event(&event));
+    assert!(waited.is_err(), "a wait in the capture is refused");
+    // The event never became a captured event, so waiting on it leaves `home` outside.
+    home.wait_event(&event).unwrap();
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `home` is alive; `status` is a valid out-pointer.
+    let checked = unsafe { sys::cuStreamIsCapturing(home.as_cu(), &mut status) };
+    assert_eq!(checked, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        status,
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    );
+    let graph = per_thread
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .unwrap();
+    drop(graph);
+    home.synchronize().unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Defect 6: one primary-context handle per device, whatever thread retained it.
 
@@ -688,7 +807,8 @@ fn an_unbound_default_stream_with_no_current_context_is_refused() {
 fn scenario_an_unbound_default_stream_with_no_current_context_is_refused() {
     in_scenario();
     let context = ContextHandle::primary(0).unwrap();
-    let buffer = DevicePtrHandle::alloc_async(256, &StreamHandle::legacy_in(&context)).unwrap();
+    let buffer =
+        DevicePtrHandle::alloc_async(256, &StreamHandle::legacy_in(&context).unwrap()).unwrap();
     let mut host = [0u8; 16];
     assert!(
         buffer

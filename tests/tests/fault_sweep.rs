@@ -93,13 +93,13 @@ fn stream_create() -> Result<()> {
 
 fn stream_legacy_in() -> Result<()> {
     let context = primary()?;
-    StreamHandle::legacy_in(&context).synchronize()
+    StreamHandle::legacy_in(&context)?.synchronize()
 }
 
 fn event_create() -> Result<()> {
     let context = primary()?;
     let event = EventHandle::create(&context, EventFlags::timing())?;
-    event.record(&StreamHandle::legacy_in(&context))?;
+    event.record(&StreamHandle::legacy_in(&context)?)?;
     event.synchronize()
 }
 
@@ -126,7 +126,7 @@ fn event_ipc_export_import() -> Result<()> {
         ..EventFlags::default()
     };
     let event = EventHandle::create(&context, flags)?;
-    event.record(&StreamHandle::legacy_in(&context))?;
+    event.record(&StreamHandle::legacy_in(&context)?)?;
     let token = event.export_ipc()?;
     let opened = EventHandle::import_ipc(&context, &token)?;
     opened.synchronize()

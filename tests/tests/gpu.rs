@@ -183,7 +183,7 @@ fn deallocation_stream_can_be_read_and_replaced() {
             .is_err()
     );
     buffer
-        .set_deallocation_stream(&StreamHandle::legacy_in(&context))
+        .set_deallocation_stream(&StreamHandle::legacy_in(&context).unwrap())
         .unwrap();
     buffer.set_deallocation_stream(&second).unwrap();
     first.synchronize().unwrap();
@@ -218,7 +218,8 @@ fn frees_run_in_the_right_context_whatever_is_current() {
     let context = ContextHandle::primary(0).unwrap();
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let on_token =
-        DevicePtrHandle::alloc_from_pool(&pool, 4096, &StreamHandle::legacy_in(&context)).unwrap();
+        DevicePtrHandle::alloc_from_pool(&pool, 4096, &StreamHandle::legacy_in(&context).unwrap())
+            .unwrap();
     let on_stream = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream(&context)).unwrap();
     let synchronous = DevicePtrHandle::alloc(&context, 4096).unwrap();
     let host = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
@@ -834,7 +835,7 @@ fn recycled_streams_behave_like_fresh_ones() {
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
     let config = handles_cuda::LaunchConfig::linear(1, 1);
     let flags = StreamFlags { non_blocking: true };
-    let recycler = StreamRecycler::new(&context, flags, 0);
+    let recycler = StreamRecycler::new(&context, flags, 0).unwrap();
 
     // Idle and unshared: handed out again, idle; never under another key.
     let first = recycler.acquire().unwrap();
@@ -842,13 +843,17 @@ fn recycled_streams_behave_like_fresh_ones() {
     kernels.spin.launch(&first, &config, (1_000,)).unwrap();
     first.synchronize().unwrap();
     drop(first);
-    let other_priority = StreamRecycler::new(&context, flags, -1).acquire().unwrap();
+    let other_priority = StreamRecycler::new(&context, flags, -1)
+        .unwrap()
+        .acquire()
+        .unwrap();
     assert_ne!(
         other_priority.as_cu(),
         raw,
         "another priority is another key"
     );
     let blocking = StreamRecycler::new(&context, StreamFlags::default(), 0)
+        .unwrap()
         .acquire()
         .unwrap();
     assert_ne!(blocking.as_cu(), raw, "other flags are another key");
@@ -857,18 +862,38 @@ fn recycled_streams_behave_like_fresh_ones() {
     assert!(again.query().unwrap(), "a reused stream is idle");
     drop((other_priority, blocking));
 
-    // Busy when released (on a GPU the spin still runs): destroyed, not cached. (On the
-    // simulated driver the spin has run already: then it is idle and cached.)
+    // Busy when acquired again (on a GPU the spin still runs): kept, and a new stream is made
+    // instead; handed out once idle. (On the simulated driver the spin has run already: then
+    // it is idle and handed out at once.)
     kernels
         .spin
         .launch(&again, &config, (200_000_000,))
         .unwrap();
-    let busy = !again.query().unwrap();
-    let live = StreamHandle::live_count().unwrap();
     drop(again);
-    let expected = if busy { live - 1 } else { live };
-    assert_eq!(StreamHandle::live_count().unwrap(), expected);
+    let while_busy = recycler.acquire().unwrap();
+    let busy = while_busy.as_cu() != raw;
+    assert!(while_busy.query().unwrap(), "the stream handed out is idle");
+    if busy {
+        context.synchronize().unwrap();
+        let idle = recycler.acquire().unwrap();
+        assert_eq!(idle.as_cu(), raw, "handed out once idle");
+        assert!(idle.query().unwrap());
+    }
+    drop(while_busy);
     context.synchronize().unwrap();
+
+    // Looked up by its raw value while cached and still held: let go, never handed out.
+    let looked_up = recycler.acquire().unwrap();
+    let looked_up_raw = looked_up.as_cu();
+    drop(looked_up);
+    let spy = StreamHandle::lookup(looked_up_raw).expect("a cached stream is registered");
+    let fresh = recycler.acquire().unwrap();
+    assert_ne!(
+        fresh.as_cu(),
+        looked_up_raw,
+        "a stream someone holds is not handed out"
+    );
+    drop((spy, fresh));
 
     // Shared: a clone, or a buffer homed on it, keeps it from the cache.
     let shared = recycler.acquire().unwrap();

@@ -148,7 +148,7 @@ fn scenario_default_stream_tokens_to_cudarc() {
         }
         let context = ContextHandle::primary(0).unwrap();
         // SAFETY: the legacy stream cannot be captured.
-        let legacy = unsafe { StreamHandle::legacy_in(&context).to_cudarc() }.unwrap();
+        let legacy = unsafe { StreamHandle::legacy_in(&context).unwrap().to_cudarc() }.unwrap();
         assert!(legacy.cu_stream().is_null(), "cudarc's default stream");
         assert_eq!(legacy.context().cu_ctx(), context.as_cu());
         let slice = legacy.clone_htod(&[5u8; 64]).unwrap();

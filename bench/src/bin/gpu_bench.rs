@@ -115,6 +115,72 @@ fn recorded_events(
     )
 }
 
+/// Events per batch in [`event_batches`].
+const BATCH: usize = 64;
+
+/// Batches of events, the pattern recycling is for: make `BATCH` events, record each on
+/// `stream`, wait for the stream, then release them all. Medians are per event.
+fn event_batches(context: &ContextHandle, stream: &StreamHandle) -> Measured {
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    let recycler = EventRecycler::new(context, EventFlags::default()).unwrap();
+    let raw_stream = stream.as_cu();
+    let mut measured = interleave(
+        &mut [
+            Variant::new("raw create, record, synchronize, destroy", || {
+                let mut events = [std::ptr::null_mut(); BATCH];
+                // SAFETY: the primary context is current on this thread; the stream is alive;
+                // each event is destroyed once.
+                unsafe {
+                    for event in &mut events {
+                        ok(sys::cuEventCreate(event, flags));
+                        ok(sys::cuEventRecord(*event, raw_stream));
+                    }
+                    ok(sys::cuStreamSynchronize(raw_stream));
+                    for event in events {
+                        ok(sys::cuEventDestroy_v2(keep(event)));
+                    }
+                }
+            }),
+            Variant::new(
+                "handles-cuda EventHandle create, record, synchronize, drop",
+                || {
+                    let events: Vec<_> = (0..BATCH)
+                        .map(|_| {
+                            let event =
+                                EventHandle::create(context, EventFlags::default()).unwrap();
+                            event.record(stream).unwrap();
+                            event
+                        })
+                        .collect();
+                    stream.synchronize().unwrap();
+                    drop(keep(events));
+                },
+            ),
+            Variant::new(
+                "handles-cuda EventRecycler acquire, record, synchronize, drop",
+                || {
+                    let events: Vec<_> = (0..BATCH)
+                        .map(|_| {
+                            let event = recycler.acquire().unwrap();
+                            event.record(stream).unwrap();
+                            event
+                        })
+                        .collect();
+                    stream.synchronize().unwrap();
+                    drop(keep(events));
+                },
+            ),
+        ],
+        ROUNDS,
+        2000 / BATCH,
+        || {},
+    );
+    for median in &mut measured.medians {
+        *median /= BATCH as f64;
+    }
+    measured
+}
+
 fn pool_allocations(
     stream: &StreamHandle,
     pool: &MemoryPoolHandle,
@@ -159,7 +225,7 @@ fn pool_allocations(
 }
 
 fn streams(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measured {
-    let recycler = StreamRecycler::new(context, StreamFlags { non_blocking: true }, 0);
+    let recycler = StreamRecycler::new(context, StreamFlags { non_blocking: true }, 0).unwrap();
     interleave(
         &mut [
             Variant::new("raw cuStreamCreateWithPriority+cuStreamDestroy", || {
@@ -750,6 +816,10 @@ fn main() {
     report(
         "event create+record+drop (timing off)",
         &recorded_events(&context, &stream, &cudarc_context, &tracked),
+    );
+    report(
+        "event batch of 64: make, record, synchronize, release (per event)",
+        &event_batches(&context, &stream),
     );
     report(
         "pool alloc+free 1 KiB",

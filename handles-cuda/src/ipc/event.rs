@@ -86,6 +86,7 @@ impl EventHandle {
     /// Opens an event exported by another process, in `context`. The returned handle owns the
     /// opened event and keeps `context` alive. A malformed or stale token returns `Err`.
     pub fn import_ipc(context: &ContextHandle, token: &IpcEventHandle) -> Result<Self> {
+        let context = &context.keep_alive()?;
         let raw_token = sys::CUipcEventHandle {
             reserved: token.token.map(|byte| byte as std::ffi::c_char),
         };
