@@ -162,7 +162,11 @@ impl ContextHandle {
     /// here could keep it alive, so an object made in it could be destroyed after it.
     pub(crate) fn keep_alive(&self) -> Result<ContextHandle> {
         match self.ownership() {
-            handles_core::Ownership::Borrowed => ContextHandle::owning(self.as_cu()),
+            handles_core::Ownership::Borrowed => {
+                // Without a driver that is the error to report, whatever the reference holds.
+                ensure_loaded()?;
+                ContextHandle::owning(self.as_cu())
+            }
             _ => Ok(self.clone()),
         }
     }

@@ -33,6 +33,24 @@ fn entry_points_return_driver_not_found_or_work() {
                 handles_cuda::GraphHandle::create(&unsafe_free_reference()).unwrap_err(),
                 Error::DriverNotFound
             );
+            assert_eq!(
+                handles_cuda::EventRecycler::new(&unsafe_free_reference(), EventFlags::default())
+                    .unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                handles_cuda::StreamRecycler::new(
+                    &unsafe_free_reference(),
+                    handles_cuda::StreamFlags::default(),
+                    0
+                )
+                .unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                StreamHandle::legacy_in(&unsafe_free_reference()).unwrap_err(),
+                Error::DriverNotFound
+            );
             // The built-in stream tokens exist without a driver; using them must not panic.
             let legacy = StreamHandle::legacy();
             assert_eq!(legacy.synchronize().unwrap_err(), Error::DriverNotFound);
