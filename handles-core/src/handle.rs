@@ -207,6 +207,17 @@ impl<R: Resource> Handle<R> {
         handle
     }
 
+    /// Takes ownership of `raw` like [`Handle::from_raw_owned`], but never registers it, even
+    /// when the type has a registry: a lookup of `raw` does not find this handle. For a
+    /// resource its creator keeps private (no code that learns the raw value can reach it).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Handle::from_raw_owned`].
+    pub unsafe fn from_raw_owned_unregistered(raw: R::Raw, record: R) -> Self {
+        Handle::new(Arc::new(HandleBox::new(raw, Keep::Owned, record)))
+    }
+
     /// A non-owning reference to `raw`: this call never makes anything delete it. For a type
     /// with a registry, a raw value that an owning handle already manages returns *that owning
     /// handle* instead (and `record` is dropped), so its owners and metadata come along; the

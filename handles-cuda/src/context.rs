@@ -171,20 +171,18 @@ impl ContextHandle {
         }
     }
 
-    /// The calling thread's current context: the handle that manages it if this program
-    /// created one, else a non-owning reference. `None` when no context is current.
+    /// The calling thread's current context, as a handle that keeps it alive: the handle
+    /// that manages it, or a retain of the device's primary context. `None` when no context
+    /// is current. A context no handle here can keep alive (another library's own context) is
+    /// refused with `Err`: a handle to it could outlive it. Wrap such a context with
+    /// `ContextHandle::from_cudarc`, or name the context explicitly.
     pub fn current() -> Result<Option<ContextHandle>> {
         ensure_loaded()?;
         let raw = current_raw()?;
         if raw.is_null() {
             return Ok(None);
         }
-        let record = Context::reference(None);
-        // SAFETY: the context is current, so it is live; the reference never destroys it, and
-        // the caller's use of it is bounded by whoever made it current.
-        Ok(Some(unsafe {
-            ContextHandle::from_raw_borrowed(raw, record)
-        }))
+        ContextHandle::owning(raw).map(Some)
     }
 
     /// Runs `call` with this context current on the calling thread, then makes the caller's

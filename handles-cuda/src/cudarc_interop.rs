@@ -29,15 +29,26 @@ struct KnownStream {
 }
 
 /// Removes the dead entries and returns them, to be dropped after the lock is released (a
-/// kept handle's drop destroys its stream, a driver call).
+/// kept handle's drop destroys its stream, a driver call). A loan whose cudarc wrapper is gone
+/// but whose stream is still capturing stays, and stays counted: cudarc's wrapper of a
+/// borrowed stream ends nothing when dropped, so a capture begun through it outlives it.
 fn sweep(table: &mut Vec<KnownStream>) -> Vec<KnownStream> {
     let (live, dead): (Vec<_>, Vec<_>) = std::mem::take(table)
         .into_iter()
-        .partition(|known| known.cudarc.strong_count() > 0);
+        .partition(|known| known.cudarc.strong_count() > 0 || still_capturing(known));
     *table = live;
     let returned = dead.iter().filter(|known| known.keep.is_some()).count();
     LENT.fetch_sub(returned, Ordering::Relaxed);
     dead
+}
+
+/// Whether a lent stream whose cudarc wrapper is gone is still being captured (or the driver
+/// cannot say: then it is treated as capturing, so the loan stays counted).
+fn still_capturing(known: &KnownStream) -> bool {
+    let Some(stream) = &known.keep else {
+        return false;
+    };
+    stream.is_capturing().unwrap_or(true)
 }
 
 /// How many streams are lent to cudarc now. cudarc can begin a capture on a lent stream,

@@ -467,9 +467,23 @@ impl DevicePtrHandle {
         }
     }
 
-    /// The stream a stream-ordered free will be queued on.
+    /// The stream a stream-ordered free of this crate will be queued on. `None` for memory
+    /// another library frees (a wrapped cudarc slice): its stream is that library's, which it
+    /// may capture at any time, and only the `unsafe` stream conversions hand such a stream out.
     pub fn deallocation_stream(&self) -> Option<StreamHandle> {
+        if self.is_foreign_free() {
+            return None;
+        }
         self.async_free_order().map(StreamOrder::home)
+    }
+
+    /// Whether another library frees this memory (through a view too).
+    fn is_foreign_free(&self) -> bool {
+        match &self.record().release {
+            Release::Foreign(_) => true,
+            Release::View(parent) => parent.is_foreign_free(),
+            _ => false,
+        }
     }
 
     /// The ordering of memory freed with `cuMemFreeAsync` (owned or another library's).

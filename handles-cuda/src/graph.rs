@@ -116,6 +116,62 @@ pub enum CaptureMode {
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Ends a capture when dropped, so that a panic in the recording closure never leaves the
+/// stream capturing (a partial graph is destroyed then); [`EndCapture::end`] ends it normally
+/// and returns the result.
+struct EndCapture {
+    capture: Option<Capture>,
+    graph: CUgraph,
+    ended: Option<Result<()>>,
+}
+
+impl EndCapture {
+    fn new(capture: Capture) -> Self {
+        EndCapture {
+            capture: Some(capture),
+            graph: std::ptr::null_mut(),
+            ended: None,
+        }
+    }
+
+    fn capture(&self) -> &Capture {
+        self.capture.as_ref().expect("present until ended")
+    }
+
+    fn finish(&mut self) {
+        if self.ended.is_some() {
+            return;
+        }
+        let Some(capture) = &self.capture else {
+            return;
+        };
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is alive and capturing; `graph` is a valid out-pointer.
+        let ended = unsafe { driver!(cuStreamEndCapture(capture.stream.as_cu(), &mut graph)) };
+        self.graph = graph;
+        self.ended = Some(ended);
+    }
+
+    /// Ends the capture: the capture, the graph it made (null if none) and the status.
+    fn end(mut self) -> (Capture, CUgraph, Result<()>) {
+        self.finish();
+        let capture = self.capture.take().expect("present until ended");
+        let graph = std::mem::replace(&mut self.graph, std::ptr::null_mut());
+        let ended = self.ended.replace(Ok(())).unwrap_or(Ok(()));
+        (capture, graph, ended)
+    }
+}
+
+impl Drop for EndCapture {
+    fn drop(&mut self) {
+        self.finish();
+        if !self.graph.is_null() {
+            // SAFETY: a graph this capture made and nothing else refers to, destroyed once.
+            let _ = unsafe { driver!(cuGraphDestroy(self.graph)) };
+        }
+    }
+}
+
 impl GraphHandle {
     /// An empty graph whose nodes will run in `context` (`cuGraphCreate`).
     pub fn create(context: &ContextHandle) -> Result<Self> {
@@ -147,7 +203,11 @@ impl GraphHandle {
         mode: CaptureMode,
         record: impl FnOnce(&Capture) -> Result<()>,
     ) -> Result<Self> {
-        let stream = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
+        let context = &context.keep_alive()?;
+        // Not in the stream registry: no lookup by raw value can reach it and queue work that
+        // the capture would take in unattached.
+        let stream =
+            StreamHandle::create_unregistered(context, StreamFlags { non_blocking: true })?;
         let raw_mode = match mode {
             CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
             CaptureMode::ThreadLocal => {
@@ -166,11 +226,11 @@ impl GraphHandle {
             attachments: std::cell::RefCell::new(Vec::new()),
             _not_send: std::marker::PhantomData,
         };
-        let recorded = record(&capture);
-        // Ended whatever happened: a stream must not be left capturing.
-        let mut graph: CUgraph = std::ptr::null_mut();
-        // SAFETY: the stream is alive and capturing; `graph` is a valid out-pointer.
-        let ended = unsafe { driver!(cuStreamEndCapture(capture.stream.as_cu(), &mut graph)) };
+        // Ended whatever happened, also if `record` panics: a stream must not be left
+        // capturing (and the guard drops before `_counted`, so the count still covers it).
+        let ending = EndCapture::new(capture);
+        let recorded = record(ending.capture());
+        let (capture, graph, ended) = ending.end();
         let attachments = capture.attachments.into_inner();
         let made = (!graph.is_null()).then(|| Self::owning(graph, context, attachments));
         recorded?;

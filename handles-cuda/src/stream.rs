@@ -54,6 +54,28 @@ impl StreamHandle {
     /// higher priority; the driver clamps out-of-range values). The context is made current
     /// only for the call, and the caller's context is restored.
     pub fn create(context: &ContextHandle, flags: StreamFlags, priority: i32) -> Result<Self> {
+        Self::create_with(context, flags, priority, |raw, record| {
+            // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
+            unsafe { StreamHandle::from_raw(raw, record) }
+        })
+    }
+
+    /// A stream like [`StreamHandle::create`] makes (priority 0), but not in the registry:
+    /// nothing that learns its raw value can look it up (a capture's private stream).
+    pub(crate) fn create_unregistered(context: &ContextHandle, flags: StreamFlags) -> Result<Self> {
+        Self::create_with(context, flags, 0, |raw, record| {
+            // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
+            let handle = unsafe { handles_core::Handle::from_raw_owned_unregistered(raw, record) };
+            StreamHandle::from_handle(handle)
+        })
+    }
+
+    fn create_with(
+        context: &ContextHandle,
+        flags: StreamFlags,
+        priority: i32,
+        wrap: impl FnOnce(CUstream, Stream) -> StreamHandle,
+    ) -> Result<Self> {
         let context = &context.keep_alive()?;
         let raw_flags = if flags.non_blocking {
             sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
@@ -69,8 +91,7 @@ impl StreamHandle {
                 // SAFETY: the context is current; `raw` is a valid out-pointer.
                 out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
             },
-            // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
-            |raw| unsafe { StreamHandle::from_raw(raw, record) },
+            |raw| wrap(raw, record),
         )
     }
 
@@ -168,14 +189,20 @@ impl StreamHandle {
         !self.is_owning() && !self.is_default_token()
     }
 
-    #[cold]
-    fn refuse_if_captured_now(&self) -> Result<()> {
+    /// Whether the stream is being captured into a graph now (`cuStreamIsCapturing`; an
+    /// invalidated capture counts).
+    pub(crate) fn is_capturing(&self) -> Result<bool> {
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         self.run(|raw| {
             // SAFETY: the stream is alive while `self` is; `status` is a valid out-pointer.
             unsafe { driver!(cuStreamIsCapturing(raw, &mut status)) }
         })?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    #[cold]
+    fn refuse_if_captured_now(&self) -> Result<()> {
+        if self.is_capturing()? {
             return Err(crate::error::Error::InvalidArgument(
                 "the stream is being captured into a graph by other code; stream-ordered work \
                  through handles is refused on it until the capture ends (capture with \

@@ -27,8 +27,6 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use cudarc::driver::sys;
-
 use crate::context::ContextHandle;
 use crate::error::Result;
 use crate::stream::{StreamFlags, StreamHandle};
@@ -186,12 +184,7 @@ fn check(stream: &StreamHandle) -> Check {
     if stream.strong_count() != 1 {
         return Check::Unusable;
     }
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let capture = stream.run(|raw| {
-        // SAFETY: the stream is alive while `stream` is; `status` is a valid out-pointer.
-        unsafe { crate::error::driver!(cuStreamIsCapturing(raw, &mut status)) }
-    });
-    if capture.is_err() || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+    if stream.is_capturing() != Ok(false) {
         return Check::Unusable;
     }
     match stream.query() {

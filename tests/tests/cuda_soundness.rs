@@ -285,46 +285,40 @@ fn scenario_foreign_current_context_is_refused_and_a_current_primary_is_retained
     drop(buffer);
 }
 
-// Found in review: `ContextHandle::current()` is safe and returns a non-owning reference to a
-// context no handle manages. Every constructor that keeps its context (events, streams, the
-// legacy stream bound to a context, synchronous and pinned allocations, graphs, IPC events,
-// and the two recyclers, whose caches outlive the caller) resolved it to nothing: an object
-// made in it was destroyed after the context, or a cached one handed out in a new context
-// that reused the raw value.
+// Found in review: `ContextHandle::current()` is safe and returned a non-owning reference to a
+// context no handle manages, with no lifetime. Every constructor that keeps its context
+// (events, streams, the legacy stream bound to a context, synchronous and pinned allocations,
+// graphs and captures, IPC events, and the two recyclers, whose caches outlive the caller)
+// stored it as is: an object made in it was destroyed after the context, or a cached one
+// handed out in a new context that reused the raw value. Now `current()` returns a handle that
+// keeps the context alive or refuses, and the constructors resolve any non-owning reference.
 
 #[test]
-fn a_borrowed_current_context_is_kept_alive_or_refused() {
-    let name = "a_borrowed_current_context_is_kept_alive_or_refused";
+fn a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive() {
+    let name = "a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive";
     assert_clean(name, &run_scenario(name, &[]));
 }
 
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
-fn scenario_a_borrowed_current_context_is_kept_alive_or_refused() {
+fn scenario_a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive() {
     in_scenario();
     handles_cuda::ensure_loaded().unwrap();
     let mut foreign = std::ptr::null_mut();
     // SAFETY: the driver is loaded; no creation parameters; device 0 exists.
     let status = unsafe { sys::cuCtxCreate_v4(&mut foreign, std::ptr::null_mut(), 0, 0) };
     assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
-    let borrowed = ContextHandle::current().unwrap().unwrap();
-    assert_eq!(borrowed.ownership(), handles_core::Ownership::Borrowed);
-    let flags = StreamFlags { non_blocking: true };
-    assert!(EventHandle::create(&borrowed, EventFlags::default()).is_err());
-    assert!(StreamHandle::create(&borrowed, flags, 0).is_err());
-    assert!(StreamHandle::legacy_in(&borrowed).is_err());
-    assert!(DevicePtrHandle::alloc(&borrowed, 64).is_err());
-    assert!(DevicePtrHandle::alloc_host(&borrowed, 64).is_err());
-    assert!(handles_cuda::GraphHandle::create(&borrowed).is_err());
-    assert!(handles_cuda::EventRecycler::new(&borrowed, EventFlags::default()).is_err());
-    assert!(handles_cuda::StreamRecycler::new(&borrowed, flags, 0).is_err());
-    drop(borrowed);
+    assert!(
+        ContextHandle::current().is_err(),
+        "no handle can keep another library's context alive"
+    );
     // SAFETY: our own context, which nothing of ours refers to.
     let destroyed = unsafe { sys::cuCtxDestroy_v2(foreign) };
     assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
 
-    // A primary context someone else retained and made current: a reference to it is resolved
-    // to a retain, so what is made in it outlives the other library's release.
+    // A primary context someone else retained and made current: `current()` retains it, so
+    // what is made in it, through every constructor that keeps its context, outlives the other
+    // library's release.
     let mut primary = std::ptr::null_mut();
     handles_cuda::clear_primary_cache();
     // SAFETY: device 0 exists; released below.
@@ -336,10 +330,22 @@ fn scenario_a_borrowed_current_context_is_kept_alive_or_refused() {
         assert_eq!(sys::cuCtxSetCurrent(primary), sys::CUresult::CUDA_SUCCESS);
     }
     let current = ContextHandle::current().unwrap().unwrap();
+    assert_eq!(current.as_cu(), primary);
+    assert_ne!(current.ownership(), handles_core::Ownership::Borrowed);
+    let flags = StreamFlags { non_blocking: true };
     let event = EventHandle::create(&current, EventFlags::default()).unwrap();
     let stream = StreamHandle::create(&current, flags, 0).unwrap();
-    let recycler = handles_cuda::EventRecycler::new(&current, EventFlags::default()).unwrap();
-    drop(recycler.acquire().unwrap());
+    let legacy = StreamHandle::legacy_in(&current).unwrap();
+    let buffer = DevicePtrHandle::alloc(&current, 64).unwrap();
+    let host = DevicePtrHandle::alloc_host(&current, 64).unwrap();
+    let graph = handles_cuda::GraphHandle::create(&current).unwrap();
+    let captured =
+        handles_cuda::GraphHandle::capture(&current, handles_cuda::CaptureMode::Global, |_| Ok(()))
+            .unwrap();
+    let events = handles_cuda::EventRecycler::new(&current, EventFlags::default()).unwrap();
+    drop(events.acquire().unwrap());
+    let streams = handles_cuda::StreamRecycler::new(&current, flags, 0).unwrap();
+    drop(streams.acquire().unwrap());
     drop(current);
     // SAFETY: releases the retain taken above.
     unsafe {
@@ -353,12 +359,12 @@ fn scenario_a_borrowed_current_context_is_kept_alive_or_refused() {
         );
     }
     handles_cuda::clear_primary_cache();
-    drop(recycler);
-    // Destroyed in the primary context they keep alive (the simulator reports a destroy in a
+    drop((events, streams));
+    // Destroyed in the primary context they keep alive (the simulator reports any destroy in a
     // dead context).
-    drop(event);
-    drop(stream);
+    drop((event, stream, legacy, buffer, host, graph, captured));
     assert_eq!(handles_cuda::clear_recycled_events(), 1);
+    assert_eq!(handles_cuda::clear_recycled_streams(), 1);
 }
 
 // Found in review: an event recorded into another library's capture becomes a captured event,

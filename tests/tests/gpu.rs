@@ -226,11 +226,14 @@ fn frees_run_in_the_right_context_whatever_is_current() {
     let foreign = make_foreign_context_current();
     drop(on_token);
     drop(synchronous);
-    let after_drop = ContextHandle::current().unwrap().unwrap();
-    assert_eq!(
-        after_drop.as_cu(),
-        foreign,
-        "the caller's context is restored"
+    let mut after_drop = std::ptr::null_mut();
+    // SAFETY: `after_drop` is a valid out-pointer.
+    let asked = unsafe { sys::cuCtxGetCurrent(&mut after_drop) };
+    assert_eq!(asked, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(after_drop, foreign, "the caller's context is restored");
+    assert!(
+        ContextHandle::current().is_err(),
+        "a context no handle can keep alive is refused"
     );
     // SAFETY: clearing the current context and destroying our own foreign context.
     unsafe {

@@ -301,6 +301,19 @@ fn a_captured_graph_keeps_what_it_uses_alive() {
         capture.memset(&out, 512 * 4, 1, 8)
     });
     assert!(failed.is_err());
+    // A capture whose closure panics is ended as the panic passes (a stream must not stay
+    // capturing), and the next capture works.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+            capture.memset(&out, 0, 1, 8)?;
+            panic!("the capture closure panicked")
+        })
+    }));
+    assert!(panicked.is_err());
+    let again = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        capture.memset(&out, 0, 1, 8)
+    });
+    assert!(again.is_ok());
     failures.assert_none();
 }
 

@@ -282,3 +282,20 @@ fn live_counts_return_to_their_start() {
     drop(children);
     assert_eq!(NodeHandle::live_count(), Some(start));
 }
+
+#[test]
+fn an_unregistered_owned_handle_is_not_found_by_lookup_and_deleted_once() {
+    let _serial = serial();
+    let id = fresh_id();
+    let record = Node {
+        parent: None,
+        behaviour: Behaviour::Succeed,
+    };
+    // SAFETY: the id is fresh and `delete_node` is its deleter.
+    let private = unsafe { handles_core::Handle::from_raw_owned_unregistered(id, record) };
+    let private = NodeHandle::from_handle(private);
+    assert!(private.is_owning());
+    assert!(NodeHandle::lookup(id).is_none(), "not in the registry");
+    drop(private);
+    assert_eq!(events_for(&[id]), vec![Event::DeleteNode(id)]);
+}
