@@ -61,6 +61,46 @@ thread_local! {
     /// Per-thread cache of primary-context handles, indexed by ordinal: a repeated lookup is
     /// a thread-local read and one reference-count increment, with no driver call.
     static PRIMARY: RefCell<Vec<Option<ContextHandle>>> = const { RefCell::new(Vec::new()) };
+
+    /// The contexts [`ContextHandle::run`] made current on this thread, innermost last: while
+    /// one runs, work on "the current context" resolves to its handle (a green context's
+    /// handle is not in the registry, and is not a primary context, yet keeps it alive).
+    static RUNNING: RefCell<Vec<ContextHandle>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An entry on this thread's [`RUNNING`] stack for the extent of a [`ContextHandle::run`] call,
+/// removed when dropped (also if the call unwinds). A non-owning reference is not entered:
+/// nothing must resolve to it.
+struct Running(bool);
+
+impl Running {
+    fn enter(context: &ContextHandle) -> Running {
+        if context.ownership() == handles_core::Ownership::Borrowed {
+            return Running(false);
+        }
+        let entered = RUNNING
+            .try_with(|running| {
+                running
+                    .try_borrow_mut()
+                    .map(|mut running| running.push(context.clone()))
+                    .is_ok()
+            })
+            .unwrap_or(false);
+        Running(entered)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0 {
+            let left = RUNNING
+                .try_with(|running| running.try_borrow_mut().ok().and_then(|mut r| r.pop()))
+                .ok()
+                .flatten();
+            // Dropped after the borrow ends: it may be the context's last handle.
+            drop(left);
+        }
+    }
 }
 
 impl ContextHandle {
@@ -138,14 +178,31 @@ impl ContextHandle {
         if let Some(managed) = ContextHandle::lookup(raw) {
             return Ok(managed);
         }
+        let running = RUNNING
+            .try_with(|running| {
+                let running = running.try_borrow().ok()?;
+                running.iter().rev().find(|run| run.as_cu() == raw).cloned()
+            })
+            .ok()
+            .flatten();
+        if let Some(running) = running {
+            return Ok(running);
+        }
         let mut device: CUdevice = 0;
         in_context(raw, || {
             // SAFETY: `raw` is current for this call; `device` is a valid out-pointer.
             unsafe { driver!(cuCtxGetDevice(&mut device)) }
         })?;
-        let primary = ContextHandle::primary(driver::ordinal_of(device)?)?;
-        if primary.as_cu() == raw {
-            return Ok(primary);
+        // Only an active primary context can be `raw`: asking first avoids creating one (and
+        // keeping it in the per-thread cache) just to compare.
+        let (mut flags, mut active) = (0, 0);
+        // SAFETY: `device` is a valid device; both are valid out-pointers.
+        unsafe { driver!(cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)) }?;
+        if active != 0 {
+            let primary = ContextHandle::primary(driver::ordinal_of(device)?)?;
+            if primary.as_cu() == raw {
+                return Ok(primary);
+            }
         }
         Err(Error::InvalidArgument(
             "the context is neither managed by a handle nor a device's primary context, so \
@@ -156,10 +213,10 @@ impl ContextHandle {
     }
 
     /// A handle that keeps this context alive, for a new object to own: this handle unless it
-    /// is a non-owning reference (such as [`ContextHandle::current`] returns for a context no
-    /// handle manages); then the handle that manages the same context, or a retain of the
-    /// device's primary context if that is what it is. Any other context is refused: nothing
-    /// here could keep it alive, so an object made in it could be destroyed after it.
+    /// is a non-owning reference (made by the `unsafe` `from_raw_borrowed`); then the handle
+    /// that manages the same context, or a retain of the device's primary context if that is
+    /// what it is. Any other context is refused: nothing here could keep it alive, so an
+    /// object made in it could be destroyed after it.
     pub(crate) fn keep_alive(&self) -> Result<ContextHandle> {
         match self.ownership() {
             handles_core::Ownership::Borrowed => {
@@ -172,7 +229,8 @@ impl ContextHandle {
     }
 
     /// The calling thread's current context, as a handle that keeps it alive: the handle
-    /// that manages it, or a retain of the device's primary context. `None` when no context
+    /// that manages it, the handle [`ContextHandle::run`] made current (a green context's
+    /// too), or a retain of the device's primary context. `None` when no context
     /// is current. A context no handle here can keep alive (another library's own context) is
     /// refused with `Err`: a handle to it could outlive it. Wrap such a context with
     /// `ContextHandle::from_cudarc`, or name the context explicitly.
@@ -195,6 +253,7 @@ impl ContextHandle {
         let restored = crate::scope::create_in(
             self,
             || {
+                let _running = Running::enter(self);
                 outcome = Some(call());
                 Ok(())
             },

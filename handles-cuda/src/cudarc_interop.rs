@@ -42,13 +42,15 @@ fn sweep(table: &mut Vec<KnownStream>) -> Vec<KnownStream> {
     dead
 }
 
-/// Whether a lent stream whose cudarc wrapper is gone is still being captured (or the driver
-/// cannot say: then it is treated as capturing, so the loan stays counted).
+/// Whether a lent stream whose cudarc wrapper is gone is still being captured. Asked only of
+/// a stream this crate owns (the kept handle keeps it alive; a lent reference's stream may be
+/// gone by now, and must not be passed to the driver again). A failed query counts as not
+/// capturing, so a context in an error state cannot keep the loan, and its stream, forever.
 fn still_capturing(known: &KnownStream) -> bool {
-    let Some(stream) = &known.keep else {
-        return false;
-    };
-    stream.is_capturing().unwrap_or(true)
+    match &known.keep {
+        Some(stream) if stream.is_owning() => stream.is_capturing().unwrap_or(false),
+        _ => false,
+    }
 }
 
 /// How many streams are lent to cudarc now. cudarc can begin a capture on a lent stream,

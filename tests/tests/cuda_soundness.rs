@@ -312,6 +312,11 @@ fn scenario_a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive
         ContextHandle::current().is_err(),
         "no handle can keep another library's context alive"
     );
+    let (mut flags, mut active) = (0, 0);
+    // SAFETY: device 0 exists; both are valid out-pointers.
+    let asked = unsafe { sys::cuDevicePrimaryCtxGetState(0, &mut flags, &mut active) };
+    assert_eq!(asked, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(active, 0, "refusing created no primary context");
     // SAFETY: our own context, which nothing of ours refers to.
     let destroyed = unsafe { sys::cuCtxDestroy_v2(foreign) };
     assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);

@@ -212,9 +212,15 @@ fn a_green_context_with_half_the_sms_runs_a_kernel_and_its_stream_keeps_it_alive
     assert!(green.sm_count() >= 64, "{}", green.sm_count());
     drop(whole);
     let context = green.context().unwrap();
+    // Inside `run`, "the current context" is the green context's handle, which keeps it alive.
+    let current = context.run(ContextHandle::current).unwrap().unwrap();
+    assert_eq!(current.as_cu(), context.as_cu());
+    let made_in_current = context
+        .run(|| handles_cuda::EventHandle::create_in_current(Default::default()))
+        .unwrap();
     let stream = green.create_stream(0).unwrap();
     let weak = green.downgrade();
-    drop((green, context));
+    drop((green, context, current));
     assert!(
         weak.upgrade().is_some(),
         "the stream keeps the green context"
@@ -230,7 +236,7 @@ fn a_green_context_with_half_the_sms_runs_a_kernel_and_its_stream_keeps_it_alive
         .unwrap();
     assert_eq!(read_words(&buffer, &stream), vec![77; 4096]);
     // The buffer (allocated in it) and the library (whose kernel ran in it) hold it too.
-    drop((buffer, stream, kernels));
+    drop((buffer, stream, kernels, made_in_current));
     assert!(weak.upgrade().is_none(), "destroyed with its last holder");
     assert!(GreenContextHandle::create(0, 0).is_err());
     assert!(GreenContextHandle::create(0, u32::MAX).is_err());

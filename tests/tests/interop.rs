@@ -134,6 +134,44 @@ fn scenario_a_capture_begun_through_a_loan_is_still_seen_after_the_loan_ends() {
     stream.synchronize().unwrap();
 }
 
+// Found in review: the sweep asked the driver about a lent reference's stream after the
+// reference was gone, when its owner may have destroyed it.
+
+#[test]
+fn a_lent_reference_is_never_queried_after_its_stream_is_destroyed() {
+    run_scenario("a_lent_reference_is_never_queried_after_its_stream_is_destroyed");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_lent_reference_is_never_queried_after_its_stream_is_destroyed() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let mut raw = std::ptr::null_mut();
+    context
+        .run(|| {
+            // SAFETY: the context is current; `raw` is a valid out-pointer.
+            let made = unsafe { sys::cuStreamCreate(&mut raw, 0) };
+            assert_eq!(made, sys::CUresult::CUDA_SUCCESS);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let record = handles_cuda::Stream {
+        context: Some(context.clone()),
+    };
+    // SAFETY: `raw` is a live stream this test destroys only after the reference is gone.
+    let reference = unsafe { StreamHandle::from_raw_borrowed(raw, record) };
+    // SAFETY: nothing captures the stream in this test.
+    let lent = unsafe { reference.to_cudarc() }.unwrap();
+    drop((lent, reference));
+    // SAFETY: the stream's owner (this test) destroys it; no handle refers to it any more.
+    let destroyed = unsafe { sys::cuStreamDestroy_v2(raw) };
+    assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
+    // The sweep drops the loan without asking the driver about the destroyed stream (the
+    // simulator reports any use of a destroyed handle).
+    assert_eq!(StreamHandle::release_cudarc_loans(), 1);
+}
+
 #[test]
 fn owned_stream_lent_to_cudarc() {
     run_scenario("owned_stream_lent_to_cudarc");
