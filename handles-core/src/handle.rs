@@ -213,7 +213,11 @@ impl<R: Resource> Handle<R> {
     ///
     /// # Safety
     ///
-    /// As for [`Handle::from_raw_owned`].
+    /// - `raw` must be a valid, live resource that nothing else deletes, and `R::delete` must be
+    ///   the right way to delete it, exactly once.
+    /// - `record` must describe `raw` truthfully: the deleter and every method that trusts the
+    ///   record's metadata rely on it.
+    /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned_unregistered(raw: R::Raw, record: R) -> Self {
         Handle::new(Arc::new(HandleBox::new(raw, Keep::Owned, record)))
     }

@@ -8,6 +8,7 @@ use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 use crate::driver::{self, ensure_loaded};
 use crate::error::{Error, Result, deleter_status, driver, out};
 use crate::scope::{current_raw, in_context};
+use crate::thread_cache;
 
 /// A CUDA context.
 ///
@@ -78,25 +79,15 @@ impl Running {
         if context.ownership() == handles_core::Ownership::Borrowed {
             return Running(false);
         }
-        let entered = RUNNING
-            .try_with(|running| {
-                running
-                    .try_borrow_mut()
-                    .map(|mut running| running.push(context.clone()))
-                    .is_ok()
-            })
-            .unwrap_or(false);
-        Running(entered)
+        let entered = thread_cache::with(&RUNNING, |running| running.push(context.clone()));
+        Running(entered.is_some())
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         if self.0 {
-            let left = RUNNING
-                .try_with(|running| running.try_borrow_mut().ok().and_then(|mut r| r.pop()))
-                .ok()
-                .flatten();
+            let left = thread_cache::with(&RUNNING, Vec::pop).flatten();
             // Dropped after the borrow ends: it may be the context's last handle.
             drop(left);
         }
@@ -137,10 +128,7 @@ impl ContextHandle {
         let context = Self::retain_primary(ordinal)?;
         // During thread teardown the cache is gone, and inside `with_primary` it is borrowed;
         // the handle is then simply not cached.
-        let _ = PRIMARY.try_with(|cache| {
-            let Ok(mut cache) = cache.try_borrow_mut() else {
-                return;
-            };
+        thread_cache::with(&PRIMARY, |cache| {
             if cache.len() <= ordinal {
                 cache.resize(ordinal + 1, None);
             }
@@ -178,13 +166,10 @@ impl ContextHandle {
         if let Some(managed) = ContextHandle::lookup(raw) {
             return Ok(managed);
         }
-        let running = RUNNING
-            .try_with(|running| {
-                let running = running.try_borrow().ok()?;
-                running.iter().rev().find(|run| run.as_cu() == raw).cloned()
-            })
-            .ok()
-            .flatten();
+        let running = thread_cache::with(&RUNNING, |running| {
+            running.iter().rev().find(|run| run.as_cu() == raw).cloned()
+        })
+        .flatten();
         if let Some(running) = running {
             return Ok(running);
         }
@@ -292,7 +277,5 @@ impl ContextHandle {
 /// Drops this thread's cached primary-context handles (each releases its retain if nothing
 /// else holds it). Threads release their cache automatically when they exit.
 pub fn clear_primary_cache() {
-    let taken =
-        PRIMARY.try_with(|cache| cache.try_borrow_mut().map(|mut c| std::mem::take(&mut *c)));
-    drop(taken);
+    drop(thread_cache::take(&PRIMARY));
 }

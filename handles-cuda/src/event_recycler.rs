@@ -43,6 +43,7 @@ use crate::context::ContextHandle;
 use crate::error::{Error, Result};
 use crate::event::{EventFlags, EventHandle};
 use crate::stream::{Stream, StreamHandle};
+use crate::thread_cache;
 
 /// The most events a thread keeps for reuse, ready and pending together; more are destroyed.
 const CACHED_PER_THREAD: usize = 256;
@@ -296,11 +297,7 @@ impl EventRecycler {
     #[inline]
     pub fn acquire(&self) -> Result<RecycledEvent> {
         let context = self.context.as_cu() as usize;
-        let reused = CACHE
-            .try_with(|cache| Some(cache.try_borrow_mut().ok()?.take(context, self.flags)))
-            .ok()
-            .flatten()
-            .flatten();
+        let reused = thread_cache::with(&CACHE, |cache| cache.take(context, self.flags)).flatten();
         let event = match reused {
             Some(event) => event,
             None => EventHandle::create(&self.context, self.flags)?,
@@ -316,11 +313,7 @@ impl EventRecycler {
 /// contexts, a green context's too, alive), and returns how many. Threads release their cache
 /// when they exit.
 pub fn clear_recycled_events() -> usize {
-    let taken = CACHE
-        .try_with(|cache| cache.try_borrow_mut().map(|mut c| std::mem::take(&mut *c)))
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    let taken = thread_cache::take(&CACHE);
     let count = taken.len();
     drop(taken);
     count
@@ -429,18 +422,18 @@ fn recycle(event: EventHandle, last_record: LastRecord) {
         flags: event.flags(),
         event,
     };
-    let rejected = CACHE.try_with(|cache| match cache.try_borrow_mut() {
-        Ok(mut cache) if cache.len() < CACHED_PER_THREAD => {
-            match last_record {
-                LastRecord::None => cache.ready.push(cached),
-                last_record => cache.pending.push(Pending {
-                    cached,
-                    last_record,
-                }),
-            }
-            None
+    let rejected = thread_cache::with(&CACHE, |cache| {
+        if cache.len() >= CACHED_PER_THREAD {
+            return Some(cached);
         }
-        _ => Some(cached),
+        match last_record {
+            LastRecord::None => cache.ready.push(cached),
+            last_record => cache.pending.push(Pending {
+                cached,
+                last_record,
+            }),
+        }
+        None
     });
     // Dropped outside the cache's borrow (a full cache, or a thread being torn down).
     drop(rejected);

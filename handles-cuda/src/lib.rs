@@ -67,6 +67,7 @@ mod stream;
 mod stream_order;
 mod stream_order_protocol;
 mod stream_recycler;
+mod thread_cache;
 mod vmm;
 
 pub use context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};

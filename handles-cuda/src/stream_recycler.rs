@@ -30,6 +30,7 @@ use std::ops::Deref;
 use crate::context::ContextHandle;
 use crate::error::Result;
 use crate::stream::{StreamFlags, StreamHandle};
+use crate::thread_cache;
 
 /// The most streams a thread keeps for reuse; more are destroyed.
 const CACHED_PER_THREAD: usize = 64;
@@ -69,36 +70,21 @@ impl StreamRecycler {
     /// it passes the checks of the module docs, else a new one. Never blocks.
     pub fn acquire(&self) -> Result<RecycledStream> {
         let key = self.key();
-        let candidate = CACHE
-            .try_with(|cache| {
-                let mut cache = cache.try_borrow_mut().ok()?;
-                let at = cache.iter().rposition(|(cached, _)| *cached == key)?;
-                Some(cache.remove(at).1)
-            })
-            .ok()
-            .flatten();
-        let reused = match candidate {
-            Some(stream) => match check(&stream) {
-                Check::Fresh => Some(stream),
-                // Kept for a later acquire, at the oldest end, so the next one tries another.
-                Check::Busy => {
-                    let rejected = CACHE.try_with(|cache| match cache.try_borrow_mut() {
-                        Ok(mut cache) => {
-                            cache.insert(0, (key, stream));
-                            None
-                        }
-                        Err(_) => Some(stream),
-                    });
-                    drop(rejected);
-                    None
-                }
-                Check::Unusable => {
-                    drop(stream);
-                    None
-                }
-            },
-            None => None,
-        };
+        let candidate = thread_cache::with(&CACHE, |cache| {
+            let at = cache.iter().rposition(|(cached, _)| *cached == key)?;
+            Some(cache.remove(at).1)
+        })
+        .flatten();
+        let reused = candidate.and_then(|stream| match check(&stream) {
+            Check::Fresh => Some(stream),
+            // Kept for a later acquire, at the oldest end, so the next one tries another (or
+            // dropped by `with` if the cache cannot be reached).
+            Check::Busy => {
+                thread_cache::with(&CACHE, |cache| cache.insert(0, (key, stream)));
+                None
+            }
+            Check::Unusable => None,
+        });
         let stream = match reused {
             Some(stream) => stream,
             None => StreamHandle::create(&self.context, self.flags, self.priority)?,
@@ -113,11 +99,7 @@ impl StreamRecycler {
 /// Destroys the streams this thread keeps for reuse (they hold their contexts alive), and
 /// returns how many. Threads release their cache when they exit.
 pub fn clear_recycled_streams() -> usize {
-    let taken = CACHE
-        .try_with(|cache| cache.try_borrow_mut().map(|mut c| std::mem::take(&mut *c)))
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    let taken = thread_cache::take(&CACHE);
     let count = taken.len();
     drop(taken);
     count
@@ -156,12 +138,13 @@ impl Drop for RecycledStream {
             && stream.is_owning()
             && stream.strong_count() == 1
         {
-            let rejected = CACHE.try_with(|cache| match cache.try_borrow_mut() {
-                Ok(mut cache) if cache.len() < CACHED_PER_THREAD => {
-                    cache.push((self.key, stream));
-                    None
+            let key = self.key;
+            let rejected = thread_cache::with(&CACHE, |cache| {
+                if cache.len() >= CACHED_PER_THREAD {
+                    return Some(stream);
                 }
-                _ => Some(stream),
+                cache.push((key, stream));
+                None
             });
             // Dropped outside the cache's borrow (a full cache, or a thread being torn down).
             drop(rejected);
