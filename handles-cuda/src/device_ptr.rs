@@ -390,7 +390,11 @@ impl DevicePtrHandle {
     /// for `ordinal`, and a synchronous allocation is refused (its peer access is a context
     /// setting this crate does not track). Pinned host memory and memory of unknown device
     /// pass. A kernel touching inaccessible memory faults and poisons its context.
-    pub(crate) fn check_accessible_from(&self, ordinal: usize) -> Result<()> {
+    ///
+    /// Every safe method of this crate that queues work on this memory checks it; a library
+    /// that hands the raw pointer to its own device code (cuBLAS, NCCL) calls it first with
+    /// the device that code runs on.
+    pub fn check_accessible_from(&self, ordinal: usize) -> Result<()> {
         match &self.record().release {
             Release::View(parent) => return parent.check_accessible_from(ordinal),
             Release::Mapped(mappings) => {
