@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 
-use crate::context::{Context, ContextHandle};
-use crate::device_ptr::DevicePtrHandle;
-use crate::driver::ensure_loaded;
-use crate::error::{Error, Result, driver_error};
-use crate::lock::lock;
-use crate::scope::{current_raw, restore_current};
-use crate::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
+use crate::driver::call::driver_error;
+use crate::driver::current::{current_raw, restore_current};
+use crate::driver::load::ensure_loaded;
+use crate::error::{Error, Result};
+use crate::exec::context::{Context, ContextHandle};
+use crate::exec::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
+use crate::memory::device_ptr::DevicePtrHandle;
+use crate::sync::lock;
 
 /// cudarc streams this crate knows about, by raw stream: those wrapped by
 /// [`StreamHandle::from_cudarc`] (`keep: None`: cudarc owns them) and those lent to cudarc by

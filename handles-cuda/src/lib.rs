@@ -41,67 +41,50 @@
 //! ```
 #![deny(missing_docs)]
 
-mod context;
-mod contexts_used;
-mod contexts_used_protocol;
+mod code;
 mod cudarc_interop;
-mod device_ptr;
 mod driver;
 mod error;
-mod event;
-mod event_recycler;
-mod fd_passing;
+mod exec;
 mod graph;
-mod green;
-mod image;
 mod ipc;
-mod kernel;
-mod launch;
-mod library;
-mod lock;
-mod pool;
-mod pool_tuning;
-mod program;
-mod scope;
-mod stream;
-mod stream_order;
-mod stream_order_protocol;
-mod stream_recycler;
-mod thread_cache;
-mod vmm;
+mod memory;
+mod order;
+mod sync;
 
-pub use context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
-pub use device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
-pub use driver::{
+pub use code::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
+pub use code::launch::{
+    BoundsCheck, Buffer, KernelParam, KernelParams, LaunchConfig, LaunchOptions, TypedKernel,
+};
+pub use code::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
+pub use code::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
+pub use driver::load::{
     MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
 };
 pub use error::{Error, Result};
-pub use event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
-pub use event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
-pub use fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
-pub use graph::{
+pub use exec::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
+pub use exec::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
+pub use exec::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
+pub use exec::green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};
+pub use exec::stream::{
+    LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
+};
+pub use exec::stream_recycler::{RecycledStream, StreamRecycler, clear_recycled_streams};
+pub use graph::nodes::{
     Capture, CaptureMode, Graph, GraphBox, GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak,
     GraphHandle, GraphNode, GraphWeak,
 };
-pub use green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};
-pub use ipc::{
-    IpcEventHandle, IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
+pub use ipc::event::IpcEventHandle;
+pub use ipc::fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
+pub use ipc::pointer::{
+    IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
 };
-pub use kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
-pub use launch::{
-    BoundsCheck, Buffer, KernelParam, KernelParams, LaunchConfig, LaunchOptions, TypedKernel,
-};
-pub use library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
-pub use pool::{
+pub use memory::device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
+pub use memory::pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };
-pub use pool_tuning::{PoolUsage, ReusePolicy};
-pub use program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
-pub use stream::{
-    LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
-};
-pub use stream_recycler::{RecycledStream, StreamRecycler, clear_recycled_streams};
-pub use vmm::{
+pub use memory::pool_tuning::{PoolUsage, ReusePolicy};
+pub use memory::vmm::{
     AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
     FabricHandle, GrowableBuffer, Mapping, MappingBox, MappingHandle, MappingWeak,
     PhysicalAllocation, PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak,

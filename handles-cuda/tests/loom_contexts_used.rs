@@ -5,7 +5,7 @@
 //! handles-cuda --test loom_contexts_used --release`.
 #![cfg(handles_cuda_loom)]
 
-#[path = "../src/contexts_used_protocol.rs"]
+#[path = "../src/order/contexts_used_protocol.rs"]
 #[allow(dead_code)]
 mod protocol;
 

@@ -5,7 +5,7 @@
 //! --release`.
 #![cfg(handles_cuda_loom)]
 
-#[path = "../src/stream_order_protocol.rs"]
+#[path = "../src/order/stream_order_protocol.rs"]
 #[allow(dead_code)]
 mod protocol;
 

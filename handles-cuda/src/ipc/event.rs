@@ -3,10 +3,11 @@
 
 use cudarc::driver::sys;
 
-use crate::context::ContextHandle;
-use crate::error::{Error, Result, driver, out};
-use crate::event::{Event, EventFlags, EventHandle};
-use crate::scope::{create_in, in_context_of};
+use crate::driver::call::{driver, out};
+use crate::driver::current::{create_in, in_context_of};
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::event::{Event, EventFlags, EventHandle};
 
 /// The 64-byte token that names an interprocess event in another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,11 +4,12 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use cudarc::driver::sys;
 
-use crate::context::ContextHandle;
-use crate::driver::ensure_loaded;
-use crate::error::{Error, Result, driver, out};
-use crate::pool::{MemoryPool, MemoryPoolHandle};
-use crate::scope::create_in;
+use crate::driver::call::{driver, out};
+use crate::driver::current::create_in;
+use crate::driver::load::ensure_loaded;
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::memory::pool::{MemoryPool, MemoryPoolHandle};
 
 const POSIX_FILE_DESCRIPTOR: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;

@@ -5,10 +5,11 @@ use std::cell::RefCell;
 use cudarc::driver::sys::{CUcontext, CUdevice};
 use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 
-use crate::driver::{self, ensure_loaded};
-use crate::error::{Error, Result, deleter_status, driver, out};
-use crate::scope::{current_raw, in_context};
-use crate::thread_cache;
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::current::{current_raw, in_context};
+use crate::driver::load::{self, ensure_loaded};
+use crate::error::{Error, Result};
+use crate::sync::{take_cache, with_cache};
 
 /// A CUDA context.
 ///
@@ -79,7 +80,7 @@ impl Running {
         if context.ownership() == handles_core::Ownership::Borrowed {
             return Running(false);
         }
-        let entered = thread_cache::with(&RUNNING, |running| running.push(context.clone()));
+        let entered = with_cache(&RUNNING, |running| running.push(context.clone()));
         Running(entered.is_some())
     }
 }
@@ -87,7 +88,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         if self.0 {
-            let left = thread_cache::with(&RUNNING, Vec::pop).flatten();
+            let left = with_cache(&RUNNING, Vec::pop).flatten();
             // Dropped after the borrow ends: it may be the context's last handle.
             drop(left);
         }
@@ -128,7 +129,7 @@ impl ContextHandle {
         let context = Self::retain_primary(ordinal)?;
         // During thread teardown the cache is gone, and inside `with_primary` it is borrowed;
         // the handle is then simply not cached.
-        thread_cache::with(&PRIMARY, |cache| {
+        with_cache(&PRIMARY, |cache| {
             if cache.len() <= ordinal {
                 cache.resize(ordinal + 1, None);
             }
@@ -138,7 +139,7 @@ impl ContextHandle {
     }
 
     fn retain_primary(ordinal: usize) -> Result<ContextHandle> {
-        let device = driver::device(ordinal)?;
+        let device = load::device(ordinal)?;
         PRIMARIES.get_or_try_insert_with(ordinal, |slot| {
             // SAFETY: the driver is loaded and `device` is valid; `raw` is a valid out-pointer.
             let raw = out(|raw| unsafe { driver!(cuDevicePrimaryCtxRetain(raw, device)) })?;
@@ -166,7 +167,7 @@ impl ContextHandle {
         if let Some(managed) = ContextHandle::lookup(raw) {
             return Ok(managed);
         }
-        let running = thread_cache::with(&RUNNING, |running| {
+        let running = with_cache(&RUNNING, |running| {
             running.iter().rev().find(|run| run.as_cu() == raw).cloned()
         })
         .flatten();
@@ -184,7 +185,7 @@ impl ContextHandle {
         // SAFETY: `device` is a valid device; both are valid out-pointers.
         unsafe { driver!(cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)) }?;
         if active != 0 {
-            let primary = ContextHandle::primary(driver::ordinal_of(device)?)?;
+            let primary = ContextHandle::primary(load::ordinal_of(device)?)?;
             if primary.as_cu() == raw {
                 return Ok(primary);
             }
@@ -235,7 +236,7 @@ impl ContextHandle {
     /// restore's error is returned.
     pub fn run<T, E: From<Error>>(&self, call: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
         let mut outcome = None;
-        let restored = crate::scope::create_in(
+        let restored = crate::driver::current::create_in(
             self,
             || {
                 let _running = Running::enter(self);
@@ -267,7 +268,7 @@ impl ContextHandle {
     pub fn mem_get_info(&self) -> Result<(usize, usize)> {
         let mut info = (0, 0);
         in_context(self.as_cu(), || {
-            info = driver::mem_get_info()?;
+            info = load::mem_get_info()?;
             Ok(())
         })?;
         Ok(info)
@@ -277,5 +278,5 @@ impl ContextHandle {
 /// Drops this thread's cached primary-context handles (each releases its retain if nothing
 /// else holds it). Threads release their cache automatically when they exit.
 pub fn clear_primary_cache() {
-    drop(thread_cache::take(&PRIMARY));
+    drop(take_cache(&PRIMARY));
 }

@@ -39,11 +39,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use handles_core::{ResourceHandle, WeakHandle};
 
-use crate::context::ContextHandle;
 use crate::error::{Error, Result};
-use crate::event::{EventFlags, EventHandle};
-use crate::stream::{Stream, StreamHandle};
-use crate::thread_cache;
+use crate::exec::context::ContextHandle;
+use crate::exec::event::{EventFlags, EventHandle};
+use crate::exec::stream::{Stream, StreamHandle};
+use crate::sync::{take_cache, with_cache};
 
 /// The most events a thread keeps for reuse, ready and pending together; more are destroyed.
 const CACHED_PER_THREAD: usize = 256;
@@ -297,7 +297,7 @@ impl EventRecycler {
     #[inline]
     pub fn acquire(&self) -> Result<RecycledEvent> {
         let context = self.context.as_cu() as usize;
-        let reused = thread_cache::with(&CACHE, |cache| cache.take(context, self.flags)).flatten();
+        let reused = with_cache(&CACHE, |cache| cache.take(context, self.flags)).flatten();
         let event = match reused {
             Some(event) => event,
             None => EventHandle::create(&self.context, self.flags)?,
@@ -313,7 +313,7 @@ impl EventRecycler {
 /// contexts, a green context's too, alive), and returns how many. Threads release their cache
 /// when they exit.
 pub fn clear_recycled_events() -> usize {
-    let taken = thread_cache::take(&CACHE);
+    let taken = take_cache(&CACHE);
     let count = taken.len();
     drop(taken);
     count
@@ -422,7 +422,7 @@ fn recycle(event: EventHandle, last_record: LastRecord) {
         flags: event.flags(),
         event,
     };
-    let rejected = thread_cache::with(&CACHE, |cache| {
+    let rejected = with_cache(&CACHE, |cache| {
         if cache.len() >= CACHED_PER_THREAD {
             return Some(cached);
         }

@@ -6,8 +6,9 @@
 
 use cudarc::driver::sys::CUcontext;
 
-use crate::context::ContextHandle;
-use crate::error::{Result, driver, out};
+use crate::driver::call::{driver, out};
+use crate::error::Result;
+use crate::exec::context::ContextHandle;
 
 /// The calling thread's current context, or null.
 #[inline]
@@ -45,7 +46,7 @@ pub(crate) fn create_in<R, H>(
 ) -> Result<H> {
     // A context handle can exist without a driver (an unsafe reference): never let cudarc
     // panic on a missing library.
-    crate::driver::ensure_loaded()?;
+    crate::driver::load::ensure_loaded()?;
     let context = context.as_cu();
     let previous = current_raw()?;
     if previous == context {

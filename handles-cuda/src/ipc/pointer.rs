@@ -15,17 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, WeakCache};
 
-use crate::device_ptr::{AllocKind, DevicePtrHandle, Origin};
-use crate::error::{Error, Result, driver, out};
-use crate::pool::MemoryPoolHandle;
-use crate::scope::{create_in, in_context_of};
-use crate::stream::StreamHandle;
-use crate::stream_order::StreamOrder;
-
-mod event;
-mod pool;
-
-pub use event::IpcEventHandle;
+use crate::driver::call::{driver, out};
+use crate::driver::current::{create_in, in_context_of};
+use crate::error::{Error, Result};
+use crate::exec::stream::StreamHandle;
+use crate::memory::device_ptr::{AllocKind, DevicePtrHandle, Origin};
+use crate::memory::pool::MemoryPoolHandle;
+use crate::order::stream_order::StreamOrder;
 
 /// What another process needs to import one pool allocation: the driver's 64-byte export
 /// data and the allocation's size.

@@ -39,12 +39,13 @@ use std::thread::{self, ThreadId};
 
 use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
 
-use crate::error::{Error, Result, driver};
-use crate::event::EventHandle;
-use crate::lock::lock;
-use crate::scope::current_raw;
-use crate::stream::{PER_THREAD_STREAM, StreamHandle};
-use crate::stream_order_protocol::HomeMirror;
+use crate::driver::call::driver;
+use crate::driver::current::current_raw;
+use crate::error::{Error, Result};
+use crate::exec::event::EventHandle;
+use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle};
+use crate::order::stream_order_protocol::HomeMirror;
+use crate::sync::lock;
 
 /// Which stream work went to: the raw stream, and for default-stream tokens the context it
 /// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept

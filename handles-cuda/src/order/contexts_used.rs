@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{self, CUcontext};
 
-use crate::context::ContextHandle;
-use crate::contexts_used_protocol::NotedSet;
-use crate::error::{Error, Result, driver};
-use crate::scope::in_context;
-use crate::stream::StreamHandle;
+use crate::driver::call::driver;
+use crate::driver::current::in_context;
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::stream::StreamHandle;
+use crate::order::contexts_used_protocol::NotedSet;
 
 /// The contexts that work using a resource ran in (see the module docs).
 pub(crate) struct ContextsUsed {

@@ -8,10 +8,11 @@
 use cudarc::driver::sys::{self, CUgreenCtx};
 use handles_core::ResourceHandle;
 
-use crate::context::{Context, ContextHandle};
-use crate::driver::{self, ensure_loaded};
-use crate::error::{Error, Result, deleter_status, driver, out};
-use crate::stream::{Stream, StreamHandle};
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::load::{self, ensure_loaded};
+use crate::error::{Error, Result};
+use crate::exec::context::{Context, ContextHandle};
+use crate::exec::stream::{Stream, StreamHandle};
 
 /// A green context: `sm_count` SMs of device `device`.
 ///
@@ -38,7 +39,7 @@ fn destroy_green(raw: CUgreenCtx, _: &GreenContext) -> Result<()> {
     let context = out(|context| unsafe { driver!(cuCtxFromGreenCtx(context, raw)) });
     let drained = context.and_then(|context| {
         // SAFETY: the green context's context is alive and current for the call.
-        crate::scope::in_context(context, || unsafe { driver!(cuCtxSynchronize()) })
+        crate::driver::current::in_context(context, || unsafe { driver!(cuCtxSynchronize()) })
     });
     deleter_status(drained)?;
     // SAFETY: the handle owns `raw`; every stream made in it is gone (they keep it alive) and
@@ -60,9 +61,9 @@ impl GreenContextHandle {
     /// (`cuDevResourceGenerateDesc`, `cuGreenCtxCreate`).
     pub fn create(ordinal: usize, sm_count: u32) -> Result<Self> {
         ensure_loaded()?;
-        if !driver::has_function(c"cuGreenCtxCreate") {
+        if !load::has_function(c"cuGreenCtxCreate") {
             return Err(Error::DriverTooOld {
-                version: driver::driver_version()?,
+                version: load::driver_version()?,
                 needed: "green contexts need CUDA 12.4 or newer",
             });
         }
@@ -71,7 +72,7 @@ impl GreenContextHandle {
                 "a green context needs at least one SM".into(),
             ));
         }
-        let device = driver::device(ordinal)?;
+        let device = load::device(ordinal)?;
         let mut all = empty_resource();
         // SAFETY: `all` is a valid out-pointer for one resource of the type asked for.
         unsafe {

@@ -10,10 +10,11 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys::CUmemPool_attribute as Attribute;
 
-use crate::driver;
-use crate::error::{Error, Result, driver, out};
-use crate::lock::lock;
-use crate::pool::MemoryPoolHandle;
+use crate::driver::call::{driver, out};
+use crate::driver::load;
+use crate::error::{Error, Result};
+use crate::memory::pool::MemoryPoolHandle;
+use crate::sync::lock;
 
 /// The reuse policies of a pool (`CU_MEMPOOL_ATTR_REUSE_*`), all on by default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,7 +106,7 @@ impl MemoryPoolHandle {
     /// alive while it is current (see the module docs). Only pools located on that device
     /// can be made its current pool.
     pub fn set_device_current(&self, ordinal: usize) -> Result<MemoryPoolHandle> {
-        let device = driver::device(ordinal)?;
+        let device = load::device(ordinal)?;
         if self.owning_device() != Some(ordinal) {
             return Err(Error::InvalidArgument(format!(
                 "only a pool located on device {ordinal} can be its current pool"

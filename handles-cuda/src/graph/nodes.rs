@@ -23,15 +23,16 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys::{self, CUgraph, CUgraphExec, CUgraphNode};
 use handles_core::ResourceHandle;
 
-use crate::context::ContextHandle;
-use crate::device_ptr::DevicePtrHandle;
-use crate::error::{Error, Result, deleter_status, driver, out};
-use crate::event::EventHandle;
-use crate::kernel::KernelHandle;
-use crate::launch::{KernelParams, LaunchConfig, TypedKernel};
-use crate::lock::lock;
-use crate::scope::{create_in, in_context};
-use crate::stream::{StreamFlags, StreamHandle};
+use crate::code::kernel::KernelHandle;
+use crate::code::launch::{KernelParams, LaunchConfig, TypedKernel};
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::current::{create_in, in_context};
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::event::EventHandle;
+use crate::exec::stream::{StreamFlags, StreamHandle};
+use crate::memory::device_ptr::DevicePtrHandle;
+use crate::sync::lock;
 
 /// A handle a graph node references, kept alive by the graph and its executable instances.
 #[derive(Clone)]
@@ -584,7 +585,7 @@ impl GraphExecHandle {
                 return Err(Error::InvalidArgument(format!(
                     "the executable graph cannot take this graph's nodes ({:?}): {}",
                     info.result,
-                    crate::error::driver_error("cuGraphExecUpdate", code)
+                    crate::driver::call::driver_error("cuGraphExecUpdate", code)
                 )));
             }
             None => return restored,

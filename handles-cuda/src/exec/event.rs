@@ -4,11 +4,12 @@
 use cudarc::driver::sys::{self, CUevent};
 use handles_core::ResourceHandle;
 
-use crate::context::ContextHandle;
-use crate::driver::ensure_loaded;
-use crate::error::{Error, Result, check, deleter_status, driver, out};
-use crate::scope::{create_in, current_raw};
-use crate::stream::StreamHandle;
+use crate::driver::call::{check, deleter_status, driver, out};
+use crate::driver::current::{create_in, current_raw};
+use crate::driver::load::ensure_loaded;
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::stream::StreamHandle;
 
 /// A CUDA event, with the flags it was created with.
 ///
@@ -81,8 +82,8 @@ impl EventFlags {
 fn elapsed_time_v2_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        crate::driver::driver_version().is_ok_and(|version| version >= 12080)
-            && crate::driver::has_function(c"cuEventElapsedTime_v2")
+        crate::driver::load::driver_version().is_ok_and(|version| version >= 12080)
+            && crate::driver::load::has_function(c"cuEventElapsedTime_v2")
     })
 }
 
@@ -183,7 +184,7 @@ impl EventHandle {
         } else if let Some(elapsed) =
             // SAFETY: the signature of `cuEventElapsedTime` in every driver that exports it.
             unsafe {
-                crate::driver::function::<
+                crate::driver::load::function::<
                     unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult,
                 >(c"cuEventElapsedTime")
             }
@@ -194,7 +195,7 @@ impl EventHandle {
             })?;
         } else {
             return Err(Error::DriverTooOld {
-                version: crate::driver::driver_version()?,
+                version: crate::driver::load::driver_version()?,
                 needed: "elapsed_ms needs cuEventElapsedTime_v2 (CUDA 12.8) or cuEventElapsedTime",
             });
         }

@@ -4,10 +4,11 @@
 use cudarc::driver::sys::{self, CUmemoryPool};
 use handles_core::ResourceHandle;
 
-use crate::context::ContextHandle;
-use crate::driver::{self, ensure_loaded};
-use crate::error::{Result, deleter_status, driver, out};
-use crate::scope::create_in;
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::current::create_in;
+use crate::driver::load::{self, ensure_loaded};
+use crate::error::Result;
+use crate::exec::context::ContextHandle;
 
 /// A CUDA memory pool.
 ///
@@ -90,7 +91,7 @@ pub(crate) fn raw_location(location: PoolLocation) -> sys::CUmemLocation {
 
 /// The host NUMA node nearest to device `ordinal` (0 when the driver does not say).
 fn host_numa_node(ordinal: usize) -> Result<i32> {
-    let device = driver::device(ordinal)?;
+    let device = load::device(ordinal)?;
     let numa_id = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID;
     // SAFETY: the driver is loaded and `device` is valid; `node` is a valid out-pointer.
     let node = out(|node| unsafe { driver!(cuDeviceGetAttribute(node, numa_id, device)) })?;
@@ -110,7 +111,7 @@ fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags
 fn revoke_peer_access(pool: CUmemoryPool, owner: Option<usize>) -> Result<usize> {
     let mut revoked = 0;
     let mut first_error = None;
-    for device in 0..driver::device_count()? {
+    for device in 0..load::device_count()? {
         if Some(device) == owner {
             continue;
         }
@@ -229,7 +230,7 @@ impl MemoryPoolHandle {
         ordinal: usize,
         get: impl FnOnce(sys::CUdevice) -> Result<CUmemoryPool>,
     ) -> Result<Self> {
-        let raw = get(driver::device(ordinal)?)?;
+        let raw = get(load::device(ordinal)?)?;
         let record = MemoryPool {
             context: None,
             location: Some(PoolLocation::Device(ordinal)),
@@ -242,7 +243,7 @@ impl MemoryPoolHandle {
     /// Grants (`true`) or revokes (`false`) read-write access to this pool's memory from
     /// device `ordinal`.
     pub fn set_peer_access(&self, ordinal: usize, enabled: bool) -> Result<()> {
-        driver::device(ordinal)?;
+        load::device(ordinal)?;
         let desc = sys::CUmemAccessDesc {
             location: raw_location(PoolLocation::Device(ordinal)),
             flags: if enabled {
@@ -268,7 +269,7 @@ impl MemoryPoolHandle {
 
     /// Whether device `ordinal` can read and write this pool's memory.
     pub fn peer_access(&self, ordinal: usize) -> Result<bool> {
-        driver::device(ordinal)?;
+        load::device(ordinal)?;
         Ok(access_of(self.as_cu(), ordinal)?
             == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
     }

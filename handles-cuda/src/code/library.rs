@@ -20,11 +20,12 @@ use std::path::Path;
 use cudarc::driver::sys::{CUcontext, CUlibrary};
 use handles_core::ResourceHandle;
 
-use crate::context::ContextHandle;
-use crate::contexts_used::ContextsUsed;
-use crate::driver::ensure_loaded;
-use crate::error::{Error, Result, deleter_status, driver, out};
-use crate::image::checked_image;
+use crate::code::image::checked_image;
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::load::ensure_loaded;
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::order::contexts_used::ContextsUsed;
 
 /// A loaded library of device code.
 ///

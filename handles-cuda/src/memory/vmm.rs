@@ -18,13 +18,14 @@ use std::sync::Mutex;
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use handles_core::ResourceHandle;
 
-use crate::contexts_used::ContextsUsed;
-use crate::device_ptr::DevicePtrHandle;
-use crate::driver::{self, ensure_loaded};
-use crate::error::{Error, Result, deleter_status, driver, out};
-use crate::lock::lock;
-use crate::pool::{PoolLocation, raw_location};
-use crate::stream::StreamHandle;
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::load::{self, ensure_loaded};
+use crate::error::{Error, Result};
+use crate::exec::stream::StreamHandle;
+use crate::memory::device_ptr::DevicePtrHandle;
+use crate::memory::pool::{PoolLocation, raw_location};
+use crate::order::contexts_used::ContextsUsed;
+use crate::sync::lock;
 
 const POSIX_FD: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
@@ -184,7 +185,7 @@ pub fn granularity(location: PoolLocation) -> Result<usize> {
 
 fn check_location(location: PoolLocation) -> Result<()> {
     match location {
-        PoolLocation::Device(ordinal) => driver::device(ordinal).map(drop),
+        PoolLocation::Device(ordinal) => load::device(ordinal).map(drop),
         PoolLocation::HostNuma(node) if node >= 0 => Ok(()),
         PoolLocation::HostNuma(node) => Err(Error::InvalidArgument(format!(
             "host NUMA node {node} is not a node"
@@ -386,7 +387,7 @@ impl MappingHandle {
         let descriptors = devices
             .iter()
             .map(|&ordinal| {
-                driver::device(ordinal)?;
+                load::device(ordinal)?;
                 Ok(sys::CUmemAccessDesc {
                     location: raw_location(PoolLocation::Device(ordinal)),
                     flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,

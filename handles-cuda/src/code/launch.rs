@@ -19,12 +19,13 @@ use std::marker::PhantomData;
 
 use cudarc::driver::sys::{self, CUcontext, CUfunction};
 
-use crate::context::ContextHandle;
-use crate::device_ptr::DevicePtrHandle;
-use crate::error::{Error, Result, driver};
-use crate::kernel::KernelHandle;
-use crate::scope::current_raw;
-use crate::stream::{Queued, StreamHandle};
+use crate::code::kernel::KernelHandle;
+use crate::driver::call::driver;
+use crate::driver::current::current_raw;
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::stream::{Queued, StreamHandle};
+use crate::memory::device_ptr::DevicePtrHandle;
 
 /// The shape of a launch: grid and block dimensions and dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

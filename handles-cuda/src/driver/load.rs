@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use crate::error::{Error, Result, driver, out};
+use crate::driver::call::{driver, out};
+use crate::error::{Error, Result};
 
 static LOADED: OnceLock<Result<i32>> = OnceLock::new();
 

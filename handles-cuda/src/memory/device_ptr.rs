@@ -9,14 +9,15 @@
 use cudarc::driver::sys::CUdeviceptr;
 use handles_core::{CacheSlot, ResourceHandle};
 
-use crate::context::ContextHandle;
-use crate::contexts_used::ContextsUsed;
-use crate::error::{Error, Result, deleter_status, driver, out};
-use crate::pool::MemoryPoolHandle;
-use crate::scope::{create_in, in_context_of};
-use crate::stream::{Queued, StreamHandle};
-use crate::stream_order::StreamOrder;
-use crate::vmm::MappingHandle;
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::current::{create_in, in_context_of};
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::stream::{Queued, StreamHandle};
+use crate::memory::pool::MemoryPoolHandle;
+use crate::memory::vmm::MappingHandle;
+use crate::order::contexts_used::ContextsUsed;
+use crate::order::stream_order::StreamOrder;
 
 /// How an allocation was made, which fixes how it is freed. An asynchronous allocation is
 /// never freed synchronously, nor the other way round.
@@ -409,7 +410,7 @@ impl DevicePtrHandle {
         }
         if let Some(pool) = self.pool().as_ref() {
             return match pool.location() {
-                Some(crate::pool::PoolLocation::Device(device)) if device != ordinal => {
+                Some(crate::memory::pool::PoolLocation::Device(device)) if device != ordinal => {
                     if pool.peer_access(ordinal)? {
                         Ok(())
                     } else {

@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use cudarc::driver::sys::{self, CUfunction_attribute, CUkernel};
 use handles_core::ResourceHandle;
 
-use crate::context::ContextHandle;
-use crate::driver::{self, device_count, ensure_loaded};
-use crate::error::{Error, Result, driver, out};
-use crate::library::{LibraryHandle, kernel_name};
-use crate::lock::lock;
-use crate::scope::{current_raw, in_context};
+use crate::code::library::{LibraryHandle, kernel_name};
+use crate::driver::call::{driver, out};
+use crate::driver::current::{current_raw, in_context};
+use crate::driver::load::{self, device_count, ensure_loaded};
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::sync::lock;
 
 /// A kernel of a loaded library.
 ///
@@ -128,7 +129,7 @@ impl KernelHandle {
 
     /// Reads an attribute of the kernel on device `ordinal` (`cuKernelGetAttribute`).
     pub fn attribute(&self, attribute: KernelAttribute, ordinal: usize) -> Result<i32> {
-        let device = driver::device(ordinal)?;
+        let device = load::device(ordinal)?;
         in_some_context(|| {
             out(|value| {
                 // SAFETY: the kernel is alive (its library is loaded) and `device` is valid.
@@ -153,7 +154,7 @@ impl KernelHandle {
         value: i32,
         ordinal: usize,
     ) -> Result<()> {
-        let device = driver::device(ordinal)?;
+        let device = load::device(ordinal)?;
         if let Some(limits) = self.record().limits.get(ordinal) {
             // Forgotten first, so the next launch reads the driver's value whatever happens
             // below (the driver may round or clamp, and a failed restore after a successful
@@ -230,7 +231,7 @@ fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.
 fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
-    if !driver::has_function(c"cuKernelGetParamInfo") {
+    if !load::has_function(c"cuKernelGetParamInfo") {
         return Ok(None);
     }
     let mut sizes = Vec::new();
@@ -243,7 +244,9 @@ fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
         match status {
             sys::CUresult::CUDA_SUCCESS => sizes.push(size),
             sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(Some(sizes)),
-            status => return crate::error::check("cuKernelGetParamInfo", status).map(|()| None),
+            status => {
+                return crate::driver::call::check("cuKernelGetParamInfo", status).map(|()| None);
+            }
         }
         if sizes.len() > 4096 {
             // The driver caps a kernel's parameters at 32 KiB; a list this long is not real.

@@ -4,11 +4,12 @@
 use cudarc::driver::sys::{self, CUstream};
 use handles_core::ResourceHandle;
 
-use crate::context::ContextHandle;
-use crate::driver::ensure_loaded;
-use crate::error::{Result, check, deleter_status, driver, out};
-use crate::event::EventHandle;
-use crate::scope::{create_in, current_raw, in_context, in_context_of};
+use crate::driver::call::{check, deleter_status, driver, out};
+use crate::driver::current::{create_in, current_raw, in_context, in_context_of};
+use crate::driver::load::ensure_loaded;
+use crate::error::Result;
+use crate::exec::context::ContextHandle;
+use crate::exec::event::EventHandle;
 
 /// A CUDA stream.
 ///
@@ -340,7 +341,7 @@ impl StreamHandle {
             // SAFETY: the context is current for this call; `device` is a valid out-pointer.
             unsafe { driver!(cuCtxGetDevice(&mut device)) }
         })?;
-        crate::driver::ordinal_of(device)
+        crate::driver::load::ordinal_of(device)
     }
 
     /// An owning handle of the context this stream's work runs in: its own context handle, the

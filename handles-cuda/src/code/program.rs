@@ -13,7 +13,7 @@ use cudarc::nvrtc::sys::{self as nvrtc, nvrtcProgram, nvrtcResult};
 use handles_core::ResourceHandle;
 
 use crate::error::{Error, Result};
-use crate::lock::lock;
+use crate::sync::lock;
 
 /// A CUDA C++ program for the runtime compiler.
 ///

@@ -27,10 +27,10 @@
 use std::cell::RefCell;
 use std::ops::Deref;
 
-use crate::context::ContextHandle;
 use crate::error::Result;
-use crate::stream::{StreamFlags, StreamHandle};
-use crate::thread_cache;
+use crate::exec::context::ContextHandle;
+use crate::exec::stream::{StreamFlags, StreamHandle};
+use crate::sync::{take_cache, with_cache};
 
 /// The most streams a thread keeps for reuse; more are destroyed.
 const CACHED_PER_THREAD: usize = 64;
@@ -70,7 +70,7 @@ impl StreamRecycler {
     /// it passes the checks of the module docs, else a new one. Never blocks.
     pub fn acquire(&self) -> Result<RecycledStream> {
         let key = self.key();
-        let candidate = thread_cache::with(&CACHE, |cache| {
+        let candidate = with_cache(&CACHE, |cache| {
             let at = cache.iter().rposition(|(cached, _)| *cached == key)?;
             Some(cache.remove(at).1)
         })
@@ -80,7 +80,7 @@ impl StreamRecycler {
             // Kept for a later acquire, at the oldest end, so the next one tries another (or
             // dropped by `with` if the cache cannot be reached).
             Check::Busy => {
-                thread_cache::with(&CACHE, |cache| cache.insert(0, (key, stream)));
+                with_cache(&CACHE, |cache| cache.insert(0, (key, stream)));
                 None
             }
             Check::Unusable => None,
@@ -99,7 +99,7 @@ impl StreamRecycler {
 /// Destroys the streams this thread keeps for reuse (they hold their contexts alive), and
 /// returns how many. Threads release their cache when they exit.
 pub fn clear_recycled_streams() -> usize {
-    let taken = thread_cache::take(&CACHE);
+    let taken = take_cache(&CACHE);
     let count = taken.len();
     drop(taken);
     count
@@ -139,7 +139,7 @@ impl Drop for RecycledStream {
             && stream.strong_count() == 1
         {
             let key = self.key;
-            let rejected = thread_cache::with(&CACHE, |cache| {
+            let rejected = with_cache(&CACHE, |cache| {
                 if cache.len() >= CACHED_PER_THREAD {
                     return Some(stream);
                 }

@@ -1,0 +1,3 @@
+//! CUDA graphs: nodes, captures, executable graphs.
+
+pub(crate) mod nodes;
