@@ -2,12 +2,12 @@
 //! as a handle that keeps the cudarc object alive, and hand handles back to cudarc where its
 //! API allows.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 
 use crate::driver::call::driver_error;
+use crate::driver::capture;
 use crate::driver::current::{current_raw, restore_current};
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
@@ -39,7 +39,7 @@ fn sweep(table: &mut Vec<KnownStream>) -> Vec<KnownStream> {
         .partition(|known| known.cudarc.strong_count() > 0 || still_capturing(known));
     *table = live;
     let returned = dead.iter().filter(|known| known.keep.is_some()).count();
-    LENT.fetch_sub(returned, Ordering::Relaxed);
+    capture::returned(returned);
     dead
 }
 
@@ -52,37 +52,6 @@ fn still_capturing(known: &KnownStream) -> bool {
         Some(stream) if stream.is_owning() => stream.is_capturing().unwrap_or(false),
         _ => false,
     }
-}
-
-/// How many streams are lent to cudarc now. cudarc can begin a capture on a lent stream,
-/// which this crate would not see; while any stream is lent, stream-ordered allocations and
-/// frees ask the driver whether their stream is capturing ([`StreamHandle::refuse_if_captured`]).
-static LENT: AtomicUsize = AtomicUsize::new(0);
-
-/// How many `GraphHandle::capture`s run now.
-static CAPTURING: AtomicUsize = AtomicUsize::new(0);
-
-/// Counts a capture in progress for as long as it lives.
-pub(crate) struct CaptureInProgress(());
-
-impl CaptureInProgress {
-    pub(crate) fn begin() -> CaptureInProgress {
-        CAPTURING.fetch_add(1, Ordering::Relaxed);
-        CaptureInProgress(())
-    }
-}
-
-impl Drop for CaptureInProgress {
-    fn drop(&mut self) {
-        CAPTURING.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Whether some stream may be capturing without this crate knowing: a stream is lent to
-/// cudarc, or a capture runs (two relaxed loads).
-#[inline]
-pub(crate) fn foreign_capture_possible() -> bool {
-    LENT.load(Ordering::Relaxed) != 0 || CAPTURING.load(Ordering::Relaxed) != 0
 }
 
 fn streams() -> std::sync::MutexGuard<'static, Vec<KnownStream>> {
@@ -234,7 +203,7 @@ impl StreamHandle {
             cudarc: Arc::downgrade(&lent),
             keep: Some(self.clone()),
         });
-        LENT.fetch_add(1, Ordering::Relaxed);
+        capture::lent();
         Ok(lent)
     }
 

@@ -80,15 +80,15 @@ pub use ipc::pointer::{
     IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
 };
 pub use memory::device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
+pub use memory::growable::GrowableBuffer;
 pub use memory::pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };
 pub use memory::pool_tuning::{PoolUsage, ReusePolicy};
 pub use memory::vmm::{
     AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
-    FabricHandle, GrowableBuffer, Mapping, MappingBox, MappingHandle, MappingWeak,
-    PhysicalAllocation, PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak,
-    Sharing, granularity,
+    FabricHandle, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,
+    PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak, Sharing, granularity,
 };
 
 /// The raw driver API, as used by this crate (cudarc's bindings).

@@ -215,18 +215,7 @@ fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
     if !current_raw()?.is_null() {
         return call();
     }
-    let mut result = None;
-    ContextHandle::with_primary(0, |context| {
-        in_context(context.as_cu(), || {
-            result = Some(call());
-            Ok(())
-        })
-    })??;
-    result.unwrap_or_else(|| {
-        Err(Error::InvalidArgument(
-            "no context to ask the driver in".into(),
-        ))
-    })
+    ContextHandle::with_primary(0, |context| in_context(context.as_cu(), call))?
 }
 
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.

@@ -105,6 +105,17 @@ fn error_name(code: CUresult) -> &'static str {
         .unwrap_or("CUDA_ERROR_UNKNOWN_STATUS")
 }
 
+/// The status of a query (`cuStreamQuery`, `cuEventQuery`) as "has the work completed":
+/// `CUDA_ERROR_NOT_READY` is `false`, any other error is an error.
+#[inline]
+pub(crate) fn completed(call: &'static str, code: CUresult) -> Result<bool> {
+    match code {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        status => Err(driver_error(call, status)),
+    }
+}
+
 /// Maps the status of a deleter's driver call. `CUDA_ERROR_DEINITIALIZED` means the driver has
 /// already shut down at process exit and released everything itself: that is not a failure
 /// worth reporting.

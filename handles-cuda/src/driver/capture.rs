@@ -1,1 +1,73 @@
-//! Capture state.
+//! Capture state: can a stream be capturing into a graph without this crate knowing?
+//!
+//! Stream-ordered work through handles is refused on a stream that other code captures: the
+//! graph would reference memory no handle keeps alive, and an allocation or a free would
+//! become a graph node instead of happening. A stream this crate created and never lent can
+//! only be captured by this crate's own `GraphHandle::capture`, so the check is two relaxed
+//! loads of the counters here; only while a stream is lent to another library, or a capture
+//! runs, does a stream-ordered call ask the driver (`cuStreamIsCapturing`).
+//!
+//! The counters live here, read by streams, free orders and graphs; the cudarc adapter only
+//! counts its loans in and out ([`lent`], [`returned`]).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cudarc::driver::sys::{self, CUstream};
+
+use crate::driver::call::driver;
+use crate::error::Result;
+
+/// How many streams are lent to another library (cudarc) now.
+static LENT: AtomicUsize = AtomicUsize::new(0);
+
+/// How many `GraphHandle::capture`s run now.
+static CAPTURING: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one stream lent to another library, which can begin a capture on it unseen.
+pub(crate) fn lent() {
+    LENT.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts `count` lent streams as given back.
+pub(crate) fn returned(count: usize) {
+    LENT.fetch_sub(count, Ordering::Relaxed);
+}
+
+/// Counts a capture in progress for as long as it lives.
+pub(crate) struct CaptureInProgress(());
+
+impl CaptureInProgress {
+    pub(crate) fn begin() -> CaptureInProgress {
+        CAPTURING.fetch_add(1, Ordering::Relaxed);
+        CaptureInProgress(())
+    }
+}
+
+impl Drop for CaptureInProgress {
+    fn drop(&mut self) {
+        CAPTURING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether some stream may be capturing without this crate knowing: a stream is lent, or a
+/// capture runs (two relaxed loads). A relaxed load suffices: a loan or a capture begun by
+/// another thread is ordered before this thread's use of that stream only by that use's own
+/// synchronisation, which the `unsafe` lending functions make the caller's to provide.
+#[inline]
+pub(crate) fn foreign_capture_possible() -> bool {
+    LENT.load(Ordering::Relaxed) != 0 || CAPTURING.load(Ordering::Relaxed) != 0
+}
+
+/// Whether `stream` is being captured into a graph now (`cuStreamIsCapturing`; an invalidated
+/// capture counts).
+///
+/// # Safety
+///
+/// `stream` must be a live stream, or a default-stream token while a context is current; the
+/// driver must be loaded.
+pub(crate) unsafe fn is_capturing(stream: CUstream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the caller vouches for `stream`; `status` is a valid out-pointer.
+    unsafe { driver!(cuStreamIsCapturing(stream, &mut status)) }?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}

@@ -1,14 +1,18 @@
-//! Running a driver call in a given context and restoring the caller's context afterwards.
+//! The one context scope: running a driver call with a given context current, and restoring
+//! the caller's context on every exit.
 //!
 //! Many driver calls act on "the current context" of the calling thread. Instead of asking the
 //! caller to bind a context first (a hidden precondition), each constructor and deleter that
-//! needs one names it, and these helpers make it current only for the duration of the call.
+//! needs one names it, and [`in_context`] makes it current only for the call. The caller's
+//! context is restored whether the call returns `Ok`, returns `Err` or unwinds, so a panic in
+//! a closure given to `ContextHandle::run` cannot leave a context current that may be
+//! destroyed later.
 
-use cudarc::driver::sys::CUcontext;
+use cudarc::driver::sys::{CUcontext, CUdevice};
 
 use crate::driver::call::{driver, out};
-use crate::error::Result;
-use crate::exec::context::ContextHandle;
+use crate::driver::load::ensure_loaded;
+use crate::error::{Error, Result};
 
 /// The calling thread's current context, or null.
 #[inline]
@@ -17,7 +21,8 @@ pub(crate) fn current_raw() -> Result<CUcontext> {
     out(|current| unsafe { driver!(cuCtxGetCurrent(current)) })
 }
 
-/// Makes `context` (or none, if null) current again after a call that changed it.
+/// Makes `context` (or none, if null) current again after a call that changed it (a call of
+/// another library, which made its own context current).
 pub(crate) fn restore_current(context: CUcontext) -> Result<()> {
     if current_raw()? != context {
         set_current(context)?;
@@ -27,64 +32,79 @@ pub(crate) fn restore_current(context: CUcontext) -> Result<()> {
 
 #[inline]
 fn set_current(context: CUcontext) -> Result<()> {
-    // SAFETY: `context` is null or a live context kept alive by the caller's handle.
+    // SAFETY: `context` is null or a live context kept alive by the caller's handle (the
+    // caller's own current context is alive while it is current, which it was until now).
     unsafe { driver!(cuCtxSetCurrent(context)) }
 }
 
-/// Creates a resource in `context` and wraps it in its handle, restoring the caller's context.
-///
-/// `create` runs with `context` current and makes the raw resource; `wrap` makes the handle
-/// that owns it, after the caller's context is restored. If `context` is already current this
-/// costs one `cuCtxGetCurrent`. If restoring the caller's context fails, the new handle is
-/// dropped, so its real deleter destroys what `create` made, and the restore error is
-/// returned: a failure never leaks the new resource nor leaves the thread in the wrong context
-/// silently.
-pub(crate) fn create_in<R, H>(
-    context: &ContextHandle,
-    create: impl FnOnce() -> Result<R>,
-    wrap: impl FnOnce(R) -> H,
-) -> Result<H> {
-    // A context handle can exist without a driver (an unsafe reference): never let cudarc
-    // panic on a missing library.
-    crate::driver::load::ensure_loaded()?;
-    let context = context.as_cu();
-    let previous = current_raw()?;
-    if previous == context {
-        return create().map(wrap);
-    }
-    set_current(context)?;
-    let created = create();
-    match (created, set_current(previous)) {
-        (Ok(raw), Ok(())) => Ok(wrap(raw)),
-        (Ok(raw), Err(restore)) => {
-            drop(wrap(raw));
-            Err(restore)
+/// Makes the caller's context current again when dropped: on the normal path [`Restore::now`]
+/// does it and returns the status; while unwinding, `Drop` does it and the status is lost (a
+/// drop must not fail), which still leaves the thread in the context it was in.
+struct Restore(Option<CUcontext>);
+
+impl Restore {
+    fn now(mut self) -> Result<()> {
+        match self.0.take() {
+            Some(previous) => set_current(previous),
+            None => Ok(()),
         }
-        (Err(error), _) => Err(error),
     }
 }
 
-/// Runs `call` with `context` current, restoring the caller's context afterwards. For calls
-/// that create nothing (deleters, synchronisation): the call's own status wins over a restore
-/// failure.
-pub(crate) fn in_context(context: CUcontext, call: impl FnOnce() -> Result<()>) -> Result<()> {
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if let Some(previous) = self.0.take() {
+            let _unwinding = set_current(previous);
+        }
+    }
+}
+
+/// Runs `call` with `context` current and returns what it returned; the caller's context is
+/// current again afterwards, on every exit, unwinding included. If `context` is already
+/// current this costs one `cuCtxGetCurrent`.
+///
+/// The call's own error wins over a failure to restore. If only the restore failed, the
+/// call's value is dropped (a handle made inside is destroyed by its own deleter, in the
+/// context it was made in) and the restore's error is returned: a failure never leaks what
+/// the call made, nor leaves the thread in the wrong context silently.
+pub(crate) fn in_context<T, E: From<Error>>(
+    context: CUcontext,
+    call: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    // A context handle can exist without a driver (an unsafe reference): never let cudarc
+    // panic on a missing library.
+    ensure_loaded()?;
     let previous = current_raw()?;
     if previous == context {
         return call();
     }
     set_current(context)?;
+    let restore = Restore(Some(previous));
     let called = call();
-    let restored = set_current(previous);
-    called.and(restored)
+    match (called, restore.now()) {
+        (Ok(value), Err(restore)) => {
+            drop(value);
+            Err(restore.into())
+        }
+        (called, _) => called,
+    }
 }
 
-/// [`in_context`] for a handle's optional context: without one, runs `call` as it is.
-pub(crate) fn in_context_of(
-    context: Option<&ContextHandle>,
-    call: impl FnOnce() -> Result<()>,
-) -> Result<()> {
+/// [`in_context`] for an optional context: without one, runs `call` as it is.
+pub(crate) fn in_context_of<T, E: From<Error>>(
+    context: Option<CUcontext>,
+    call: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
     match context {
-        Some(context) => in_context(context.as_cu(), call),
+        Some(context) => in_context(context, call),
         None => call(),
     }
+}
+
+/// The driver's device id of `context` (`cuCtxGetDevice`, with `context` current).
+pub(crate) fn device_of(context: CUcontext) -> Result<CUdevice> {
+    in_context(context, || {
+        // SAFETY: `context` is current for this call; `device` is a valid out-pointer.
+        out(|device| unsafe { driver!(cuCtxGetDevice(device)) })
+    })
 }

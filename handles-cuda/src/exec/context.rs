@@ -6,7 +6,7 @@ use cudarc::driver::sys::{CUcontext, CUdevice};
 use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::{current_raw, in_context};
+use crate::driver::current::{current_raw, device_of, in_context};
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::sync::{take_cache, with_cache};
@@ -174,11 +174,7 @@ impl ContextHandle {
         if let Some(running) = running {
             return Ok(running);
         }
-        let mut device: CUdevice = 0;
-        in_context(raw, || {
-            // SAFETY: `raw` is current for this call; `device` is a valid out-pointer.
-            unsafe { driver!(cuCtxGetDevice(&mut device)) }
-        })?;
+        let device = device_of(raw)?;
         // Only an active primary context can be `raw`: asking first avoids creating one (and
         // keeping it in the per-thread cache) just to compare.
         let (mut flags, mut active) = (0, 0);
@@ -233,27 +229,13 @@ impl ContextHandle {
     /// context current again: for calls of other CUDA libraries (cuBLAS, cuDNN, NCCL) that
     /// act on the current context. If restoring the caller's context fails, what `call`
     /// returned is dropped (so a handle made inside is destroyed by its own deleter) and the
-    /// restore's error is returned.
+    /// restore's error is returned. The caller's context is restored on every exit, also when
+    /// `call` panics.
     pub fn run<T, E: From<Error>>(&self, call: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-        let mut outcome = None;
-        let restored = crate::driver::current::create_in(
-            self,
-            || {
-                let _running = Running::enter(self);
-                outcome = Some(call());
-                Ok(())
-            },
-            |()| (),
-        );
-        match (restored, outcome) {
-            (Ok(()), Some(outcome)) => outcome,
-            // The restore failed after the call: what it made is dropped here.
-            (Err(error), outcome) => {
-                drop(outcome);
-                Err(error.into())
-            }
-            (Ok(()), None) => Err(Error::InvalidArgument("the call did not run".into()).into()),
-        }
+        in_context(self.as_cu(), || {
+            let _running = Running::enter(self);
+            call()
+        })
     }
 
     /// Blocks until all work in this context has completed.
@@ -266,12 +248,7 @@ impl ContextHandle {
 
     /// Free and total device memory as seen from this context, in bytes.
     pub fn mem_get_info(&self) -> Result<(usize, usize)> {
-        let mut info = (0, 0);
-        in_context(self.as_cu(), || {
-            info = load::mem_get_info()?;
-            Ok(())
-        })?;
-        Ok(info)
+        in_context(self.as_cu(), load::mem_get_info)
     }
 }
 

@@ -1,11 +1,11 @@
 //! CUDA events: owned in a context, context-free, and interprocess (IPC) events (exported and
 //! imported in `ipc/event.rs`).
 
-use cudarc::driver::sys::{self, CUevent};
+use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
 use handles_core::ResourceHandle;
 
-use crate::driver::call::{check, deleter_status, driver, out};
-use crate::driver::current::{create_in, current_raw};
+use crate::driver::call::{check, completed, deleter_status, driver, out};
+use crate::driver::current::{current_raw, in_context};
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
@@ -78,6 +78,24 @@ impl EventFlags {
     }
 }
 
+/// Refuses to record an event of context `own` on a stream whose work runs in another
+/// context. Runs inside [`StreamHandle::run`], so for a token bound to a context that context
+/// is current, and for an unbound token the caller's.
+fn require_same_context(own: CUcontext, stream: &StreamHandle, raw: CUstream) -> Result<()> {
+    let theirs = match stream.context() {
+        Some(context) => context.as_cu(),
+        None if stream.is_default_token() => current_raw()?,
+        // SAFETY: the stream is alive while its handle is; `context` is a valid out-pointer.
+        None => out(|context| unsafe { driver!(cuStreamGetCtx(raw, context)) })?,
+    };
+    if theirs != own {
+        return Err(Error::InvalidArgument(
+            "an event can only be recorded on a stream of the context it was created in".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `cuEventElapsedTime_v2` (CUDA 12.8) can be called: probed once.
 fn elapsed_time_v2_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -98,13 +116,12 @@ impl EventHandle {
             flags,
             device: context.device(),
         };
-        create_in(
-            context,
+        in_context(context.as_cu(), || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
-            || out(|raw| unsafe { driver!(cuEventCreate(raw, raw_flags)) }),
+            let raw = out(|raw| unsafe { driver!(cuEventCreate(raw, raw_flags)) })?;
             // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
-            |raw| unsafe { EventHandle::from_raw(raw, record) },
-        )
+            Ok(unsafe { EventHandle::from_raw(raw, record) })
+        })
     }
 
     /// Creates an event in the context current on this thread, which it keeps alive: a
@@ -122,17 +139,17 @@ impl EventHandle {
     /// Records the event on `stream`. Refused on a stream that other code is capturing into a
     /// graph: the event would become a captured event, through which a wait could pull any
     /// other stream into that capture.
+    ///
+    /// The event must belong to the context the stream's work runs in: the stream's own
+    /// context, or for a default-stream token bound to none, the context current now.
     pub fn record(&self, stream: &StreamHandle) -> Result<()> {
         stream.refuse_if_captured()?;
-        if let (Some(own), Some(theirs)) = (self.context().as_ref(), stream.context().as_ref())
-            && own.as_cu() != theirs.as_cu()
-        {
-            return Err(Error::InvalidArgument(
-                "an event can only be recorded on a stream of the context it was created in".into(),
-            ));
-        }
         let event = self.as_cu();
+        let own = self.context().as_ref().map(ContextHandle::as_cu);
         stream.run(|raw_stream| {
+            if let Some(own) = own {
+                require_same_context(own, stream, raw_stream)?;
+            }
             // SAFETY: both the event and the stream are alive while their handles are.
             unsafe { driver!(cuEventRecord(event, raw_stream)) }
         })
@@ -143,11 +160,7 @@ impl EventHandle {
     pub fn query(&self) -> Result<bool> {
         ensure_loaded()?;
         // SAFETY: the event is alive while `self` is.
-        match unsafe { sys::cuEventQuery(self.as_cu()) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            status => check("cuEventQuery", status).map(|()| false),
-        }
+        completed("cuEventQuery", unsafe { sys::cuEventQuery(self.as_cu()) })
     }
 
     /// A fresh event (no timing), recorded on `stream` now: work queued later anywhere can be
@@ -200,5 +213,19 @@ impl EventHandle {
             });
         }
         Ok(ms)
+    }
+}
+
+impl StreamHandle {
+    /// Makes all work queued on this stream after this call wait until `event` completes
+    /// (`cuStreamWaitEvent`), without blocking the host. Refused on a stream that other code is
+    /// capturing into a graph.
+    pub fn wait_event(&self, event: &EventHandle) -> Result<()> {
+        self.refuse_if_captured()?;
+        let raw_event = event.as_cu();
+        self.run(|raw| {
+            // SAFETY: the stream and the event are alive while their handles are.
+            unsafe { driver!(cuStreamWaitEvent(raw, raw_event, 0)) }
+        })
     }
 }

@@ -4,12 +4,13 @@
 use cudarc::driver::sys::{self, CUstream};
 use handles_core::ResourceHandle;
 
-use crate::driver::call::{check, deleter_status, driver, out};
-use crate::driver::current::{create_in, current_raw, in_context, in_context_of};
+use crate::driver::call::completed;
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::capture::{foreign_capture_possible, is_capturing};
+use crate::driver::current::{current_raw, device_of, in_context, in_context_of};
 use crate::driver::load::ensure_loaded;
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
-use crate::exec::event::EventHandle;
 
 /// A CUDA stream.
 ///
@@ -86,14 +87,11 @@ impl StreamHandle {
         let record = Stream {
             context: Some(context.clone()),
         };
-        create_in(
-            context,
-            || {
-                // SAFETY: the context is current; `raw` is a valid out-pointer.
-                out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
-            },
-            |raw| wrap(raw, record),
-        )
+        in_context(context.as_cu(), || {
+            // SAFETY: the context is current; `raw` is a valid out-pointer.
+            out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
+                .map(|raw| wrap(raw, record))
+        })
     }
 
     /// A reference to the legacy default stream. It resolves to whichever context is current
@@ -130,28 +128,9 @@ impl StreamHandle {
     /// Whether all work queued on the stream has completed (`cuStreamQuery`), without
     /// blocking.
     pub fn query(&self) -> Result<bool> {
-        let mut done = false;
         self.run(|raw| {
             // SAFETY: the stream is alive while `self` is.
-            match unsafe { sys::cuStreamQuery(raw) } {
-                sys::CUresult::CUDA_SUCCESS => done = true,
-                sys::CUresult::CUDA_ERROR_NOT_READY => done = false,
-                status => return check("cuStreamQuery", status),
-            }
-            Ok(())
-        })?;
-        Ok(done)
-    }
-
-    /// Makes all work queued on this stream after this call wait until `event` completes
-    /// (`cuStreamWaitEvent`), without blocking the host. Refused on a stream that other code is
-    /// capturing into a graph.
-    pub fn wait_event(&self, event: &EventHandle) -> Result<()> {
-        self.refuse_if_captured()?;
-        let raw_event = event.as_cu();
-        self.run(|raw| {
-            // SAFETY: the stream and the event are alive while their handles are.
-            unsafe { driver!(cuStreamWaitEvent(raw, raw_event, 0)) }
+            completed("cuStreamQuery", unsafe { sys::cuStreamQuery(raw) })
         })
     }
 
@@ -170,7 +149,7 @@ impl StreamHandle {
     /// and never lent, two relaxed loads; otherwise one `cuStreamIsCapturing`.
     #[inline]
     pub(crate) fn refuse_if_captured(&self) -> Result<()> {
-        if !self.may_be_captured_elsewhere() && !crate::cudarc_interop::foreign_capture_possible() {
+        if !self.may_be_captured_elsewhere() && !foreign_capture_possible() {
             return Ok(());
         }
         self.refuse_if_captured_now()
@@ -193,12 +172,10 @@ impl StreamHandle {
     /// Whether the stream is being captured into a graph now (`cuStreamIsCapturing`; an
     /// invalidated capture counts).
     pub(crate) fn is_capturing(&self) -> Result<bool> {
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         self.run(|raw| {
-            // SAFETY: the stream is alive while `self` is; `status` is a valid out-pointer.
-            unsafe { driver!(cuStreamIsCapturing(raw, &mut status)) }
-        })?;
-        Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+            // SAFETY: the stream is alive while `self` is.
+            unsafe { is_capturing(raw) }
+        })
     }
 
     #[cold]
@@ -218,7 +195,7 @@ impl StreamHandle {
     /// so the call needs no current context; a default-stream token means "the current
     /// context's", so a token bound to a context makes that context current for the call.
     #[inline]
-    pub(crate) fn run(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
+    pub(crate) fn run<T>(&self, call: impl FnOnce(CUstream) -> Result<T>) -> Result<T> {
         let raw = self.as_cu();
         if !self.is_default_token() {
             return call(raw);
@@ -260,7 +237,7 @@ impl StreamHandle {
 
     /// Runs a driver call on this stream with the stream's context current. For calls that
     /// validate memory against the current context (host/device copies).
-    pub(crate) fn run_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Result<()> {
+    pub(crate) fn run_bound<T>(&self, call: impl FnOnce(CUstream) -> Result<T>) -> Result<T> {
         if self.is_default_token() {
             ensure_loaded()?;
             if self.context().is_none() {
@@ -268,7 +245,9 @@ impl StreamHandle {
             }
         }
         let raw = self.as_cu();
-        in_context_of(self.context().as_ref(), || call(raw))
+        in_context_of(self.context().as_ref().map(ContextHandle::as_cu), || {
+            call(raw)
+        })
     }
 }
 
@@ -336,12 +315,7 @@ impl StreamHandle {
         if let Some(ordinal) = context.device() {
             return Ok(ordinal);
         }
-        let mut device: sys::CUdevice = 0;
-        in_context(context.as_cu(), || {
-            // SAFETY: the context is current for this call; `device` is a valid out-pointer.
-            unsafe { driver!(cuCtxGetDevice(&mut device)) }
-        })?;
-        crate::driver::load::ordinal_of(device)
+        crate::driver::load::ordinal_of(device_of(context.as_cu())?)
     }
 
     /// An owning handle of the context this stream's work runs in: its own context handle, the

@@ -26,7 +26,7 @@ use handles_core::ResourceHandle;
 use crate::code::kernel::KernelHandle;
 use crate::code::launch::{KernelParams, LaunchConfig, TypedKernel};
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::{create_in, in_context};
+use crate::driver::current::in_context;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
@@ -177,12 +177,11 @@ impl GraphHandle {
     /// An empty graph whose nodes will run in `context` (`cuGraphCreate`).
     pub fn create(context: &ContextHandle) -> Result<Self> {
         let context = &context.keep_alive()?;
-        create_in(
-            context,
+        in_context(context.as_cu(), || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
-            || out(|raw| unsafe { driver!(cuGraphCreate(raw, 0)) }),
-            |raw| Self::owning(raw, context, Vec::new()),
-        )
+            let raw = out(|raw| unsafe { driver!(cuGraphCreate(raw, 0)) })?;
+            Ok(Self::owning(raw, context, Vec::new()))
+        })
     }
 
     fn owning(raw: CUgraph, context: &ContextHandle, attachments: Vec<Attachment>) -> Self {
@@ -219,7 +218,7 @@ impl GraphHandle {
         // While any capture runs, every stream-ordered call asks the driver whether its stream
         // is capturing (`StreamHandle::refuse_if_captured`): defence in depth, should any
         // stream ever join this one's capture.
-        let _counted = crate::cudarc_interop::CaptureInProgress::begin();
+        let _counted = crate::driver::capture::CaptureInProgress::begin();
         // SAFETY: the stream is alive and only this function can reach it.
         unsafe { driver!(cuStreamBeginCapture_v2(stream.as_cu(), raw_mode)) }?;
         let capture = Capture {
@@ -507,20 +506,18 @@ impl GraphHandle {
         let attached = lock(&self.record().attachments);
         let attachments: Arc<[Attachment]> = attached.as_slice().into();
         let context = self.context();
-        create_in(
-            context,
+        in_context(context.as_cu(), || {
             // SAFETY: the graph is alive and its context current; `raw` is an out-pointer.
-            || out(|raw| unsafe { driver!(cuGraphInstantiateWithFlags(raw, self.as_cu(), 0)) }),
-            |raw| {
-                let record = GraphExec {
-                    context: context.clone(),
-                    attachments: Mutex::new(attachments),
-                };
-                // SAFETY: a fresh executable graph owned by nobody else; the record keeps
-                // alive everything its nodes reference; `destroy_graph_exec` destroys it once.
-                unsafe { GraphExecHandle::from_raw(raw, record) }
-            },
-        )
+            let raw =
+                out(|raw| unsafe { driver!(cuGraphInstantiateWithFlags(raw, self.as_cu(), 0)) })?;
+            let record = GraphExec {
+                context: context.clone(),
+                attachments: Mutex::new(attachments),
+            };
+            // SAFETY: a fresh executable graph owned by nobody else; the record keeps alive
+            // everything its nodes reference; `destroy_graph_exec` destroys it once.
+            Ok(unsafe { GraphExecHandle::from_raw(raw, record) })
+        })
     }
 }
 
@@ -569,30 +566,23 @@ impl GraphExecHandle {
             errorNode: std::ptr::null_mut(),
             errorFromNode: std::ptr::null_mut(),
         };
-        let mut status = None;
-        let restored = in_context(self.context().as_cu(), || {
+        // The attachments are swapped inside the call, as soon as the driver has taken the new
+        // nodes: a failure to restore the caller's context afterwards cannot undo the update.
+        let previous = in_context(self.context().as_cu(), || {
             // SAFETY: both graphs are alive; `info` is a valid out-pointer.
-            status =
-                Some(unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) });
-            Ok(())
-        });
-        let previous = match status {
-            Some(sys::CUresult::CUDA_SUCCESS) => {
-                // The executable graph runs the new nodes from now on, whatever the restore.
-                std::mem::replace(&mut *kept, source.as_slice().into())
-            }
-            Some(code) => {
-                return Err(Error::InvalidArgument(format!(
+            match unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) } {
+                sys::CUresult::CUDA_SUCCESS => {
+                    Ok(std::mem::replace(&mut *kept, source.as_slice().into()))
+                }
+                code => Err(Error::InvalidArgument(format!(
                     "the executable graph cannot take this graph's nodes ({:?}): {}",
                     info.result,
                     crate::driver::call::driver_error("cuGraphExecUpdate", code)
-                )));
+                ))),
             }
-            None => return restored,
-        };
+        });
         drop((kept, source));
-        drop(previous);
-        restored
+        previous.map(drop)
     }
 
     fn current_attachments(&self) -> Arc<[Attachment]> {

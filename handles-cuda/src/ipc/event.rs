@@ -4,7 +4,7 @@
 use cudarc::driver::sys;
 
 use crate::driver::call::{driver, out};
-use crate::driver::current::{create_in, in_context_of};
+use crate::driver::current::{in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::{Event, EventFlags, EventHandle};
@@ -77,7 +77,7 @@ impl EventHandle {
             unsafe { driver!(cuIpcGetEventHandle(&mut token, raw)) }
         };
         // The driver wants a current context for the export.
-        in_context_of(self.context().as_ref(), export)?;
+        in_context_of(self.context().as_ref().map(ContextHandle::as_cu), export)?;
         Ok(IpcEventHandle {
             token: token.reserved.map(|byte| byte as u8),
             blocking_sync: self.flags().blocking_sync,
@@ -100,13 +100,12 @@ impl EventHandle {
             },
             device: context.device(),
         };
-        create_in(
-            context,
+        in_context(context.as_cu(), || {
             // SAFETY: a context is current; `raw` is a valid out-pointer and the token is
             // passed by value.
-            || out(|raw| unsafe { driver!(cuIpcOpenEventHandle(raw, raw_token)) }),
+            let raw = out(|raw| unsafe { driver!(cuIpcOpenEventHandle(raw, raw_token)) })?;
             // SAFETY: the opened event is ours to destroy with `cuEventDestroy`.
-            |raw| unsafe { EventHandle::from_raw(raw, record) },
-        )
+            Ok(unsafe { EventHandle::from_raw(raw, record) })
+        })
     }
 }

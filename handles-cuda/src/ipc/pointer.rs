@@ -16,8 +16,9 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use handles_core::{CacheSlot, WeakCache};
 
 use crate::driver::call::{driver, out};
-use crate::driver::current::{create_in, in_context_of};
+use crate::driver::current::in_context_of;
 use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{AllocKind, DevicePtrHandle, Origin};
 use crate::memory::pool::MemoryPoolHandle;
@@ -110,7 +111,7 @@ impl DevicePtrHandle {
         let mut data: sys::CUmemPoolPtrExportData = unsafe { std::mem::zeroed() };
         let raw = self.as_cu();
         // The driver validates the pointer against the current context.
-        let mut export = || {
+        let export = || {
             // SAFETY: the allocation is alive; `data` is a valid out-pointer.
             unsafe { driver!(cuMemPoolExportPointer(&mut data, raw)) }
         };
@@ -118,7 +119,7 @@ impl DevicePtrHandle {
         // IPC pools made by `MemoryPoolHandle::create` had their shareable handle exported once
         // at creation, which driver 580 requires before it exports any pointer; every error is
         // returned as the driver gave it.
-        in_context_of(pool.context().as_ref(), &mut export)?;
+        in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), export)?;
         Ok(IpcPointer {
             export_data: data.reserved,
             size: self.size() as u64,
@@ -170,10 +171,9 @@ fn import_uncached(
     // context cannot be restored after the import).
     let origin = Origin::Imported(slot);
     let wrap = |raw| DevicePtrHandle::stream_ordered(raw, size, Some(pool.clone()), order, origin);
-    let imported = match pool.context() {
-        Some(context) => create_in(context, import, wrap)?,
-        None => import().map(wrap)?,
-    };
+    let imported = in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), || {
+        import().map(wrap)
+    })?;
     let raw = imported.as_cu();
     // The payload's size is only a claim: bounds checks of the safe methods trust the handle's
     // size, so it must not exceed what the driver mapped. (Dropping `imported` on a mismatch
@@ -195,7 +195,7 @@ fn import_uncached(
 /// driver 580 answers `CUDA_ERROR_NOT_FOUND`, and the pointer's range attributes answer.
 fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdeviceptr, usize)> {
     let (mut base, mut size) = (0, 0);
-    let by_range = in_context_of(pool.context().as_ref(), || {
+    let by_range = in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), || {
         // SAFETY: both out-pointers are valid; `raw` was just mapped by the driver.
         unsafe { driver!(cuMemGetAddressRange_v2(&mut base, &mut size, raw)) }
     });
@@ -205,7 +205,7 @@ fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdevicept
         Err(error) => return Err(error),
     }
     let attribute = |attribute, out: *mut std::ffi::c_void| {
-        in_context_of(pool.context().as_ref(), || {
+        in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), || {
             // SAFETY: `out` points to a value of the attribute's type (a 64-bit address or a
             // `size_t`); `raw` was just mapped by the driver.
             unsafe { driver!(cuPointerGetAttribute(out, attribute, raw)) }

@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use cudarc::driver::sys;
 
 use crate::driver::call::{driver, out};
-use crate::driver::current::create_in;
+use crate::driver::current::in_context;
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
@@ -51,22 +51,19 @@ impl MemoryPoolHandle {
         };
         // The driver takes a POSIX descriptor's value in place of the pointer.
         let handle = fd.as_raw_fd() as usize as *mut std::ffi::c_void;
-        create_in(
-            &context,
-            || {
-                // SAFETY: `raw` is a valid out-pointer; the driver duplicates what it needs of
-                // the descriptor and does not close `fd`.
-                out(|raw| unsafe {
-                    driver!(cuMemPoolImportFromShareableHandle(
-                        raw,
-                        handle,
-                        POSIX_FILE_DESCRIPTOR,
-                        0
-                    ))
-                })
-            },
+        in_context(context.as_cu(), || {
+            // SAFETY: `raw` is a valid out-pointer; the driver duplicates what it needs of
+            // the descriptor and does not close `fd`.
+            let raw = out(|raw| unsafe {
+                driver!(cuMemPoolImportFromShareableHandle(
+                    raw,
+                    handle,
+                    POSIX_FILE_DESCRIPTOR,
+                    0
+                ))
+            })?;
             // SAFETY: the imported pool is ours to destroy with `cuMemPoolDestroy`.
-            |raw| unsafe { MemoryPoolHandle::from_raw(raw, record) },
-        )
+            Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+        })
     }
 }

@@ -10,7 +10,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use handles_core::{CacheSlot, ResourceHandle};
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::{create_in, in_context_of};
+use crate::driver::current::{in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
@@ -157,7 +157,7 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
 }
 
 fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>) -> Result<()> {
-    in_context_of(allocation.context.as_ref(), call)
+    in_context_of(allocation.context.as_ref().map(ContextHandle::as_cu), call)
 }
 
 fn check_size(size: usize) -> Result<()> {
@@ -247,15 +247,12 @@ impl DevicePtrHandle {
     pub fn alloc(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
         let context = &context.keep_alive()?;
-        create_in(
-            context,
+        in_context(context.as_cu(), || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
-            || out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) }),
-            |raw| {
-                let release = Release::Synchronous(ContextsUsed::new());
-                Self::context_bound(raw, size, context, release)
-            },
-        )
+            let raw = out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) })?;
+            let release = Release::Synchronous(ContextsUsed::new());
+            Ok(Self::context_bound(raw, size, context, release))
+        })
     }
 
     /// Allocates `size` bytes of pinned host memory in `context` (`cuMemHostAlloc`). The
@@ -263,19 +260,17 @@ impl DevicePtrHandle {
     pub fn alloc_host(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
         let context = &context.keep_alive()?;
-        create_in(
-            context,
+        in_context(context.as_cu(), || {
             // SAFETY: the context is current; `host` is a valid out-pointer.
-            || out(|host| unsafe { driver!(cuMemHostAlloc(host, size, 0)) }),
-            |host| {
-                Self::context_bound(
-                    host as usize as CUdeviceptr,
-                    size,
-                    context,
-                    Release::PinnedHost(ContextsUsed::new()),
-                )
-            },
-        )
+            let host = out(|host| unsafe { driver!(cuMemHostAlloc(host, size, 0)) })?;
+            let release = Release::PinnedHost(ContextsUsed::new());
+            Ok(Self::context_bound(
+                host as usize as CUdeviceptr,
+                size,
+                context,
+                release,
+            ))
+        })
     }
 
     fn context_bound(

@@ -5,7 +5,7 @@ use cudarc::driver::sys::{self, CUmemoryPool};
 use handles_core::ResourceHandle;
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::create_in;
+use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
@@ -194,13 +194,12 @@ impl MemoryPoolHandle {
             location: Some(location),
             ipc: props.ipc,
         };
-        let pool = create_in(
-            &context,
+        let pool = in_context(context.as_cu(), || {
             // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
-            || out(|raw| unsafe { driver!(cuMemPoolCreate(raw, &raw_props)) }),
+            let raw = out(|raw| unsafe { driver!(cuMemPoolCreate(raw, &raw_props)) })?;
             // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.
-            |raw| unsafe { MemoryPoolHandle::from_raw(raw, record) },
-        )?;
+            Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+        })?;
         if props.ipc {
             // Driver 580 refuses to export a pointer of a pool whose shareable handle was never
             // exported: export it once now, so `export_ipc` never has to guess at an error.

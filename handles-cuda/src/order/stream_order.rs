@@ -251,7 +251,7 @@ impl StreamOrder {
         }
         if !self.crossed.load(Ordering::Relaxed)
             && home_raw != 0
-            && !crate::cudarc_interop::foreign_capture_possible()
+            && !crate::driver::capture::foreign_capture_possible()
         {
             // Used on its real home stream only: nothing to wait for.
             // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).
