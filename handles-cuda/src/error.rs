@@ -26,6 +26,15 @@ pub enum Error {
         /// What needs a newer driver, and which version.
         needed: &'static str,
     },
+    /// The driver lacks a function newer than CUDA 12.0: it is older than the version that
+    /// brought it, or does not export it. Nothing was called.
+    #[error("{function} needs CUDA {}.{} or newer, which this driver is not", needs / 1000, needs % 1000 / 10)]
+    NotSupported {
+        /// The driver function that would have been called.
+        function: &'static str,
+        /// The CUDA version that brought it (1000 × major + 10 × minor).
+        needs: i32,
+    },
     /// An argument was rejected before any driver call.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

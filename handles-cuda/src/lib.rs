@@ -60,6 +60,7 @@ pub use code::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use code::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
 pub use driver::load::{
     MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
+    newer_functions,
 };
 pub use error::{Error, Result};
 pub use exec::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};

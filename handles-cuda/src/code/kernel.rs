@@ -15,7 +15,7 @@ use handles_core::ResourceHandle;
 use crate::code::library::{LibraryHandle, kernel_name};
 use crate::driver::call::{driver, out};
 use crate::driver::current::{current_raw, in_context};
-use crate::driver::load::{self, device_count, ensure_loaded};
+use crate::driver::load::{self, device_count, ensure_loaded, newer, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::sync::lock;
@@ -220,7 +220,7 @@ fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.
 fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
-    if !load::has_function(c"cuKernelGetParamInfo") {
+    if !newer::cuKernelGetParamInfo.available() {
         return Ok(None);
     }
     let mut sizes = Vec::new();
@@ -228,8 +228,9 @@ fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: the kernel is alive; both out-pointers are valid. An index past the last
         // parameter is answered with CUDA_ERROR_INVALID_VALUE, which ends the list.
-        let status =
-            unsafe { sys::cuKernelGetParamInfo(kernel, sizes.len(), &mut offset, &mut size) };
+        let status = unsafe {
+            probed!(status cuKernelGetParamInfo(kernel, sizes.len(), &mut offset, &mut size))
+        }?;
         match status {
             sys::CUresult::CUDA_SUCCESS => sizes.push(size),
             sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(Some(sizes)),

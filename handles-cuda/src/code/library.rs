@@ -22,7 +22,7 @@ use handles_core::ResourceHandle;
 
 use crate::code::image::checked_image;
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::load::ensure_loaded;
+use crate::driver::load::{ensure_loaded, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::order::contexts_used::ContextsUsed;
@@ -139,7 +139,7 @@ impl LibraryHandle {
     pub fn kernel_count(&self) -> Result<usize> {
         let mut count = 0u32;
         // SAFETY: the library is alive while `self` is; `count` is a valid out-pointer.
-        unsafe { driver!(cuLibraryGetKernelCount(&mut count, self.as_cu())) }?;
+        unsafe { probed!(cuLibraryGetKernelCount(&mut count, self.as_cu())) }?;
         Ok(count as usize)
     }
 }

@@ -4,11 +4,19 @@
 //! is missing, and panics again on the first call of a function the library does not export.
 //! Every entry point of this crate calls [`ensure_loaded`] first: it checks once, lazily, that
 //! the library loads, that `cuInit` succeeds and that the driver is at least
-//! [`MIN_DRIVER_VERSION`], and otherwise returns an error. Functions newer than that minimum
-//! are probed before their first use ([`has_function`]) and get a fallback or an error, never
-//! a panic. Importing the crate never touches the driver.
+//! [`MIN_DRIVER_VERSION`], and otherwise returns an error. Importing the crate never touches
+//! the driver.
+//!
+//! **The capability table.** Every driver function this crate calls that is newer than the
+//! floor is listed once in [`newer`], with the CUDA version that brought it. Such a function
+//! is called only through [`probed!`], which first asks the table: on a driver that is older,
+//! or that does not export the symbol, the call is `Err(Error::NotSupported { .. })` (or a
+//! fallback, where one exists), never cudarc's panic on a missing symbol. A unit test below
+//! rejects any other call of a listed function, and the simulator's table test hides each
+//! symbol in turn.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use cudarc::driver::sys;
 
@@ -125,4 +133,167 @@ pub fn mem_get_info() -> Result<(usize, usize)> {
     // SAFETY: the driver is loaded; both out-pointers are valid.
     unsafe { driver!(cuMemGetInfo_v2(&mut free, &mut total)) }?;
     Ok((free, total))
+}
+
+/// One driver function newer than [`MIN_DRIVER_VERSION`], and the version that brought it.
+pub(crate) struct Capability {
+    /// The exported symbol, as cudarc's bindings name it.
+    pub(crate) symbol: &'static str,
+    /// The symbol with its NUL, for the lookup.
+    symbol_nul: &'static str,
+    /// The CUDA version that introduced it (1000 × major + 10 × minor).
+    pub(crate) needs: i32,
+    /// 0 until probed, then 1 (callable) or 2 (not).
+    probed: AtomicU8,
+}
+
+impl Capability {
+    const fn new(symbol: &'static str, symbol_nul: &'static str, needs: i32) -> Capability {
+        Capability {
+            symbol,
+            symbol_nul,
+            needs,
+            probed: AtomicU8::new(0),
+        }
+    }
+
+    /// Whether the loaded driver is new enough and exports the function; asked of the driver
+    /// once, then one relaxed load (the answer never changes, so a race probes twice at worst).
+    #[inline]
+    pub(crate) fn available(&self) -> bool {
+        match self.probed.load(Ordering::Relaxed) {
+            1 => true,
+            2 => false,
+            _ => self.probe_now(),
+        }
+    }
+
+    #[cold]
+    fn probe_now(&self) -> bool {
+        let available = driver_version().is_ok_and(|version| version >= self.needs)
+            && std::ffi::CStr::from_bytes_with_nul(self.symbol_nul.as_bytes())
+                .is_ok_and(has_function);
+        self.probed
+            .store(if available { 1 } else { 2 }, Ordering::Relaxed);
+        available
+    }
+
+    /// `Ok` if the function can be called; else the error that names it and its version (or
+    /// the driver's own error, when there is no driver).
+    #[inline]
+    pub(crate) fn require(&self) -> Result<()> {
+        if self.available() {
+            return Ok(());
+        }
+        ensure_loaded()?;
+        Err(Error::NotSupported {
+            function: self.symbol,
+            needs: self.needs,
+        })
+    }
+}
+
+macro_rules! capabilities {
+    ($($symbol:ident = $needs:literal,)*) => {
+        /// The driver functions newer than CUDA 12.0 that this crate calls, each with the
+        /// version that brought it.
+        #[allow(non_upper_case_globals)]
+        pub(crate) mod newer {
+            use super::Capability;
+            $(
+                #[doc = concat!("`", stringify!($symbol), "`")]
+                pub(crate) static $symbol: Capability =
+                    Capability::new(stringify!($symbol), concat!(stringify!($symbol), "\0"), $needs);
+            )*
+        }
+
+        /// Every entry of [`newer`], for the tests that walk the table.
+        pub(crate) static CAPABILITIES: &[&Capability] = &[$(&newer::$symbol),*];
+    };
+}
+
+capabilities! {
+    cuCtxFromGreenCtx = 12040,
+    cuDevResourceGenerateDesc = 12040,
+    cuDevSmResourceSplitByCount = 12040,
+    cuDeviceGetDevResource = 12040,
+    cuEventElapsedTime_v2 = 12080,
+    cuGreenCtxCreate = 12040,
+    cuGreenCtxDestroy = 12040,
+    cuGreenCtxStreamCreate = 12050,
+    cuKernelGetParamInfo = 12040,
+    cuLibraryGetKernelCount = 12040,
+}
+
+/// The driver functions newer than [`MIN_DRIVER_VERSION`] that this crate calls, each with the
+/// CUDA version that brought it (1000 × major + 10 × minor). On a driver that is older, or that
+/// does not export one of them, every call that needs it returns [`Error::NotSupported`]
+/// naming it (or uses a fallback: `elapsed_ms` falls back to `cuEventElapsedTime`, and a
+/// kernel's parameter sizes are then unknown).
+pub fn newer_functions() -> impl Iterator<Item = (&'static str, i32)> {
+    CAPABILITIES
+        .iter()
+        .map(|capability| (capability.symbol, capability.needs))
+}
+
+/// Calls a driver function of the capability table ([`newer`]) after its probe: like
+/// `driver!`, but `Err(Error::NotSupported { .. })` without calling anything on a driver that
+/// lacks it. `probed!(status cuName(…))` returns the raw status instead, for calls whose
+/// statuses mean more than success or failure. As with `driver!`, the call sits in the
+/// caller's `unsafe` block.
+macro_rules! probed {
+    (status $function:ident ( $($argument:expr),* $(,)? )) => {
+        match $crate::driver::load::newer::$function.require() {
+            Ok(()) => Ok($crate::sys::$function($($argument),*)),
+            Err(error) => Err(error),
+        }
+    };
+    ($function:ident ( $($argument:expr),* $(,)? )) => {
+        match $crate::driver::load::newer::$function.require() {
+            Ok(()) => $crate::driver::call::driver!($function($($argument),*)),
+            Err(error) => Err(error),
+        }
+    };
+}
+pub(crate) use probed;
+
+#[cfg(test)]
+mod tests {
+    use super::CAPABILITIES;
+
+    /// Every call of a listed function goes through `probed!`: no `driver!(cuName(` and no
+    /// `sys::cuName(` for a name in the table anywhere in the crate's sources.
+    #[test]
+    fn listed_functions_are_called_only_through_the_probe() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src];
+        let mut offenders = Vec::new();
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for capability in CAPABILITIES {
+                for form in ["driver!(", "sys::"] {
+                    let needle = format!("{form}{}(", capability.symbol);
+                    if text.contains(&needle) {
+                        offenders.push(format!("{}: {needle}", path.display()));
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "unprobed calls: {offenders:#?}");
+    }
+
+    #[test]
+    fn every_listed_function_is_newer_than_the_floor() {
+        for capability in CAPABILITIES {
+            assert!(
+                capability.needs > super::MIN_DRIVER_VERSION,
+                "{}",
+                capability.symbol
+            );
+        }
+    }
 }

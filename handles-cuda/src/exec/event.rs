@@ -6,7 +6,7 @@ use handles_core::ResourceHandle;
 
 use crate::driver::call::{check, completed, deleter_status, driver, out};
 use crate::driver::current::{current_raw, in_context};
-use crate::driver::load::ensure_loaded;
+use crate::driver::load::{ensure_loaded, newer, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
@@ -96,15 +96,6 @@ fn require_same_context(own: CUcontext, stream: &StreamHandle, raw: CUstream) ->
     Ok(())
 }
 
-/// Whether `cuEventElapsedTime_v2` (CUDA 12.8) can be called: probed once.
-fn elapsed_time_v2_available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        crate::driver::load::driver_version().is_ok_and(|version| version >= 12080)
-            && crate::driver::load::has_function(c"cuEventElapsedTime_v2")
-    })
-}
-
 impl EventHandle {
     /// Creates an event in `context`, which it keeps alive (a non-owning reference is
     /// resolved to a handle that does, or refused).
@@ -188,12 +179,9 @@ impl EventHandle {
         }
         let mut ms = 0.0;
         let (start, end) = (self.as_cu(), end.as_cu());
-        if elapsed_time_v2_available() {
-            // SAFETY: both events are alive; `ms` is a valid out-pointer; the driver exports
-            // the function (probed).
-            unsafe {
-                driver!(cuEventElapsedTime_v2(&mut ms, start, end) as "cuEventElapsedTime_v2")
-            }?;
+        if newer::cuEventElapsedTime_v2.available() {
+            // SAFETY: both events are alive; `ms` is a valid out-pointer.
+            unsafe { probed!(cuEventElapsedTime_v2(&mut ms, start, end)) }?;
         } else if let Some(elapsed) =
             // SAFETY: the signature of `cuEventElapsedTime` in every driver that exports it.
             unsafe {
@@ -207,10 +195,8 @@ impl EventHandle {
                 elapsed(&mut ms, start, end)
             })?;
         } else {
-            return Err(Error::DriverTooOld {
-                version: crate::driver::load::driver_version()?,
-                needed: "elapsed_ms needs cuEventElapsedTime_v2 (CUDA 12.8) or cuEventElapsedTime",
-            });
+            // Neither the function of CUDA 12.8 nor its predecessor: name the one to upgrade to.
+            newer::cuEventElapsedTime_v2.require()?;
         }
         Ok(ms)
     }

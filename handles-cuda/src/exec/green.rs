@@ -9,7 +9,7 @@ use cudarc::driver::sys::{self, CUgreenCtx};
 use handles_core::ResourceHandle;
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::load::{self, ensure_loaded};
+use crate::driver::load::{self, ensure_loaded, newer, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::{Context, ContextHandle};
 use crate::exec::stream::{Stream, StreamHandle};
@@ -36,7 +36,7 @@ fn destroy_green(raw: CUgreenCtx, _: &GreenContext) -> Result<()> {
     // Its streams are destroyed, but `cuStreamDestroy` returns before their work has run
     // (a last free, say): the green context is destroyed only after that work.
     // SAFETY: the green context is alive; `context` is a valid out-pointer.
-    let context = out(|context| unsafe { driver!(cuCtxFromGreenCtx(context, raw)) });
+    let context = out(|context| unsafe { probed!(cuCtxFromGreenCtx(context, raw)) });
     let drained = context.and_then(|context| {
         // SAFETY: the green context's context is alive and current for the call.
         crate::driver::current::in_context(context, || unsafe { driver!(cuCtxSynchronize()) })
@@ -44,7 +44,7 @@ fn destroy_green(raw: CUgreenCtx, _: &GreenContext) -> Result<()> {
     deleter_status(drained)?;
     // SAFETY: the handle owns `raw`; every stream made in it is gone (they keep it alive) and
     // their work has completed.
-    deleter_status(unsafe { driver!(cuGreenCtxDestroy(raw)) })
+    deleter_status(unsafe { probed!(cuGreenCtxDestroy(raw)) })
 }
 
 /// An empty SM resource, to be filled by the driver.
@@ -61,12 +61,7 @@ impl GreenContextHandle {
     /// (`cuDevResourceGenerateDesc`, `cuGreenCtxCreate`).
     pub fn create(ordinal: usize, sm_count: u32) -> Result<Self> {
         ensure_loaded()?;
-        if !load::has_function(c"cuGreenCtxCreate") {
-            return Err(Error::DriverTooOld {
-                version: load::driver_version()?,
-                needed: "green contexts need CUDA 12.4 or newer",
-            });
-        }
+        newer::cuGreenCtxCreate.require()?;
         if sm_count == 0 {
             return Err(Error::InvalidArgument(
                 "a green context needs at least one SM".into(),
@@ -76,7 +71,7 @@ impl GreenContextHandle {
         let mut all = empty_resource();
         // SAFETY: `all` is a valid out-pointer for one resource of the type asked for.
         unsafe {
-            driver!(cuDeviceGetDevResource(
+            probed!(cuDeviceGetDevResource(
                 device,
                 &mut all,
                 sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM
@@ -92,7 +87,7 @@ impl GreenContextHandle {
         let (mut group, mut groups, mut rest) = (empty_resource(), 1u32, empty_resource());
         // SAFETY: room for one group and the remainder; `all` is the device's SM resource.
         unsafe {
-            driver!(cuDevSmResourceSplitByCount(
+            probed!(cuDevSmResourceSplitByCount(
                 &mut group,
                 &mut groups,
                 &all,
@@ -110,12 +105,12 @@ impl GreenContextHandle {
         let granted = unsafe { group.__bindgen_anon_1.sm.smCount };
         let desc = out(|desc| {
             // SAFETY: one valid resource; `desc` is a valid out-pointer.
-            unsafe { driver!(cuDevResourceGenerateDesc(desc, &mut group, 1)) }
+            unsafe { probed!(cuDevResourceGenerateDesc(desc, &mut group, 1)) }
         })?;
         let raw = out(|raw| {
             // SAFETY: `desc` was just generated for `device`; `raw` is a valid out-pointer.
             unsafe {
-                driver!(cuGreenCtxCreate(
+                probed!(cuGreenCtxCreate(
                     raw,
                     desc,
                     device,
@@ -136,7 +131,7 @@ impl GreenContextHandle {
     pub fn context(&self) -> Result<ContextHandle> {
         let raw = out(|raw| {
             // SAFETY: the green context is alive; `raw` is a valid out-pointer.
-            unsafe { driver!(cuCtxFromGreenCtx(raw, self.as_cu())) }
+            unsafe { probed!(cuCtxFromGreenCtx(raw, self.as_cu())) }
         })?;
         // SAFETY: the context lives as long as its green context, which the with-owner handle
         // keeps alive; the handle never destroys the context itself.
@@ -156,7 +151,7 @@ impl GreenContextHandle {
         let raw = out(|raw| {
             // SAFETY: the green context is alive; `raw` is a valid out-pointer.
             unsafe {
-                driver!(cuGreenCtxStreamCreate(
+                probed!(cuGreenCtxStreamCreate(
                     raw,
                     self.as_cu(),
                     sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,

@@ -52,6 +52,40 @@ pub fn command(program: impl AsRef<OsStr>) -> Command {
     command
 }
 
+/// Writes a copy of the simulator's `libcuda.so` into `dir` that does not export `symbols`,
+/// and returns `dir`, for a child's `LD_LIBRARY_PATH`: the copy plays a driver that lacks
+/// those functions. Each name is renamed in place in the library's string tables (its first
+/// letter becomes `x`), so the dynamic linker's lookup of the real name fails while every
+/// other symbol resolves as before.
+pub fn library_without(dir: &Path, symbols: &[&str]) -> std::io::Result<PathBuf> {
+    let mut bytes = std::fs::read(library_dir().join("libcuda.so"))?;
+    for symbol in symbols {
+        let needle = [b"\0", symbol.as_bytes(), b"\0"].concat();
+        let mut renamed = 0;
+        let mut at = 0;
+        while let Some(found) = find(&bytes[at..], &needle) {
+            bytes[at + found + 1] = b'x';
+            at += found + needle.len() - 1;
+            renamed += 1;
+        }
+        if renamed == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the simulator does not export {symbol}"),
+            ));
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("libcuda.so"), bytes)?;
+    Ok(dir.to_path_buf())
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
 /// Setters for the simulator's environment variables on a [`Command`].
 pub trait SimCommand {
     /// `CUDA_SIM_DEVICES`: the number of devices.

@@ -1,0 +1,170 @@
+//! The capability table on the simulated driver: every driver function newer than the CUDA
+//! 12.0 floor (`handles_cuda::newer_functions`) is hidden in turn, and the simulator plays
+//! each older driver version the table names. In every case each entry point that uses a newer
+//! function returns `Ok`, takes its fallback, or returns `Error::NotSupported` naming a
+//! function the driver lacks: never a panic.
+
+mod simulator;
+
+use std::collections::BTreeSet;
+
+use handles_cuda::{
+    ContextHandle, Error, EventFlags, EventHandle, GreenContextHandle, StreamFlags, StreamHandle,
+};
+use handles_tests::kernels::TestKernels;
+use simulator::{Scratch, in_scenario, run_scenario, say};
+
+/// Names the child's missing functions (comma-separated API names).
+const MISSING: &str = "HANDLES_MISSING_FUNCTIONS";
+
+#[test]
+fn every_newer_function_hidden_in_turn_is_an_error_or_a_fallback() {
+    let table: Vec<(&str, i32)> = handles_cuda::newer_functions().collect();
+    assert!(table.len() >= 10, "the table lists {table:?}");
+    for (symbol, needs) in &table {
+        let scratch = Scratch::new("hidden");
+        let dir = cuda_sim::library_without(&scratch.0, &[symbol]).expect("hide the symbol");
+        let path = dir.to_string_lossy().into_owned();
+        let report = run_scenario(
+            "entry_points_on_an_old_driver",
+            &[],
+            &[("LD_LIBRARY_PATH", &path), (MISSING, symbol)],
+        );
+        assert!(
+            !report.calls.contains_key(*symbol),
+            "{symbol} was hidden, yet called"
+        );
+        assert!(
+            report.violations.is_empty(),
+            "{symbol} (CUDA {needs}) hidden: {:?}",
+            report.violations
+        );
+        say(format!("hidden {symbol}: no panic, no violation"));
+    }
+}
+
+#[test]
+fn each_older_driver_the_table_names_gets_errors_or_fallbacks() {
+    let table: Vec<(&str, i32)> = handles_cuda::newer_functions().collect();
+    let versions: BTreeSet<i32> = table.iter().map(|&(_, needs)| needs - 10).collect();
+    for version in versions {
+        let missing: Vec<&str> = table
+            .iter()
+            .filter(|&&(_, needs)| needs > version)
+            .map(|&(symbol, _)| symbol)
+            .collect();
+        let report = run_scenario(
+            "entry_points_on_an_old_driver",
+            &[],
+            &[
+                ("CUDA_SIM_DRIVER_VERSION", &version.to_string()),
+                (MISSING, &missing.join(",")),
+            ],
+        );
+        for &(symbol, needs) in &table {
+            if needs > version {
+                assert!(
+                    !report.calls.contains_key(symbol),
+                    "{symbol} needs {needs}, yet was called on a driver of {version}"
+                );
+            }
+        }
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        say(format!("driver {version}: missing {missing:?}: no panic"));
+    }
+}
+
+/// Checks one entry point's result: `Ok`, or `NotSupported` for a function the driver lacks.
+/// Returns the function named by a `NotSupported`.
+fn allowed<T: std::fmt::Debug>(
+    what: &str,
+    result: &handles_cuda::Result<T>,
+    missing: &BTreeSet<String>,
+) -> Option<&'static str> {
+    match result {
+        Ok(_) => None,
+        Err(Error::NotSupported { function, needs }) => {
+            assert!(
+                missing.contains(*function),
+                "{what}: NotSupported for {function} (CUDA {needs}), which the driver has"
+            );
+            Some(function)
+        }
+        Err(other) => panic!("{what}: expected Ok or NotSupported, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_entry_points_on_an_old_driver() {
+    in_scenario();
+    let missing: BTreeSet<String> = std::env::var(MISSING)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let lacks = |name: &str| missing.contains(name);
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+
+    // Event timing: cuEventElapsedTime_v2, with its fallback.
+    let (start, end) = (
+        EventHandle::create(&context, EventFlags::timing()).unwrap(),
+        EventHandle::create(&context, EventFlags::timing()).unwrap(),
+    );
+    start.record(&stream).unwrap();
+    end.record(&stream).unwrap();
+    end.synchronize().unwrap();
+    let elapsed = start.elapsed_ms(&end);
+    assert!(elapsed.is_ok(), "elapsed_ms falls back: {elapsed:?}");
+
+    // Kernels: parameter sizes are optional; the kernel count is NotSupported without it.
+    let kernels = TestKernels::load().unwrap();
+    assert_eq!(
+        kernels.fill.kernel().record().param_sizes.is_some(),
+        !lacks("cuKernelGetParamInfo")
+    );
+    let count = kernels.library.kernel_count();
+    let named = allowed("kernel_count", &count, &missing);
+    assert_eq!(
+        named.is_some(),
+        lacks("cuLibraryGetKernelCount"),
+        "{count:?}"
+    );
+
+    // Green contexts: creation needs the 12.4 family, a stream also cuGreenCtxStreamCreate.
+    let create = GreenContextHandle::create(0, 16);
+    let needs_for_create = [
+        "cuGreenCtxCreate",
+        "cuDeviceGetDevResource",
+        "cuDevSmResourceSplitByCount",
+        "cuDevResourceGenerateDesc",
+    ];
+    let named = allowed("GreenContextHandle::create", &create, &missing);
+    assert_eq!(
+        named.is_some(),
+        needs_for_create.iter().any(|name| lacks(name)),
+        "{create:?}"
+    );
+    if let Ok(green) = create {
+        let as_context = green.context();
+        let named = allowed("GreenContextHandle::context", &as_context, &missing);
+        assert_eq!(named.is_some(), lacks("cuCtxFromGreenCtx"));
+        let created = green.create_stream(0);
+        let named = allowed("GreenContextHandle::create_stream", &created, &missing);
+        // A stream needs its own function and the context it belongs to.
+        assert_eq!(
+            named.is_some(),
+            lacks("cuGreenCtxStreamCreate") || lacks("cuCtxFromGreenCtx"),
+            "{created:?}"
+        );
+        if let Ok(green_stream) = created {
+            green_stream.synchronize().unwrap();
+        }
+        // Dropping the green context without its destroy function reports, never panics.
+        drop((as_context, green));
+    }
+    stream.synchronize().unwrap();
+    println!("entry points checked; missing: {missing:?}");
+}
