@@ -6,6 +6,7 @@ use cudarc::cublas::sys::{self as cublas, cublasStatus_t};
 use handles_core::ResourceHandle;
 use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle};
 
+use crate::checks::{device_of, disjoint, f32_bytes, require_fits, require_reachable};
 use crate::error::{LibError, check, require};
 
 /// A cuBLAS handle whose every call runs on `stream`, in `context`.
@@ -43,13 +44,6 @@ fn loaded() -> Result<(), LibError> {
     )
 }
 
-/// The bytes of an `rows`×`cols` f32 matrix, or an error if that overflows.
-fn matrix_bytes(rows: usize, cols: usize) -> Result<usize, LibError> {
-    rows.checked_mul(cols)
-        .and_then(|n| n.checked_mul(4))
-        .ok_or_else(|| LibError::InvalidArgument(format!("a {rows}x{cols} matrix is too large")))
-}
-
 impl CublasHandle {
     /// A cuBLAS handle on `stream` (`cublasCreate` in the stream's context, then
     /// `cublasSetStream`).
@@ -77,8 +71,13 @@ impl CublasHandle {
 
     /// `C = A·B` for column-major f32 matrices (`cublasSgemm`): `a` is `m`×`k`, `b` is
     /// `k`×`n`, `c` is `m`×`n`. Sizes are checked against the buffers, `c` must not overlap
-    /// `a` or `b`, and all three are reported as used on the handle's stream, so none is
-    /// freed before the multiplication ran.
+    /// `a` or `b`, all three must be reachable from the handle's device, and all three are
+    /// reported as used on the handle's stream, so none is freed before the multiplication
+    /// ran.
+    ///
+    /// Empty shapes call no cuBLAS: with `m` or `n` zero, C has no elements and nothing is
+    /// done; with `k` zero, every element of A·B is an empty sum, so C is zeroed by a memset
+    /// on the handle's stream (reported as a use of C there).
     pub fn sgemm(
         &self,
         (m, n, k): (usize, usize, usize),
@@ -86,37 +85,37 @@ impl CublasHandle {
         b: &DevicePtrHandle,
         c: &DevicePtrHandle,
     ) -> Result<(), LibError> {
-        let fits = |buffer: &DevicePtrHandle, rows, cols, name| -> Result<(), LibError> {
-            let bytes = matrix_bytes(rows, cols)?;
-            if bytes > buffer.size() {
-                return Err(LibError::InvalidArgument(format!(
-                    "{name} ({rows}x{cols} f32) needs {bytes} bytes; the buffer has {}",
-                    buffer.size()
-                )));
-            }
-            Ok(())
-        };
-        fits(a, m, k, "A")?;
-        fits(b, k, n, "B")?;
-        fits(c, m, n, "C")?;
-        let disjoint = |x: &DevicePtrHandle, y: &DevicePtrHandle| {
-            x.as_cu() + x.size() as u64 <= y.as_cu() || y.as_cu() + y.size() as u64 <= x.as_cu()
-        };
+        require_fits(a, f32_bytes(m, k)?, || format!("A ({m}x{k} f32)"))?;
+        require_fits(b, f32_bytes(k, n)?, || format!("B ({k}x{n} f32)"))?;
+        let c_bytes = f32_bytes(m, n)?;
+        require_fits(c, c_bytes, || format!("C ({m}x{n} f32)"))?;
         if !disjoint(c, a) || !disjoint(c, b) {
             return Err(LibError::InvalidArgument("C overlaps A or B".into()));
         }
+        require_reachable([a, b, c], device_of(self.context())?)?;
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            // 0.0f32 is four zero bytes.
+            return Ok(c.memset_async(0, c_bytes, self.stream())?);
+        }
+        loaded()?;
         let dim = |value: usize| {
-            i32::try_from(value.max(1))
+            i32::try_from(value)
                 .map_err(|_| LibError::InvalidArgument(format!("dimension {value} exceeds i32")))
         };
         let (mi, ni, ki) = (dim(m)?, dim(n)?, dim(k)?);
+        // cuBLAS requires each leading dimension to be at least max(1, rows).
+        let (lda, ldb, ldc) = (dim(m.max(1))?, dim(k.max(1))?, dim(m.max(1))?);
         let (alpha, beta) = (1.0f32, 0.0f32);
         let op = cublas::cublasOperation_t::CUBLAS_OP_N;
         let mut queued = false;
         let status = self.context().run(|| {
-            // SAFETY: the handle, its stream and the three buffers are alive; each holds the
-            // matrix its dimensions describe (checked above), with leading dimensions equal
-            // to the row counts; C does not overlap A or B.
+            // SAFETY: the handle, its stream and the three buffers are alive, and reachable
+            // from the handle's device (checked above); m, n and k are positive and each
+            // buffer holds the matrix its dimensions describe (checked above), with leading
+            // dimensions equal to the row counts; C does not overlap A or B.
             let called = ok("cublasSgemm", unsafe {
                 cublas::cublasSgemm_v2(
                     self.as_raw(),
@@ -127,12 +126,12 @@ impl CublasHandle {
                     ki,
                     &alpha,
                     a.as_cu() as *const f32,
-                    mi,
+                    lda,
                     b.as_cu() as *const f32,
-                    ki,
+                    ldb,
                     &beta,
                     c.as_cu() as *mut f32,
-                    mi,
+                    ldc,
                 )
             });
             queued = called.is_ok();

@@ -13,6 +13,7 @@
 //! [`LibError::Missing`], never a panic.
 #![deny(missing_docs)]
 
+mod checks;
 mod cublas;
 mod cublaslt;
 mod cudnn;

@@ -14,6 +14,7 @@ use cudarc::nccl::sys::{self as nccl, ncclResult_t};
 use handles_core::ResourceHandle;
 use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle};
 
+use crate::checks::{device_of, f32_bytes, require_fits, require_reachable};
 use crate::error::{LibError, require};
 
 /// One rank of an NCCL communicator.
@@ -42,6 +43,27 @@ pub struct NcclComm {
 // SAFETY: NCCL lets a communicator be used from any thread, one call at a time; every call
 // through this crate holds the record's lock, and the deleter runs when no handle is left.
 unsafe impl handles_core::ThreadSafe for NcclComm {}
+
+impl NcclComm {
+    /// The record of rank `rank` of `world_size`, on `stream` in `context` (its device's),
+    /// for `NcclCommHandle::from_raw` or `from_raw_borrowed` with a communicator made
+    /// elsewhere; not yet failed.
+    pub fn new(
+        stream: StreamHandle,
+        context: ContextHandle,
+        rank: usize,
+        world_size: usize,
+    ) -> Self {
+        NcclComm {
+            stream,
+            context,
+            rank,
+            world_size,
+            failed: AtomicBool::new(false),
+            calls: Mutex::new(()),
+        }
+    }
+}
 
 fn destroy(raw: nccl::ncclComm_t, record: &NcclComm) -> Result<(), LibError> {
     record.context.run(|| {
@@ -78,13 +100,6 @@ fn loaded() -> Result<(), LibError> {
     require("NCCL", unsafe { nccl::is_culib_present() })
 }
 
-/// The device ordinal of a context.
-fn ordinal(context: &ContextHandle) -> Result<usize, LibError> {
-    context
-        .device()
-        .ok_or_else(|| LibError::InvalidArgument("the stream's context has no known device".into()))
-}
-
 impl NcclCommHandle {
     /// NCCL's version (`ncclGetVersion`), e.g. 22703 for 2.27.3.
     pub fn version() -> Result<i32, LibError> {
@@ -107,7 +122,7 @@ impl NcclCommHandle {
             .collect::<Result<Vec<_>, _>>()?;
         let devices = contexts
             .iter()
-            .map(|context| ordinal(context).map(|device| device as i32))
+            .map(|context| device_of(context).map(|device| device as i32))
             .collect::<Result<Vec<_>, _>>()?;
         let mut unique = devices.clone();
         unique.sort_unstable();
@@ -130,14 +145,7 @@ impl NcclCommHandle {
             .zip(streams.iter().zip(contexts))
             .enumerate()
             .map(|(rank, (raw, (stream, context)))| {
-                let record = NcclComm {
-                    stream: stream.clone(),
-                    context,
-                    rank,
-                    world_size: devices.len(),
-                    failed: AtomicBool::new(false),
-                    calls: Mutex::new(()),
-                };
+                let record = NcclComm::new(stream.clone(), context, rank, devices.len());
                 // SAFETY: a fresh communicator owned by nobody else; `destroy` destroys (or
                 // aborts) it once, in its device's context, which the record keeps alive.
                 unsafe { NcclCommHandle::from_raw(raw, record) }
@@ -173,14 +181,7 @@ impl NcclCommHandle {
             ok("ncclCommInitRank", unsafe {
                 nccl::ncclCommInitRank(&mut raw, ranks, id.0, this)
             })?;
-            let record = NcclComm {
-                stream: stream.clone(),
-                context: context.clone(),
-                rank,
-                world_size,
-                failed: AtomicBool::new(false),
-                calls: Mutex::new(()),
-            };
+            let record = NcclComm::new(stream.clone(), context.clone(), rank, world_size);
             // SAFETY: a fresh communicator owned by nobody else; `destroy` destroys (or
             // aborts) it once, in its device's context, which the record keeps alive.
             Ok(unsafe { NcclCommHandle::from_raw(raw, record) })
@@ -229,9 +230,10 @@ impl std::fmt::Debug for NcclUniqueId {
 
 /// Sums `count` f32s element-wise across ranks (`ncclAllReduce` with `ncclSum`), one call per
 /// communicator inside one NCCL group, as one thread driving several devices must. `sends[i]`
-/// and `recvs[i]` belong to `comms[i]`'s device; each holds at least `count` f32s (checked),
-/// and each is reported as used on its communicator's stream. If any call fails, every
-/// communicator of the group is marked failed.
+/// and `recvs[i]` belong to `comms[i]`'s device; each holds at least `count` f32s and is
+/// reachable from that device (checked), and each is reported as used on its communicator's
+/// stream. A communicator may be listed once only. If any call fails, every communicator of
+/// the group is marked failed.
 pub fn all_reduce_sum_f32(
     comms: &[NcclCommHandle],
     sends: &[&DevicePtrHandle],
@@ -243,21 +245,23 @@ pub fn all_reduce_sum_f32(
             "one send and one receive buffer per communicator".into(),
         ));
     }
-    let bytes = count
-        .checked_mul(4)
-        .ok_or_else(|| LibError::InvalidArgument("count overflows".into()))?;
-    for buffer in sends.iter().chain(recvs) {
-        if buffer.size() < bytes {
-            return Err(LibError::InvalidArgument(format!(
-                "{count} f32s do not fit in a buffer of {} bytes",
-                buffer.size()
-            )));
-        }
-    }
-    // Locks in a fixed order (by address), so two groups over the same communicators cannot
-    // deadlock.
+    // The communicators are locked in a fixed order (by address), so two groups over the
+    // same communicators cannot deadlock; one listed twice would wait for itself.
+    let raw = |i: usize| comms[i].as_raw() as usize;
     let mut order: Vec<usize> = (0..comms.len()).collect();
-    order.sort_by_key(|&i| comms[i].as_raw() as usize);
+    order.sort_by_key(|&i| raw(i));
+    if order.windows(2).any(|pair| raw(pair[0]) == raw(pair[1])) {
+        return Err(LibError::InvalidArgument(
+            "a communicator is listed more than once".into(),
+        ));
+    }
+    let bytes = f32_bytes(count, 1)?;
+    for (i, comm) in comms.iter().enumerate() {
+        require_fits(sends[i], bytes, || format!("sends[{i}] ({count} f32s)"))?;
+        require_fits(recvs[i], bytes, || format!("recvs[{i}] ({count} f32s)"))?;
+        require_reachable([sends[i], recvs[i]], device_of(comm.context())?)?;
+    }
+    loaded()?;
     let _held: Vec<_> = order
         .iter()
         .map(|&i| {
@@ -275,7 +279,8 @@ pub fn all_reduce_sum_f32(
         for (i, comm) in comms.iter().enumerate() {
             let called = comm.context().run(|| {
                 // SAFETY: the communicator, its stream and both buffers are alive; each buffer
-                // holds `count` f32s (checked above).
+                // holds `count` f32s and is reachable from the communicator's device (checked
+                // above).
                 ok("ncclAllReduce", unsafe {
                     nccl::ncclAllReduce(
                         sends[i].as_cu() as *const _,

@@ -3,51 +3,21 @@
 //! order the program drops them in, and a missing library is an `Err`, not a panic. (The
 //! libraries themselves need a GPU: `examples/gemm.rs` and `examples/all_reduce.rs`.)
 
-use std::ptr::NonNull;
+mod common;
 
+use common::{on_simulator, stand_in};
 use handles_cuda::{ContextHandle, StreamFlags, StreamHandle};
 use handles_cuda_libs::{
     Cublas, CublasHandle, CublasLt, CublasLtHandle, Cudnn, CudnnHandle, LibError,
 };
 
-const CHILD: &str = "HANDLES_CUDA_LIBS_CHILD";
-
 #[test]
 fn owners_outlive_what_the_program_drops_on_the_simulator() {
-    if std::env::var_os(CHILD).is_some() {
-        child();
-        return;
-    }
-    let report =
-        std::env::temp_dir().join(format!("handles-cuda-libs-{}.json", std::process::id()));
-    let output = cuda_sim::command(std::env::current_exe().expect("the test binary"))
-        .args([
-            "owners_outlive_what_the_program_drops_on_the_simulator",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("CUDA_SIM_STRICT", "1")
-        .env("CUDA_SIM_REPORT", &report)
-        .output()
-        .expect("run the child on the simulator");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("child: owners checked"), "{stdout}");
-    let report = cuda_sim::Report::read(&report).expect("the simulator's report");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
+    on_simulator(
+        "owners_outlive_what_the_program_drops_on_the_simulator",
+        1,
+        child,
     );
-}
-
-/// A stand-in raw value: the libraries are not on the simulator, and only the records' owners
-/// are checked here; the raw value is never used.
-fn stand_in<T>() -> *mut T {
-    NonNull::dangling().as_ptr()
 }
 
 fn child() {
