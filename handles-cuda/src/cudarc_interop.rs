@@ -255,7 +255,8 @@ impl DevicePtrHandle {
     /// never frees the memory itself: cudarc frees it, on the slice's stream, when the last
     /// handle drops the slice. Work the safe methods queue on other streams is ordered before
     /// that free: the slice's stream first waits for it (if it cannot, the slice is leaked
-    /// rather than freed while that work may run). The slice's stream is the handle's
+    /// rather than freed while that work may run, and the leak is reported through the report
+    /// hook). The slice's stream is the handle's
     /// [`DevicePtrHandle::deallocation_stream`].
     pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Result<Self> {
         ensure_loaded()?;
@@ -275,6 +276,8 @@ impl DevicePtrHandle {
         let record = DevicePtrHandle::foreign_record(size, home, Box::new(slice))?;
         // SAFETY: the memory is valid while the slice lives, and the record holds the slice
         // until the handle's last clone is gone; the record describes `size` bytes truthfully.
-        Ok(unsafe { DevicePtrHandle::from_raw_borrowed(raw, record) })
+        // The handle owns the release: its deleter orders cudarc's free after every use, or
+        // leaks the slice and reports why.
+        Ok(unsafe { DevicePtrHandle::from_raw(raw, record) })
     }
 }

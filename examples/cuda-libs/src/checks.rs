@@ -2,7 +2,7 @@
 //! what the call reads or writes, an output does not overlap an input, and every buffer is
 //! reachable from the device the library's code runs on.
 
-use handles_cuda::{ContextHandle, DevicePtrHandle};
+use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle};
 
 use crate::error::LibError;
 
@@ -50,15 +50,16 @@ pub(crate) fn device_of(context: &ContextHandle) -> Result<usize, LibError> {
         .ok_or_else(|| LibError::InvalidArgument("the context's device is unknown".into()))
 }
 
-/// `Err` unless each buffer can be used by code on device `device` (see
-/// [`DevicePtrHandle::check_accessible_from`]): a library's kernel touching memory it cannot
+/// `Err` unless each buffer can be used by work queued on `stream` (see
+/// [`DevicePtrHandle::check_accessible_on`], which also orders a later revocation of the
+/// access after the work): a library's kernel touching memory it cannot
 /// reach faults and poisons its context.
 pub(crate) fn require_reachable<'a>(
     buffers: impl IntoIterator<Item = &'a DevicePtrHandle>,
-    device: usize,
+    stream: &StreamHandle,
 ) -> Result<(), LibError> {
     for buffer in buffers {
-        buffer.check_accessible_from(device)?;
+        buffer.check_accessible_on(stream)?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use cudarc::cublas::sys::{self as cublas, cublasStatus_t};
 use handles_core::ResourceHandle;
 use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle};
 
-use crate::checks::{device_of, disjoint, f32_bytes, require_fits, require_reachable};
+use crate::checks::{disjoint, f32_bytes, require_fits, require_reachable};
 use crate::error::{LibError, check, require};
 
 /// A cuBLAS handle whose every call runs on `stream`, in `context`.
@@ -92,7 +92,7 @@ impl CublasHandle {
         if !disjoint(c, a) || !disjoint(c, b) {
             return Err(LibError::InvalidArgument("C overlaps A or B".into()));
         }
-        require_reachable([a, b, c], device_of(self.context())?)?;
+        require_reachable([a, b, c], self.stream())?;
         if m == 0 || n == 0 {
             return Ok(());
         }

@@ -259,7 +259,7 @@ pub fn all_reduce_sum_f32(
     for (i, comm) in comms.iter().enumerate() {
         require_fits(sends[i], bytes, || format!("sends[{i}] ({count} f32s)"))?;
         require_fits(recvs[i], bytes, || format!("recvs[{i}] ({count} f32s)"))?;
-        require_reachable([sends[i], recvs[i]], device_of(comm.context())?)?;
+        require_reachable([sends[i], recvs[i]], comm.stream())?;
     }
     loaded()?;
     let _held: Vec<_> = order

@@ -503,7 +503,7 @@ fn queue<P: KernelParams>(
     let mut reachable = Ok(());
     P::for_each_buffer(args, |buffer| {
         reachable = std::mem::replace(&mut reachable, Ok(()))
-            .and_then(|()| buffer.check_accessible_from(ordinal));
+            .and_then(|()| buffer.check_accessible_on(stream));
     });
     reachable?;
     let function = kernel.as_cu() as CUfunction;

@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::{EventFlags, EventHandle};
 use crate::exec::stream::{Stream, StreamHandle};
-use crate::sync::{take_cache, with_cache};
+use crate::sync::{is_sole_handle, take_cache, with_cache};
 
 /// The most events a thread keeps for reuse, ready and pending together; more are destroyed.
 const CACHED_PER_THREAD: usize = 256;
@@ -407,7 +407,7 @@ impl Drop for RecycledEvent {
 /// and pending otherwise, or drops it if another handle to it exists or the cache is full.
 fn recycle(event: EventHandle, last_record: LastRecord) {
     // The only handle, strong or weak: nobody else can record on it or see it again.
-    if event.strong_count() != 1 || event.weak_count() != 0 {
+    if !is_sole_handle(&event) {
         return;
     }
     let Some(context) = event

@@ -62,10 +62,14 @@ impl StreamHandle {
         })
     }
 
-    /// A stream like [`StreamHandle::create`] makes (priority 0), but not in the registry:
-    /// nothing that learns its raw value can look it up (a capture's private stream).
-    pub(crate) fn create_unregistered(context: &ContextHandle, flags: StreamFlags) -> Result<Self> {
-        Self::create_with(context, flags, 0, |raw, record| {
+    /// A stream like [`StreamHandle::create`] makes, but not in the registry: nothing that
+    /// learns its raw value can look it up (a capture's private stream, a recycled stream).
+    pub(crate) fn create_unregistered(
+        context: &ContextHandle,
+        flags: StreamFlags,
+        priority: i32,
+    ) -> Result<Self> {
+        Self::create_with(context, flags, priority, |raw, record| {
             // SAFETY: a fresh stream owned by nobody else; `destroy_stream` destroys it.
             let handle = unsafe { handles_core::Handle::from_raw_owned_unregistered(raw, record) };
             StreamHandle::from_handle(handle)

@@ -10,10 +10,10 @@
 //!   queues waits for nothing of the old owner's; one still busy stays cached, and a new stream
 //!   is made instead;
 //! - it is not being captured into a graph (`cuStreamIsCapturing`);
-//! - no other strong handle to it exists. Streams are registered, so anyone who kept the raw
-//!   value can look the stream up while it is cached (as for any stream): such a handle, still
-//!   held at the acquire, makes the recycler let go of the stream instead of handing it out,
-//!   and work it queued and left is caught by the idle check;
+//! - no other handle to it exists, strong or weak: the check both recyclers share
+//!   (`sync::is_sole_handle`). Recycled streams are not registered, so a lookup of the raw
+//!   value never finds one, and a weak handle an old owner kept makes the recycler let go of
+//!   the stream instead of handing it out: it can never upgrade to the next owner's stream;
 //! - it was created by this crate through the recycler, in a context the recycler keeps alive,
 //!   and never lent to cudarc while the old owner had it (a lent stream keeps another handle).
 //!
@@ -30,7 +30,7 @@ use std::ops::Deref;
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{StreamFlags, StreamHandle};
-use crate::sync::{take_cache, with_cache};
+use crate::sync::{is_sole_handle, take_cache, with_cache};
 
 /// The most streams a thread keeps for reuse; more are destroyed.
 const CACHED_PER_THREAD: usize = 64;
@@ -87,7 +87,7 @@ impl StreamRecycler {
         });
         let stream = match reused {
             Some(stream) => stream,
-            None => StreamHandle::create(&self.context, self.flags, self.priority)?,
+            None => StreamHandle::create_unregistered(&self.context, self.flags, self.priority)?,
         };
         Ok(RecycledStream {
             stream: Some(stream),
@@ -136,7 +136,7 @@ impl Drop for RecycledStream {
         // Only the cheap check here; the driver is asked when the stream is handed out again.
         if let Some(stream) = self.stream.take()
             && stream.is_owning()
-            && stream.strong_count() == 1
+            && is_sole_handle(&stream)
         {
             let key = self.key;
             let rejected = with_cache(&CACHE, |cache| {
@@ -164,7 +164,7 @@ enum Check {
 
 /// Checks a cached stream before it is handed out again.
 fn check(stream: &StreamHandle) -> Check {
-    if stream.strong_count() != 1 {
+    if !is_sole_handle(stream) {
         return Check::Unusable;
     }
     if stream.is_capturing() != Ok(false) {

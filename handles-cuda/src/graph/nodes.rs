@@ -207,7 +207,7 @@ impl GraphHandle {
         // Not in the stream registry: no lookup by raw value can reach it and queue work that
         // the capture would take in unattached.
         let stream =
-            StreamHandle::create_unregistered(context, StreamFlags { non_blocking: true })?;
+            StreamHandle::create_unregistered(context, StreamFlags { non_blocking: true }, 0)?;
         let raw_mode = match mode {
             CaptureMode::Global => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
             CaptureMode::ThreadLocal => {
@@ -529,6 +529,13 @@ impl GraphExecHandle {
         // Held for the launch: an update cannot swap what the graph keeps while it is noted.
         let attachments = lock(&self.record().attachments);
         stream.refuse_if_captured()?;
+        // The buffers are checked again at every launch: a device's access to a pool can be
+        // revoked after the graph was built, and its kernels would fault.
+        for attachment in attachments.iter() {
+            if let Attachment::Buffer(buffer) = attachment {
+                buffer.check_accessible_on(stream)?;
+            }
+        }
         let queued = stream.queue_bound(|raw_stream| {
             // SAFETY: the executable graph and the stream are alive; the record keeps alive
             // everything the graph's nodes reference.
@@ -638,7 +645,7 @@ impl Capture {
         len: usize,
     ) -> Result<()> {
         let start = buffer.checked_range(offset, len)?;
-        buffer.accessible_on(&self.stream)?;
+        buffer.check_accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; the range lies in the buffer, which the
         // graph will keep alive.
         unsafe { driver!(cuMemsetD8Async(start, value, len, self.stream.as_cu())) }?;
@@ -662,8 +669,8 @@ impl Capture {
                 "the source and destination ranges overlap".into(),
             ));
         }
-        src.accessible_on(&self.stream)?;
-        dst.accessible_on(&self.stream)?;
+        src.check_accessible_on(&self.stream)?;
+        dst.check_accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; both ranges lie in their buffers, which the
         // graph will keep alive.
         unsafe { driver!(cuMemcpyAsync(to, from, len, self.stream.as_cu())) }?;

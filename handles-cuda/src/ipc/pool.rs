@@ -44,11 +44,7 @@ impl MemoryPoolHandle {
     pub fn import_posix_fd(fd: BorrowedFd<'_>, ordinal: usize) -> Result<Self> {
         ensure_loaded()?;
         let context = ContextHandle::primary(ordinal)?;
-        let record = MemoryPool {
-            context: Some(context.clone()),
-            location: None,
-            ipc: true,
-        };
+        let record = MemoryPool::owned(context.clone(), None, true);
         // The driver takes a POSIX descriptor's value in place of the pointer.
         let handle = fd.as_raw_fd() as usize as *mut std::ffi::c_void;
         in_context(context.as_cu(), || {

@@ -18,6 +18,7 @@ use crate::memory::pool::MemoryPoolHandle;
 use crate::memory::vmm::MappingHandle;
 use crate::order::contexts_used::ContextsUsed;
 use crate::order::stream_order::StreamOrder;
+use crate::sync::lock;
 
 /// How an allocation was made, which fixes how it is freed. An asynchronous allocation is
 /// never freed synchronously, nor the other way round.
@@ -96,32 +97,32 @@ enum Release {
 }
 
 /// Memory that another library owns and frees on its own stream when its owner value drops (a
-/// cudarc slice). The safe methods still report every stream they use, and before the owner
-/// value is dropped the owner's stream ("home") is made to wait for all of them, so the other
-/// library's free is ordered after that work too. If home cannot be ordered, the owner value is
-/// leaked rather than freed unordered.
+/// cudarc slice). The safe methods still report every stream they use, and the handle's
+/// deleter makes the owner's stream ("home") wait for all of them before the owner value is
+/// dropped with the record, so the other library's free is ordered after that work too. If
+/// home cannot be ordered, the deleter leaks the owner value rather than let it be freed
+/// unordered, and returns the error, which the report hook receives like any failed release.
 pub(crate) struct ForeignFree {
     order: StreamOrder,
-    owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+    owner: std::sync::Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl ForeignFree {
     pub(crate) fn new(order: StreamOrder, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
         ForeignFree {
             order,
-            owner: Some(owner),
+            owner: std::sync::Mutex::new(Some(owner)),
         }
     }
-}
 
-impl Drop for ForeignFree {
-    fn drop(&mut self) {
-        let owner = self.owner.take();
-        if self.order.order_home_after_uses().is_ok() {
-            drop(owner);
-        } else {
-            std::mem::forget(owner);
+    /// Orders home after every use; on failure leaks the owner value (it is never dropped, so
+    /// the other library never frees the memory) and returns the error.
+    fn release(&self) -> Result<()> {
+        let ordered = self.order.order_home_after_uses();
+        if ordered.is_err() {
+            std::mem::forget(lock(&self.owner).take());
         }
+        ordered
     }
 }
 
@@ -137,7 +138,8 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
     let status = match &allocation.release {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
-        Release::Foreign(_) | Release::View(_) | Release::Mapped(_) => Ok(()),
+        Release::Foreign(foreign) => foreign.release(),
+        Release::View(_) | Release::Mapped(_) => Ok(()),
         Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context;
@@ -210,9 +212,9 @@ impl DevicePtrHandle {
     pub fn alloc_async(size: usize, stream: &StreamHandle) -> Result<Self> {
         check_size(size)?;
         // Allocated from that pool by name, so that the pointer keeps it alive (the handle
-        // that manages it, or a reference to a pool the driver or another owner keeps).
-        let current = MemoryPoolHandle::device_current(stream.device_ordinal()?)?;
-        let pool = MemoryPoolHandle::lookup(current.as_cu()).unwrap_or(current);
+        // that manages it, resolved under the current-pool lock, or a reference to a pool the
+        // driver keeps).
+        let pool = MemoryPoolHandle::device_current(stream.device_ordinal()?)?;
         Self::alloc_from_pool(&pool, size, stream)
     }
 
@@ -373,12 +375,32 @@ impl DevicePtrHandle {
         })
     }
 
-    /// Reports that work touching the memory was queued on `stream`, so the free is ordered
-    /// after it. Free of cost on the deallocation stream itself.
-    /// [`Self::check_accessible_from`] the device of `stream`'s work.
+    /// [`Self::check_accessible_from`] the device of `stream`'s work, for work about to be
+    /// queued on `stream`; memory of another device's pool also notes the stream, so that a
+    /// later revocation of that device's access waits for the work. A library that queues its
+    /// own device code on the memory calls this first, with the stream it queues on.
     #[inline]
-    pub(crate) fn accessible_on(&self, stream: &StreamHandle) -> Result<()> {
-        self.check_accessible_from(stream.device_ordinal()?)
+    pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<()> {
+        let ordinal = stream.device_ordinal()?;
+        self.check_accessible_from(ordinal)?;
+        match self.remote_pool(ordinal) {
+            Some(pool) => pool.note_remote_use(stream),
+            None => Ok(()),
+        }
+    }
+
+    /// The pool of this memory (through views) if it lives on another device than `ordinal`.
+    fn remote_pool(&self, ordinal: usize) -> Option<&MemoryPoolHandle> {
+        if let Release::View(parent) = &self.record().release {
+            return parent.remote_pool(ordinal);
+        }
+        let pool = self.pool().as_ref()?;
+        match pool.location() {
+            Some(crate::memory::pool::PoolLocation::Device(device)) if device != ordinal => {
+                Some(pool)
+            }
+            _ => None,
+        }
     }
 
     /// Refuses to let a kernel on device `ordinal` use this memory when it lives on another
@@ -526,7 +548,7 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let start = self.range(offset, len)?;
         stream.refuse_if_captured()?;
-        self.accessible_on(stream)?;
+        self.check_accessible_on(stream)?;
         stream
             .queue(|raw_stream| {
                 // SAFETY: the range is within the allocation, which is alive while `self` is.
@@ -550,7 +572,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, src.len())?;
-        self.accessible_on(stream)?;
+        self.check_accessible_on(stream)?;
         host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
     }
 
@@ -569,7 +591,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, dst.len())?;
-        self.accessible_on(stream)?;
+        self.check_accessible_on(stream)?;
         host_copy(stream, dst.as_mut_ptr() as CUdeviceptr, start, dst.len())
     }
 
@@ -593,8 +615,8 @@ impl DevicePtrHandle {
             ));
         }
         stream.refuse_if_captured()?;
-        self.accessible_on(stream)?;
-        dst.accessible_on(stream)?;
+        self.check_accessible_on(stream)?;
+        dst.check_accessible_on(stream)?;
         stream
             .queue_bound(|raw_stream| {
                 // SAFETY: both ranges are within live allocations kept alive by their handles.

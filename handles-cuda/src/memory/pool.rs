@@ -9,6 +9,8 @@ use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
+use crate::exec::stream::StreamHandle;
+use crate::order::contexts_used::ContextsUsed;
 
 /// A CUDA memory pool.
 ///
@@ -30,6 +32,30 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     #[handle(copy)]
     pub ipc: bool,
+    /// The contexts of other devices in which the safe API queued work on the pool's memory:
+    /// revoking a device's access waits for them first (see [`MemoryPoolHandle::set_peer_access`]).
+    remote_uses: ContextsUsed,
+}
+
+impl MemoryPool {
+    /// The record of a pool this program does not own (for `MemoryPoolHandle::from_raw_borrowed`):
+    /// where its memory lives, if known, and whether it is IPC-capable.
+    pub fn reference(location: Option<PoolLocation>, ipc: bool) -> MemoryPool {
+        MemoryPool {
+            context: None,
+            location,
+            ipc,
+            remote_uses: ContextsUsed::new(),
+        }
+    }
+
+    /// A record for a pool kept alive by `context`.
+    pub(crate) fn owned(context: ContextHandle, location: Option<PoolLocation>, ipc: bool) -> Self {
+        MemoryPool {
+            context: Some(context),
+            ..MemoryPool::reference(location, ipc)
+        }
+    }
 }
 // SAFETY: the CUDA driver API lets memory pools be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for MemoryPool {}
@@ -152,6 +178,9 @@ fn owning_device(location: &Option<PoolLocation>) -> Option<usize> {
 }
 
 fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
+    // Every pointer is gone and its free queued; work of other devices on the memory is waited
+    // for before their access goes.
+    deleter_status(pool.remote_uses.wait_for_all())?;
     let owner = owning_device(&pool.location);
     let revoked = deleter_status(revoke_peer_access(raw, owner).map(drop));
     // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
@@ -189,11 +218,7 @@ impl MemoryPoolHandle {
         raw_props.handleTypes = handle_type;
         raw_props.location = raw_location(location);
         raw_props.maxSize = props.max_size;
-        let record = MemoryPool {
-            context: Some(context.clone()),
-            location: Some(location),
-            ipc: props.ipc,
-        };
+        let record = MemoryPool::owned(context.clone(), Some(location), props.ipc);
         let pool = in_context(context.as_cu(), || {
             // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
             let raw = out(|raw| unsafe { driver!(cuMemPoolCreate(raw, &raw_props)) })?;
@@ -208,15 +233,6 @@ impl MemoryPoolHandle {
         Ok(pool)
     }
 
-    /// A reference to device `ordinal`'s current pool (`cuDeviceGetMemPool`), the one
-    /// `cuMemAllocAsync` uses.
-    pub fn device_current(ordinal: usize) -> Result<Self> {
-        Self::device_pool(ordinal, |device| {
-            // SAFETY: `raw` is a valid out-pointer and `device` a valid device.
-            out(|raw| unsafe { driver!(cuDeviceGetMemPool(raw, device)) })
-        })
-    }
-
     /// A reference to device `ordinal`'s default pool (`cuDeviceGetDefaultMemPool`).
     pub fn device_default(ordinal: usize) -> Result<Self> {
         Self::device_pool(ordinal, |device| {
@@ -225,24 +241,28 @@ impl MemoryPoolHandle {
         })
     }
 
-    fn device_pool(
+    pub(crate) fn device_pool(
         ordinal: usize,
         get: impl FnOnce(sys::CUdevice) -> Result<CUmemoryPool>,
     ) -> Result<Self> {
         let raw = get(load::device(ordinal)?)?;
-        let record = MemoryPool {
-            context: None,
-            location: Some(PoolLocation::Device(ordinal)),
-            ipc: false,
-        };
+        let record = MemoryPool::reference(Some(PoolLocation::Device(ordinal)), false);
         // SAFETY: device pools live as long as the driver; the reference never destroys it.
         Ok(unsafe { MemoryPoolHandle::from_raw_borrowed(raw, record) })
     }
 
     /// Grants (`true`) or revokes (`false`) read-write access to this pool's memory from
     /// device `ordinal`.
+    ///
+    /// A revocation is ordered after the work that may use the memory from another device:
+    /// it first waits for every context of another device in which the safe API queued work
+    /// on this pool's memory (kernels, copies, graph launches). Work queued afterwards is
+    /// checked again and refused, and an executable graph checks its buffers at each launch.
     pub fn set_peer_access(&self, ordinal: usize, enabled: bool) -> Result<()> {
         load::device(ordinal)?;
+        if !enabled {
+            self.record().remote_uses.wait_for_all()?;
+        }
         let desc = sys::CUmemAccessDesc {
             location: raw_location(PoolLocation::Device(ordinal)),
             flags: if enabled {
@@ -259,7 +279,14 @@ impl MemoryPoolHandle {
     /// device that has access, and returns how many were revoked. The deleter of an owned pool
     /// does this before destroying it.
     pub fn revoke_peer_access(&self) -> Result<usize> {
+        self.record().remote_uses.wait_for_all()?;
         revoke_peer_access(self.as_cu(), self.owning_device())
+    }
+
+    /// Notes that work on this pool's memory is queued on `stream`, of another device than
+    /// the pool's: a later revocation waits for that stream's context.
+    pub(crate) fn note_remote_use(&self, stream: &StreamHandle) -> Result<()> {
+        self.record().remote_uses.note_stream(stream)
     }
 
     pub(crate) fn owning_device(&self) -> Option<usize> {

@@ -5,6 +5,12 @@
 //! pool, so a pool made current through [`MemoryPoolHandle::set_device_current`] is kept alive
 //! by a process-wide table until another pool replaces it: dropping the program's last handle
 //! cannot destroy the pool `cuMemAllocAsync` would then use.
+//!
+//! **One resolution of the current pool.** [`MemoryPoolHandle::device_current`] (and so
+//! `DevicePtrHandle::alloc_async`) reads the device's current pool under the same lock that
+//! `set_device_current` holds while it replaces it, and returns the handle that manages it:
+//! a pool being replaced is either still in the table or already resolved to a strong handle,
+//! so no thread can hold its raw value after it is destroyed.
 
 use std::sync::Mutex;
 
@@ -113,7 +119,7 @@ impl MemoryPoolHandle {
             )));
         }
         let mut current = lock(&CURRENT);
-        let previous = MemoryPoolHandle::device_current(ordinal)?;
+        let previous = MemoryPoolHandle::current_unlocked(ordinal)?;
         // SAFETY: the pool and the device are valid.
         unsafe { driver!(cuDeviceSetMemPool(device, self.as_cu())) }?;
         if current.len() <= ordinal {
@@ -127,7 +133,26 @@ impl MemoryPoolHandle {
         // The replaced pool may be dropped here, outside the lock: its own handles (and its
         // pointers, which keep it) decide when it goes.
         drop(replaced);
-        Ok(MemoryPoolHandle::lookup(previous.as_cu()).unwrap_or(previous))
+        Ok(previous)
+    }
+
+    /// Device `ordinal`'s current pool (`cuDeviceGetMemPool`), the one `cuMemAllocAsync` uses:
+    /// the handle that manages it if this program has one, which keeps it alive however the
+    /// current pool changes afterwards, else a reference (the device's default pool, which
+    /// lives as long as the driver). Resolved under the lock that
+    /// [`MemoryPoolHandle::set_device_current`] takes.
+    pub fn device_current(ordinal: usize) -> Result<MemoryPoolHandle> {
+        let _current = lock(&CURRENT);
+        Self::current_unlocked(ordinal)
+    }
+
+    /// [`Self::device_current`] with the lock held by the caller.
+    fn current_unlocked(ordinal: usize) -> Result<MemoryPoolHandle> {
+        let current = MemoryPoolHandle::device_pool(ordinal, |device| {
+            // SAFETY: `raw` is a valid out-pointer and `device` a valid device.
+            out(|raw| unsafe { driver!(cuDeviceGetMemPool(raw, device)) })
+        })?;
+        Ok(MemoryPoolHandle::lookup(current.as_cu()).unwrap_or(current))
     }
 
     fn get_u64(&self, attribute: Attribute) -> Result<u64> {

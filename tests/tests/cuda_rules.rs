@@ -1,0 +1,288 @@
+//! Reproducers of defects that sat where a rule of handles-cuda was written in more than one
+//! place (D2–D4, D8–D10 of the layers issue; D1, D5, D11 are in `examples/cuda-libs`, D6 and
+//! D7 in `capabilities.rs`). Each runs as a child on the simulated driver, whose checker
+//! reports what a GPU would show only when a race goes badly.
+
+mod simulator;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cudarc::driver::CudaContext;
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, GreenContextHandle,
+    MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle, StreamRecycler, sys,
+};
+use handles_tests::Failures;
+use handles_tests::kernels::TestKernels;
+use simulator::{assert_clean, in_scenario, run_scenario};
+
+fn non_blocking(context: &ContextHandle) -> StreamHandle {
+    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+}
+
+fn clean(name: &str, env: &[(&str, &str)]) {
+    assert_clean(name, &run_scenario(name, &[], env));
+}
+
+// D2: the current pool is resolved under the lock that replaces it.
+
+#[test]
+fn alloc_async_never_uses_a_replaced_current_pool() {
+    clean("alloc_async_never_uses_a_replaced_current_pool", &[]);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_alloc_async_never_uses_a_replaced_current_pool() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for _ in 0..300 {
+                let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+                // The pool made current replaces (and, its last handle gone, destroys) the one
+                // before; this handle drops at once, so only the table keeps it.
+                drop(pool.set_device_current(0).unwrap());
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let stream = non_blocking(&context);
+        let mut allocations = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let buffer = DevicePtrHandle::alloc_async(256, &stream).unwrap();
+            buffer.memset_async(1, 256, &stream).unwrap();
+            allocations += 1;
+        }
+        stream.synchronize().unwrap();
+        assert!(allocations > 0);
+    });
+    let default = MemoryPoolHandle::device_default(0).unwrap();
+    drop(default.set_device_current(0).unwrap());
+}
+
+// D3: a panic inside `ContextHandle::run` restores the caller's context.
+
+#[test]
+fn a_panic_inside_run_restores_the_callers_context() {
+    clean("a_panic_inside_run_restores_the_callers_context", &[]);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_panic_inside_run_restores_the_callers_context() {
+    in_scenario();
+    assert!(ContextHandle::current().unwrap().is_none());
+    let green = GreenContextHandle::create(0, 16).unwrap();
+    let green_context = green.context().unwrap();
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        let _ = green_context.run(|| -> handles_cuda::Result<()> { panic!("inside run") });
+    }));
+    assert!(unwound.is_err());
+    assert!(
+        ContextHandle::current().unwrap().is_none(),
+        "the caller had no context current, and has none after the panic"
+    );
+    // Also from a context that was current before.
+    let primary = ContextHandle::primary(0).unwrap();
+    primary
+        .run(|| {
+            let unwound = catch_unwind(AssertUnwindSafe(|| {
+                let _ = green_context.run(|| -> handles_cuda::Result<()> { panic!("again") });
+            }));
+            assert!(unwound.is_err());
+            let current = ContextHandle::current()?.expect("the primary context is current");
+            assert_eq!(current.as_cu(), primary.as_cu());
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    drop((green_context, green));
+    // Work after the green context is gone runs in a live context (the simulator reports a
+    // call in a destroyed one).
+    let stream = non_blocking(&primary);
+    let event = EventHandle::create_in_current(EventFlags::default());
+    assert!(event.is_err(), "no context is current: {event:?}");
+    stream.synchronize().unwrap();
+}
+
+// D4: a wrapped cudarc slice that cannot be freed in order is leaked and reported.
+
+#[test]
+fn a_cudarc_slice_whose_free_cannot_be_ordered_is_reported() {
+    let name = "a_cudarc_slice_whose_free_cannot_be_ordered_is_reported";
+    // The slice is leaked on purpose; nothing else may be.
+    let report = run_scenario(name, &[], &[]);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_cudarc_slice_whose_free_cannot_be_ordered_is_reported() {
+    in_scenario();
+    let failures = Failures::watch();
+    let cudarc_context = CudaContext::new(0).unwrap();
+    let cudarc_stream = cudarc_context.new_stream().unwrap();
+    let context = ContextHandle::from_cudarc(&cudarc_context);
+    let other = non_blocking(&context);
+    let slice = cudarc_stream.alloc_zeros::<u8>(256).unwrap();
+    let buffer = DevicePtrHandle::from_cudarc_slice(slice).unwrap();
+    buffer.memset_async(7, 256, &other).unwrap();
+    cudarc_stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+        .unwrap();
+    // cudarc's stream captures: its wait for the memset cannot be queued, so the slice is
+    // leaked, and the leak must reach the report hook.
+    drop(buffer);
+    let seen = failures.seen();
+    assert_eq!(seen.len(), 1, "one reported leak: {seen:?}");
+    assert!(seen[0].starts_with("DevicePtr"), "{seen:?}");
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: the stream is alive and capturing; `graph` is a valid out-pointer.
+    let ended = unsafe { sys::cuStreamEndCapture(cudarc_stream.cu_stream(), &mut graph) };
+    assert_eq!(ended, sys::CUresult::CUDA_SUCCESS);
+    if !graph.is_null() {
+        // SAFETY: the graph the capture made, destroyed once.
+        assert_eq!(
+            unsafe { sys::cuGraphDestroy(graph) },
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    other.synchronize().unwrap();
+}
+
+// D8: an event is recorded only on a stream of its context, default-stream tokens included.
+
+#[test]
+fn an_event_is_refused_on_a_token_of_another_context() {
+    clean("an_event_is_refused_on_a_token_of_another_context", &[]);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_an_event_is_refused_on_a_token_of_another_context() {
+    in_scenario();
+    let primary = ContextHandle::primary(0).unwrap();
+    let green = GreenContextHandle::create(0, 16).unwrap();
+    let green_context = green.context().unwrap();
+    let event = EventHandle::create(&primary, EventFlags::default()).unwrap();
+    for token in [StreamHandle::legacy(), StreamHandle::per_thread()] {
+        let refused = green_context.run(|| event.record(&token));
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(ref m)) if m.contains("context")),
+            "{refused:?}"
+        );
+        // In its own context the same token is fine.
+        primary.run(|| event.record(&token)).unwrap();
+    }
+    let recycled = handles_cuda::EventRecycler::new(&primary, EventFlags::default())
+        .unwrap()
+        .acquire()
+        .unwrap();
+    let refused = green_context.run(|| recycled.record(&StreamHandle::legacy()));
+    assert!(refused.is_err(), "{refused:?}");
+    event.synchronize().unwrap();
+    drop((recycled, event, green_context, green));
+    handles_cuda::clear_recycled_events();
+}
+
+// D9: a recycled stream is never handed out while an old owner's weak handle exists.
+
+#[test]
+fn a_recycled_stream_is_not_reachable_through_an_old_weak_handle() {
+    clean(
+        "a_recycled_stream_is_not_reachable_through_an_old_weak_handle",
+        &[],
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_recycled_stream_is_not_reachable_through_an_old_weak_handle() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let recycler = StreamRecycler::new(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+    let first = recycler.acquire().unwrap();
+    let kept = first.downgrade();
+    let raw = first.as_cu();
+    drop(first);
+    let second = recycler.acquire().unwrap();
+    if let Some(upgraded) = kept.upgrade() {
+        assert_ne!(
+            upgraded.as_cu(),
+            second.as_cu(),
+            "the old owner's weak handle reaches the next owner's stream"
+        );
+    }
+    // Without a weak handle, the stream is recycled as before.
+    drop(kept);
+    let raw_second = second.as_cu();
+    drop(second);
+    let third = recycler.acquire().unwrap();
+    assert_eq!(third.as_cu(), raw_second, "an unshared stream is reused");
+    let _ = raw;
+    drop(third);
+    handles_cuda::clear_recycled_streams();
+}
+
+// D10: revoking a device's access to a pool is ordered after that device's work, and graphs
+// check their buffers at every launch.
+
+#[test]
+fn two_gpus_revoking_peer_access_waits_for_work_and_graphs_recheck() {
+    clean(
+        "two_gpus_revoking_peer_access_waits_for_work_and_graphs_recheck",
+        &[("CUDA_SIM_DEVICES", "2")],
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_two_gpus_revoking_peer_access_waits_for_work_and_graphs_recheck() {
+    in_scenario();
+    let kernels = TestKernels::load().unwrap();
+    let far = ContextHandle::primary(1).unwrap();
+    let far_stream = non_blocking(&far);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let home = non_blocking(&ContextHandle::primary(0).unwrap());
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &home).unwrap();
+    home.synchronize().unwrap();
+    pool.set_peer_access(1, true).unwrap();
+    // A graph on device 1 that uses the pool's memory.
+    let graph =
+        handles_cuda::GraphHandle::capture(&far, handles_cuda::CaptureMode::Relaxed, |capture| {
+            capture.launch(
+                &kernels.fill,
+                &handles_cuda::LaunchConfig::linear(1024, 128),
+                (&buffer, 3, 1024),
+            )
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&far_stream).unwrap();
+    // Work queued on device 1, then the revocation: it waits for that work first.
+    kernels
+        .fill
+        .launch(
+            &far_stream,
+            &handles_cuda::LaunchConfig::linear(1024, 128),
+            (&buffer, 5, 1024),
+        )
+        .unwrap();
+    pool.set_peer_access(1, false).unwrap();
+    assert!(
+        far_stream.query().unwrap(),
+        "the revocation returned only after device 1's work on the pool"
+    );
+    // Afterwards the graph and direct work are refused, not faulted.
+    let relaunch = exec.launch(&far_stream);
+    assert!(
+        matches!(relaunch, Err(Error::InvalidArgument(ref m)) if m.contains("not accessible")),
+        "{relaunch:?}"
+    );
+    let direct = buffer.memset_async(0, 4096, &far_stream);
+    assert!(direct.is_err(), "{direct:?}");
+    far_stream.synchronize().unwrap();
+    drop((exec, graph, buffer));
+    home.synchronize().unwrap();
+}
