@@ -1,4 +1,45 @@
 //! Execution resources: contexts, streams, events, green contexts, and their recyclers.
+//!
+//! - **Owned contexts, no hidden thread state.** What is made in a context keeps an owning handle
+//!   of it. Work on "the current context" (default-stream tokens, `create_in_current`) resolves it
+//!   to the handle that manages it or a retain of the device's primary context; a context no
+//!   handle can own is refused with `Err` (inside `ContextHandle::run`, the handle it runs, such
+//!   as a green context's, counts as managing). `ContextHandle::current()` follows the same rule, and
+//!   every constructor that keeps its context (and both recyclers) resolves a non-owning
+//!   reference that way first (`keep_alive`), so no safe call stores a context it cannot keep
+//!   alive. Constructors and deleters make their context current
+//!   only for the call (`driver/current.rs`) and restore the caller's on every exit; if only the
+//!   restore fails, the new resource is dropped again (`ContextHandle::run` offers the same to
+//!   other libraries' calls).
+//!
+//! - **Green contexts** (`green.rs`): the green context is owned; `context()` is a with-owner
+//!   `ContextHandle` that keeps it, and streams (`cuGreenCtxStreamCreate`) keep that handle.
+//!
+//! - **Event recycling** (`event_recycler.rs`, opt in): a per-thread cache of released events
+//!   (no lock, no atomics). An event is cached only if it is the sole handle (strong and weak
+//!   counts), untimed and not interprocess, and handed out again only once its last record
+//!   completed: the next owner sees exactly a fresh event. The release asks the driver nothing:
+//!   an event not recorded since it was handed out is ready; a recorded one is pending. Records
+//!   made with `RecycledEvent::record` on a stream this crate created carry the stream (a weak
+//!   handle: equal means the same stream) and the thread's ticket; one thread's records on one
+//!   stream complete in order, so an acquire that finds nothing ready binary-searches that
+//!   sequence with `cuEventQuery` and readies the newest completed record and all earlier ones.
+//!   Anything else (`Deref` to the `EventHandle`, a default-stream token) is settled by a query of
+//!   its own. An acquire never waits: if nothing completed, it creates an event.
+//!
+//! - **Stream recycling** (`stream_recycler.rs`, opt in): a per-thread cache keyed by context,
+//!   flags and priority; a stream is cached only if it is idle (`cuStreamQuery`), not capturing,
+//!   and the sole handle, strong or weak (recycled streams are not registered), so nothing from
+//!   the old owner can reach it.
+//!
+//! Descriptors travel between processes with `send_fd`/`receive_fd` (a length-prefixed payload
+//! and one `SCM_RIGHTS` descriptor per message, received close-on-exec). Driver calls are written
+//! once, through `driver!` (which names the call from the call itself), `out` (out-pointers) and
+//! `create_in` (create in a context; a failed restore drops the new handle, so the real deleter
+//! undoes it).
+//!
+//! `tests/cuda-sim` is a simulated driver that is also a checker (vector clocks per stream); CI
+//! runs the GPU suite on it, and its README lists what it models.
 
 pub(crate) mod context;
 pub(crate) mod event;

@@ -1,3 +1,30 @@
 //! CUDA graphs: nodes, captures, executable graphs.
+//!
+//! - **Graphs.** A graph's nodes hold raw values, so the graph keeps their handles
+//!   (*attachments*: buffers, kernels, events); `instantiate` copies them into the `GraphExec`,
+//!   `update` swaps them, and `GraphExec::launch` reports the buffers on its stream and notes the
+//!   kernels' libraries, like a direct launch. An accumulator rather than driver user objects:
+//!   releases then happen on the program's thread, never in a driver callback that may not call
+//!   CUDA. Capture runs on a private, unregistered stream (no lookup by raw value finds it; the
+//!   capture is ended by a guard, also if the closure panics) reachable only through the closure's `Capture`
+//!   (`!Send`): nothing else can queue work on it, so every captured use is attached and no
+//!   allocation or free is ever captured. A stream lent to cudarc may be captured by cudarc;
+//!   while any is lent or any capture runs, and always on streams this crate does not own and
+//!   on the per-thread stream, allocations, frees and queued work first ask
+//!   `cuStreamIsCapturing` and refuse (a free is leaked and reported) rather than become graph
+//!   nodes. A loan of an owned stream whose cudarc wrapper is gone stays counted while the stream still captures
+//!   (cudarc's wrapper ends nothing when dropped), and a wrapped cudarc slice does not hand out
+//!   cudarc's stream (`deallocation_stream` is `None`). Event records and stream waits are
+//!   refused the same way: a record into another
+//!   library's capture would make a captured event, and a wait on it would pull a stream of
+//!   ours into that capture. A capture begun by another thread between that check and the call cannot be ordered
+//!   against, so the stream conversions to and from cudarc are `unsafe`, with that as their
+//!   contract. `Capture` has no event record or wait: an event recorded in a capture is a fork
+//!   point through which any stream could join it. `instantiate` and `update` hold the graph's
+//!   (and the executable graph's) lock across the driver call, so no node is added, and no launch
+//!   reports the old attachments, in between. Known limit: dropping the last handle of a
+//!   synchronous allocation, a mapping or a library that ran work, while a capture runs in the same
+//!   context (inside the capture closure, or on another thread), leaks it (reported): the context
+//!   synchronisation its release needs is refused during a capture, in any capture mode.
 
 pub(crate) mod nodes;
