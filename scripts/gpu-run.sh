@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|tour|sanitizer|soak|bench|libs]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|soak|bench|libs]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${OUT:-gpu-logs}
@@ -19,11 +19,21 @@ for step in "${steps[@]}"; do
         # The ignored tests of these binaries are children that their own (not ignored) tests
         # start on the simulator; they are not GPU tests.
         case $test in
-          *-selftest | *-kernels | *-vmm | *-fault_sweep | *-cuda_soundness | *-fd_passing | *-interop) ignored=() ;;
+          *-selftest | *-kernels | *-vmm | *-fault_sweep | *-cuda_soundness | *-fd_passing | *-interop | *-cuda_rules | *-capabilities) ignored=() ;;
           *) ignored=(--include-ignored) ;;
         esac
         "$test" ${ignored[@]+"${ignored[@]}"} --skip two_gpus --skip soak --test-threads=1 --nocapture >>"$logs/tests.log" 2>&1 || status=1
         grep -E "^test result|FAILED|panicked" "$logs/tests.log" | tail -n 3
+      done
+      ;;
+    rules)
+      # The reproducers of the layers issue's defects, as plain programs on the real driver
+      # (one GPU: the two-device one is skipped), three times over for the racy ones.
+      for round in 1 2 3; do
+        echo "== cuda_rules scenarios on the GPU, round $round" | tee -a "$logs/rules.log"
+        HANDLES_SIM_SCENARIO=gpu .gpu/test-test-cuda_rules --include-ignored scenario_ --skip two_gpus \
+          --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
+        grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       done
       ;;
     tour)

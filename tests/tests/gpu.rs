@@ -885,16 +885,17 @@ fn recycled_streams_behave_like_fresh_ones() {
     drop(while_busy);
     context.synchronize().unwrap();
 
-    // Looked up by its raw value while cached and still held: let go, never handed out.
+    // Recycled streams are not registered: a lookup by raw value never reaches one, and a weak
+    // handle an old owner kept makes the recycler let it go, never hand it out.
     let looked_up = recycler.acquire().unwrap();
     let looked_up_raw = looked_up.as_cu();
+    assert!(StreamHandle::lookup(looked_up_raw).is_none(), "not registered");
+    let spy = looked_up.downgrade();
     drop(looked_up);
-    let spy = StreamHandle::lookup(looked_up_raw).expect("a cached stream is registered");
     let fresh = recycler.acquire().unwrap();
-    assert_ne!(
-        fresh.as_cu(),
-        looked_up_raw,
-        "a stream someone holds is not handed out"
+    assert!(
+        spy.upgrade().is_none_or(|old| old.as_cu() != fresh.as_cu()),
+        "an old owner's weak handle never reaches the next owner's stream"
     );
     drop((spy, fresh));
 
