@@ -7,18 +7,25 @@ use syn::Ident;
 use crate::ast::Declaration;
 
 /// The names of the generated types.
-struct Names {
-    handle: Ident,
-    weak: Ident,
-    boxed: Ident,
+pub(crate) struct Names {
+    pub handle: Ident,
+    pub weak: Ident,
+    pub boxed: Ident,
+}
+
+impl Names {
+    /// The names generated for the struct `ident`; the fallback uses the same ones.
+    pub(crate) fn new(ident: &Ident) -> Self {
+        Self {
+            handle: format_ident!("{}Handle", ident),
+            weak: format_ident!("{}Weak", ident),
+            boxed: format_ident!("{}Box", ident),
+        }
+    }
 }
 
 pub(crate) fn expand(decl: &Declaration<'_>) -> TokenStream {
-    let names = Names {
-        handle: format_ident!("{}Handle", decl.ident),
-        weak: format_ident!("{}Weak", decl.ident),
-        boxed: format_ident!("{}Box", decl.ident),
-    };
+    let names = Names::new(decl.ident);
     let items = [
         owner_checks(decl),
         resource_impl(decl),

@@ -3,12 +3,14 @@
 //! Use it through `handles_core`, which re-exports it. The pipeline is one file per stage:
 //! `parse.rs` reads the struct and its attributes into the `ast.rs` model, collecting every
 //! mistake; `validate.rs` checks the model as a whole; `expand.rs` writes the generated items,
-//! one function per item.
+//! one function per item. A declaration with errors gets `fallback.rs` instead: the errors and
+//! stand-ins for the generated names, so that its errors are all the compile reports.
 #![deny(missing_docs)]
 
 mod ast;
 mod diagnostics;
 mod expand;
+mod fallback;
 mod parse;
 #[cfg(test)]
 mod tests;
@@ -45,14 +47,19 @@ use proc_macro::TokenStream;
 #[proc_macro_derive(ResourceHandle, attributes(handle, owner))]
 pub fn derive_resource_handle(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    derive(&input).into()
+}
+
+/// The whole derive: the generated items, or the errors and the fallback.
+fn derive(input: &syn::DeriveInput) -> proc_macro2::TokenStream {
     let mut diagnostics = diagnostics::Diagnostics::default();
-    let declaration = parse::parse(&input, &mut diagnostics);
+    let parse::Parsed { declaration, krate } = parse::parse(input, &mut diagnostics);
     if let Some(declaration) = &declaration {
         validate::validate(declaration, &mut diagnostics);
     }
     match (diagnostics.finish(), declaration) {
-        (Ok(()), Some(declaration)) => expand::expand(&declaration).into(),
-        (Err(errors), _) => errors.into_compile_error().into(),
+        (Ok(()), Some(declaration)) => expand::expand(&declaration),
+        (Err(errors), _) => fallback::fallback(input, krate.as_ref(), errors),
         (Ok(()), None) => unreachable!("a missing declaration is always reported"),
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
@@ -36,16 +37,24 @@ struct SpecBuilder {
     delete: Option<Path>,
     registry: Option<Span>,
     krate: Option<Path>,
+    /// A mistake that may have been an attempt at `crate = path`: then the default path is a
+    /// guess that the fallback must not rely on.
+    krate_in_doubt: bool,
 }
 
-/// Parses the whole input, recording every problem in `diagnostics`. Returns a declaration
-/// whenever the spec could be read, even if a field had problems, so that validation can
-/// report its own findings in the same compile.
-pub(crate) fn parse<'a>(
-    input: &'a DeriveInput,
-    diagnostics: &mut Diagnostics,
-) -> Option<Declaration<'a>> {
-    let spec = parse_spec(input, diagnostics);
+/// What [`parse`] read.
+pub(crate) struct Parsed<'a> {
+    /// The declaration, whenever its spec could be read (even if a field had problems, so that
+    /// validation can report its own findings in the same compile).
+    pub declaration: Option<Declaration<'a>>,
+    /// The path to the runtime crate for the fallback: the `crate` key's, or the default unless
+    /// a mistake in `#[handle(...)]` may have been meant to name another.
+    pub krate: Option<TokenStream>,
+}
+
+/// Parses the whole input, recording every problem in `diagnostics`.
+pub(crate) fn parse<'a>(input: &'a DeriveInput, diagnostics: &mut Diagnostics) -> Parsed<'a> {
+    let (spec, krate) = parse_spec(input, diagnostics);
     let fields = parse_fields(input, diagnostics);
     if !input.generics.params.is_empty() {
         diagnostics.error(
@@ -53,15 +62,24 @@ pub(crate) fn parse<'a>(
             "#[derive(ResourceHandle)] does not support generic parameters: a resource has one concrete raw type",
         );
     }
-    Some(Declaration {
+    let declaration = spec.map(|spec| Declaration {
         vis: &input.vis,
         ident: &input.ident,
-        spec: spec?,
+        spec,
         fields,
-    })
+    });
+    Parsed { declaration, krate }
 }
 
-fn parse_spec(input: &DeriveInput, diagnostics: &mut Diagnostics) -> Option<Spec> {
+fn default_krate() -> Path {
+    syn::parse_quote!(::handles_core)
+}
+
+/// The spec, if it could be read, and the crate path for the fallback.
+fn parse_spec(
+    input: &DeriveInput,
+    diagnostics: &mut Diagnostics,
+) -> (Option<Spec>, Option<TokenStream>) {
     let attrs: Vec<&Attribute> = input
         .attrs
         .iter()
@@ -72,7 +90,7 @@ fn parse_spec(input: &DeriveInput, diagnostics: &mut Diagnostics) -> Option<Spec
             input.ident.span(),
             "missing #[handle(raw = ...)] attribute: #[derive(ResourceHandle)] needs at least the raw type",
         );
-        return None;
+        return (None, Some(default_krate().into_token_stream()));
     }
     let mut builder = SpecBuilder::default();
     for attr in &attrs {
@@ -82,27 +100,35 @@ fn parse_spec(input: &DeriveInput, diagnostics: &mut Diagnostics) -> Option<Spec
                     builder.accept(item, diagnostics);
                 }
             }
-            Err(error) => diagnostics.push(error),
+            Err(error) => {
+                // Which keys it held is unknown.
+                builder.krate_in_doubt = true;
+                diagnostics.push(error);
+            }
         }
     }
+    // A path given with `crate = ...` is the author's; the default is trusted unless a mistake
+    // may have been an attempt to give another.
+    let trusted = builder.krate.is_some() || !builder.krate_in_doubt;
+    let krate = builder.krate.unwrap_or_else(default_krate);
+    let fallback_krate = trusted.then(|| krate.to_token_stream());
     let Some(raw) = builder.raw else {
         diagnostics.error(
             attrs[0].path().span(),
             "missing `raw = Type` in #[handle(...)]: the type of the raw resource value",
         );
-        return None;
+        return (None, fallback_krate);
     };
-    Some(Spec {
+    let spec = Spec {
         raw,
         accessor: builder
             .accessor
             .unwrap_or_else(|| Ident::new("as_raw", Span::call_site())),
         delete: builder.delete,
         registry: builder.registry,
-        krate: builder
-            .krate
-            .unwrap_or_else(|| syn::parse_quote!(::handles_core)),
-    })
+        krate,
+    };
+    (Some(spec), fallback_krate)
 }
 
 /// Reads `key`, `key = value`, ... where a value runs to the next comma outside `<...>`.
@@ -171,6 +197,10 @@ impl SpecBuilder {
             return;
         }
         if !KEYS.contains(&name.as_str()) {
+            // `krate = ...` or `colour = ...` may have meant the crate; `delet` did not.
+            if nearest_key(&name, KEYS).is_none_or(|key| key == "crate") {
+                self.krate_in_doubt = true;
+            }
             diagnostics.error(
                 item.key.span(),
                 unknown_key_message(&name, KEYS, "#[handle]"),
@@ -194,7 +224,10 @@ impl SpecBuilder {
             "raw" => self.raw = typed_value(&item, diagnostics),
             "accessor" => self.accessor = typed_value(&item, diagnostics),
             "delete" => self.delete = typed_value(&item, diagnostics),
-            "crate" => self.krate = typed_value(&item, diagnostics),
+            "crate" => {
+                self.krate = typed_value(&item, diagnostics);
+                self.krate_in_doubt |= self.krate.is_none();
+            }
             "registry" => self.registry = flag(&item, diagnostics),
             _ => unreachable!("every key in KEYS is handled"),
         }
@@ -228,15 +261,19 @@ fn flag(item: &Item, diagnostics: &mut Diagnostics) -> Option<Span> {
     Some(item.key.span())
 }
 
-fn unknown_key_message(name: &str, keys: &[&str], place: &str) -> String {
-    let nearest = keys
-        .iter()
+/// The key that `name` is probably a misspelling of.
+fn nearest_key<'k>(name: &str, keys: &[&'k str]) -> Option<&'k str> {
+    keys.iter()
         .map(|key| (strsim::damerau_levenshtein(name, key), *key))
         .filter(|(distance, key)| *distance <= (key.len() / 3).max(2) || key.contains(name))
-        .min();
+        .min()
+        .map(|(_, key)| key)
+}
+
+fn unknown_key_message(name: &str, keys: &[&str], place: &str) -> String {
     let known = keys.join("`, `");
-    match nearest {
-        Some((_, key)) => format!("unknown key `{name}` in {place}; did you mean `{key}`?"),
+    match nearest_key(name, keys) {
+        Some(key) => format!("unknown key `{name}` in {place}; did you mean `{key}`?"),
         None => format!("unknown key `{name}` in {place}; expected one of `{known}`"),
     }
 }

@@ -143,10 +143,8 @@ fn scenario_a_cudarc_slice_whose_free_cannot_be_ordered_is_reported() {
     assert_eq!(ended, sys::CUresult::CUDA_SUCCESS);
     if !graph.is_null() {
         // SAFETY: the graph the capture made, destroyed once.
-        assert_eq!(
-            unsafe { sys::cuGraphDestroy(graph) },
-            sys::CUresult::CUDA_SUCCESS
-        );
+        let destroyed = unsafe { sys::cuGraphDestroy(graph) };
+        assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
     }
     other.synchronize().unwrap();
 }

@@ -889,7 +889,10 @@ fn recycled_streams_behave_like_fresh_ones() {
     // handle an old owner kept makes the recycler let it go, never hand it out.
     let looked_up = recycler.acquire().unwrap();
     let looked_up_raw = looked_up.as_cu();
-    assert!(StreamHandle::lookup(looked_up_raw).is_none(), "not registered");
+    assert!(
+        StreamHandle::lookup(looked_up_raw).is_none(),
+        "not registered"
+    );
     let spy = looked_up.downgrade();
     drop(looked_up);
     let fresh = recycler.acquire().unwrap();
