@@ -469,7 +469,7 @@ impl DevicePtrHandle {
     }
 
     #[inline]
-    fn used_on(&self, stream: &StreamHandle) -> Result<()> {
+    pub(crate) fn used_on(&self, stream: &StreamHandle) -> Result<()> {
         match &self.record().release {
             Release::StreamOrdered { order, .. } if self.is_owning() => order.used_on(stream),
             Release::Synchronous(used) | Release::PinnedHost(used) if self.is_owning() => {
@@ -533,111 +533,13 @@ impl DevicePtrHandle {
         order.move_home(stream.bound()?)
     }
 
-    /// Fills the first `len` bytes with `value`, ordered on `stream`.
-    pub fn memset_async(&self, value: u8, len: usize, stream: &StreamHandle) -> Result<()> {
-        self.memset_at_async(0, value, len, stream)
-    }
-
-    /// Fills `len` bytes from byte `offset` with `value`, ordered on `stream`.
-    pub fn memset_at_async(
-        &self,
-        offset: usize,
-        value: u8,
-        len: usize,
-        stream: &StreamHandle,
-    ) -> Result<()> {
-        let start = self.range(offset, len)?;
-        stream.refuse_if_captured()?;
-        self.check_accessible_on(stream)?;
-        stream
-            .queue(|raw_stream| {
-                // SAFETY: the range is within the allocation, which is alive while `self` is.
-                unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
-            })
-            .then(|| self.used_on(stream))
-    }
-
-    /// Copies `src` into the start of the allocation, after the work queued on `stream`.
-    /// Returns once the copy is complete.
-    pub fn copy_from_host(&self, src: &[u8], stream: &StreamHandle) -> Result<()> {
-        self.copy_from_host_at(0, src, stream)
-    }
-
-    /// Copies `src` into the allocation from byte `offset`, after the work queued on
-    /// `stream`. Returns once the copy is complete.
-    pub fn copy_from_host_at(
-        &self,
-        offset: usize,
-        src: &[u8],
-        stream: &StreamHandle,
-    ) -> Result<()> {
-        let start = self.range(offset, src.len())?;
-        self.check_accessible_on(stream)?;
-        host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
-    }
-
-    /// Copies the start of the allocation into `dst`, after the work queued on `stream`.
-    /// Returns once the copy is complete.
-    pub fn copy_to_host(&self, dst: &mut [u8], stream: &StreamHandle) -> Result<()> {
-        self.copy_to_host_at(0, dst, stream)
-    }
-
-    /// Copies `dst.len()` bytes from byte `offset` of the allocation into `dst`, after the
-    /// work queued on `stream`. Returns once the copy is complete.
-    pub fn copy_to_host_at(
-        &self,
-        offset: usize,
-        dst: &mut [u8],
-        stream: &StreamHandle,
-    ) -> Result<()> {
-        let start = self.range(offset, dst.len())?;
-        self.check_accessible_on(stream)?;
-        host_copy(stream, dst.as_mut_ptr() as CUdeviceptr, start, dst.len())
-    }
-
-    /// Copies `len` bytes from byte `src_offset` of this allocation to byte `dst_offset` of
-    /// `dst`, ordered on `stream` (device to device; the two ranges may be in one allocation
-    /// only if they do not overlap). Both frees are ordered after the copy.
-    pub fn copy_to_async(
-        &self,
-        src_offset: usize,
-        dst: &DevicePtrHandle,
-        dst_offset: usize,
-        len: usize,
-        stream: &StreamHandle,
-    ) -> Result<()> {
-        let from = self.range(src_offset, len)?;
-        let to = dst.range(dst_offset, len)?;
-        // Absolute addresses: two views of one allocation overlap as much as their bases do.
-        if from.abs_diff(to) < len as CUdeviceptr {
-            return Err(Error::InvalidArgument(
-                "the source and destination ranges overlap".into(),
-            ));
-        }
-        stream.refuse_if_captured()?;
-        self.check_accessible_on(stream)?;
-        dst.check_accessible_on(stream)?;
-        stream
-            .queue_bound(|raw_stream| {
-                // SAFETY: both ranges are within live allocations kept alive by their handles.
-                unsafe { driver!(cuMemcpyAsync(to, from, len, raw_stream)) }
-            })
-            .then(|| {
-                // Both are reported whatever happens to the other: an unreported use could be
-                // freed unordered.
-                let source = self.used_on(stream);
-                let destination = dst.used_on(stream);
-                source.and(destination)
-            })
-    }
-
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.
     pub(crate) fn checked_range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
         self.range(offset, len)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.
-    fn range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
+    pub(crate) fn range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size() => Ok(self.as_cu() + offset as CUdeviceptr),
             _ => Err(Error::InvalidArgument(format!(
@@ -646,19 +548,4 @@ impl DevicePtrHandle {
             ))),
         }
     }
-}
-
-/// A copy between host memory the caller lends and device memory, after the work queued on
-/// `stream`: the host first waits for `stream`, then a synchronous `cuMemcpy` copies. A
-/// synchronous copy does not return while the driver may still read or write the host memory,
-/// whatever its status; an asynchronous copy followed by a failed synchronize could. The copy
-/// is complete when this returns, so it orders the later free by itself.
-fn host_copy(stream: &StreamHandle, dst: CUdeviceptr, src: CUdeviceptr, len: usize) -> Result<()> {
-    stream.synchronize()?;
-    stream.run_bound(|_| {
-        // SAFETY: both ranges are valid for `len` bytes (checked by the caller, and the host
-        // slice is borrowed for the whole call); unified addressing lets `cuMemcpy` take host
-        // and device addresses alike.
-        unsafe { driver!(cuMemcpy(dst, src, len)) }
-    })
 }

@@ -18,6 +18,7 @@
 //!   work, and by graph launches for each buffer); each such use notes its context in the pool,
 //!   and revoking the access first waits for those contexts.
 
+pub(crate) mod copy;
 pub(crate) mod device_ptr;
 pub(crate) mod growable;
 pub(crate) mod pool;
