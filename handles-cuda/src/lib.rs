@@ -53,10 +53,9 @@ mod order;
 mod sync;
 
 pub use code::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
-pub use code::launch::{
-    BoundsCheck, Buffer, KernelParam, KernelParams, LaunchConfig, LaunchOptions, TypedKernel,
-};
+pub use code::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
 pub use code::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
+pub use code::params::{Buffer, KernelParam, KernelParams};
 pub use code::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
 pub use driver::load::{
     MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
@@ -71,10 +70,9 @@ pub use exec::stream::{
     LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
 };
 pub use exec::stream_recycler::{RecycledStream, StreamRecycler, clear_recycled_streams};
-pub use graph::nodes::{
-    Capture, CaptureMode, Graph, GraphBox, GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak,
-    GraphHandle, GraphNode, GraphWeak,
-};
+pub use graph::capture::{Capture, CaptureMode};
+pub use graph::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
+pub use graph::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};
 pub use ipc::event::IpcEventHandle;
 pub use ipc::fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
 pub use ipc::pointer::{

@@ -14,18 +14,17 @@
 //!   captured into a graph (the graph keeps the buffer instead);
 //! - the kernel's library notes the launch's context, so that its unload waits for the kernel.
 
-use std::ffi::c_void;
 use std::marker::PhantomData;
 
-use cudarc::driver::sys::{self, CUcontext, CUfunction};
+use cudarc::driver::sys::{self, CUcontext, CUfunction, CUstream};
 
 use crate::code::kernel::KernelHandle;
+use crate::code::params::KernelParams;
 use crate::driver::call::driver;
 use crate::driver::current::current_raw;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
-use crate::memory::device_ptr::DevicePtrHandle;
 
 /// The shape of a launch: grid and block dimensions and dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,6 +38,27 @@ pub struct LaunchConfig {
 }
 
 impl LaunchConfig {
+    /// This shape as the driver takes it, on `stream` with `attributes`: the one place where
+    /// the grid and block are spread into the driver's fields (launches, kernel nodes).
+    pub(crate) fn raw(
+        &self,
+        stream: CUstream,
+        attributes: &mut [sys::CUlaunchAttribute],
+    ) -> sys::CUlaunchConfig {
+        sys::CUlaunchConfig {
+            gridDimX: self.grid[0],
+            gridDimY: self.grid[1],
+            gridDimZ: self.grid[2],
+            blockDimX: self.block[0],
+            blockDimY: self.block[1],
+            blockDimZ: self.block[2],
+            sharedMemBytes: self.shared_mem_bytes,
+            hStream: stream,
+            attrs: attributes.as_mut_ptr(),
+            numAttrs: attributes.len() as u32,
+        }
+    }
+
     /// A one-dimensional launch of at least `elements` threads, `block` per block (the grid
     /// is rounded up; `elements` 0 still launches one block).
     pub fn linear(elements: u32, block: u32) -> Self {
@@ -159,162 +179,6 @@ impl LaunchOptions {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A kernel parameter type: a scalar, or [`Buffer`] for a device pointer. Sealed: each
-/// implementation fixes the exact bytes the driver copies into the parameter.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a kernel parameter type",
-    label = "not a kernel parameter type",
-    note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
-            f64, and `Buffer` for a device pointer (passed as `&DevicePtrHandle`)"
-)]
-pub trait KernelParam: sealed::Sealed {
-    /// What a launch passes for this parameter.
-    type Arg<'a>;
-    /// The parameter's size in bytes.
-    const SIZE: usize;
-    /// The parameter's bytes, native-endian, in the first [`Self::SIZE`] bytes.
-    fn bytes(arg: &Self::Arg<'_>) -> [u8; 8];
-    /// Reports a buffer argument as used by work queued on `stream`.
-    fn note_use(_arg: &Self::Arg<'_>, _stream: &StreamHandle) -> Result<()> {
-        Ok(())
-    }
-    /// The buffer a buffer argument passes, for a graph to keep.
-    fn buffer<'a>(_arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
-        None
-    }
-}
-
-macro_rules! scalar_params {
-    ($($scalar:ty),* $(,)?) => {$(
-        impl sealed::Sealed for $scalar {}
-        impl KernelParam for $scalar {
-            type Arg<'a> = $scalar;
-            const SIZE: usize = std::mem::size_of::<$scalar>();
-            #[inline]
-            fn bytes(arg: &$scalar) -> [u8; 8] {
-                let mut bytes = [0u8; 8];
-                bytes[..Self::SIZE].copy_from_slice(&arg.to_ne_bytes());
-                bytes
-            }
-        }
-    )*};
-}
-scalar_params!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
-
-/// A device-pointer parameter: the launch passes a `&DevicePtrHandle` (an allocation, or a
-/// [`DevicePtrHandle::view`] of part of one), and the kernel receives its address.
-#[derive(Clone, Copy, Debug)]
-pub struct Buffer;
-
-impl sealed::Sealed for Buffer {}
-impl KernelParam for Buffer {
-    type Arg<'a> = &'a DevicePtrHandle;
-    const SIZE: usize = 8;
-    #[inline]
-    fn bytes(arg: &&DevicePtrHandle) -> [u8; 8] {
-        arg.as_cu().to_ne_bytes()
-    }
-    #[inline]
-    fn note_use(arg: &&DevicePtrHandle, stream: &StreamHandle) -> Result<()> {
-        arg.note_use(stream)
-    }
-    fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
-        Some(*arg)
-    }
-}
-
-/// A kernel's parameter list: a tuple of [`KernelParam`] types, such as `(Buffer, u32, u32)`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a kernel parameter list",
-    label = "not a tuple of up to 12 kernel parameter types",
-    note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
-            f64, and `Buffer` for a device pointer; a list is a tuple of them, such as \
-            `(Buffer, u32)`"
-)]
-pub trait KernelParams: sealed::Sealed {
-    /// The arguments a launch passes: the tuple of each parameter's [`KernelParam::Arg`].
-    type Args<'a>;
-    /// Each parameter's size in bytes, in order.
-    fn sizes() -> Vec<usize>;
-    /// Calls `launch` with the driver's `kernelParams` array for `args`.
-    fn with_pointers<R>(args: &Self::Args<'_>, launch: impl FnOnce(*mut *mut c_void) -> R) -> R;
-    /// Reports every buffer argument as used on `stream`; each is reported even if another
-    /// fails (an unreported use could be freed unordered).
-    fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()>;
-    /// Calls `each` with every buffer argument.
-    fn for_each_buffer<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a DevicePtrHandle));
-}
-
-impl sealed::Sealed for () {}
-impl KernelParams for () {
-    type Args<'a> = ();
-    fn sizes() -> Vec<usize> {
-        Vec::new()
-    }
-    fn with_pointers<R>(_: &(), launch: impl FnOnce(*mut *mut c_void) -> R) -> R {
-        launch(std::ptr::null_mut())
-    }
-    fn note_uses(_: &(), _: &StreamHandle) -> Result<()> {
-        Ok(())
-    }
-    fn for_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle)) {}
-}
-
-macro_rules! param_tuples {
-    ($( ($($param:ident $index:tt),+) )*) => {$(
-        impl<$($param: KernelParam),+> sealed::Sealed for ($($param,)+) {}
-        impl<$($param: KernelParam),+> KernelParams for ($($param,)+) {
-            type Args<'a> = ($($param::Arg<'a>,)+);
-            fn sizes() -> Vec<usize> {
-                vec![$($param::SIZE),+]
-            }
-            #[inline]
-            fn with_pointers<R>(
-                args: &Self::Args<'_>,
-                launch: impl FnOnce(*mut *mut c_void) -> R,
-            ) -> R {
-                let mut values = [$($param::bytes(&args.$index)),+];
-                let mut pointers = values.each_mut().map(|value| value.as_mut_ptr().cast::<c_void>());
-                launch(pointers.as_mut_ptr())
-            }
-            fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()> {
-                let mut status = Ok(());
-                $(
-                    if let Err(error) = $param::note_use(&args.$index, stream) {
-                        status = status.and(Err(error));
-                    }
-                )+
-                status
-            }
-            fn for_each_buffer<'a>(args: &Self::Args<'a>, mut each: impl FnMut(&'a DevicePtrHandle)) {
-                $(
-                    if let Some(buffer) = $param::buffer(&args.$index) {
-                        each(buffer);
-                    }
-                )+
-            }
-        }
-    )*};
-}
-param_tuples! {
-    (A 0)
-    (A 0, B 1)
-    (A 0, B 1, C 2)
-    (A 0, B 1, C 2, D 3)
-    (A 0, B 1, C 2, D 3, E 4)
-    (A 0, B 1, C 2, D 3, E 4, F 5)
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6)
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8)
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9)
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10)
-    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11)
-}
-
 /// The check a [`TypedKernel`] runs on each launch's arguments and configuration before the
 /// launch: `Ok` only when the kernel, given them, stays inside its buffers.
 pub type BoundsCheck<P> = for<'a> fn(&<P as KernelParams>::Args<'a>, &LaunchConfig) -> Result<()>;
@@ -356,9 +220,9 @@ impl KernelHandle {
     /// launch's own checks accept, any argument values):
     ///
     /// - The kernel's parameters are exactly `P`, in order: each scalar parameter of that
-    ///   scalar type, and each [`Buffer`] a pointer that the kernel uses as a device address.
+    ///   scalar type, and each [`Buffer`](crate::Buffer) a pointer that the kernel uses as a device address.
     /// - Whenever `bounds(args, config)` returns `Ok`, the kernel reads and writes device
-    ///   memory only inside the `size()` bytes of each [`Buffer`] argument (or memory it owns
+    ///   memory only inside the `size()` bytes of each [`Buffer`](crate::Buffer) argument (or memory it owns
     ///   itself), and does nothing else that is undefined behaviour on the device (no
     ///   out-of-bounds shared-memory access, no trap-free infinite loop that is relied on to
     ///   end, no use of a buffer's memory after the kernel returns).
@@ -386,7 +250,7 @@ impl KernelHandle {
     ///
     /// The kernel's parameters are exactly `P`, in order, and with these arguments and this
     /// configuration the kernel reads and writes device memory only inside the `size()` bytes
-    /// of each [`Buffer`] argument (or memory it owns), with no other undefined behaviour on
+    /// of each [`Buffer`](crate::Buffer) argument (or memory it owns), with no other undefined behaviour on
     /// the device.
     pub unsafe fn launch_unchecked<P: KernelParams>(
         &self,
@@ -521,40 +385,34 @@ fn queue<P: KernelParams>(
             // SAFETY: the kernel is alive (its handle keeps the library loaded); `params`
             // points to one pointer per parameter, each to that parameter's bytes, alive for
             // the call; the caller vouched that the kernel's accesses stay in bounds.
-            None => unsafe {
-                driver!(cuLaunchKernel(
-                    function,
-                    config.grid[0],
-                    config.grid[1],
-                    config.grid[2],
-                    config.block[0],
-                    config.block[1],
-                    config.block[2],
-                    config.shared_mem_bytes,
-                    raw_stream,
-                    params,
-                    std::ptr::null_mut(),
-                ))
-            },
+            None => {
+                let raw = config.raw(raw_stream, &mut []);
+                // SAFETY: the kernel is alive (its handle keeps the library loaded); `params`
+                // points to one pointer per parameter, each to that parameter's bytes, alive
+                // for the call; the caller vouched that the kernel's accesses stay in bounds.
+                unsafe {
+                    driver!(cuLaunchKernel(
+                        function,
+                        raw.gridDimX,
+                        raw.gridDimY,
+                        raw.gridDimZ,
+                        raw.blockDimX,
+                        raw.blockDimY,
+                        raw.blockDimZ,
+                        raw.sharedMemBytes,
+                        raw.hStream,
+                        params,
+                        std::ptr::null_mut(),
+                    ))
+                }
+            }
             Some(options) => {
                 let (mut attributes, count) = options.attributes();
-                let launch_config = sys::CUlaunchConfig {
-                    gridDimX: config.grid[0],
-                    gridDimY: config.grid[1],
-                    gridDimZ: config.grid[2],
-                    blockDimX: config.block[0],
-                    blockDimY: config.block[1],
-                    blockDimZ: config.block[2],
-                    sharedMemBytes: config.shared_mem_bytes,
-                    hStream: raw_stream,
-                    attrs: attributes.as_mut_ptr(),
-                    numAttrs: count,
-                };
-                // SAFETY: as for `cuLaunchKernel`; `launch_config` and its attributes live
-                // for the call.
+                let raw = config.raw(raw_stream, &mut attributes[..count as usize]);
+                // SAFETY: as for `cuLaunchKernel`; `raw` and its attributes live for the call.
                 unsafe {
                     driver!(cuLaunchKernelEx(
-                        &launch_config,
+                        &raw,
                         function,
                         params,
                         std::ptr::null_mut()

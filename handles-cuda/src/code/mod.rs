@@ -16,4 +16,5 @@ pub(crate) mod image;
 pub(crate) mod kernel;
 pub(crate) mod launch;
 pub(crate) mod library;
+pub(crate) mod params;
 pub(crate) mod program;

@@ -27,4 +27,6 @@
 //!   context (inside the capture closure, or on another thread), leaks it (reported): the context
 //!   synchronisation its release needs is refused during a capture, in any capture mode.
 
+pub(crate) mod capture;
+pub(crate) mod exec;
 pub(crate) mod nodes;

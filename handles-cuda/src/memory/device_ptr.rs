@@ -66,7 +66,7 @@ pub struct DevicePtr {
     #[handle(copy)]
     pub size: usize,
     /// How the memory is freed, and what the free waits for.
-    release: Release,
+    pub(crate) release: Release,
     /// The IPC import cache entry, released after the free.
     import_slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
 }
@@ -74,7 +74,7 @@ pub struct DevicePtr {
 unsafe impl handles_core::ThreadSafe for DevicePtr {}
 
 /// The real cases of freeing an allocation.
-enum Release {
+pub(crate) enum Release {
     /// References and with-owner wrappers free nothing.
     Nothing,
     /// `cuMemFreeAsync` on the deallocation stream, ordered after every other use.
@@ -373,85 +373,6 @@ impl DevicePtrHandle {
             release: Release::Foreign(ForeignFree::new(StreamOrder::new(home)?, owner)),
             import_slot: None,
         })
-    }
-
-    /// [`Self::check_accessible_from`] the device of `stream`'s work, for work about to be
-    /// queued on `stream`; memory of another device's pool also notes the stream, so that a
-    /// later revocation of that device's access waits for the work. A library that queues its
-    /// own device code on the memory calls this first, with the stream it queues on.
-    #[inline]
-    pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<()> {
-        let ordinal = stream.device_ordinal()?;
-        self.check_accessible_from(ordinal)?;
-        match self.remote_pool(ordinal) {
-            Some(pool) => pool.note_remote_use(stream),
-            None => Ok(()),
-        }
-    }
-
-    /// The pool of this memory (through views) if it lives on another device than `ordinal`.
-    fn remote_pool(&self, ordinal: usize) -> Option<&MemoryPoolHandle> {
-        if let Release::View(parent) = &self.record().release {
-            return parent.remote_pool(ordinal);
-        }
-        let pool = self.pool().as_ref()?;
-        match pool.location() {
-            Some(crate::memory::pool::PoolLocation::Device(device)) if device != ordinal => {
-                Some(pool)
-            }
-            _ => None,
-        }
-    }
-
-    /// Refuses to let a kernel on device `ordinal` use this memory when it lives on another
-    /// device that `ordinal` cannot access: a pool allocation needs the pool's peer access
-    /// for `ordinal`, and a synchronous allocation is refused (its peer access is a context
-    /// setting this crate does not track). Pinned host memory and memory of unknown device
-    /// pass. A kernel touching inaccessible memory faults and poisons its context.
-    ///
-    /// Every safe method of this crate that queues work on this memory checks it; a library
-    /// that hands the raw pointer to its own device code (cuBLAS, NCCL) calls it first with
-    /// the device that code runs on.
-    pub fn check_accessible_from(&self, ordinal: usize) -> Result<()> {
-        match &self.record().release {
-            Release::View(parent) => return parent.check_accessible_from(ordinal),
-            Release::Mapped(mappings) => {
-                return match mappings.iter().find(|m| !m.devices().contains(&ordinal)) {
-                    Some(_) => Err(Error::InvalidArgument(format!(
-                        "mapped memory without access for device {ordinal}"
-                    ))),
-                    None => Ok(()),
-                };
-            }
-            _ => {}
-        }
-        if let Some(pool) = self.pool().as_ref() {
-            return match pool.location() {
-                Some(crate::memory::pool::PoolLocation::Device(device)) if device != ordinal => {
-                    if pool.peer_access(ordinal)? {
-                        Ok(())
-                    } else {
-                        Err(Error::InvalidArgument(format!(
-                            "memory of device {device}'s pool is not accessible from device \
-                             {ordinal} (grant it with MemoryPoolHandle::set_peer_access)"
-                        )))
-                    }
-                }
-                _ => Ok(()),
-            };
-        }
-        match (
-            &self.record().release,
-            self.context().as_ref().and_then(|c| c.device()),
-        ) {
-            (Release::Synchronous(_), Some(device)) if device != ordinal => {
-                Err(Error::InvalidArgument(format!(
-                    "a synchronous allocation of device {device} cannot be passed to a kernel \
-                     on device {ordinal}"
-                )))
-            }
-            _ => Ok(()),
-        }
     }
 
     /// Reports that work using this memory was queued on `stream` by this thread, for code

@@ -23,4 +23,5 @@ pub(crate) mod device_ptr;
 pub(crate) mod growable;
 pub(crate) mod pool;
 pub(crate) mod pool_tuning;
+pub(crate) mod reach;
 pub(crate) mod vmm;

@@ -1,0 +1,164 @@
+//! Kernel parameters: the sealed [`KernelParam`] types (scalars and [`Buffer`]) and the tuples
+//! of them that make a kernel's parameter list, each fixing the exact bytes the driver copies.
+
+use std::ffi::c_void;
+
+use crate::error::Result;
+use crate::exec::stream::StreamHandle;
+use crate::memory::device_ptr::DevicePtrHandle;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A kernel parameter type: a scalar, or [`Buffer`] for a device pointer. Sealed: each
+/// implementation fixes the exact bytes the driver copies into the parameter.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel parameter type",
+    label = "not a kernel parameter type",
+    note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
+            f64, and `Buffer` for a device pointer (passed as `&DevicePtrHandle`)"
+)]
+pub trait KernelParam: sealed::Sealed {
+    /// What a launch passes for this parameter.
+    type Arg<'a>;
+    /// The parameter's size in bytes.
+    const SIZE: usize;
+    /// The parameter's bytes, native-endian, in the first [`Self::SIZE`] bytes.
+    fn bytes(arg: &Self::Arg<'_>) -> [u8; 8];
+    /// Reports a buffer argument as used by work queued on `stream`.
+    fn note_use(_arg: &Self::Arg<'_>, _stream: &StreamHandle) -> Result<()> {
+        Ok(())
+    }
+    /// The buffer a buffer argument passes, for a graph to keep.
+    fn buffer<'a>(_arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        None
+    }
+}
+
+macro_rules! scalar_params {
+    ($($scalar:ty),* $(,)?) => {$(
+        impl sealed::Sealed for $scalar {}
+        impl KernelParam for $scalar {
+            type Arg<'a> = $scalar;
+            const SIZE: usize = std::mem::size_of::<$scalar>();
+            #[inline]
+            fn bytes(arg: &$scalar) -> [u8; 8] {
+                let mut bytes = [0u8; 8];
+                bytes[..Self::SIZE].copy_from_slice(&arg.to_ne_bytes());
+                bytes
+            }
+        }
+    )*};
+}
+scalar_params!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// A device-pointer parameter: the launch passes a `&DevicePtrHandle` (an allocation, or a
+/// [`DevicePtrHandle::view`] of part of one), and the kernel receives its address.
+#[derive(Clone, Copy, Debug)]
+pub struct Buffer;
+
+impl sealed::Sealed for Buffer {}
+impl KernelParam for Buffer {
+    type Arg<'a> = &'a DevicePtrHandle;
+    const SIZE: usize = 8;
+    #[inline]
+    fn bytes(arg: &&DevicePtrHandle) -> [u8; 8] {
+        arg.as_cu().to_ne_bytes()
+    }
+    #[inline]
+    fn note_use(arg: &&DevicePtrHandle, stream: &StreamHandle) -> Result<()> {
+        arg.note_use(stream)
+    }
+    fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        Some(*arg)
+    }
+}
+
+/// A kernel's parameter list: a tuple of [`KernelParam`] types, such as `(Buffer, u32, u32)`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a kernel parameter list",
+    label = "not a tuple of up to 12 kernel parameter types",
+    note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
+            f64, and `Buffer` for a device pointer; a list is a tuple of them, such as \
+            `(Buffer, u32)`"
+)]
+pub trait KernelParams: sealed::Sealed {
+    /// The arguments a launch passes: the tuple of each parameter's [`KernelParam::Arg`].
+    type Args<'a>;
+    /// Each parameter's size in bytes, in order.
+    fn sizes() -> Vec<usize>;
+    /// Calls `launch` with the driver's `kernelParams` array for `args`.
+    fn with_pointers<R>(args: &Self::Args<'_>, launch: impl FnOnce(*mut *mut c_void) -> R) -> R;
+    /// Reports every buffer argument as used on `stream`; each is reported even if another
+    /// fails (an unreported use could be freed unordered).
+    fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()>;
+    /// Calls `each` with every buffer argument.
+    fn for_each_buffer<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a DevicePtrHandle));
+}
+
+impl sealed::Sealed for () {}
+impl KernelParams for () {
+    type Args<'a> = ();
+    fn sizes() -> Vec<usize> {
+        Vec::new()
+    }
+    fn with_pointers<R>(_: &(), launch: impl FnOnce(*mut *mut c_void) -> R) -> R {
+        launch(std::ptr::null_mut())
+    }
+    fn note_uses(_: &(), _: &StreamHandle) -> Result<()> {
+        Ok(())
+    }
+    fn for_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle)) {}
+}
+
+macro_rules! param_tuples {
+    ($( ($($param:ident $index:tt),+) )*) => {$(
+        impl<$($param: KernelParam),+> sealed::Sealed for ($($param,)+) {}
+        impl<$($param: KernelParam),+> KernelParams for ($($param,)+) {
+            type Args<'a> = ($($param::Arg<'a>,)+);
+            fn sizes() -> Vec<usize> {
+                vec![$($param::SIZE),+]
+            }
+            #[inline]
+            fn with_pointers<R>(
+                args: &Self::Args<'_>,
+                launch: impl FnOnce(*mut *mut c_void) -> R,
+            ) -> R {
+                let mut values = [$($param::bytes(&args.$index)),+];
+                let mut pointers = values.each_mut().map(|value| value.as_mut_ptr().cast::<c_void>());
+                launch(pointers.as_mut_ptr())
+            }
+            fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()> {
+                let mut status = Ok(());
+                $(
+                    if let Err(error) = $param::note_use(&args.$index, stream) {
+                        status = status.and(Err(error));
+                    }
+                )+
+                status
+            }
+            fn for_each_buffer<'a>(args: &Self::Args<'a>, mut each: impl FnMut(&'a DevicePtrHandle)) {
+                $(
+                    if let Some(buffer) = $param::buffer(&args.$index) {
+                        each(buffer);
+                    }
+                )+
+            }
+        }
+    )*};
+}
+param_tuples! {
+    (A 0)
+    (A 0, B 1)
+    (A 0, B 1, C 2)
+    (A 0, B 1, C 2, D 3)
+    (A 0, B 1, C 2, D 3, E 4)
+    (A 0, B 1, C 2, D 3, E 4, F 5)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10)
+    (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11)
+}

@@ -1,0 +1,143 @@
+//! Executable graphs: instantiated from a graph, launched, updated. An executable graph keeps
+//! what its nodes reference, as of its latest instantiation or update, and reports each
+//! attached buffer as used on every launch's stream, so nothing it uses is freed or unloaded
+//! before the launch completes.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{self, CUgraphExec};
+use handles_core::ResourceHandle;
+
+use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::current::in_context;
+use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
+use crate::exec::stream::StreamHandle;
+use crate::graph::nodes::{Attachment, GraphHandle};
+use crate::sync::lock;
+
+/// An executable graph.
+///
+/// Ownership: [`GraphHandle::instantiate`] owns it and destroys it when the last clone drops
+/// (the driver defers the destruction past a launch still running). Keeps alive: its context
+/// and the handles its nodes reference, as of the latest instantiation or update.
+#[derive(ResourceHandle)]
+#[handle(raw = CUgraphExec, accessor = as_cu, delete = destroy_graph_exec)]
+pub struct GraphExec {
+    /// The context the graph runs in.
+    #[owner]
+    pub context: ContextHandle,
+    attachments: Mutex<Arc<[Attachment]>>,
+}
+// SAFETY: the CUDA driver API lets executable graphs be launched and destroyed from any thread.
+unsafe impl handles_core::ThreadSafe for GraphExec {}
+
+fn destroy_graph_exec(raw: CUgraphExec, _: &GraphExec) -> Result<()> {
+    // SAFETY: the handle owns `raw` and this deleter runs once.
+    deleter_status(unsafe { driver!(cuGraphExecDestroy(raw)) })
+}
+
+impl GraphHandle {
+    /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps
+    /// what the graph's nodes reference now, and stays valid after this graph is dropped.
+    pub fn instantiate(&self) -> Result<GraphExecHandle> {
+        // The lock is held across the driver call, so no node can be added between the copy
+        // of what the nodes reference and the instantiation of the nodes.
+        let attached = lock(&self.record().attachments);
+        let attachments: Arc<[Attachment]> = attached.as_slice().into();
+        let context = self.context();
+        in_context(context.as_cu(), || {
+            // SAFETY: the graph is alive and its context current; `raw` is an out-pointer.
+            let raw =
+                out(|raw| unsafe { driver!(cuGraphInstantiateWithFlags(raw, self.as_cu(), 0)) })?;
+            let record = GraphExec {
+                context: context.clone(),
+                attachments: Mutex::new(attachments),
+            };
+            // SAFETY: a fresh executable graph owned by nobody else; the record keeps alive
+            // everything its nodes reference; `destroy_graph_exec` destroys it once.
+            Ok(unsafe { GraphExecHandle::from_raw(raw, record) })
+        })
+    }
+}
+
+impl GraphExecHandle {
+    /// Launches the graph on `stream` (`cuGraphLaunch`). Every buffer the graph references is
+    /// then reported as used on `stream`, and every kernel's library notes the launch, so
+    /// nothing the graph uses is freed or unloaded before the launch completes.
+    pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
+        // Held for the launch: an update cannot swap what the graph keeps while it is noted.
+        let attachments = lock(&self.record().attachments);
+        stream.refuse_if_captured()?;
+        // The buffers are checked again at every launch: a device's access to a pool can be
+        // revoked after the graph was built, and its kernels would fault.
+        for attachment in attachments.iter() {
+            if let Attachment::Buffer(buffer) = attachment {
+                buffer.check_accessible_on(stream)?;
+            }
+        }
+        let queued = stream.queue_bound(|raw_stream| {
+            // SAFETY: the executable graph and the stream are alive; the record keeps alive
+            // everything the graph's nodes reference.
+            unsafe { driver!(cuGraphLaunch(self.as_cu(), raw_stream)) }
+        });
+        // Once the graph is queued, every use is reported whatever else fails.
+        queued.then(|| {
+            let context = self.context();
+            let mut status = Ok(());
+            for attachment in attachments.iter() {
+                let noted = match attachment {
+                    Attachment::Buffer(buffer) => buffer.note_use(stream),
+                    Attachment::Kernel(kernel) => kernel
+                        .library()
+                        .note_launch(context.as_cu(), || Ok(context.clone())),
+                    Attachment::Event(_) => Ok(()),
+                };
+                status = status.and(noted);
+            }
+            status
+        })
+    }
+
+    /// Updates the executable graph to `graph`'s nodes (`cuGraphExecUpdate`). On success it
+    /// keeps what `graph`'s nodes reference and releases what it kept before; launches
+    /// already queued were ordered before those releases when they were launched. A graph
+    /// whose topology differs is an error, and the executable graph is unchanged.
+    pub fn update(&self, graph: &GraphHandle) -> Result<()> {
+        // Both locks across the driver call: no node can be added to `graph` between the copy
+        // and the update, and no launch can run the new nodes while reporting the old ones.
+        let source = lock(&graph.record().attachments);
+        let mut kept = lock(&self.record().attachments);
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        // The attachments are swapped inside the call, as soon as the driver has taken the new
+        // nodes: a failure to restore the caller's context afterwards cannot undo the update.
+        let previous = in_context(self.context().as_cu(), || {
+            // SAFETY: both graphs are alive; `info` is a valid out-pointer.
+            match unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) } {
+                sys::CUresult::CUDA_SUCCESS => {
+                    Ok(std::mem::replace(&mut *kept, source.as_slice().into()))
+                }
+                code => Err(Error::InvalidArgument(format!(
+                    "the executable graph cannot take this graph's nodes ({:?}): {}",
+                    info.result,
+                    crate::driver::call::driver_error("cuGraphExecUpdate", code)
+                ))),
+            }
+        });
+        drop((kept, source));
+        previous.map(drop)
+    }
+
+    fn current_attachments(&self) -> Arc<[Attachment]> {
+        lock(&self.record().attachments).clone()
+    }
+
+    /// The number of handles the executable graph keeps alive for its nodes.
+    pub fn attachment_count(&self) -> usize {
+        self.current_attachments().len()
+    }
+}
