@@ -68,7 +68,7 @@ impl KernelParam for Buffer {
     }
     #[inline]
     fn note_use(arg: &&DevicePtrHandle, stream: &StreamHandle) -> Result<()> {
-        arg.note_use(stream)
+        arg.record_use(stream)
     }
     fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
         Some(*arg)

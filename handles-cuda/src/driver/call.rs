@@ -105,6 +105,18 @@ fn error_name(code: CUresult) -> &'static str {
         .unwrap_or("CUDA_ERROR_UNKNOWN_STATUS")
 }
 
+/// Runs a driver call that exports a POSIX file descriptor through an `int` out-pointer
+/// (`cuMemPoolExportToShareableHandle`, `cuMemExportToShareableHandle`) and returns the
+/// descriptor, owned.
+pub(crate) fn out_fd(
+    export: impl FnOnce(*mut std::ffi::c_void) -> Result<()>,
+) -> Result<std::os::fd::OwnedFd> {
+    let mut fd: std::ffi::c_int = -1;
+    export((&mut fd as *mut std::ffi::c_int).cast())?;
+    // SAFETY: the driver returned a fresh descriptor, which nothing else owns.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
 /// The status of a query (`cuStreamQuery`, `cuEventQuery`) as "has the work completed":
 /// `CUDA_ERROR_NOT_READY` is `false`, any other error is an error.
 #[inline]

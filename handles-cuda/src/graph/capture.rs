@@ -171,7 +171,7 @@ impl Capture {
         value: u8,
         len: usize,
     ) -> Result<()> {
-        let start = buffer.checked_range(offset, len)?;
+        let start = buffer.range(offset, len)?;
         buffer.check_accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; the range lies in the buffer, which the
         // graph will keep alive.
@@ -189,13 +189,7 @@ impl Capture {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        let from = src.checked_range(src_offset, len)?;
-        let to = dst.checked_range(dst_offset, len)?;
-        if from.abs_diff(to) < len as u64 {
-            return Err(Error::InvalidArgument(
-                "the source and destination ranges overlap".into(),
-            ));
-        }
+        let (from, to) = src.copy_ranges(src_offset, dst, dst_offset, len)?;
         src.check_accessible_on(&self.stream)?;
         dst.check_accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; both ranges lie in their buffers, which the

@@ -87,7 +87,7 @@ impl GraphExecHandle {
             let mut status = Ok(());
             for attachment in attachments.iter() {
                 let noted = match attachment {
-                    Attachment::Buffer(buffer) => buffer.note_use(stream),
+                    Attachment::Buffer(buffer) => buffer.record_use(stream),
                     Attachment::Kernel(kernel) => kernel
                         .library()
                         .note_launch(context.as_cu(), || Ok(context.clone())),

@@ -203,7 +203,7 @@ impl GraphHandle {
         value: u8,
         len: usize,
     ) -> Result<GraphNode> {
-        let start = buffer.checked_range(offset, len)?;
+        let start = buffer.range(offset, len)?;
         buffer.check_accessible_from(self.device_ordinal()?)?;
         let params = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: start,
@@ -241,13 +241,7 @@ impl GraphHandle {
         dst_offset: usize,
         len: usize,
     ) -> Result<GraphNode> {
-        let from = src.checked_range(src_offset, len)?;
-        let to = dst.checked_range(dst_offset, len)?;
-        if from.abs_diff(to) < len as u64 {
-            return Err(Error::InvalidArgument(
-                "the source and destination ranges overlap".into(),
-            ));
-        }
+        let (from, to) = src.copy_ranges(src_offset, dst, dst_offset, len)?;
         let ordinal = self.device_ordinal()?;
         src.check_accessible_from(ordinal)?;
         dst.check_accessible_from(ordinal)?;

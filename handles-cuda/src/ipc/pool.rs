@@ -1,10 +1,10 @@
 //! Interprocess pools: exporting a pool as a POSIX file descriptor, and importing one.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use cudarc::driver::sys;
 
-use crate::driver::call::{driver, out};
+use crate::driver::call::{driver, out, out_fd};
 use crate::driver::current::in_context;
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
@@ -23,18 +23,18 @@ impl MemoryPoolHandle {
                 "only pools created with `ipc` set can be exported".into(),
             ));
         }
-        let mut fd: std::ffi::c_int = -1;
-        // SAFETY: the pool is alive; for POSIX descriptors the driver writes an `int`.
-        unsafe {
-            driver!(cuMemPoolExportToShareableHandle(
-                (&mut fd as *mut std::ffi::c_int).cast(),
-                self.as_cu(),
-                POSIX_FILE_DESCRIPTOR,
-                0,
-            ))
-        }?;
-        // SAFETY: the driver returned a fresh descriptor that the caller now owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        out_fd(|fd| {
+            // SAFETY: the pool is alive; for POSIX descriptors the driver writes an `int` to
+            // `fd`, which points to one.
+            unsafe {
+                driver!(cuMemPoolExportToShareableHandle(
+                    fd,
+                    self.as_cu(),
+                    POSIX_FILE_DESCRIPTOR,
+                    0
+                ))
+            }
+        })
     }
 
     /// Imports a pool that another process exported with [`MemoryPoolHandle::export_posix_fd`],

@@ -10,6 +10,27 @@ use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
 
 impl DevicePtrHandle {
+    /// The source and destination addresses of a device-to-device copy of `len` bytes, if
+    /// both ranges lie in their allocations and do not overlap: the one check of every copy
+    /// (direct, captured, or a graph node).
+    pub(crate) fn copy_ranges(
+        &self,
+        src_offset: usize,
+        dst: &DevicePtrHandle,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(CUdeviceptr, CUdeviceptr)> {
+        let from = self.range(src_offset, len)?;
+        let to = dst.range(dst_offset, len)?;
+        // Absolute addresses: two views of one allocation overlap as much as their bases do.
+        if from.abs_diff(to) < len as CUdeviceptr {
+            return Err(Error::InvalidArgument(
+                "the source and destination ranges overlap".into(),
+            ));
+        }
+        Ok((from, to))
+    }
+
     /// Fills the first `len` bytes with `value`, ordered on `stream`.
     pub fn memset_async(&self, value: u8, len: usize, stream: &StreamHandle) -> Result<()> {
         self.memset_at_async(0, value, len, stream)
@@ -31,7 +52,7 @@ impl DevicePtrHandle {
                 // SAFETY: the range is within the allocation, which is alive while `self` is.
                 unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
             })
-            .then(|| self.used_on(stream))
+            .then(|| self.record_use(stream))
     }
 
     /// Copies `src` into the start of the allocation, after the work queued on `stream`.
@@ -83,14 +104,7 @@ impl DevicePtrHandle {
         len: usize,
         stream: &StreamHandle,
     ) -> Result<()> {
-        let from = self.range(src_offset, len)?;
-        let to = dst.range(dst_offset, len)?;
-        // Absolute addresses: two views of one allocation overlap as much as their bases do.
-        if from.abs_diff(to) < len as CUdeviceptr {
-            return Err(Error::InvalidArgument(
-                "the source and destination ranges overlap".into(),
-            ));
-        }
+        let (from, to) = self.copy_ranges(src_offset, dst, dst_offset, len)?;
         stream.refuse_if_captured()?;
         self.check_accessible_on(stream)?;
         dst.check_accessible_on(stream)?;
@@ -102,8 +116,8 @@ impl DevicePtrHandle {
             .then(|| {
                 // Both are reported whatever happens to the other: an unreported use could be
                 // freed unordered.
-                let source = self.used_on(stream);
-                let destination = dst.used_on(stream);
+                let source = self.record_use(stream);
+                let destination = dst.record_use(stream);
                 source.and(destination)
             })
     }

@@ -381,28 +381,18 @@ impl DevicePtrHandle {
     /// after the work was queued. Safe: it only adds ordering.
     #[inline]
     pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {
-        self.used_on(stream)
-    }
-
-    #[inline]
-    pub(crate) fn note_use(&self, stream: &StreamHandle) -> Result<()> {
-        self.used_on(stream)
-    }
-
-    #[inline]
-    pub(crate) fn used_on(&self, stream: &StreamHandle) -> Result<()> {
         match &self.record().release {
-            Release::StreamOrdered { order, .. } if self.is_owning() => order.used_on(stream),
+            Release::StreamOrdered { order, .. } if self.is_owning() => order.record_use(stream),
             Release::Synchronous(used) | Release::PinnedHost(used) if self.is_owning() => {
                 used.note_stream(stream)
             }
-            Release::Foreign(foreign) => foreign.order.used_on(stream),
-            Release::View(parent) => parent.used_on(stream),
+            Release::Foreign(foreign) => foreign.order.record_use(stream),
+            Release::View(parent) => parent.record_use(stream),
             Release::Mapped(mappings) => {
                 // Every mapping is noted, whatever happens to another.
                 let mut status = Ok(());
                 for mapping in mappings {
-                    status = status.and(mapping.note_use(stream));
+                    status = status.and(mapping.record_use(stream));
                 }
                 status
             }
@@ -452,11 +442,6 @@ impl DevicePtrHandle {
             ));
         };
         order.move_home(stream.bound()?)
-    }
-
-    /// The device address of `len` bytes from `offset`, if they lie within the allocation.
-    pub(crate) fn checked_range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
-        self.range(offset, len)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

@@ -316,7 +316,8 @@ impl MemoryPoolHandle {
         unsafe { driver!(cuMemPoolTrimTo(self.as_cu(), keep)) }
     }
 
-    fn attribute(&self, attribute: sys::CUmemPool_attribute) -> Result<u64> {
+    /// A 64-bit attribute of the pool (`cuMemPoolGetAttribute`).
+    pub(crate) fn attribute(&self, attribute: sys::CUmemPool_attribute) -> Result<u64> {
         // SAFETY: the pool is alive; these attributes are 64-bit values.
         out(|value: &mut u64| unsafe {
             driver!(cuMemPoolGetAttribute(

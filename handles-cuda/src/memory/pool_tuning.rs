@@ -53,7 +53,7 @@ impl MemoryPoolHandle {
     /// The bytes of freed memory the pool keeps reserved at a synchronisation instead of
     /// releasing them to the device (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`; 0 by default).
     pub fn release_threshold(&self) -> Result<u64> {
-        self.get_u64(Attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        self.attribute(Attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
     }
 
     /// Sets the release threshold (`u64::MAX` keeps everything reserved).
@@ -93,10 +93,10 @@ impl MemoryPoolHandle {
     /// The pool's memory figures and their high-water marks.
     pub fn usage(&self) -> Result<PoolUsage> {
         Ok(PoolUsage {
-            reserved: self.get_u64(Attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
-            reserved_high: self.get_u64(Attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
-            used: self.get_u64(Attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
-            used_high: self.get_u64(Attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            reserved: self.attribute(Attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+            reserved_high: self.attribute(Attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+            used: self.attribute(Attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            used_high: self.attribute(Attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
         })
     }
 
@@ -153,17 +153,6 @@ impl MemoryPoolHandle {
             out(|raw| unsafe { driver!(cuDeviceGetMemPool(raw, device)) })
         })?;
         Ok(MemoryPoolHandle::lookup(current.as_cu()).unwrap_or(current))
-    }
-
-    fn get_u64(&self, attribute: Attribute) -> Result<u64> {
-        // SAFETY: the pool is alive; these attributes are 64-bit values.
-        out(|value: &mut u64| unsafe {
-            driver!(cuMemPoolGetAttribute(
-                self.as_cu(),
-                attribute,
-                (value as *mut u64).cast()
-            ))
-        })
     }
 
     fn set_u64(&self, attribute: Attribute, value: u64) -> Result<()> {

@@ -12,12 +12,12 @@
 //! cannot be synchronised, the mapping is leaked (and reported) rather than unmapped under
 //! running work.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemGenericAllocationHandle};
 use handles_core::ResourceHandle;
 
-use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::call::{deleter_status, driver, out, out_fd};
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::exec::stream::StreamHandle;
@@ -233,18 +233,11 @@ impl PhysicalAllocationHandle {
                 "only allocations created with Sharing::PosixFd export a descriptor".into(),
             ));
         }
-        let mut fd: std::ffi::c_int = -1;
-        // SAFETY: the allocation is alive; for POSIX descriptors the driver writes an `int`.
-        unsafe {
-            driver!(cuMemExportToShareableHandle(
-                (&mut fd as *mut std::ffi::c_int).cast(),
-                self.as_raw(),
-                POSIX_FD,
-                0
-            ))
-        }?;
-        // SAFETY: the driver returned a fresh descriptor that the caller now owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        out_fd(|fd| {
+            // SAFETY: the allocation is alive; for POSIX descriptors the driver writes an
+            // `int` to `fd`, which points to one.
+            unsafe { driver!(cuMemExportToShareableHandle(fd, self.as_raw(), POSIX_FD, 0)) }
+        })
     }
 
     /// Imports an allocation another process exported as `fd`, of `size` bytes at `location`
@@ -427,7 +420,7 @@ impl MappingHandle {
     }
 
     /// Notes the context of work queued on `stream` that uses the range.
-    pub(crate) fn note_use(&self, stream: &StreamHandle) -> Result<()> {
+    pub(crate) fn record_use(&self, stream: &StreamHandle) -> Result<()> {
         self.record().used.note_stream(stream)
     }
 }

@@ -3,7 +3,7 @@
 //! A `cuMemFreeAsync` on the deallocation stream ("home") is ordered after work queued on home
 //! before it, and after nothing else: the driver may hand the memory to the next allocation
 //! while a copy queued on another stream still writes to it. So every safe operation that
-//! queues work touching the memory reports the stream it used ([`StreamOrder::used_on`]):
+//! queues work touching the memory reports the stream it used ([`StreamOrder::record_use`]):
 //!
 //! - **On home** (the common case) it costs one atomic load and a compare: no event, no lock,
 //!   no allocation.
@@ -26,9 +26,9 @@
 //!
 //! Work that the host already waited for (the synchronous copies) needs no marker.
 //!
-//! **The race with a concurrent move.** `used_on` reads home *after* its work was queued, and
+//! **The race with a concurrent move.** `record_use` reads home *after* its work was queued, and
 //! `move_home` publishes the new home *before* it records the marker on the old one, both with
-//! `SeqCst`. If `used_on` still reads the old home, its work was queued before the marker was
+//! `SeqCst`. If `record_use` still reads the old home, its work was queued before the marker was
 //! recorded, so the marker covers it; if it reads the new home, it takes the locked path and
 //! records its own marker. `tests/loom_stream_order.rs` checks this protocol on every
 //! interleaving.
@@ -162,7 +162,7 @@ impl StreamOrder {
     /// Reports that work touching the memory was queued on `stream` by this thread. Call it
     /// after the work was queued.
     #[inline]
-    pub(crate) fn used_on(&self, stream: &StreamHandle) -> Result<()> {
+    pub(crate) fn record_use(&self, stream: &StreamHandle) -> Result<()> {
         if !stream.is_default_token() && self.mirror.is_home(stream.as_cu() as usize) {
             return Ok(());
         }
