@@ -8,12 +8,13 @@ use crate::driver::current::{in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::{Event, EventFlags, EventHandle};
+use crate::ipc::token::{self, TOKEN};
 
 /// The 64-byte token that names an interprocess event in another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IpcEventHandle {
     /// The driver's 64-byte token (`CUipcEventHandle`).
-    pub token: [u8; 64],
+    pub token: [u8; TOKEN],
     /// Whether the exported event blocks the host in `synchronize` (`CU_EVENT_BLOCKING_SYNC`),
     /// which the driver's token does not carry: the importer's handle reports the same flags.
     pub blocking_sync: bool,
@@ -25,24 +26,15 @@ impl IpcEventHandle {
 
     /// The bytes to send to another process.
     pub fn to_bytes(&self) -> [u8; Self::LEN] {
-        let mut bytes = [0; Self::LEN];
-        bytes[..64].copy_from_slice(&self.token);
-        bytes[64] = u8::from(self.blocking_sync);
-        bytes
+        token::join(&self.token, &[u8::from(self.blocking_sync)])
     }
 
     /// Parses bytes made by [`IpcEventHandle::to_bytes`] in another process: exactly 65 bytes,
     /// the last one 0 or 1. Whether the token names a live event only the driver can tell, at
     /// import.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let Ok(bytes): std::result::Result<[u8; Self::LEN], _> = bytes.try_into() else {
-            return Err(Error::InvalidArgument(format!(
-                "an IPC event handle is {} bytes, got {}",
-                Self::LEN,
-                bytes.len()
-            )));
-        };
-        let blocking_sync = match bytes[64] {
+        let (token, tail) = token::split(bytes, Self::LEN, "an IPC event handle")?;
+        let blocking_sync = match tail[0] {
             0 => false,
             1 => true,
             other => {
@@ -51,8 +43,6 @@ impl IpcEventHandle {
                 )));
             }
         };
-        let mut token = [0; 64];
-        token.copy_from_slice(&bytes[..64]);
         Ok(IpcEventHandle {
             token,
             blocking_sync,

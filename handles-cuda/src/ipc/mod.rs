@@ -12,3 +12,4 @@ pub(crate) mod event;
 pub(crate) mod fd_passing;
 pub(crate) mod pointer;
 pub(crate) mod pool;
+pub(crate) mod token;

@@ -20,6 +20,7 @@ use crate::driver::current::in_context_of;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
+use crate::ipc::token::{self, TOKEN};
 use crate::memory::device_ptr::{AllocKind, DevicePtrHandle, Origin};
 use crate::memory::pool::MemoryPoolHandle;
 use crate::order::stream_order::StreamOrder;
@@ -29,7 +30,7 @@ use crate::order::stream_order::StreamOrder;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct IpcPointer {
     /// `CUmemPoolPtrExportData`.
-    pub export_data: [u8; 64],
+    pub export_data: [u8; TOKEN],
     /// The allocation's size in bytes.
     pub size: u64,
 }
@@ -40,25 +41,16 @@ impl IpcPointer {
 
     /// Serializes for sending to another process.
     pub fn to_bytes(&self) -> [u8; Self::LEN] {
-        let mut bytes = [0; Self::LEN];
-        bytes[..64].copy_from_slice(&self.export_data);
-        bytes[64..].copy_from_slice(&self.size.to_le_bytes());
-        bytes
+        token::join(&self.export_data, &self.size.to_le_bytes())
     }
 
     /// Parses bytes from another process. Only the length and a non-zero size are checked
     /// here; the driver rejects export data that names no live allocation at import.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() != Self::LEN {
-            return Err(Error::InvalidArgument(format!(
-                "an IPC pointer payload is {} bytes, got {}",
-                Self::LEN,
-                bytes.len()
-            )));
-        }
-        let mut export_data = [0; 64];
-        export_data.copy_from_slice(&bytes[..64]);
-        let size = u64::from_le_bytes(bytes[64..].try_into().expect("8 bytes"));
+        let (export_data, tail) = token::split(bytes, Self::LEN, "an IPC pointer payload")?;
+        let mut size = [0; 8];
+        size.copy_from_slice(tail);
+        let size = u64::from_le_bytes(size);
         if size == 0 {
             return Err(Error::InvalidArgument(
                 "an IPC pointer payload with size 0 names no allocation".into(),
@@ -68,7 +60,7 @@ impl IpcPointer {
     }
 }
 
-static IMPORTS: WeakCache<[u8; 64], DevicePtrHandle> = WeakCache::new();
+static IMPORTS: WeakCache<[u8; TOKEN], DevicePtrHandle> = WeakCache::new();
 static CACHE_ENABLED: AtomicBool = AtomicBool::new(true);
 
 /// Turns the IPC import cache on (the default) or off.
@@ -156,7 +148,7 @@ fn import_uncached(
     pointer: &IpcPointer,
     size: usize,
     stream: &StreamHandle,
-    slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
+    slot: Option<CacheSlot<[u8; TOKEN], DevicePtrHandle>>,
 ) -> Result<DevicePtrHandle> {
     let order = StreamOrder::new(stream.bound()?)?;
     let mut data = sys::CUmemPoolPtrExportData {
