@@ -8,7 +8,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 
 use crate::driver::call::driver_error;
 use crate::driver::capture;
-use crate::driver::current::{current_raw, restore_current};
+use crate::driver::current::{KeepCurrent, current_raw, restore_current};
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::{Context, ContextHandle};
@@ -59,13 +59,20 @@ fn streams() -> std::sync::MutexGuard<'static, Vec<KnownStream>> {
 }
 
 impl ContextHandle {
-    /// Wraps a cudarc context. The handle keeps `context` alive (with-owner) and never
+    /// Wraps a cudarc context. The handle keeps `context` alive (with-owner, dropped with the
+    /// caller's context current again: cudarc binds its own when it drops) and never
     /// releases it itself.
     pub fn from_cudarc(context: &Arc<CudaContext>) -> Self {
         let record = Context::reference(Some(context.ordinal()));
         // SAFETY: the raw context is valid while the cudarc context lives, and the handle
         // keeps it alive.
-        unsafe { ContextHandle::from_raw_with_owner(context.cu_ctx(), record, context.clone()) }
+        unsafe {
+            ContextHandle::from_raw_with_owner(
+                context.cu_ctx(),
+                record,
+                KeepCurrent::new(context.clone()),
+            )
+        }
     }
 
     /// A cudarc context for the same device's primary context. cudarc retains the primary
@@ -124,7 +131,7 @@ impl StreamHandle {
         drop(dead);
         // SAFETY: the raw stream is valid while the cudarc stream lives, and the handle keeps
         // it alive.
-        unsafe { StreamHandle::from_raw_with_owner(raw, record, stream.clone()) }
+        unsafe { StreamHandle::from_raw_with_owner(raw, record, KeepCurrent::new(stream.clone())) }
     }
 
     /// A cudarc stream for this stream, in cudarc's context for this stream's context (which

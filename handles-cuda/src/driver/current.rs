@@ -108,3 +108,26 @@ pub(crate) fn device_of(context: CUcontext) -> Result<CUdevice> {
         out(|device| unsafe { driver!(cuCtxGetDevice(device)) })
     })
 }
+
+/// A value whose drop may change the calling thread's current context (a cudarc object binds
+/// its own context when it is dropped): dropped with the caller's context made current again
+/// afterwards, so dropping a handle never leaves another context current.
+pub(crate) struct KeepCurrent<T>(Option<T>);
+
+impl<T> KeepCurrent<T> {
+    pub(crate) fn new(value: T) -> Self {
+        KeepCurrent(Some(value))
+    }
+}
+
+impl<T> Drop for KeepCurrent<T> {
+    fn drop(&mut self) {
+        let previous = ensure_loaded().and_then(|()| current_raw());
+        drop(self.0.take());
+        if let Ok(previous) = previous {
+            // A failed restore cannot be reported from here; the context the value bound
+            // stays current, as it would have without this wrapper.
+            let _ = restore_current(previous);
+        }
+    }
+}

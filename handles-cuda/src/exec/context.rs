@@ -6,7 +6,7 @@ use cudarc::driver::sys::{CUcontext, CUdevice};
 use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::{current_raw, device_of, in_context};
+use crate::driver::current::{current_raw, in_context};
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::sync::{take_cache, with_cache};
@@ -174,16 +174,20 @@ impl ContextHandle {
         if let Some(running) = running {
             return Ok(running);
         }
-        let device = device_of(raw)?;
-        // Only an active primary context can be `raw`: asking first avoids creating one (and
-        // keeping it in the per-thread cache) just to compare.
-        let (mut flags, mut active) = (0, 0);
-        // SAFETY: `device` is a valid device; both are valid out-pointers.
-        unsafe { driver!(cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)) }?;
-        if active != 0 {
-            let primary = ContextHandle::primary(load::ordinal_of(device)?)?;
-            if primary.as_cu() == raw {
-                return Ok(primary);
+        // Nothing is asked of `raw` itself: it may be a context another library destroyed or
+        // released while leaving it current. Only an active primary context can be `raw`, so
+        // each device's primary state is asked first (which avoids creating a primary context,
+        // and keeping it in the per-thread cache, just to compare).
+        for ordinal in 0..load::device_count()? {
+            let device = load::device(ordinal)?;
+            let (mut flags, mut active) = (0, 0);
+            // SAFETY: `device` is a valid device; both are valid out-pointers.
+            unsafe { driver!(cuDevicePrimaryCtxGetState(device, &mut flags, &mut active)) }?;
+            if active != 0 {
+                let primary = ContextHandle::primary(ordinal)?;
+                if primary.as_cu() == raw {
+                    return Ok(primary);
+                }
             }
         }
         Err(Error::InvalidArgument(

@@ -88,12 +88,28 @@ fn require_same_context(own: CUcontext, stream: &StreamHandle, raw: CUstream) ->
         // SAFETY: the stream is alive while its handle is; `context` is a valid out-pointer.
         None => out(|context| unsafe { driver!(cuStreamGetCtx(raw, context)) })?,
     };
+    require_context(own, theirs)
+}
+
+/// The one record-context rule: an event of context `own` is recorded only in `own`.
+fn require_context(own: CUcontext, theirs: CUcontext) -> Result<()> {
     if theirs != own {
         return Err(Error::InvalidArgument(
             "an event can only be recorded on a stream of the context it was created in".into(),
         ));
     }
     Ok(())
+}
+
+impl EventHandle {
+    /// Refuses a record of this event in `context` (a graph's record node) unless the event
+    /// belongs to it; an event without a known context passes, as on a stream.
+    pub(crate) fn require_recordable_in(&self, context: CUcontext) -> Result<()> {
+        match self.context() {
+            Some(own) => require_context(own.as_cu(), context),
+            None => Ok(()),
+        }
+    }
 }
 
 impl EventHandle {

@@ -209,7 +209,7 @@ impl StreamHandle {
         match self.context() {
             Some(context) => in_context(context.as_cu(), || call(raw)),
             None => {
-                require_current_context()?;
+                let _current = require_current_context()?;
                 call(raw)
             }
         }
@@ -244,10 +244,11 @@ impl StreamHandle {
     pub(crate) fn run_bound<T>(&self, call: impl FnOnce(CUstream) -> Result<T>) -> Result<T> {
         if self.is_default_token() {
             ensure_loaded()?;
-            if self.context().is_none() {
-                require_current_context()?;
-            }
         }
+        let _current = match self.context() {
+            None if self.is_default_token() => Some(require_current_context()?),
+            _ => None,
+        };
         let raw = self.as_cu();
         in_context_of(self.context().as_ref().map(ContextHandle::as_cu), || {
             call(raw)
@@ -272,16 +273,19 @@ impl Queued {
 }
 
 /// A default-stream token bound to no context means "the current context's": with none
-/// current, the driver call would be invalid, so it is refused before it is made.
-fn require_current_context() -> Result<()> {
-    if current_raw()?.is_null() {
+/// current, the driver call would be invalid, so it is refused before it is made. The current
+/// context must also be one a handle keeps alive (the handle returned is held for the call): a
+/// primary context another library released while leaving it current is refused, not used.
+fn require_current_context() -> Result<ContextHandle> {
+    let current = current_raw()?;
+    if current.is_null() {
         return Err(crate::error::Error::InvalidArgument(
             "a default-stream token bound to no context needs a current context; none is \
              current on this thread (use `StreamHandle::legacy_in`)"
                 .into(),
         ));
     }
-    Ok(())
+    ContextHandle::owning(current)
 }
 
 impl StreamHandle {

@@ -69,11 +69,17 @@ impl GraphExecHandle {
         // Held for the launch: an update cannot swap what the graph keeps while it is noted.
         let attachments = lock(&self.record().attachments);
         stream.refuse_if_captured()?;
-        // The buffers are checked again at every launch: a device's access to a pool can be
-        // revoked after the graph was built, and its kernels would fault.
+        // The buffers are checked again at every launch, on the device the graph's nodes run
+        // on (its context's, whatever the stream): a device's access to a pool can be revoked
+        // after the graph was built, and its kernels would fault.
+        let context = self.context();
+        let ordinal = match context.device() {
+            Some(ordinal) => ordinal,
+            None => StreamHandle::legacy_in(context)?.device_ordinal()?,
+        };
         for attachment in attachments.iter() {
             if let Attachment::Buffer(buffer) = attachment {
-                buffer.check_accessible_on(stream)?;
+                buffer.check_accessible_in(context, ordinal)?;
             }
         }
         let queued = stream.queue_bound(|raw_stream| {

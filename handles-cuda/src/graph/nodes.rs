@@ -319,6 +319,9 @@ impl GraphHandle {
         event: &EventHandle,
         kind: EventNode,
     ) -> Result<GraphNode> {
+        if let EventNode::Record = kind {
+            event.require_recordable_in(self.context().as_cu())?;
+        }
         let (graph, raw_event) = (self.as_cu(), event.as_cu());
         self.add_node(
             dependencies,

@@ -10,7 +10,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use handles_core::{CacheSlot, ResourceHandle};
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::{in_context, in_context_of};
+use crate::driver::current::{KeepCurrent, in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
@@ -104,14 +104,15 @@ pub(crate) enum Release {
 /// unordered, and returns the error, which the report hook receives like any failed release.
 pub(crate) struct ForeignFree {
     order: StreamOrder,
-    owner: std::sync::Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
+    /// Dropped with the caller's context restored: cudarc's slice binds its own.
+    owner: std::sync::Mutex<Option<KeepCurrent<Box<dyn std::any::Any + Send + Sync>>>>,
 }
 
 impl ForeignFree {
     pub(crate) fn new(order: StreamOrder, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
         ForeignFree {
             order,
-            owner: std::sync::Mutex::new(Some(owner)),
+            owner: std::sync::Mutex::new(Some(KeepCurrent::new(owner))),
         }
     }
 

@@ -289,6 +289,13 @@ impl MemoryPoolHandle {
         self.record().remote_uses.note_stream(stream)
     }
 
+    /// [`Self::note_remote_use`] for work that runs in `context`.
+    pub(crate) fn note_remote_context(&self, context: &ContextHandle) -> Result<()> {
+        self.record()
+            .remote_uses
+            .note(context.as_cu(), || Ok(context.clone()))
+    }
+
     pub(crate) fn owning_device(&self) -> Option<usize> {
         owning_device(&self.location())
     }

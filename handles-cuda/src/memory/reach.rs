@@ -4,6 +4,7 @@
 //! revoking that device's access waits for the work (`MemoryPoolHandle::set_peer_access`).
 
 use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{DevicePtrHandle, Release};
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
@@ -19,6 +20,20 @@ impl DevicePtrHandle {
         self.check_accessible_from(ordinal)?;
         match self.remote_pool(ordinal) {
             Some(pool) => pool.note_remote_use(stream),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::check_accessible_on`] for work that runs in `context`, on device `ordinal`,
+    /// whatever stream queues it (a graph's nodes run in the graph's context).
+    pub(crate) fn check_accessible_in(
+        &self,
+        context: &ContextHandle,
+        ordinal: usize,
+    ) -> Result<()> {
+        self.check_accessible_from(ordinal)?;
+        match self.remote_pool(ordinal) {
+            Some(pool) => pool.note_remote_context(context),
             None => Ok(()),
         }
     }
