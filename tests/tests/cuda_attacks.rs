@@ -390,18 +390,20 @@ fn scenario_recycled_stream_weak_upgrades_race_across_threads() {
     in_scenario();
     let context = ContextHandle::primary(0).unwrap();
     let recycler = StreamRecycler::new(&context, StreamFlags { non_blocking: true }, 0).unwrap();
-    let (send, receive) = std::sync::mpsc::channel::<handles_cuda::StreamWeak>();
-    let owned: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    // The weak handles carry the iteration that made them: reaching the stream of the owner of
+    // that same iteration is legitimate, reaching a later owner's stream is the defect.
+    let (send, receive) = std::sync::mpsc::channel::<(usize, handles_cuda::StreamWeak)>();
+    let owner: std::sync::Mutex<Option<(usize, usize)>> = std::sync::Mutex::new(None);
     std::thread::scope(|scope| {
-        let owned = &owned;
+        let owner = &owner;
         scope.spawn(move || {
-            while let Ok(weak) = receive.recv() {
+            while let Ok((made_in, weak)) = receive.recv() {
                 for _ in 0..50 {
                     if let Some(strong) = weak.upgrade() {
                         let raw = strong.as_cu() as usize;
-                        // The current owner's stream must never be the one we reach.
+                        let current = *owner.lock().unwrap();
                         assert!(
-                            !owned.lock().unwrap().contains(&raw),
+                            !matches!(current, Some((i, owned)) if owned == raw && i != made_in),
                             "an old weak handle reached the next owner's stream"
                         );
                         drop(strong);
@@ -411,12 +413,12 @@ fn scenario_recycled_stream_weak_upgrades_race_across_threads() {
         });
         for i in 0..300 {
             let stream = recycler.acquire().unwrap();
-            owned.lock().unwrap().push(stream.as_cu() as usize);
+            *owner.lock().unwrap() = Some((i, stream.as_cu() as usize));
             if i % 2 == 0 {
-                send.send(stream.downgrade()).unwrap();
+                send.send((i, stream.downgrade())).unwrap();
             }
             stream.synchronize().unwrap();
-            owned.lock().unwrap().clear();
+            *owner.lock().unwrap() = None;
             drop(stream);
         }
         drop(send);
