@@ -40,7 +40,7 @@ fn scenario_alloc_async_never_uses_a_replaced_current_pool() {
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| {
-            for _ in 0..300 {
+            for _ in 0..3000 {
                 let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
                 // The pool made current replaces (and, its last handle gone, destroys) the one
                 // before; this handle drops at once, so only the table keeps it.
@@ -48,15 +48,21 @@ fn scenario_alloc_async_never_uses_a_replaced_current_pool() {
             }
             stop.store(true, Ordering::Relaxed);
         });
-        let stream = non_blocking(&context);
-        let mut allocations = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let buffer = DevicePtrHandle::alloc_async(256, &stream).unwrap();
-            buffer.memset_async(1, 256, &stream).unwrap();
-            allocations += 1;
+        // Two allocating threads, so that a resolution is almost always under way when the
+        // current pool is replaced.
+        for _ in 0..2 {
+            scope.spawn(|| {
+                let stream = non_blocking(&context);
+                let mut allocations = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let buffer = DevicePtrHandle::alloc_async(256, &stream).unwrap();
+                    buffer.memset_async(1, 256, &stream).unwrap();
+                    allocations += 1;
+                }
+                stream.synchronize().unwrap();
+                assert!(allocations > 0);
+            });
         }
-        stream.synchronize().unwrap();
-        assert!(allocations > 0);
     });
     let default = MemoryPoolHandle::device_default(0).unwrap();
     drop(default.set_device_current(0).unwrap());
