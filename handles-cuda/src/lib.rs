@@ -84,6 +84,7 @@ pub use memory::pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };
 pub use memory::pool_tuning::{PoolUsage, ReusePolicy};
+pub use memory::reach::AccessGuard;
 pub use memory::vmm::{
     AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
     FabricHandle, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,

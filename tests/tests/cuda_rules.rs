@@ -294,3 +294,56 @@ fn scenario_two_gpus_revoking_peer_access_waits_for_work_and_graphs_recheck() {
     drop((exec, graph, buffer));
     home.synchronize().unwrap();
 }
+
+// D10, across threads: a use that passed its reach check holds off a revocation until its work
+// is queued, and a use that begins while a revocation waits is refused.
+
+#[test]
+fn two_gpus_a_revocation_waits_for_a_use_between_check_and_queue() {
+    clean(
+        "two_gpus_a_revocation_waits_for_a_use_between_check_and_queue",
+        &[("CUDA_SIM_DEVICES", "2")],
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_two_gpus_a_revocation_waits_for_a_use_between_check_and_queue() {
+    in_scenario();
+    let far_stream = non_blocking(&ContextHandle::primary(1).unwrap());
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let home = non_blocking(&ContextHandle::primary(0).unwrap());
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &home).unwrap();
+    home.synchronize().unwrap();
+    pool.set_peer_access(1, true).unwrap();
+    // What a library does before queueing its own kernel on device 1.
+    let guard = buffer.check_accessible_on(&far_stream).unwrap();
+    assert!(
+        guard.is_held(),
+        "memory of another device's pool holds a use"
+    );
+    let revoked = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let revoker = scope.spawn(|| {
+            pool.set_peer_access(1, false).unwrap();
+            revoked.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !revoked.load(Ordering::SeqCst),
+            "the revocation waits while a checked use is not yet queued"
+        );
+        assert!(pool.peer_access(1).unwrap(), "device 1 still has access");
+        // A second use beginning now is refused rather than racing the revocation.
+        let refused = buffer.check_accessible_on(&far_stream);
+        assert!(refused.is_err(), "{refused:?}");
+        drop(guard);
+        revoker.join().unwrap();
+    });
+    assert!(revoked.load(Ordering::SeqCst));
+    assert!(!pool.peer_access(1).unwrap());
+    let after = buffer.memset_async(0, 4096, &far_stream);
+    assert!(after.is_err(), "{after:?}");
+    drop(buffer);
+    home.synchronize().unwrap();
+}

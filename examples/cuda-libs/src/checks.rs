@@ -2,7 +2,7 @@
 //! what the call reads or writes, an output does not overlap an input, and every buffer is
 //! reachable from the device the library's code runs on.
 
-use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle};
+use handles_cuda::{AccessGuard, ContextHandle, DevicePtrHandle, StreamHandle};
 
 use crate::error::LibError;
 
@@ -51,15 +51,16 @@ pub(crate) fn device_of(context: &ContextHandle) -> Result<usize, LibError> {
 }
 
 /// `Err` unless each buffer can be used by work queued on `stream` (see
-/// [`DevicePtrHandle::check_accessible_on`], which also orders a later revocation of the
-/// access after the work): a library's kernel touching memory it cannot
-/// reach faults and poisons its context.
+/// [`DevicePtrHandle::check_accessible_on`]): a library's kernel touching memory it cannot
+/// reach faults and poisons its context. The guards keep a revocation of the access from
+/// landing before the library's work is queued: hold them until it is.
 pub(crate) fn require_reachable<'a>(
     buffers: impl IntoIterator<Item = &'a DevicePtrHandle>,
     stream: &StreamHandle,
-) -> Result<(), LibError> {
+) -> Result<Vec<AccessGuard>, LibError> {
+    let mut guards = Vec::new();
     for buffer in buffers {
-        buffer.check_accessible_on(stream)?;
+        guards.push(buffer.check_accessible_on(stream)?);
     }
-    Ok(())
+    Ok(guards)
 }

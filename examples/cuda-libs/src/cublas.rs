@@ -92,7 +92,8 @@ impl CublasHandle {
         if !disjoint(c, a) || !disjoint(c, b) {
             return Err(LibError::InvalidArgument("C overlaps A or B".into()));
         }
-        require_reachable([a, b, c], self.stream())?;
+        // Held until the multiplication is queued.
+        let _reach = require_reachable([a, b, c], self.stream())?;
         if m == 0 || n == 0 {
             return Ok(());
         }

@@ -256,10 +256,12 @@ pub fn all_reduce_sum_f32(
         ));
     }
     let bytes = f32_bytes(count, 1)?;
+    // Held until the group is queued.
+    let mut reach = Vec::new();
     for (i, comm) in comms.iter().enumerate() {
         require_fits(sends[i], bytes, || format!("sends[{i}] ({count} f32s)"))?;
         require_fits(recvs[i], bytes, || format!("recvs[{i}] ({count} f32s)"))?;
-        require_reachable([sends[i], recvs[i]], comm.stream())?;
+        reach.extend(require_reachable([sends[i], recvs[i]], comm.stream())?);
     }
     loaded()?;
     let _held: Vec<_> = order

@@ -364,10 +364,18 @@ fn queue<P: KernelParams>(
     let ordinal = stream.device_ordinal()?;
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;
+    // Held until the launch is queued (memory of other devices' pools only; empty otherwise,
+    // with no allocation).
+    let mut reach = Vec::new();
     let mut reachable = Ok(());
     P::for_each_buffer(args, |buffer| {
-        reachable = std::mem::replace(&mut reachable, Ok(()))
-            .and_then(|()| buffer.check_accessible_on(stream));
+        reachable = std::mem::replace(&mut reachable, Ok(())).and_then(|()| {
+            let guard = buffer.check_accessible_on(stream)?;
+            if guard.is_held() {
+                reach.push(guard);
+            }
+            Ok(())
+        });
     });
     reachable?;
     let function = kernel.as_cu() as CUfunction;
@@ -421,5 +429,6 @@ fn queue<P: KernelParams>(
             }
         })
     });
+    drop(reach);
     Ok((queued, context))
 }

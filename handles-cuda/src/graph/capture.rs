@@ -172,7 +172,7 @@ impl Capture {
         len: usize,
     ) -> Result<()> {
         let start = buffer.range(offset, len)?;
-        buffer.check_accessible_on(&self.stream)?;
+        let _buffer_reach = buffer.check_accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; the range lies in the buffer, which the
         // graph will keep alive.
         unsafe { driver!(cuMemsetD8Async(start, value, len, self.stream.as_cu())) }?;
@@ -190,8 +190,8 @@ impl Capture {
         len: usize,
     ) -> Result<()> {
         let (from, to) = src.copy_ranges(src_offset, dst, dst_offset, len)?;
-        src.check_accessible_on(&self.stream)?;
-        dst.check_accessible_on(&self.stream)?;
+        let _src_reach = src.check_accessible_on(&self.stream)?;
+        let _dst_reach = dst.check_accessible_on(&self.stream)?;
         // SAFETY: the capture's stream is alive; both ranges lie in their buffers, which the
         // graph will keep alive.
         unsafe { driver!(cuMemcpyAsync(to, from, len, self.stream.as_cu())) }?;

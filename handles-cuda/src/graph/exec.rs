@@ -77,9 +77,13 @@ impl GraphExecHandle {
             Some(ordinal) => ordinal,
             None => StreamHandle::legacy_in(context)?.device_ordinal()?,
         };
+        let mut reach = Vec::new();
         for attachment in attachments.iter() {
             if let Attachment::Buffer(buffer) = attachment {
-                buffer.check_accessible_in(context, ordinal)?;
+                let guard = buffer.check_accessible_in(context, ordinal)?;
+                if guard.is_held() {
+                    reach.push(guard);
+                }
             }
         }
         let queued = stream.queue_bound(|raw_stream| {
@@ -87,6 +91,7 @@ impl GraphExecHandle {
             // everything the graph's nodes reference.
             unsafe { driver!(cuGraphLaunch(self.as_cu(), raw_stream)) }
         });
+        drop(reach);
         // Once the graph is queued, every use is reported whatever else fails.
         queued.then(|| {
             let context = self.context();

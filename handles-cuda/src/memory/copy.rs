@@ -46,7 +46,7 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let start = self.range(offset, len)?;
         stream.refuse_if_captured()?;
-        self.check_accessible_on(stream)?;
+        let _reach = self.check_accessible_on(stream)?;
         stream
             .queue(|raw_stream| {
                 // SAFETY: the range is within the allocation, which is alive while `self` is.
@@ -70,7 +70,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, src.len())?;
-        self.check_accessible_on(stream)?;
+        let _reach = self.check_accessible_on(stream)?;
         host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
     }
 
@@ -89,7 +89,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<()> {
         let start = self.range(offset, dst.len())?;
-        self.check_accessible_on(stream)?;
+        let _reach = self.check_accessible_on(stream)?;
         host_copy(stream, dst.as_mut_ptr() as CUdeviceptr, start, dst.len())
     }
 
@@ -106,8 +106,8 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let (from, to) = self.copy_ranges(src_offset, dst, dst_offset, len)?;
         stream.refuse_if_captured()?;
-        self.check_accessible_on(stream)?;
-        dst.check_accessible_on(stream)?;
+        let _reach = self.check_accessible_on(stream)?;
+        let _dst_reach = dst.check_accessible_on(stream)?;
         stream
             .queue_bound(|raw_stream| {
                 // SAFETY: both ranges are within live allocations kept alive by their handles.

@@ -15,8 +15,9 @@
 //!
 //! - **Reach.** Memory of a pool on another device is used only while that device has peer
 //!   access (`DevicePtrHandle::check_accessible_on`, called by every safe method that queues
-//!   work, and by graph launches for each buffer); each such use notes its context in the pool,
-//!   and revoking the access first waits for those contexts.
+//!   work, and by graph launches for each buffer); each such use holds an `AccessGuard` until
+//!   its work is queued and notes its context in the pool, and revoking the access first waits
+//!   for the guards (new uses are refused meanwhile), then for those contexts.
 
 pub(crate) mod copy;
 pub(crate) mod device_ptr;

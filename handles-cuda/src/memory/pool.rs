@@ -7,9 +7,10 @@ use handles_core::ResourceHandle;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
+use crate::order::access_gate::AccessGate;
 use crate::order::contexts_used::ContextsUsed;
 
 /// A CUDA memory pool.
@@ -35,6 +36,9 @@ pub struct MemoryPool {
     /// The contexts of other devices in which the safe API queued work on the pool's memory:
     /// revoking a device's access waits for them first (see [`MemoryPoolHandle::set_peer_access`]).
     remote_uses: ContextsUsed,
+    /// Uses of the memory from other devices between their check and their queueing, against
+    /// revocations (`order/access_gate.rs`).
+    remote_gate: AccessGate,
 }
 
 impl MemoryPool {
@@ -46,6 +50,7 @@ impl MemoryPool {
             location,
             ipc,
             remote_uses: ContextsUsed::new(),
+            remote_gate: AccessGate::new(),
         }
     }
 
@@ -261,8 +266,12 @@ impl MemoryPoolHandle {
     pub fn set_peer_access(&self, ordinal: usize, enabled: bool) -> Result<()> {
         load::device(ordinal)?;
         if !enabled {
-            self.record().remote_uses.wait_for_all()?;
+            return self.revoking(|| self.set_access(ordinal, false));
         }
+        self.set_access(ordinal, true)
+    }
+
+    fn set_access(&self, ordinal: usize, enabled: bool) -> Result<()> {
         let desc = sys::CUmemAccessDesc {
             location: raw_location(PoolLocation::Device(ordinal)),
             flags: if enabled {
@@ -279,8 +288,35 @@ impl MemoryPoolHandle {
     /// device that has access, and returns how many were revoked. The deleter of an owned pool
     /// does this before destroying it.
     pub fn revoke_peer_access(&self) -> Result<usize> {
-        self.record().remote_uses.wait_for_all()?;
-        revoke_peer_access(self.as_cu(), self.owning_device())
+        self.revoking(|| revoke_peer_access(self.as_cu(), self.owning_device()))
+    }
+
+    /// Runs a revocation once every use from another device that passed its check has been
+    /// queued, and that work has completed; uses that try to begin meanwhile are refused.
+    fn revoking<T>(&self, revoke: impl FnOnce() -> Result<T>) -> Result<T> {
+        let record = self.record();
+        record.remote_gate.exclusive(|| {
+            record.remote_uses.wait_for_all()?;
+            revoke()
+        })
+    }
+
+    /// Begins a use of the memory from another device, to be ended by
+    /// [`Self::end_remote_use`] once its work is queued; refused while a revocation runs.
+    pub(crate) fn begin_remote_use(&self) -> Result<()> {
+        if self.record().remote_gate.enter() {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(
+            "a device's access to this pool is being revoked; work from another device on its \
+             memory is refused until the revocation ends"
+                .into(),
+        ))
+    }
+
+    /// Ends a use begun by [`Self::begin_remote_use`].
+    pub(crate) fn end_remote_use(&self) {
+        self.record().remote_gate.leave();
     }
 
     /// Notes that work on this pool's memory is queued on `stream`, of another device than

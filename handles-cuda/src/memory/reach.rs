@@ -9,19 +9,40 @@ use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{DevicePtrHandle, Release};
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 
+/// A use of memory from another device's pool, from its reach check until its work is queued:
+/// while it lives, a revocation of peer access to that pool waits (and a use that begins while
+/// a revocation runs is refused). Hold it until the work that needs the access is queued, then
+/// drop it. For memory of the device's own pool it holds nothing and costs nothing.
+#[must_use = "the access is guaranteed only while the guard lives: queue the work first"]
+#[derive(Debug)]
+pub struct AccessGuard(Option<MemoryPoolHandle>);
+
+impl AccessGuard {
+    /// Whether the guard holds a use (memory of another device's pool).
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for AccessGuard {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0.take() {
+            pool.end_remote_use();
+        }
+    }
+}
+
 impl DevicePtrHandle {
     /// [`Self::check_accessible_from`] the device of `stream`'s work, for work about to be
-    /// queued on `stream`; memory of another device's pool also notes the stream, so that a
-    /// later revocation of that device's access waits for the work. A library that queues its
-    /// own device code on the memory calls this first, with the stream it queues on.
+    /// queued on `stream`. Memory of another device's pool also notes the stream, so that a
+    /// later revocation of that device's access waits for the work, and the returned guard
+    /// keeps a revocation from landing between this check and the queueing. A library that
+    /// queues its own device code on the memory calls this first, with the stream it queues
+    /// on, and drops the guard after queueing.
     #[inline]
-    pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<()> {
+    pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<AccessGuard> {
         let ordinal = stream.device_ordinal()?;
-        self.check_accessible_from(ordinal)?;
-        match self.remote_pool(ordinal) {
-            Some(pool) => pool.note_remote_use(stream),
-            None => Ok(()),
-        }
+        self.reach(ordinal, |pool| pool.note_remote_use(stream))
     }
 
     /// [`Self::check_accessible_on`] for work that runs in `context`, on device `ordinal`,
@@ -30,12 +51,26 @@ impl DevicePtrHandle {
         &self,
         context: &ContextHandle,
         ordinal: usize,
-    ) -> Result<()> {
+    ) -> Result<AccessGuard> {
+        self.reach(ordinal, |pool| pool.note_remote_context(context))
+    }
+
+    /// The one reach rule: begin a remote use (refused during a revocation), check, note.
+    #[inline]
+    fn reach(
+        &self,
+        ordinal: usize,
+        note: impl FnOnce(&MemoryPoolHandle) -> Result<()>,
+    ) -> Result<AccessGuard> {
+        let Some(pool) = self.remote_pool(ordinal) else {
+            self.check_accessible_from(ordinal)?;
+            return Ok(AccessGuard(None));
+        };
+        pool.begin_remote_use()?;
+        let guard = AccessGuard(Some(pool.clone()));
         self.check_accessible_from(ordinal)?;
-        match self.remote_pool(ordinal) {
-            Some(pool) => pool.note_remote_context(context),
-            None => Ok(()),
-        }
+        note(pool)?;
+        Ok(guard)
     }
 
     /// The pool of this memory (through views) if it lives on another device than `ordinal`.

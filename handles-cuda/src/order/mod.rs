@@ -12,6 +12,7 @@
 //!   cudarc's free, the slice's stream waits for the other streams' markers. Work queued through
 //!   the raw pointer is the caller's.
 
+pub(crate) mod access_gate;
 pub(crate) mod contexts_used;
 pub(crate) mod contexts_used_protocol;
 pub(crate) mod stream_order;

@@ -1,0 +1,67 @@
+//! Model check of the access gate (`order/access_gate.rs`): a revocation of peer access never
+//! lands between a use's check and the queueing of its work, a use is refused (not blocked)
+//! while a revocation runs, and two revocations never run at once. Run with
+//! `RUSTFLAGS="--cfg handles_cuda_loom" cargo test -p handles-cuda --test loom_access_gate
+//! --release`.
+#![cfg(handles_cuda_loom)]
+
+#[path = "../src/order/access_gate.rs"]
+#[allow(dead_code)]
+mod protocol;
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use protocol::AccessGate;
+
+#[test]
+fn a_revocation_never_lands_between_a_check_and_its_queueing() {
+    loom::model(|| {
+        let gate = Arc::new(AccessGate::new());
+        // The peer access the driver holds: true until the revocation.
+        let access = Arc::new(AtomicBool::new(true));
+        let user = {
+            let (gate, access) = (gate.clone(), access.clone());
+            loom::thread::spawn(move || {
+                if gate.enter() {
+                    let checked = access.load(Ordering::SeqCst);
+                    // ... the work is queued here, still inside the use ...
+                    let at_queue = access.load(Ordering::SeqCst);
+                    gate.leave();
+                    assert_eq!(checked, at_queue, "access changed between check and queue");
+                }
+            })
+        };
+        let revoker = {
+            let (gate, access) = (gate.clone(), access.clone());
+            loom::thread::spawn(move || gate.exclusive(|| access.store(false, Ordering::SeqCst)))
+        };
+        user.join().unwrap();
+        revoker.join().unwrap();
+        assert!(!access.load(Ordering::SeqCst));
+    });
+}
+
+#[test]
+fn two_revocations_never_run_at_once() {
+    loom::model(|| {
+        let gate = Arc::new(AccessGate::new());
+        let running = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (gate, running) = (gate.clone(), running.clone());
+                loom::thread::spawn(move || {
+                    gate.exclusive(|| {
+                        assert_eq!(running.fetch_add(1, Ordering::SeqCst), 0);
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        // Afterwards uses enter again.
+        assert!(gate.enter());
+        gate.leave();
+    });
+}
