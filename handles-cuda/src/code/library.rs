@@ -42,6 +42,16 @@ pub struct Library {
 // SAFETY: the CUDA driver API lets libraries be used and unloaded from any thread.
 unsafe impl handles_core::ThreadSafe for Library {}
 
+impl Library {
+    /// A library's record before any of its kernels ran: the record of a library this
+    /// program does not own (for `from_raw_borrowed`), and of each library it loads.
+    pub fn reference() -> Library {
+        Library {
+            launched_in: ContextsUsed::new(),
+        }
+    }
+}
+
 fn unload_library(raw: CUlibrary, library: &Library) -> Result<()> {
     library.launched_in.wait_for_all()?;
     // SAFETY: the handle owns `raw` and this deleter runs once; every context that ran its
@@ -109,19 +119,16 @@ impl LibraryHandle {
     }
 
     fn owning(raw: CUlibrary) -> Self {
-        let record = Library {
-            launched_in: ContextsUsed::new(),
-        };
+        let record = Library::reference();
         // SAFETY: a freshly loaded library owned by nobody else; `unload_library` unloads it
         // once, after the work its kernels were launched for.
         unsafe { LibraryHandle::from_raw(raw, record) }
     }
 
-    /// The record of a library this program does not own (for `from_raw_borrowed`).
+    /// The record of a library this program does not own: [`Library::reference`].
+    #[deprecated(note = "use `Library::reference`, the form every record type has")]
     pub fn reference_record() -> Library {
-        Library {
-            launched_in: ContextsUsed::new(),
-        }
+        Library::reference()
     }
 
     /// Notes that one of this library's kernels was launched in `context`, so that the unload

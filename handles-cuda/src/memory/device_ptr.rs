@@ -73,6 +73,25 @@ pub struct DevicePtr {
 // SAFETY: the CUDA driver API lets device pointers be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for DevicePtr {}
 
+impl DevicePtr {
+    /// The record of memory a handle does not own, for references and with-owner wrappers
+    /// (`from_raw_borrowed`, `from_raw_with_owner`): `size` bytes, freed never.
+    pub fn reference(size: usize) -> DevicePtr {
+        DevicePtr::released_by(size, Release::Nothing)
+    }
+
+    /// A record of `size` bytes with no pool or context of its own, released by `release`.
+    fn released_by(size: usize, release: Release) -> DevicePtr {
+        DevicePtr {
+            pool: None,
+            context: None,
+            size,
+            release,
+            import_slot: None,
+        }
+    }
+}
+
 /// The real cases of freeing an allocation.
 pub(crate) enum Release {
     /// References and with-owner wrappers free nothing.
@@ -294,16 +313,10 @@ impl DevicePtrHandle {
         unsafe { DevicePtrHandle::from_raw(raw, record) }
     }
 
-    /// The record of memory this handle does not own, for references and with-owner
-    /// wrappers (`from_raw_borrowed`, `from_raw_with_owner`): `size` bytes, freed never.
+    /// The record of memory this handle does not own: [`DevicePtr::reference`].
+    #[deprecated(note = "use `DevicePtr::reference`, the form every record type has")]
     pub fn unowned_record(size: usize) -> DevicePtr {
-        DevicePtr {
-            pool: None,
-            context: None,
-            size,
-            release: Release::Nothing,
-            import_slot: None,
-        }
+        DevicePtr::reference(size)
     }
 
     /// How the memory is freed (and whether this handle frees it at all).
@@ -331,13 +344,7 @@ impl DevicePtrHandle {
 
     /// A pointer into mapped virtual memory spanning `mappings`, which it keeps alive.
     pub(crate) fn mapped(start: CUdeviceptr, size: usize, mappings: Vec<MappingHandle>) -> Self {
-        let record = DevicePtr {
-            pool: None,
-            context: None,
-            size,
-            release: Release::Mapped(mappings),
-            import_slot: None,
-        };
+        let record = DevicePtr::released_by(size, Release::Mapped(mappings));
         // SAFETY: `[start, start + size)` lies in the mappings, which the record keeps mapped
         // for as long as the handle lives; the handle frees nothing.
         unsafe { DevicePtrHandle::from_raw_borrowed(start, record) }
@@ -349,13 +356,7 @@ impl DevicePtrHandle {
     /// buffer to kernels and copies; they free nothing themselves.
     pub fn view(&self, offset: usize, len: usize) -> Result<DevicePtrHandle> {
         let start = self.range(offset, len)?;
-        let record = DevicePtr {
-            pool: None,
-            context: None,
-            size: len,
-            release: Release::View(self.clone()),
-            import_slot: None,
-        };
+        let record = DevicePtr::released_by(len, Release::View(self.clone()));
         // SAFETY: `[start, start + len)` lies inside this allocation, which the record's
         // `parent` keeps alive for as long as the view lives; the view frees nothing.
         Ok(unsafe { DevicePtrHandle::from_raw_borrowed(start, record) })
@@ -367,13 +368,8 @@ impl DevicePtrHandle {
         home: StreamHandle,
         owner: Box<dyn std::any::Any + Send + Sync>,
     ) -> Result<DevicePtr> {
-        Ok(DevicePtr {
-            pool: None,
-            context: None,
-            size,
-            release: Release::Foreign(ForeignFree::new(StreamOrder::new(home)?, owner)),
-            import_slot: None,
-        })
+        let foreign = ForeignFree::new(StreamOrder::new(home)?, owner);
+        Ok(DevicePtr::released_by(size, Release::Foreign(foreign)))
     }
 
     /// Reports that work using this memory was queued on `stream` by this thread, for code
