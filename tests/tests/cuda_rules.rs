@@ -310,10 +310,31 @@ fn two_gpus_a_revocation_waits_for_a_use_between_check_and_queue() {
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_two_gpus_a_revocation_waits_for_a_use_between_check_and_queue() {
     in_scenario();
+    // An owned pool, and then the device's default pool, whose handles are separate
+    // references: the use through one must hold off the revocation through another.
+    for owned in [true, false] {
+        let pool = if owned {
+            MemoryPoolHandle::create(&PoolProps::device(0)).unwrap()
+        } else {
+            MemoryPoolHandle::device_default(0).unwrap()
+        };
+        revocation_waits_for_a_use(&pool, &|| {
+            if owned {
+                pool.clone()
+            } else {
+                MemoryPoolHandle::device_default(0).unwrap()
+            }
+        });
+    }
+}
+
+fn revocation_waits_for_a_use(
+    pool: &MemoryPoolHandle,
+    revoker_pool: &dyn Fn() -> MemoryPoolHandle,
+) {
     let far_stream = non_blocking(&ContextHandle::primary(1).unwrap());
-    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let home = non_blocking(&ContextHandle::primary(0).unwrap());
-    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &home).unwrap();
+    let buffer = DevicePtrHandle::alloc_from_pool(pool, 4096, &home).unwrap();
     home.synchronize().unwrap();
     pool.set_peer_access(1, true).unwrap();
     // What a library does before queueing its own kernel on device 1.
@@ -324,8 +345,9 @@ fn scenario_two_gpus_a_revocation_waits_for_a_use_between_check_and_queue() {
     );
     let revoked = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let revoker = scope.spawn(|| {
-            pool.set_peer_access(1, false).unwrap();
+        let (other, revoked) = (revoker_pool(), &revoked);
+        let revoker = scope.spawn(move || {
+            other.set_peer_access(1, false).unwrap();
             revoked.store(true, Ordering::SeqCst);
         });
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -25,4 +25,5 @@ pub(crate) mod growable;
 pub(crate) mod pool;
 pub(crate) mod pool_tuning;
 pub(crate) mod reach;
+pub(crate) mod remote;
 pub(crate) mod vmm;

@@ -7,11 +7,9 @@ use handles_core::ResourceHandle;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::context::ContextHandle;
-use crate::exec::stream::StreamHandle;
-use crate::order::access_gate::AccessGate;
-use crate::order::contexts_used::ContextsUsed;
+use crate::memory::remote;
 
 /// A CUDA memory pool.
 ///
@@ -33,12 +31,6 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     #[handle(copy)]
     pub ipc: bool,
-    /// The contexts of other devices in which the safe API queued work on the pool's memory:
-    /// revoking a device's access waits for them first (see [`MemoryPoolHandle::set_peer_access`]).
-    remote_uses: ContextsUsed,
-    /// Uses of the memory from other devices between their check and their queueing, against
-    /// revocations (`order/access_gate.rs`).
-    remote_gate: AccessGate,
 }
 
 impl MemoryPool {
@@ -49,8 +41,6 @@ impl MemoryPool {
             context: None,
             location,
             ipc,
-            remote_uses: ContextsUsed::new(),
-            remote_gate: AccessGate::new(),
         }
     }
 
@@ -185,7 +175,9 @@ fn owning_device(location: &Option<PoolLocation>) -> Option<usize> {
 fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
     // Every pointer is gone and its free queued; work of other devices on the memory is waited
     // for before their access goes.
-    deleter_status(pool.remote_uses.wait_for_all())?;
+    if let Some(remote) = remote::forget(raw) {
+        deleter_status(remote.wait_for_uses())?;
+    }
     let owner = owning_device(&pool.location);
     let revoked = deleter_status(revoke_peer_access(raw, owner).map(drop));
     // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
@@ -291,45 +283,10 @@ impl MemoryPoolHandle {
         self.revoking(|| revoke_peer_access(self.as_cu(), self.owning_device()))
     }
 
-    /// Runs a revocation once every use from another device that passed its check has been
-    /// queued, and that work has completed; uses that try to begin meanwhile are refused.
+    /// Runs a revocation after the uses of this pool's memory from other devices (see
+    /// `memory/remote.rs`).
     fn revoking<T>(&self, revoke: impl FnOnce() -> Result<T>) -> Result<T> {
-        let record = self.record();
-        record.remote_gate.exclusive(|| {
-            record.remote_uses.wait_for_all()?;
-            revoke()
-        })
-    }
-
-    /// Begins a use of the memory from another device, to be ended by
-    /// [`Self::end_remote_use`] once its work is queued; refused while a revocation runs.
-    pub(crate) fn begin_remote_use(&self) -> Result<()> {
-        if self.record().remote_gate.enter() {
-            return Ok(());
-        }
-        Err(Error::InvalidArgument(
-            "a device's access to this pool is being revoked; work from another device on its \
-             memory is refused until the revocation ends"
-                .into(),
-        ))
-    }
-
-    /// Ends a use begun by [`Self::begin_remote_use`].
-    pub(crate) fn end_remote_use(&self) {
-        self.record().remote_gate.leave();
-    }
-
-    /// Notes that work on this pool's memory is queued on `stream`, of another device than
-    /// the pool's: a later revocation waits for that stream's context.
-    pub(crate) fn note_remote_use(&self, stream: &StreamHandle) -> Result<()> {
-        self.record().remote_uses.note_stream(stream)
-    }
-
-    /// [`Self::note_remote_use`] for work that runs in `context`.
-    pub(crate) fn note_remote_context(&self, context: &ContextHandle) -> Result<()> {
-        self.record()
-            .remote_uses
-            .note(context.as_cu(), || Ok(context.clone()))
+        remote::of(self.as_cu()).revoking(revoke)
     }
 
     pub(crate) fn owning_device(&self) -> Option<usize> {

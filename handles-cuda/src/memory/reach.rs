@@ -3,19 +3,29 @@
 //! here first; a use of another device's pool memory notes its context in the pool, so that
 //! revoking that device's access waits for the work (`MemoryPoolHandle::set_peer_access`).
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{DevicePtrHandle, Release};
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
+use crate::memory::remote::{self, RemoteAccess};
 
 /// A use of memory from another device's pool, from its reach check until its work is queued:
 /// while it lives, a revocation of peer access to that pool waits (and a use that begins while
 /// a revocation runs is refused). Hold it until the work that needs the access is queued, then
 /// drop it. For memory of the device's own pool it holds nothing and costs nothing.
 #[must_use = "the access is guaranteed only while the guard lives: queue the work first"]
-#[derive(Debug)]
-pub struct AccessGuard(Option<MemoryPoolHandle>);
+pub struct AccessGuard(Option<Arc<RemoteAccess>>);
+
+impl std::fmt::Debug for AccessGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessGuard")
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
 
 impl AccessGuard {
     /// Whether the guard holds a use (memory of another device's pool).
@@ -26,8 +36,8 @@ impl AccessGuard {
 
 impl Drop for AccessGuard {
     fn drop(&mut self) {
-        if let Some(pool) = self.0.take() {
-            pool.end_remote_use();
+        if let Some(remote) = self.0.take() {
+            remote.end();
         }
     }
 }
@@ -42,7 +52,7 @@ impl DevicePtrHandle {
     #[inline]
     pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<AccessGuard> {
         let ordinal = stream.device_ordinal()?;
-        self.reach(ordinal, |pool| pool.note_remote_use(stream))
+        self.reach(ordinal, |remote| remote.note_stream(stream))
     }
 
     /// [`Self::check_accessible_on`] for work that runs in `context`, on device `ordinal`,
@@ -52,7 +62,7 @@ impl DevicePtrHandle {
         context: &ContextHandle,
         ordinal: usize,
     ) -> Result<AccessGuard> {
-        self.reach(ordinal, |pool| pool.note_remote_context(context))
+        self.reach(ordinal, |remote| remote.note_context(context))
     }
 
     /// The one reach rule: begin a remote use (refused during a revocation), check, note.
@@ -60,16 +70,17 @@ impl DevicePtrHandle {
     fn reach(
         &self,
         ordinal: usize,
-        note: impl FnOnce(&MemoryPoolHandle) -> Result<()>,
+        note: impl FnOnce(&RemoteAccess) -> Result<()>,
     ) -> Result<AccessGuard> {
         let Some(pool) = self.remote_pool(ordinal) else {
             self.check_accessible_from(ordinal)?;
             return Ok(AccessGuard(None));
         };
-        pool.begin_remote_use()?;
-        let guard = AccessGuard(Some(pool.clone()));
+        let remote = remote::of(pool.as_cu());
+        remote.begin()?;
+        let guard = AccessGuard(Some(remote.clone()));
         self.check_accessible_from(ordinal)?;
-        note(pool)?;
+        note(&remote)?;
         Ok(guard)
     }
 
