@@ -40,22 +40,21 @@ fn set_current(context: CUcontext) -> Result<()> {
 /// Makes the caller's context current again when dropped: on the normal path [`Restore::now`]
 /// does it and returns the status; while unwinding, `Drop` does it and the status is lost (a
 /// drop must not fail), which still leaves the thread in the context it was in.
-struct Restore(Option<CUcontext>);
+struct Restore(CUcontext);
 
 impl Restore {
-    fn now(mut self) -> Result<()> {
-        match self.0.take() {
-            Some(previous) => set_current(previous),
-            None => Ok(()),
-        }
+    #[inline]
+    fn now(self) -> Result<()> {
+        let previous = self.0;
+        // The normal path restores here, once; `Drop` is for unwinding only.
+        std::mem::forget(self);
+        set_current(previous)
     }
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        if let Some(previous) = self.0.take() {
-            let _unwinding = set_current(previous);
-        }
+        let _unwinding = set_current(self.0);
     }
 }
 
@@ -79,14 +78,15 @@ pub(crate) fn in_context<T, E: From<Error>>(
         return call();
     }
     set_current(context)?;
-    let restore = Restore(Some(previous));
+    let restore = Restore(previous);
     let called = call();
-    match (called, restore.now()) {
-        (Ok(value), Err(restore)) => {
+    match restore.now() {
+        Ok(()) => called,
+        // The call's own error wins; only its value is dropped for a failed restore.
+        Err(restore) => called.and_then(|value| {
             drop(value);
             Err(restore.into())
-        }
-        (called, _) => called,
+        }),
     }
 }
 
