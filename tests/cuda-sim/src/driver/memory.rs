@@ -2,7 +2,7 @@
 //! allocators), allocation records, freed-range tombstones, and the checks every memory
 //! operation makes (bounds, use after free, ordering of frees).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::checker::{Use, covers};
 use super::errors::{INVALID_VALUE, OUT_OF_MEMORY};
@@ -22,16 +22,34 @@ pub fn rounded(size: u64) -> Option<u64> {
     size.checked_add(ALIGN - 1).map(|s| s / ALIGN * ALIGN)
 }
 
-/// A reserved address range that hands out blocks: bump allocation plus exact-size free
-/// lists, so a freed block is reused by the next allocation of its size.
+/// Page size of the host: trimming gives back only whole pages that hold no live byte.
+const PAGE: u64 = 4096;
+
+/// A reserved address range that hands out blocks: bump allocation plus a best-fit list of
+/// free extents, which coalesce with their neighbours when freed (an extent that reaches the
+/// bump pointer gives its range back to it).
+///
+/// Accounting follows a real pool: `reserved` is what the arena holds of the device's memory,
+/// `used` plus the free bytes not yet trimmed (`free_resident`). A trim lowers the free bytes
+/// held to the threshold, and gives the host's pages back only where a page lies wholly
+/// inside free space, so that no live byte is ever discarded.
 #[derive(Debug)]
 pub struct Arena {
     pub base: usize,
     pub size: u64,
     pub fd: Option<i32>,
     bump: u64,
-    /// size → blocks `(offset, resident)`; non-resident blocks were trimmed.
-    free: BTreeMap<u64, Vec<(u64, bool)>>,
+    /// The highest bump pointer since the last physical trim: pages above the current bump
+    /// and below `top` may still be committed.
+    top: u64,
+    /// Free extents by offset → length, coalesced (no two are adjacent).
+    free: BTreeMap<u64, u64>,
+    /// The same extents by `(length, offset)`, for best fit.
+    by_size: BTreeSet<(u64, u64)>,
+    /// Offsets freed since the last physical trim (their extents may hold committed pages).
+    dirty: Vec<u64>,
+    /// Free bytes still counted as reserved (not yet trimmed).
+    free_resident: u64,
     pub used: u64,
     pub used_high: u64,
     pub reserved: u64,
@@ -52,27 +70,25 @@ impl Arena {
             }
             return None;
         };
-        Some(Arena {
-            base,
-            size,
-            fd,
-            bump: HEADER,
-            free: BTreeMap::new(),
-            used: 0,
-            used_high: 0,
-            reserved: 0,
-            reserved_high: 0,
-        })
+        Some(Arena::over(base, size, fd, HEADER))
     }
 
     /// An arena over an existing mapping of `fd`.
     pub fn new_mapped(base: usize, size: u64, fd: i32) -> Arena {
+        Arena::over(base, size, Some(fd), size)
+    }
+
+    fn over(base: usize, size: u64, fd: Option<i32>, bump: u64) -> Arena {
         Arena {
             base,
             size,
-            fd: Some(fd),
-            bump: size,
+            fd,
+            bump,
+            top: bump,
             free: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+            dirty: Vec::new(),
+            free_resident: 0,
             used: 0,
             used_high: 0,
             reserved: 0,
@@ -83,68 +99,120 @@ impl Arena {
     /// Takes a block of `size` (rounded) bytes; returns its offset and how many bytes were
     /// newly reserved from the device. `budget` is what the device can still reserve.
     pub fn alloc(&mut self, size: u64, budget: u64) -> Result<(u64, u64), CuResult> {
-        if let Some(blocks) = self.free.get_mut(&size)
-            && let Some(position) = blocks.iter().position(|&(_, resident)| resident)
-        {
-            let (offset, _) = blocks.swap_remove(position);
-            self.take(size, 0);
-            return Ok((offset, 0));
-        }
-        if size > budget {
+        let grew = size.saturating_sub(self.free_resident);
+        if grew > budget {
             return Err(OUT_OF_MEMORY);
         }
-        if let Some(blocks) = self.free.get_mut(&size)
-            && let Some((offset, _)) = blocks.pop()
-        {
-            self.take(size, size);
-            return Ok((offset, size));
-        }
-        if self
-            .bump
-            .checked_add(size)
-            .is_none_or(|end| end > self.size)
-        {
-            return Err(OUT_OF_MEMORY);
-        }
-        let offset = self.bump;
-        self.bump += size;
-        self.take(size, size);
-        Ok((offset, size))
-    }
-
-    fn take(&mut self, size: u64, grew: u64) {
+        let offset = match self.by_size.range((size, 0)..).next().copied() {
+            Some((length, offset)) => {
+                self.remove_extent(offset, length);
+                if length > size {
+                    self.insert_extent(offset + size, length - size);
+                }
+                offset
+            }
+            None => {
+                if self
+                    .bump
+                    .checked_add(size)
+                    .is_none_or(|end| end > self.size)
+                {
+                    return Err(OUT_OF_MEMORY);
+                }
+                let offset = self.bump;
+                self.bump += size;
+                self.top = self.top.max(self.bump);
+                offset
+            }
+        };
+        self.free_resident -= size - grew;
         self.used += size;
         self.used_high = self.used_high.max(self.used);
         self.reserved += grew;
         self.reserved_high = self.reserved_high.max(self.reserved);
+        Ok((offset, grew))
     }
 
-    /// Returns a block; it stays reserved until trimmed.
+    fn insert_extent(&mut self, offset: u64, length: u64) {
+        self.free.insert(offset, length);
+        self.by_size.insert((length, offset));
+    }
+
+    fn remove_extent(&mut self, offset: u64, length: u64) {
+        self.free.remove(&offset);
+        self.by_size.remove(&(length, offset));
+    }
+
+    /// Returns a block; it stays reserved until trimmed. It merges with free neighbours, and
+    /// a free extent that ends at the bump pointer moves the pointer down instead.
     pub fn free(&mut self, offset: u64, size: u64) {
         self.used -= size;
-        self.free.entry(size).or_default().push((offset, true));
+        self.free_resident += size;
+        self.dirty.push(offset);
+        let (mut start, mut length) = (offset, size);
+        if let Some((&before, &before_len)) = self.free.range(..offset).next_back()
+            && before + before_len == offset
+        {
+            self.remove_extent(before, before_len);
+            start = before;
+            length += before_len;
+        }
+        if let Some(&after_len) = self.free.get(&(offset + size)) {
+            self.remove_extent(offset + size, after_len);
+            length += after_len;
+        }
+        if start + length == self.bump {
+            self.bump = start;
+        } else {
+            self.insert_extent(start, length);
+        }
     }
 
-    /// Releases free blocks until at most `keep` bytes stay reserved; returns the bytes
-    /// released.
+    /// Lowers the free bytes held to what keeps at most `keep` bytes reserved; returns the
+    /// bytes released. When no free byte stays reserved, the pages that lie wholly in free
+    /// space go back to the system.
     pub fn trim(&mut self, keep: u64) -> u64 {
-        let mut released = 0;
-        for (&size, blocks) in self.free.iter_mut() {
-            for block in blocks.iter_mut().filter(|(_, resident)| *resident) {
-                if self.reserved <= keep {
-                    return released;
-                }
-                sys::discard(
-                    self.base + block.0 as usize,
-                    size as usize,
-                    self.fd.map(|fd| (fd, block.0)),
-                );
-                block.1 = false;
-                self.reserved -= size;
-                released += size;
-            }
+        let released = self
+            .free_resident
+            .min(self.reserved.saturating_sub(keep));
+        self.free_resident -= released;
+        self.reserved -= released;
+        if self.free_resident == 0 {
+            self.discard_free_pages();
         }
         released
+    }
+
+    /// Discards the whole pages of every extent freed since the last discard, and of the
+    /// range above the bump pointer that was in use before.
+    fn discard_free_pages(&mut self) {
+        let mut done = BTreeSet::new();
+        for offset in std::mem::take(&mut self.dirty) {
+            let Some((&start, &length)) = self.free.range(..=offset).next_back() else {
+                continue;
+            };
+            if offset < start + length && done.insert(start) {
+                self.discard(start, start + length);
+            }
+        }
+        if self.top > self.bump {
+            self.discard(self.bump, self.top);
+            self.top = self.bump;
+        }
+    }
+
+    /// Discards the pages wholly inside `[start, end)` (offsets).
+    fn discard(&self, start: u64, end: u64) {
+        let first = (self.base as u64 + start).next_multiple_of(PAGE);
+        let last = (self.base as u64 + end) / PAGE * PAGE;
+        if last > first {
+            let offset = first - self.base as u64;
+            sys::discard(
+                first as usize,
+                (last - first) as usize,
+                self.fd.map(|fd| (fd, offset)),
+            );
+        }
     }
 
     /// Gives the whole range back; its addresses are never reused.
