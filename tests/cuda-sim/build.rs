@@ -82,4 +82,7 @@ fn main() {
     let _ = std::fs::remove_file(dir.join("libcuda.so.1"));
     std::os::unix::fs::symlink("libcuda.so", dir.join("libcuda.so.1")).expect("libcuda.so.1");
     println!("cargo:rustc-env=CUDA_SIM_LIBRARY_DIR={}", dir.display());
+    // The runner binary embeds the library, so that an installed `cuda-sim` needs no target
+    // directory.
+    println!("cargo:rustc-env=CUDA_SIM_LIBRARY_FILE={}", built.display());
 }

@@ -99,6 +99,8 @@ fn bad_launches_are_refused_before_the_driver() {
     let stream = stream(&context);
     let kernels = TestKernels::load().unwrap();
     let buffer = DevicePtrHandle::alloc(&context, 64 * 4).unwrap();
+    // New memory holds whatever it held before: zero it, so that any launch that ran shows.
+    buffer.memset_async(0, 64 * 4, &stream).unwrap();
     let fill =
         |config: LaunchConfig, n: u32| kernels.fill.launch(&stream, &config, (&buffer, 1, n));
     let mut config = LaunchConfig::linear(64, 64);

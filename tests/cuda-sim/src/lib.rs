@@ -21,24 +21,71 @@ pub fn library_dir() -> PathBuf {
     }
 }
 
-/// Whether the simulator's library has been built.
-pub fn is_built() -> bool {
-    library_dir().join("libcuda.so").is_file()
+/// The directory holding NVRTC (`libnvrtc.so.13`), which compiles CUDA C++ to PTX on any CPU:
+/// `CUDA_SIM_NVRTC_DIR` if set; else where `scripts/install-nvrtc.sh` puts the PyPI package
+/// `nvidia-cuda-nvrtc` (`<target>/nvrtc/nvidia/cu13/lib`); else that package in the
+/// `python3` on the path. `None` when none of them has it.
+pub fn nvrtc_dir() -> Option<PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    if let Some(dir) = std::env::var_os("CUDA_SIM_NVRTC_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    FOUND
+        .get_or_init(|| {
+            let has = |dir: &Path| dir.join("libnvrtc.so.13").is_file();
+            let installed = library_dir()
+                .parent()
+                .map(|target| target.join("nvrtc/nvidia/cu13/lib"));
+            if let Some(dir) = installed.filter(|dir| has(dir)) {
+                return Some(dir);
+            }
+            let output = Command::new("python3")
+                .args([
+                    "-c",
+                    "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                ])
+                .output()
+                .ok()?;
+            let site = String::from_utf8(output.stdout).ok()?;
+            let dir = Path::new(site.trim()).join("nvidia/cu13/lib");
+            has(&dir).then_some(dir)
+        })
+        .clone()
 }
 
-/// A command for `program` that loads the simulator: `LD_LIBRARY_PATH` starts with
-/// [`library_dir`]. Settings of the parent's `CUDA_SIM_*` variables are cleared, so each
-/// command states its own; use the helpers of [`SimCommand`].
-pub fn command(program: impl AsRef<OsStr>) -> Command {
-    let mut command = Command::new(program);
-    let mut path = library_dir().into_os_string();
+/// `LD_LIBRARY_PATH` for a program on the simulator: [`library_dir`] first, then
+/// [`nvrtc_dir`] when there is one, then the caller's own path.
+pub fn library_path() -> std::ffi::OsString {
+    library_path_for(&library_dir())
+}
+
+/// [`library_path`] with the simulator's library taken from `dir`.
+pub fn library_path_for(dir: &Path) -> std::ffi::OsString {
+    let mut path = dir.as_os_str().to_os_string();
+    if let Some(nvrtc) = nvrtc_dir() {
+        path.push(":");
+        path.push(nvrtc);
+    }
     if let Some(existing) = std::env::var_os("LD_LIBRARY_PATH")
         && !existing.is_empty()
     {
         path.push(":");
         path.push(existing);
     }
-    command.env("LD_LIBRARY_PATH", path);
+    path
+}
+
+/// Whether the simulator's library has been built.
+pub fn is_built() -> bool {
+    library_dir().join("libcuda.so").is_file()
+}
+
+/// A command for `program` that loads the simulator: `LD_LIBRARY_PATH` is [`library_path`]
+/// (the simulator first, then NVRTC). Settings of the parent's `CUDA_SIM_*` variables are
+/// cleared, so each command states its own; use the helpers of [`SimCommand`].
+pub fn command(program: impl AsRef<OsStr>) -> Command {
+    let mut command = Command::new(program);
+    command.env("LD_LIBRARY_PATH", library_path());
     for name in [
         "CUDA_SIM_DEVICES",
         "CUDA_SIM_MEMORY",
@@ -198,6 +245,34 @@ impl Report {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the report {}: {e}", path.display()))?;
         Report::parse(&text)
+    }
+
+    /// Adds `other` (another process's report) to this one.
+    pub fn merge(&mut self, other: Report) {
+        self.violations.extend(other.violations);
+        for (kind, count) in other.leaks {
+            *self.leaks.entry(kind).or_default() += count;
+        }
+        for (function, count) in other.calls {
+            *self.calls.entry(function).or_default() += count;
+        }
+    }
+
+    /// The report as JSON, in the form the simulator writes, with the number of `processes`
+    /// whose reports it merges.
+    pub fn to_json(&self, processes: usize) -> String {
+        let violations: Vec<serde_json::Value> = self
+            .violations
+            .iter()
+            .map(|v| serde_json::json!({"kind": v.kind, "message": v.message, "call": v.call}))
+            .collect();
+        serde_json::json!({
+            "violations": violations,
+            "leaks": self.leaks,
+            "calls": self.calls,
+            "processes": processes,
+        })
+        .to_string()
     }
 
     /// The violations of `kind`.

@@ -32,7 +32,10 @@ pub const STREAM_CAPTURE_UNSUPPORTED: CuResult = 900;
 pub const STREAM_CAPTURE_INVALIDATED: CuResult = 901;
 pub const STREAM_CAPTURE_UNMATCHED: CuResult = 903;
 pub const STREAM_CAPTURE_ISOLATION: CuResult = 905;
+pub const STREAM_CAPTURE_UNJOINED: CuResult = 904;
 pub const STREAM_CAPTURE_IMPLICIT: CuResult = 906;
+/// `CUDA_ERROR_CAPTURED_EVENT`: the host asked about an event recorded in an active capture.
+pub const CAPTURED_EVENT: CuResult = 907;
 pub const STREAM_CAPTURE_WRONG_THREAD: CuResult = 908;
 
 thread_local! {
@@ -61,6 +64,9 @@ pub struct Session {
     pub origin: usize,
     pub context: Raw,
     pub invalidated: bool,
+    /// The last nodes of streams that joined the capture and were destroyed before it
+    /// ended: the end still needs them joined back, as on the driver.
+    pub left: Vec<Raw>,
 }
 
 /// A stream taking part in a capture (the origin, or a stream that joined it).
@@ -98,6 +104,7 @@ impl Sim {
                 origin: target.timeline,
                 context: target.context,
                 invalidated: false,
+                left: Vec::new(),
             },
         );
         self.capturing.insert(
@@ -134,9 +141,18 @@ impl Sim {
         if session.mode != MODE_RELAXED && session.thread != contexts::thread_id() {
             return Err(STREAM_CAPTURE_WRONG_THREAD);
         }
+        let unjoined = self.unjoined_streams(capturing.session, target.timeline);
         let session = self
             .close_session(capturing.session)
             .expect("the session of a capturing stream");
+        if unjoined && !session.invalidated {
+            // Measured on driver 580 (probes/capture_codes.h200.txt, `unjoined_end`): a stream
+            // that joined the capture and was not joined back fails the end.
+            if self.graphs.contains_key(&session.graph) {
+                self.remove_graph(session.graph);
+            }
+            return Err(STREAM_CAPTURE_UNJOINED);
+        }
         if session.invalidated {
             if self.graphs.contains_key(&session.graph) {
                 self.remove_graph(session.graph);
@@ -150,12 +166,78 @@ impl Sim {
         Ok(session.graph)
     }
 
+    /// Whether a stream of session `id` other than the origin (alive, or destroyed while it
+    /// took part) has last captured nodes the origin does not depend on: it forked from the
+    /// capture and never joined back.
+    fn unjoined_streams(&self, id: u64, origin: usize) -> bool {
+        let Some(graph) = self
+            .sessions
+            .get(&id)
+            .and_then(|session| self.graphs.get(&session.graph))
+        else {
+            return false;
+        };
+        let deps_of: std::collections::HashMap<Raw, &[Raw]> = graph
+            .nodes
+            .iter()
+            .map(|node| (node.raw, node.deps.as_slice()))
+            .collect();
+        let mut covered: std::collections::HashSet<Raw> = std::collections::HashSet::new();
+        let mut stack: Vec<Raw> = self.capturing[&origin].deps.clone();
+        while let Some(node) = stack.pop() {
+            if covered.insert(node) {
+                stack.extend(deps_of.get(&node).copied().unwrap_or_default());
+            }
+        }
+        let left = self.sessions[&id].left.iter();
+        self.capturing
+            .iter()
+            .filter(|&(&timeline, c)| c.session == id && timeline != origin)
+            .flat_map(|(_, c)| c.deps.iter())
+            .chain(left)
+            .any(|node| !covered.contains(node))
+    }
+
+    /// Refuses a "potentially unsafe" call (`cuMemAlloc`) while a capture forbids it, as the
+    /// driver does (measured on driver 580, probes/capture_codes.h200.txt, `sync_alloc`):
+    /// unless this thread's interaction mode is relaxed, any global-mode capture and any
+    /// non-relaxed capture this thread began refuse it with
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and are invalidated.
+    pub fn forbid_unsafe_call(&mut self) -> Result<(), CuResult> {
+        let mode = MODE.try_with(Cell::get).unwrap_or(MODE_GLOBAL);
+        if mode == MODE_RELAXED {
+            return Ok(());
+        }
+        let thread = contexts::thread_id();
+        let refusing: Vec<u64> = self
+            .sessions
+            .values()
+            .filter(|s| {
+                s.mode != MODE_RELAXED
+                    && ((s.mode == MODE_GLOBAL && mode == MODE_GLOBAL) || s.thread == thread)
+            })
+            .map(|s| s.id)
+            .collect();
+        if refusing.is_empty() {
+            return Ok(());
+        }
+        for id in refusing {
+            self.invalidate(id);
+        }
+        Err(STREAM_CAPTURE_UNSUPPORTED)
+    }
+
     /// A capturing stream that is destroyed leaves its capture; an origin stream ends it (the
     /// graph is destroyed: nothing can end the capture any more).
     pub fn abandon_capture(&mut self, timeline: usize) {
         let Some(capturing) = self.capturing.remove(&timeline) else {
             return;
         };
+        if let Some(session) = self.sessions.get_mut(&capturing.session)
+            && session.origin != timeline
+        {
+            session.left.extend(capturing.deps.iter().copied());
+        }
         if self
             .sessions
             .get(&capturing.session)
@@ -301,12 +383,16 @@ impl Sim {
         Ok(captured.filter(|(id, _)| self.sessions.contains_key(id)))
     }
 
-    /// `cuEventSynchronize`/`cuEventQuery` of an event recorded in an active capture: the host
-    /// cannot wait for work that has not run; refused, and the capture invalidated.
-    pub fn forbid_captured_event(&mut self, event: Raw) -> Result<(), CuResult> {
+    /// `cuEventSynchronize`/`cuEventQuery` (`invalidates`) and `cuEventElapsedTime` (not) of
+    /// an event recorded in an active capture: the host cannot ask about work that has not
+    /// run. Refused with `CUDA_ERROR_CAPTURED_EVENT`, as driver 580 does
+    /// (probes/capture_codes.h200.txt): the first two invalidate the capture, the last not.
+    pub fn forbid_captured_event(&mut self, event: Raw, invalidates: bool) -> Result<(), CuResult> {
         if let Some((id, _)) = self.captured_in(event)? {
-            self.invalidate(id);
-            return Err(STREAM_CAPTURE_UNSUPPORTED);
+            if invalidates {
+                self.invalidate(id);
+            }
+            return Err(CAPTURED_EVENT);
         }
         Ok(())
     }

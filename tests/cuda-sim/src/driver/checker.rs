@@ -145,6 +145,7 @@ impl Checker {
             seq,
         });
         if self.strict {
+            super::report::write_before_abort(&self.violations);
             std::process::abort();
         }
     }

@@ -103,6 +103,21 @@ impl Sim {
         Ok(self.contexts.get_mut(&raw).expect("checked"))
     }
 
+    /// The check of `cuCtxSetCurrent`/`cuCtxPushCurrent`: a live context, or a destroyed
+    /// green context's, which driver 580 accepts (driver-facts: "Green contexts destroyed
+    /// while current"); the simulator accepts it too and reports the use, since the driver
+    /// was seen to corrupt its heap afterwards.
+    pub fn make_current_check(&mut self, raw: Raw) -> Result<(), CuResult> {
+        if self.contexts.contains_key(&raw) {
+            return Ok(());
+        }
+        let destroyed_green = self.graves.get(&raw).is_some_and(|grave| {
+            grave.kind == Kind::Context && grave.call == "cuGreenCtxDestroy"
+        });
+        let error = self.dead_handle(raw, Kind::Context, false);
+        if destroyed_green { Ok(()) } else { Err(error) }
+    }
+
     /// The current context, which the call `what` needs: reports `wrong-context` when none
     /// is current or it is no longer usable.
     pub fn require_current(&mut self, what: &str) -> Result<Raw, CuResult> {

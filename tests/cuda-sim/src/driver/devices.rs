@@ -79,39 +79,12 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         Ok(match attribute {
-            1 => 1024,            // max threads per block
-            2 | 3 => 1024,        // max block dim x, y
-            4 => 64,              // max block dim z
-            5 => i32::MAX,        // max grid dim x
-            6 | 7 => 65535,       // max grid dim y, z
-            8 => 49152,           // shared memory per block
-            9 => 65536,           // constant memory
-            10 => 32,             // warp size
-            11 => i32::MAX,       // max pitch
-            12 | 82 => 65536,     // registers per block, per multiprocessor
-            13 => 1_980_000,      // clock rate (kHz)
-            14 => 512,            // texture alignment
-            16 => 132,            // multiprocessors
-            20 => 0,              // compute mode default
             33 => ordinal + 0x18, // PCI bus id
-            34 | 50 => 0,         // PCI device, domain
-            36 => 2_619_000,      // memory clock (kHz)
-            37 => 6144,           // bus width
-            38 => 50 << 20,       // L2 cache
-            39 => 2048,           // threads per multiprocessor
-            40 => 5,              // async engines
-            75 => 9,              // compute capability major
-            76 => 0,              // compute capability minor
-            81 => 233_472,        // shared memory per multiprocessor
-            97 => 232_448,        // shared memory per block, opt-in
-            106 => 32,            // blocks per multiprocessor
-            119 => 1,             // pool handle types: POSIX file descriptor
-            126 => 4,             // sync domains
-            130 => 0,             // NUMA config: none
-            131 => -1,            // NUMA id
-            134 => 0,             // host NUMA id
-            15 | 17 | 18 | 35 | 84 | 85 | 104 | 105 | 128 | 132 | 133 | 135 | 138 => 0,
-            _ => 1, // supported: unified addressing, pools, IPC, ...
+            119 => 1,             // pool handle types: POSIX file descriptor (no fabric)
+            128 => 0,             // fabric handles: not supported
+            // Everything else as a real H200 answers (L2 60 MiB, bus 6016 bits, memory clock
+            // 3201 MHz, 132 SMs, 228 KiB shared per SM, managed memory, no pageable access).
+            other => super::exports_cudarc::H200_ATTRIBUTES[other as usize],
         })
     }
 }

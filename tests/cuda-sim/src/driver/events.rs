@@ -101,7 +101,7 @@ impl Sim {
 
     /// `cuEventSynchronize` and a successful `cuEventQuery`.
     pub fn synchronize_event(&mut self, raw: Raw) -> Result<(), CuResult> {
-        self.forbid_captured_event(raw)?;
+        self.forbid_captured_event(raw, true)?;
         if let Some((clock, _)) = self.event(raw)?.recorded.clone() {
             self.checker.host_waits_clock(&clock);
         }
@@ -133,6 +133,9 @@ impl Sim {
 
     pub fn elapsed(&mut self, start: Raw, end: Raw) -> Result<f32, CuResult> {
         let mut stamps = [0u64; 2];
+        for raw in [start, end] {
+            self.forbid_captured_event(raw, false)?;
+        }
         for (slot, raw) in stamps.iter_mut().zip([start, end]) {
             let event = self.event(raw)?;
             if event.flags & EVENT_DISABLE_TIMING != 0 {

@@ -110,6 +110,18 @@ export_fns! {
         super::init(flags)
     }
 
+    /// The driver's private tables, which toolkit libraries look up (NVRTC does, to learn
+    /// about the device). The simulator has none: `CUDA_ERROR_NOT_SUPPORTED`, and the caller
+    /// falls back to its defaults.
+    fn cuGetExportTable(table: *mut *const c_void, id: *const c_void) {
+        let _ = id;
+        if !table.is_null() {
+            // SAFETY: a non-null out-pointer, by the caller's contract.
+            unsafe { table.write(std::ptr::null()) };
+        }
+        Err(super::errors::NOT_SUPPORTED)
+    }
+
     fn cuDriverGetVersion(version: *mut c_int) {
         // `CUDA_SIM_DRIVER_VERSION` plays an older driver (read on every call: the real call
         // needs no `cuInit` either).
@@ -244,7 +256,7 @@ export_fns! {
     fn cuCtxSetCurrent(context: Raw) {
         with_sim(|sim| {
             if context != 0 {
-                sim.context(context)?;
+                sim.make_current_check(context)?;
             }
             contexts::set_current(context);
             Ok(())
@@ -253,7 +265,7 @@ export_fns! {
 
     fn cuCtxPushCurrent_v2(context: Raw) {
         with_sim(|sim| {
-            sim.context(context)?;
+            sim.make_current_check(context)?;
             contexts::push(context);
             Ok(())
         })
@@ -530,23 +542,8 @@ export_fns! {
     }
 
     fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CuDevicePtr) {
-        let alloc = with_sim(|sim| sim.alloc_at(ptr).cloned().ok_or(INVALID_VALUE))?;
-        let device_memory = alloc.kind != super::memory::AllocKind::Host;
-        match attribute {
-            POINTER_ATTR_CONTEXT => put(data.cast::<Raw>(), alloc.context.unwrap_or(0)),
-            POINTER_ATTR_MEMORY_TYPE => put(
-                data.cast::<c_uint>(),
-                if device_memory { MEMORY_TYPE_DEVICE } else { MEMORY_TYPE_HOST },
-            ),
-            POINTER_ATTR_DEVICE_POINTER | POINTER_ATTR_HOST_POINTER => put(data.cast::<u64>(), ptr),
-            POINTER_ATTR_IS_MANAGED => put(data.cast::<c_uint>(), 0),
-            POINTER_ATTR_MAPPED => put(data.cast::<c_uint>(), 1),
-            POINTER_ATTR_DEVICE_ORDINAL => put(data.cast::<c_int>(), alloc.device as c_int),
-            POINTER_ATTR_RANGE_START_ADDR => put(data.cast::<u64>(), alloc.addr),
-            POINTER_ATTR_RANGE_SIZE => put(data.cast::<usize>(), alloc.size as usize),
-            POINTER_ATTR_MEMPOOL_HANDLE => put(data.cast::<Raw>(), alloc.pool.unwrap_or(0)),
-            _ => Err(INVALID_VALUE),
-        }
+        // One implementation with `cuPointerGetAttributes` (knows managed memory).
+        super::exports_cudarc::pointer_attribute(data, attribute, ptr)
     }
 
     fn cuMemPoolCreate(pool: *mut Raw, props: *const MemPoolProps) {

@@ -14,7 +14,7 @@ use super::work::Op;
 use super::{Sim, with_sim};
 
 /// The bytes of a NUL-terminated string argument (without the NUL), rejecting null.
-fn c_bytes<'a>(text: *const c_char) -> Result<&'a [u8], CuResult> {
+pub(super) fn c_bytes<'a>(text: *const c_char) -> Result<&'a [u8], CuResult> {
     if text.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -25,7 +25,7 @@ fn c_bytes<'a>(text: *const c_char) -> Result<&'a [u8], CuResult> {
 
 /// JIT and library options: the simulator compiles nothing, so they have no effect, but the
 /// arrays must be there when a count says so.
-fn check_options(
+pub(super) fn check_options(
     count: c_uint,
     keys: *mut c_void,
     values: *mut *mut c_void,
@@ -37,13 +37,13 @@ fn check_options(
 }
 
 /// The current context, which a launch needs, and the device it runs on.
-fn launch_context(sim: &mut Sim, what: &str) -> Result<(Raw, usize), CuResult> {
+pub(super) fn launch_context(sim: &mut Sim, what: &str) -> Result<(Raw, usize), CuResult> {
     let context = sim.require_current(what)?;
     Ok((context, sim.contexts[&context].device))
 }
 
 /// Resolves the launch stream, which must belong to the current context.
-fn launch_target(
+pub(super) fn launch_target(
     sim: &mut Sim,
     stream: Raw,
     context: Raw,

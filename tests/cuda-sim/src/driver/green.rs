@@ -250,7 +250,9 @@ impl Sim {
         self.bury(raw, Kind::GreenContext);
         self.contexts.remove(&green.context);
         self.bury(green.context, Kind::Context);
-        contexts::forget(green.context);
+        // Driver 580 keeps a destroyed green context current on every thread that had it
+        // current (driver-facts: "Green contexts destroyed while current"): it stays on the
+        // stacks, and each later use of it is a destroyed-handle violation.
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::checker::{Use, covers};
 use super::errors::{INVALID_VALUE, OUT_OF_MEMORY};
 use super::sys;
-use super::types::{CuResult, Raw};
+use super::types::{ACCESS_NONE, CuResult, Raw};
 use super::{Sim, faults};
 
 /// Allocation granularity.
@@ -238,6 +238,8 @@ pub enum AllocKind {
     /// `cuMemMap`: a range of a physical allocation mapped into a reservation, released by
     /// `cuMemUnmap` (see `vmm`).
     Mapping,
+    /// `cuMemAllocManaged`: from the device's synchronous arena, freed by `cuMemFree`.
+    Managed,
 }
 
 impl AllocKind {
@@ -248,6 +250,7 @@ impl AllocKind {
             AllocKind::Host => "host_allocation",
             AllocKind::Import => "import",
             AllocKind::Mapping => "mapping",
+            AllocKind::Managed => "managed_allocation",
         }
     }
 }
@@ -344,6 +347,7 @@ impl Sim {
                 return Err(INVALID_VALUE);
             }
             let start = alloc.addr;
+            self.check_pool_access(start, addr, len, operation)?;
             if let Some(alloc) = self.allocs.get_mut(&start) {
                 alloc.uses.insert(operation.timeline, operation);
             }
@@ -376,6 +380,44 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         Ok(false)
+    }
+
+    /// The device whose work `timeline` is (a stream's, or a context's default stream);
+    /// `None` for the host.
+    pub fn timeline_device(&self, timeline: usize) -> Option<usize> {
+        self.contexts
+            .values()
+            .find(|c| c.streams.contains(&timeline))
+            .map(|c| c.device)
+    }
+
+    /// A touch by device work of pool memory owned by another device needs that device's
+    /// access to the pool (`cuMemPoolSetAccess`); without it the touch is **no access**.
+    fn check_pool_access(
+        &mut self,
+        start: u64,
+        addr: u64,
+        len: u64,
+        operation: Use,
+    ) -> Result<(), CuResult> {
+        let alloc = &self.allocs[&start];
+        let Some(pool) = alloc.pool.and_then(|raw| self.pools.get(&raw)) else {
+            return Ok(());
+        };
+        let (Some(owner), Some(device)) = (pool.device, self.timeline_device(operation.timeline))
+        else {
+            return Ok(());
+        };
+        if device == owner || pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE) {
+            return Ok(());
+        }
+        let (call, seq) = faults::current_call();
+        let message = format!(
+            "{call} (call #{seq}) on {} (device {device}) touches [{addr:#x}, +{len}) of a pool of device {owner} that device {device} has no access to (cuMemPoolSetAccess)",
+            self.checker.label(operation.timeline)
+        );
+        self.checker.violation("no-access", message);
+        Err(INVALID_VALUE)
     }
 
     /// Checks that a free at `free` (whose clock is that of its timeline) is ordered after

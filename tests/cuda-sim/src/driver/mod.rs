@@ -34,6 +34,7 @@ mod events;
 mod exports;
 mod exports_graphs;
 mod exports_green;
+mod exports_cudarc;
 mod exports_kernels;
 mod exports_vmm;
 mod faults;
@@ -43,7 +44,9 @@ mod ipc;
 mod kernels;
 mod launch;
 mod libraries;
+mod managed;
 mod memory;
+mod modules;
 mod pools;
 mod ptx;
 mod report;
@@ -120,6 +123,7 @@ pub enum Kind {
     MemHandle,
     GreenContext,
     ResourceDesc,
+    Module,
 }
 
 impl Kind {
@@ -139,6 +143,7 @@ impl Kind {
             Kind::MemHandle => 0x4d,
             Kind::GreenContext => 0x9c,
             Kind::ResourceDesc => 0xde,
+            Kind::Module => 0x3d,
         }
     }
 
@@ -158,6 +163,7 @@ impl Kind {
             Kind::MemHandle => "physical allocation handle",
             Kind::GreenContext => "green context",
             Kind::ResourceDesc => "resource descriptor",
+            Kind::Module => "module",
         }
     }
 }
@@ -199,6 +205,8 @@ pub struct Sim {
     pub checker: Checker,
     pub next_id: usize,
     pub ticks: u64,
+    /// Modules, managed-memory advice, context limits (`exports_cudarc`).
+    pub extra: exports_cudarc::Extra,
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -258,6 +266,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             checker,
             next_id: 1,
             ticks: 0,
+            extra: Default::default(),
             config,
         };
         for ordinal in 0..sim.config.devices {

@@ -327,7 +327,7 @@ impl Sim {
                     pool.imports.remove(&(alloc.addr - pool.arena.base as u64));
                 }
             }
-            AllocKind::Sync => {
+            AllocKind::Sync | AllocKind::Managed => {
                 let arena = &mut self.devices[alloc.device].sync_arena;
                 arena.free(alloc.addr - arena.base as u64, alloc.block);
                 arena.trim(0);
@@ -363,7 +363,7 @@ impl Sim {
         let kinds: &[AllocKind] = if host {
             &[AllocKind::Host]
         } else {
-            &[AllocKind::Sync, AllocKind::Pool]
+            &[AllocKind::Sync, AllocKind::Pool, AllocKind::Managed]
         };
         let alloc = self.allocation_to_free(addr, kinds)?;
         let device = self.contexts[&context].device;
@@ -376,6 +376,12 @@ impl Sim {
                 ),
             );
         }
+        // Driver 580 makes both frees wait for all pending work on the device, whatever the
+        // stream (driver-facts: "Synchronous frees wait for the whole device").
+        self.host_waits_device(device);
+        if alloc.device != device {
+            self.host_waits_device(alloc.device);
+        }
         let operation = self.checker.host_op();
         self.check_free_order(&alloc, operation);
         self.remove_alloc(addr, operation);
@@ -383,10 +389,27 @@ impl Sim {
         Ok(())
     }
 
+    /// The host waits for every stream of every context of `device`.
+    pub fn host_waits_device(&mut self, device: usize) {
+        let mut timelines: Vec<usize> = self
+            .contexts
+            .values()
+            .filter(|c| c.device == device)
+            .flat_map(|c| c.streams.iter().copied())
+            .collect();
+        timelines.sort_unstable();
+        for timeline in timelines {
+            self.checker.host_waits(timeline);
+        }
+    }
+
     /// `cuMemAlloc` (`host` false) and `cuMemHostAlloc` (`host` true).
     pub fn alloc_sync(&mut self, size: usize, host: bool) -> Result<u64, CuResult> {
         let what = if host { "cuMemHostAlloc" } else { "cuMemAlloc" };
         let context = self.require_current(what)?;
+        if !host {
+            self.forbid_unsafe_call()?;
+        }
         if size == 0 {
             return Err(INVALID_VALUE);
         }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::checker::Violation;
 use super::{Sim, faults, shut_down};
 
 fn quote(text: &str) -> String {
@@ -42,7 +43,9 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
             .filter(|p| !p.default && !p.zombie)
             .count() as u64,
     );
-    add("library", sim.libraries.len() as u64);
+    // A module's library is counted as the module.
+    add("library", (sim.libraries.len() as u64).saturating_sub(sim.extra.modules.len() as u64));
+    add("module", sim.extra.modules.len() as u64);
     add("graph", sim.graphs.len() as u64);
     add("graph_exec", sim.execs.len() as u64);
     add("user_object", sim.user_objects.len() as u64);
@@ -66,8 +69,13 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
 /// The JSON report. Without a simulator state (`cuInit` never succeeded, for example because
 /// it was failed on purpose) it has no violations and no leaks, only the calls.
 pub fn render(sim: Option<&Sim>) -> String {
-    let mut out = String::from("{\"violations\":[");
     let violations = sim.map_or(&[][..], |sim| &sim.checker.violations[..]);
+    let leaks = sim.map(leaks).unwrap_or_default();
+    render_parts(violations, &leaks)
+}
+
+fn render_parts(violations: &[Violation], leaks: &BTreeMap<&'static str, u64>) -> String {
+    let mut out = String::from("{\"violations\":[");
     for (i, v) in violations.iter().enumerate() {
         if i > 0 {
             out.push(',');
@@ -82,7 +90,7 @@ pub fn render(sim: Option<&Sim>) -> String {
         );
     }
     out.push_str("],\"leaks\":{");
-    for (i, (key, n)) in sim.map(leaks).unwrap_or_default().iter().enumerate() {
+    for (i, (key, n)) in leaks.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -108,7 +116,17 @@ pub fn register_exit_handler() {
 
 /// The exit handler registered by [`register_exit_handler`].
 pub extern "C" fn at_exit() {
-    let report = shut_down(render);
+    write(&shut_down(render));
+}
+
+/// In strict mode, just before the abort: the report of the violations so far (the abort
+/// runs no exit handler, so leaks are not counted).
+pub fn write_before_abort(violations: &[Violation]) {
+    write(&render_parts(violations, &BTreeMap::new()));
+}
+
+/// Writes `report` where `CUDA_SIM_REPORT` says.
+fn write(report: &str) {
     let Ok(path) = std::env::var("CUDA_SIM_REPORT") else {
         return;
     };

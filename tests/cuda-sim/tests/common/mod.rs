@@ -138,3 +138,76 @@ pub fn kernel(library: sys::CUlibrary, name: &std::ffi::CStr) -> sys::CUkernel {
     unsafe { ok(sys::cuLibraryGetKernel(&mut kernel, library, name.as_ptr())) };
     kernel
 }
+
+pub fn sm_count(resource: &sys::CUdevResource) -> u32 {
+    // SAFETY: the simulator fills the SM member of the union for SM resources.
+    unsafe { resource.__bindgen_anon_1.sm.smCount }
+}
+
+/// Splits the device's SMs, makes a green context of one group, and launches a kernel on a
+/// stream of it, with its context current.
+pub fn green_context() -> (sys::CUgreenCtx, sys::CUcontext) {
+    // SAFETY: valid pointers throughout.
+    unsafe {
+        let mut all: sys::CUdevResource = std::mem::zeroed();
+        ok(sys::cuDeviceGetDevResource(
+            0,
+            &mut all,
+            sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+        ));
+        assert_eq!(sm_count(&all), 132);
+        let mut groups = 0;
+        let mut remaining: sys::CUdevResource = std::mem::zeroed();
+        ok(sys::cuDevSmResourceSplitByCount(
+            std::ptr::null_mut(),
+            &mut groups,
+            &all,
+            std::ptr::null_mut(),
+            0,
+            10,
+        ));
+        assert_eq!(groups, 8, "10 SMs round up to 16: 8 groups fit in 132");
+        let mut result: [sys::CUdevResource; 2] = std::mem::zeroed();
+        groups = 2;
+        ok(sys::cuDevSmResourceSplitByCount(
+            result.as_mut_ptr(),
+            &mut groups,
+            &all,
+            &mut remaining,
+            0,
+            10,
+        ));
+        assert_eq!(groups, 2);
+        assert_eq!(sm_count(&result[0]), 16);
+        assert_eq!(sm_count(&result[1]), 16);
+        assert_eq!(sm_count(&remaining), 100);
+        let mut desc = std::ptr::null_mut();
+        ok(sys::cuDevResourceGenerateDesc(
+            &mut desc,
+            result.as_mut_ptr(),
+            1,
+        ));
+        let mut green = std::ptr::null_mut();
+        assert_eq!(
+            sys::cuGreenCtxCreate(&mut green, desc, 0, 0),
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            "13.0 requires CU_GREEN_CTX_DEFAULT_STREAM"
+        );
+        ok(sys::cuGreenCtxCreate(
+            &mut green,
+            desc,
+            0,
+            sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
+        ));
+        let mut own: sys::CUdevResource = std::mem::zeroed();
+        ok(sys::cuGreenCtxGetDevResource(
+            green,
+            &mut own,
+            sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+        ));
+        assert_eq!(sm_count(&own), 16);
+        let mut context = std::ptr::null_mut();
+        ok(sys::cuCtxFromGreenCtx(&mut context, green));
+        (green, context)
+    }
+}
