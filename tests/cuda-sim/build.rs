@@ -44,15 +44,40 @@ fn target_dir(out_dir: &Path) -> PathBuf {
 
 fn main() {
     println!("cargo:rerun-if-changed=src/driver");
+    println!("cargo:rerun-if-changed=ptx/src");
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let dir = target_dir(&out_dir).join("cuda-sim");
     std::fs::create_dir_all(&dir).expect("create <target>/cuda-sim");
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));
+    // The PTX interpreter (`ptx/`, the `cuda-sim-ptx` package) first, as an rlib the driver
+    // links; optimised, since it runs every kernel.
+    let interpreter = out_dir.join("libcuda_sim_ptx.rlib");
+    let status = Command::new(&rustc)
+        .args([
+            "--edition",
+            "2024",
+            "--crate-type",
+            "rlib",
+            "--crate-name",
+            "cuda_sim_ptx",
+            "-C",
+            "opt-level=3",
+            "-C",
+            "debuginfo=1",
+            "--cap-lints",
+            "warn",
+        ])
+        .arg("-o")
+        .arg(&interpreter)
+        .arg(manifest.join("ptx/src/lib.rs"))
+        .status()
+        .expect("run rustc for the PTX interpreter");
+    assert!(status.success(), "compiling the PTX interpreter failed");
     // Built under another name first: no file called libcuda.so outside `<target>/cuda-sim`.
     let built = out_dir.join("cuda_sim_driver.so");
-    let status = Command::new(rustc)
+    let status = Command::new(&rustc)
         .args([
             "--edition",
             "2024",
@@ -69,6 +94,8 @@ fn main() {
             "--cap-lints",
             "warn",
         ])
+        .arg("--extern")
+        .arg(format!("cuda_sim_ptx={}", interpreter.display()))
         .arg("-o")
         .arg(&built)
         .arg(manifest.join("src/driver/mod.rs"))

@@ -485,8 +485,8 @@ fn nvrtc_compiles_a_kernel_that_runs_and_reports_its_log() {
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let program = ProgramHandle::new(SQUARE, "square.cu").unwrap();
-    program.compile(&["--gpu-architecture=sm_90"]).unwrap();
-    let library = LibraryHandle::load_data(&program.cubin().unwrap()).unwrap();
+    program.compile(&["--gpu-architecture=compute_90"]).unwrap();
+    let library = LibraryHandle::load_data(&program.ptx().unwrap()).unwrap();
     drop(program);
     let kernel = KernelHandle::get(&library, "square_u32").unwrap();
     // SAFETY: `square_u32(data, n)` touches `n` 32-bit elements, which the check bounds.
@@ -508,7 +508,7 @@ fn nvrtc_compiles_a_kernel_that_runs_and_reports_its_log() {
         .unwrap();
     let expected: Vec<u32> = (0..300u32).map(|v| v * v).collect();
     assert_eq!(read_words(&buffer, &stream), expected);
-    // The same program compiled to PTX loads too.
+    // The same program compiled for NVRTC's default architecture loads too.
     let program = ProgramHandle::new(SQUARE, "square.cu").unwrap();
     program.compile(&[]).unwrap();
     let ptx = program.ptx().unwrap();
@@ -526,9 +526,36 @@ fn nvrtc_compiles_a_kernel_that_runs_and_reports_its_log() {
     failures.assert_none();
 }
 
+/// NVRTC compiles for one GPU's architecture (a cubin: machine code), which loads and runs.
+#[test]
+#[ignore = "needs a CUDA GPU and NVRTC"]
+fn nvrtc_cubin_runs_natively() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let program = ProgramHandle::new(SQUARE, "square.cu").unwrap();
+    program.compile(&["--gpu-architecture=sm_90"]).unwrap();
+    let library = LibraryHandle::load_data(&program.cubin().unwrap()).unwrap();
+    drop(program);
+    let kernel = KernelHandle::get(&library, "square_u32").unwrap();
+    // SAFETY: `square_u32(data, n)` touches `n` 32-bit elements; 300 fit in the buffer.
+    let square = unsafe { kernel.typed::<(Buffer, u32)>(|_, _| Ok(())) }.unwrap();
+    let buffer = DevicePtrHandle::alloc(&context, 300 * 4).unwrap();
+    let input: Vec<u8> = (0..300u32).flat_map(|v| v.to_ne_bytes()).collect();
+    buffer.copy_from_host(&input, &stream).unwrap();
+    square
+        .launch(&stream, &LaunchConfig::linear(300, 128), (&buffer, 300))
+        .unwrap();
+    let expected: Vec<u32> = (0..300u32).map(|v| v * v).collect();
+    assert_eq!(read_words(&buffer, &stream), expected);
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[(
-    "nvrtc_compiles_a_kernel_that_runs_and_reports_its_log",
-    "NVRTC is a library of its own, which the simulated driver does not provide",
+    "nvrtc_cubin_runs_natively",
+    "a cubin is machine code (SASS) for one GPU architecture; the simulator runs PTX, and \
+     refuses a cubin with CUDA_ERROR_INVALID_IMAGE (tests/cuda-sim/tests/interpreter.rs)",
 )];
 
 #[test]

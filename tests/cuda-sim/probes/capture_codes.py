@@ -58,6 +58,9 @@ def case(name, mode, body):
     """Begins a capture on a fresh stream in `mode`, runs `body(origin)`, which returns the
     codes to print, then ends the capture and prints its code too."""
     origin = stream()
+    if body is wait_on_event_recorded_before:
+        check("cuEventRecord", recorded_before, origin)
+        check("cuStreamSynchronize", origin)
     check("cuStreamBeginCapture_v2", origin, mode)
     codes = body(origin)
     codes.append(end(origin))
@@ -177,17 +180,44 @@ def elapsed_of_captured(origin):
     return codes
 
 
+def wait_on_event_recorded_before(origin):
+    """An event recorded on the origin stream before the capture began (and complete)."""
+    return [call("cuStreamWaitEvent", origin, recorded_before, 0)]
+
+
+def wait_on_event_of_another_stream(origin):
+    return [call("cuStreamWaitEvent", origin, recorded_elsewhere, 0)]
+
+
+def wait_on_event_never_recorded(origin):
+    e = event()
+    codes = [call("cuStreamWaitEvent", origin, e, 0)]
+    check("cuEventDestroy_v2", e)
+    return codes
+
+
+recorded_before, recorded_elsewhere = event(), event()
+elsewhere = stream()
+check("cuEventRecord", recorded_elsewhere, elsewhere)
+check("cuStreamSynchronize", elsewhere)
+
+
 for mode_name, mode in (("global", GLOBAL), ("thread_local", THREAD_LOCAL), ("relaxed", RELAXED)):
     for body in (captured_event_query, captured_event_synchronize, joined_stream_query,
                  joined_stream_synchronize, begin_on_joined_stream, unjoined_end, origin_query,
                  origin_synchronize, context_synchronize, sync_alloc, sync_memset,
-                 legacy_stream_work, query_after_invalidation, elapsed_of_captured):
+                 legacy_stream_work, query_after_invalidation, elapsed_of_captured,
+                 wait_on_event_recorded_before, wait_on_event_of_another_stream,
+                 wait_on_event_never_recorded):
         case(f"{mode_name} {body.__name__}", mode, body)
         # Anything a case left behind on the device is an error of the case itself.
         code = call("cuCtxSynchronize")
         if code != 0:
             lines.append(f"  (cuCtxSynchronize after it: {code})")
 
+for x in (recorded_before, recorded_elsewhere):
+    check("cuEventDestroy_v2", x)
+check("cuStreamDestroy_v2", elsewhere)
 check("cuMemFree_v2", buffer)
 check("cuDevicePrimaryCtxRelease_v2", 0)
 print("\n".join(lines))

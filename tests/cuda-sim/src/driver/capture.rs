@@ -402,6 +402,17 @@ impl Sim {
     /// Returns whether the wait was handled so.
     pub fn join_capture(&mut self, target: Target, event: Raw) -> Result<bool, CuResult> {
         let Some((id, nodes)) = self.captured_in(event)? else {
+            // A capturing stream cannot wait for work outside its capture: driver 580 refuses
+            // the wait on an event recorded outside it (even a completed one) and invalidates
+            // the capture; an event never recorded is no dependency at all
+            // (probes/capture_codes.h200.txt, `wait_on_*`).
+            if let Some(id) = self.capturing.get(&target.timeline).map(|c| c.session) {
+                let event = self.event(event)?;
+                if event.recorded.is_some() || event.captured.is_some() {
+                    self.invalidate(id);
+                    return Err(STREAM_CAPTURE_ISOLATION);
+                }
+            }
             return Ok(false);
         };
         if self.sessions[&id].invalidated {

@@ -201,7 +201,7 @@ impl Sim {
         for timeline in timelines {
             self.checker.host_waits(timeline);
         }
-        self.release_pool_memory();
+        self.host_synchronised();
         Ok(())
     }
 }

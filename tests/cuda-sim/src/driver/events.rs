@@ -105,7 +105,7 @@ impl Sim {
         if let Some((clock, _)) = self.event(raw)?.recorded.clone() {
             self.checker.host_waits_clock(&clock);
         }
-        self.release_pool_memory();
+        self.host_synchronised();
         Ok(())
     }
 

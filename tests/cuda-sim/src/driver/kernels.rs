@@ -1,25 +1,15 @@
 //! Kernels (`CUkernel`, one per PTX entry of a library) and their per-context functions
-//! (`CUfunction` from `cuKernelGetFunction`): attributes, parameter layout, and what a launch
-//! does on the CPU.
-//!
-//! Four kernels are known by name and signature (those of `tests/kernels/test_kernels.ptx`):
-//! `fill_u32`, `add_u32`, `copy_u32`, `add_one` and `spin`. Their semantics run over the whole grid and
-//! touch exactly the bytes the threads access. Any other kernel is opaque: every 8-byte
-//! argument that points into an allocation (or a freed one) counts as a one-byte access there,
-//! which is enough to order frees against launches and to catch uses after free.
+//! (`CUfunction` from `cuKernelGetFunction`): attributes and parameter layout. Launches run on
+//! the PTX interpreter (see `interp`).
 
 use std::collections::HashMap;
 use std::ffi::CString;
 
-use super::checker::Use;
+use cuda_sim_ptx::Entry;
+
 use super::errors::INVALID_VALUE;
-use super::launch::Launch;
-use super::ptx::Entry;
 use super::types::{CuResult, Raw};
 use super::{Kind, Sim};
-
-/// `CUDA_ERROR_ILLEGAL_ADDRESS`: what a kernel touching memory it may not touch gets.
-pub const ILLEGAL_ADDRESS: CuResult = 700;
 
 pub const MAX_THREADS_PER_BLOCK: i32 = 1024;
 /// The dynamic shared memory a kernel may use unless raised (48 KiB, as on every device).
@@ -66,7 +56,11 @@ pub struct Kernel {
     pub raw: Raw,
     pub library: Raw,
     pub name: CString,
+    /// Its index among the module's entries.
+    pub index: usize,
     pub entry: Entry,
+    /// Bytes of static shared, constant and local (per thread) memory it uses.
+    pub sizes: [u64; 3],
     /// Attributes per device (`cuKernelSetAttribute` names the device; `cuFuncSetAttribute`
     /// the function's context's device).
     pub attrs: Vec<Attrs>,
@@ -75,12 +69,20 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    pub fn new(raw: Raw, library: Raw, name: CString, entry: Entry, devices: usize) -> Kernel {
+    pub fn new(
+        raw: Raw,
+        library: Raw,
+        name: CString,
+        (index, entry, sizes): (usize, Entry, [u64; 3]),
+        devices: usize,
+    ) -> Kernel {
         Kernel {
             raw,
             library,
             name,
+            index,
             entry,
+            sizes,
             attrs: vec![Attrs::default(); devices],
             functions: HashMap::new(),
         }
@@ -176,10 +178,14 @@ impl Sim {
         attribute: u32,
         device: usize,
     ) -> Result<i32, CuResult> {
-        let attrs = self.kernel(raw)?.attrs[device];
+        let kernel = self.kernel(raw)?;
+        let (attrs, sizes) = (kernel.attrs[device], kernel.sizes);
+        let size = |bytes: u64| i32::try_from(bytes).unwrap_or(i32::MAX);
         Ok(match attribute {
             ATTR_MAX_THREADS_PER_BLOCK => MAX_THREADS_PER_BLOCK,
-            ATTR_SHARED_SIZE_BYTES | ATTR_CONST_SIZE_BYTES | ATTR_LOCAL_SIZE_BYTES => 0,
+            ATTR_SHARED_SIZE_BYTES => size(sizes[0]),
+            ATTR_CONST_SIZE_BYTES => size(sizes[1]),
+            ATTR_LOCAL_SIZE_BYTES => size(sizes[2]),
             ATTR_NUM_REGS => 16,
             ATTR_PTX_VERSION | ATTR_BINARY_VERSION => 90,
             ATTR_CACHE_MODE_CA => 0,
@@ -217,87 +223,6 @@ impl Sim {
                 attrs.cluster_policy = value;
             }
             _ => return Err(INVALID_VALUE),
-        }
-        Ok(())
-    }
-
-    /// Runs a launch on the CPU as operation `op` of its stream. A kernel that touches memory
-    /// outside every live allocation (or freed memory) is reported by `touch` and fails with
-    /// `CUDA_ERROR_ILLEGAL_ADDRESS`, before writing anything.
-    pub fn run_kernel(&mut self, launch: &Launch, op: Use) -> Result<(), CuResult> {
-        let kernel = self.kernel(launch.kernel)?;
-        let name = kernel.name.to_bytes().to_vec();
-        let entry = kernel.entry.clone();
-        let arg = |index: usize| -> u64 {
-            let param = entry.params[index];
-            let mut bytes = [0u8; 8];
-            bytes[..param.size.min(8)]
-                .copy_from_slice(&launch.args[param.offset..param.offset + param.size.min(8)]);
-            u64::from_le_bytes(bytes)
-        };
-        // Threads of the whole grid along x: the known kernels index with x only, and
-        // threads that differ in y or z repeat the same element.
-        let threads = u64::from(launch.grid[0]) * u64::from(launch.block[0]);
-        let elements = |n: u64| n.min(threads) as usize;
-        let illegal = |_| ILLEGAL_ADDRESS;
-        match (name.as_slice(), entry.sizes().as_slice()) {
-            (b"fill_u32", [8, 4, 4]) => {
-                let (dst, value, count) = (arg(0), arg(1) as u32, elements(arg(2)));
-                self.touch(dst, 4 * count as u64, op, true)
-                    .map_err(illegal)?;
-                for i in 0..count {
-                    // SAFETY: `touch` checked that `[dst, dst + 4 * count)` lies in one live
-                    // allocation, which is mapped, writable memory of this simulator.
-                    unsafe { ((dst as usize + 4 * i) as *mut u32).write_unaligned(value) };
-                }
-            }
-            (b"add_u32", [8, 4, 4]) => {
-                let (data, value, count) = (arg(0), arg(1) as u32, elements(arg(2)));
-                self.touch(data, 4 * count as u64, op, true)
-                    .map_err(illegal)?;
-                for i in 0..count {
-                    let at = (data as usize + 4 * i) as *mut u32;
-                    // SAFETY: as for `fill_u32`: the range lies in one live allocation.
-                    unsafe { at.write_unaligned(at.read_unaligned().wrapping_add(value)) };
-                }
-            }
-            (b"add_one", [8, 4]) => {
-                let (data, count) = (arg(0), elements(arg(1)));
-                self.touch(data, 4 * count as u64, op, true)
-                    .map_err(illegal)?;
-                for i in 0..count {
-                    let at = (data as usize + 4 * i) as *mut u32;
-                    // SAFETY: as for `fill_u32`: the range lies in one live allocation.
-                    unsafe { at.write_unaligned(at.read_unaligned().wrapping_add(1)) };
-                }
-            }
-            (b"copy_u32", [8, 8, 4]) => {
-                let (dst, src, count) = (arg(0), arg(1), elements(arg(2)));
-                self.touch(dst, 4 * count as u64, op, true)
-                    .map_err(illegal)?;
-                self.touch(src, 4 * count as u64, op, true)
-                    .map_err(illegal)?;
-                // SAFETY: both ranges lie in live allocations (checked by `touch`); `copy`
-                // allows them to overlap.
-                unsafe {
-                    std::ptr::copy(
-                        src as usize as *const u8,
-                        dst as usize as *mut u8,
-                        4 * count,
-                    )
-                };
-            }
-            (b"spin", [8]) => {}
-            _ => {
-                for (index, param) in entry.params.iter().enumerate() {
-                    let value = arg(index);
-                    // `touch` ignores values outside every allocation and tombstone (plain
-                    // numbers, host pointers) and reports uses of freed memory.
-                    if param.size == 8 && value != 0 {
-                        self.touch(value, 1, op, false).map_err(illegal)?;
-                    }
-                }
-            }
         }
         Ok(())
     }

@@ -1,13 +1,19 @@
 //! Libraries (`cuLibraryLoadData`, `cuLibraryLoadFromFile`): context-independent modules of
-//! PTX text. Loading parses the entries (see `ptx`) and makes one `CUkernel` per entry, handed
-//! out by name; unloading destroys the library, its kernels and their per-context functions
-//! (each leaves a tombstone, so a later use is a destroyed handle).
+//! PTX text. Loading parses and decodes the PTX (the `cuda-sim-ptx` interpreter), makes one
+//! `CUkernel` per entry, handed out by name, and allocates the module's `.global` and
+//! `.const` variables with their initial values (one copy per library, shared by every
+//! context, in device 0's memory); unloading destroys the library, its kernels, their
+//! per-context functions (each leaves a tombstone, so a later use is a destroyed handle) and
+//! its variables.
 
 use std::ffi::CString;
+use std::sync::Arc;
 
-use super::errors::{INVALID_VALUE, NOT_FOUND};
+use cuda_sim_ptx::{LoadError, Module};
+
+use super::errors::{INVALID_VALUE, NOT_FOUND, NOT_SUPPORTED};
 use super::kernels::Kernel;
-use super::ptx;
+use super::memory::{AllocKind, rounded};
 use super::types::{CuResult, Raw};
 use super::{Kind, Sim};
 
@@ -22,6 +28,10 @@ pub struct Library {
     pub raw: Raw,
     /// Its kernels, in the order of the PTX entries.
     pub kernels: Vec<Raw>,
+    /// The decoded module the kernels run from.
+    pub module: Arc<Module>,
+    /// The address of each of the module's variables (`Module::globals`, in order).
+    pub globals: Vec<u64>,
 }
 
 impl Sim {
@@ -37,25 +47,109 @@ impl Sim {
     /// context-independent, and kernels are loaded into a context when first used there.
     pub fn load_library(&mut self, code: &[u8]) -> Result<Raw, CuResult> {
         let text = std::str::from_utf8(code).map_err(|_| INVALID_IMAGE)?;
-        let entries = ptx::parse(text).ok_or(INVALID_IMAGE)?;
+        let module = match Module::parse(text) {
+            Ok(module) => Arc::new(module),
+            Err(LoadError::Invalid(_)) => return Err(INVALID_IMAGE),
+            Err(LoadError::NotSupported(what)) => {
+                let (call, seq) = super::faults::current_call();
+                eprintln!(
+                    "cuda-sim: {call} (call #{seq}): the PTX uses {what}, which the simulator does not support"
+                );
+                return Err(NOT_SUPPORTED);
+            }
+        };
         let raw = self.new_raw(Kind::Library);
+        let globals = self.allocate_module_variables(&module)?;
         let devices = self.devices.len();
-        let mut kernels = Vec::with_capacity(entries.len());
-        for entry in entries {
+        let mut kernels = Vec::with_capacity(module.entries.len());
+        for (index, entry) in module.entries.iter().enumerate() {
             let kernel = self.new_raw(Kind::Kernel);
             let name = CString::new(entry.name.clone()).map_err(|_| INVALID_IMAGE)?;
-            self.kernels
-                .insert(kernel, Kernel::new(kernel, raw, name, entry, devices));
+            let sizes = [
+                module.shared_static_bytes(index),
+                module.const_bytes(),
+                module.local_bytes(index),
+            ];
+            self.kernels.insert(
+                kernel,
+                Kernel::new(kernel, raw, name, (index, entry.clone(), sizes), devices),
+            );
             kernels.push(kernel);
         }
-        self.libraries.insert(raw, Library { raw, kernels });
+        self.libraries.insert(
+            raw,
+            Library {
+                raw,
+                kernels,
+                module,
+                globals,
+            },
+        );
         Ok(raw)
+    }
+
+    /// Allocates each module variable in device 0's memory, initialised.
+    fn allocate_module_variables(&mut self, module: &Module) -> Result<Vec<u64>, CuResult> {
+        let mut addresses = Vec::with_capacity(module.globals.len());
+        for variable in &module.globals {
+            let size = variable.size.max(1);
+            let block = rounded(size).ok_or(super::errors::OUT_OF_MEMORY)?;
+            let budget = self.budget(Some(0));
+            let arena = &mut self.devices[0].sync_arena;
+            let allocated = arena.alloc(block, budget);
+            let (offset, _) = match allocated {
+                Ok(found) => found,
+                Err(error) => {
+                    for &addr in &addresses {
+                        self.free_module_variable(addr);
+                    }
+                    return Err(error);
+                }
+            };
+            let addr = arena.base as u64 + offset;
+            // SAFETY: the block was just handed out by the arena: `size` writable bytes at
+            // `addr` that nothing else uses; `init` has `variable.size` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    variable.init.as_ptr(),
+                    addr as usize as *mut u8,
+                    variable.init.len().min(size as usize),
+                )
+            };
+            self.record_alloc(addr, size, block, AllocKind::Global, None, 0, None, None);
+            addresses.push(addr);
+        }
+        Ok(addresses)
+    }
+
+    /// Frees a module variable (at unload): it leaves a tombstone like any allocation.
+    fn free_module_variable(&mut self, addr: u64) {
+        let operation = self.checker.host_op();
+        if let Some(alloc) = self.remove_alloc(addr, operation) {
+            self.release_block(&alloc);
+        }
+    }
+
+    /// The address and size of the module variable `name` of `library`
+    /// (`cuModuleGetGlobal`, `cuLibraryGetGlobal`).
+    pub fn library_global(&mut self, raw: Raw, name: &[u8]) -> Result<(u64, u64), CuResult> {
+        let library = self.library(raw)?;
+        let index = library
+            .module
+            .globals
+            .iter()
+            .position(|g| g.name.as_bytes() == name)
+            .ok_or(NOT_FOUND)?;
+        Ok((library.globals[index], library.module.globals[index].size))
     }
 
     pub fn unload_library(&mut self, raw: Raw) -> Result<(), CuResult> {
         let Some(library) = self.libraries.remove(&raw) else {
             return Err(self.dead_handle(raw, Kind::Library, true));
         };
+        for &addr in &library.globals {
+            self.free_module_variable(addr);
+        }
         for kernel in library.kernels {
             if let Some(kernel) = self.kernels.remove(&kernel) {
                 for function in kernel.functions.values() {

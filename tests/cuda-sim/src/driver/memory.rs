@@ -235,6 +235,9 @@ pub enum AllocKind {
     Host,
     /// `cuMemPoolImportPointer`: freed by `cuMemFreeAsync`; unmaps the import.
     Import,
+    /// A module variable (`.global`/`.const`) of a loaded library: freed when the library is
+    /// unloaded, never by a free call.
+    Global,
     /// `cuMemMap`: a range of a physical allocation mapped into a reservation, released by
     /// `cuMemUnmap` (see `vmm`).
     Mapping,
@@ -250,6 +253,7 @@ impl AllocKind {
             AllocKind::Host => "host_allocation",
             AllocKind::Import => "import",
             AllocKind::Mapping => "mapping",
+            AllocKind::Global => "module_variable",
             AllocKind::Managed => "managed_allocation",
         }
     }

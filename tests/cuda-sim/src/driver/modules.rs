@@ -11,7 +11,7 @@
 
 use std::ffi::{CStr, c_char, c_uint, c_void};
 
-use super::errors::{INVALID_VALUE, NOT_FOUND};
+use super::errors::INVALID_VALUE;
 use super::exports::put;
 use super::exports_kernels::{c_bytes, check_options};
 use super::kernels::Function;
@@ -90,19 +90,15 @@ impl Sim {
         Ok(function)
     }
 
-    /// The address and size of the module variable (`.global`/`.const`) `name` of `library`.
-    ///
-    /// TODO(ptx interpreter): the PTX layer does not expose module variables yet, so every
-    /// lookup is `CUDA_ERROR_NOT_FOUND`. This is the one place that `cuModuleGetGlobal_v2`,
-    /// `cuLibraryGetGlobal` and `cuLibraryGetManaged` go through: fill it in from the parsed
-    /// module (allocate the variable's storage at load, as an allocation of the library, and
-    /// answer `(address, size)` here).
+    /// The address and size of the module variable (`.global`/`.const`) `name` of `library`:
+    /// the one place `cuModuleGetGlobal_v2`, `cuLibraryGetGlobal` and `cuLibraryGetManaged`
+    /// go through (a managed variable is not modelled: `NOT_FOUND` for those names).
     pub fn module_global(&mut self, library: Raw, name: &CStr) -> Result<(u64, u64), CuResult> {
         self.library(library)?;
         if name.is_empty() {
             return Err(INVALID_VALUE);
         }
-        Err(NOT_FOUND)
+        self.library_global(library, name.to_bytes())
     }
 }
 

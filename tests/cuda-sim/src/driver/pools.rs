@@ -308,7 +308,7 @@ impl Sim {
     }
 
     /// Returns a freed allocation's block to where it came from.
-    fn release_block(&mut self, alloc: &Alloc) {
+    pub fn release_block(&mut self, alloc: &Alloc) {
         match alloc.kind {
             AllocKind::Pool => {
                 let raw = alloc.pool.expect("pool allocations name their pool");
@@ -327,7 +327,7 @@ impl Sim {
                     pool.imports.remove(&(alloc.addr - pool.arena.base as u64));
                 }
             }
-            AllocKind::Sync | AllocKind::Managed => {
+            AllocKind::Sync | AllocKind::Managed | AllocKind::Global => {
                 let arena = &mut self.devices[alloc.device].sync_arena;
                 arena.free(alloc.addr - arena.base as u64, alloc.block);
                 arena.trim(0);

@@ -150,7 +150,7 @@ impl Sim {
         let target = self.stream(raw, what)?;
         self.forbid_capture(target)?;
         self.checker.host_waits(target.timeline);
-        self.release_pool_memory();
+        self.host_synchronised();
         Ok(())
     }
 }

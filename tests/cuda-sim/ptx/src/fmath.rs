@@ -1,0 +1,398 @@
+//! Floating-point semantics: arithmetic with rounding modes, approximate functions,
+//! conversions (including f16).
+//!
+//! `.rn` results are Rust's (IEEE, correctly rounded) operations. For `.rz/.rm/.rp` the
+//! round-to-nearest result is corrected by one ulp using the sign of the exact error, which
+//! is computed exactly (TwoSum for add/sub, an FMA residual for mul/div/sqrt/rcp). This is
+//! exact except for results that overflow to infinity. `fma` with a directed rounding and
+//! integer→float `cvt` with a directed rounding use round-to-nearest (documented
+//! approximation). `.approx` functions use the host's accurate functions (the GPU's are
+//! less accurate; the results differ from the GPU in the last bits).
+
+use crate::ir::{CvtRnd, FOp, FUn, Rnd, T, Testp};
+
+fn ftz32(x: f32) -> f32 {
+    if x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
+}
+
+fn sat32(x: f32) -> f32 {
+    if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
+}
+
+fn sat64(x: f64) -> f64 {
+    if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
+}
+
+/// Moves a round-to-nearest result `r` by one ulp when the exact result (`r + err`, with
+/// `err_sign` the sign of the error) rounds differently under `rnd`.
+macro_rules! directed {
+    ($r:expr, $err:expr, $rnd:expr) => {{
+        let r = $r;
+        let e = $err;
+        if e == 0.0 || !r.is_finite() || e.is_nan() {
+            r
+        } else {
+            match $rnd {
+                Rnd::N => r,
+                Rnd::Z => {
+                    if r > 0.0 && e < 0.0 {
+                        r.next_down()
+                    } else if r < 0.0 && e > 0.0 {
+                        r.next_up()
+                    } else {
+                        r
+                    }
+                }
+                Rnd::M => {
+                    if e < 0.0 {
+                        r.next_down()
+                    } else {
+                        r
+                    }
+                }
+                Rnd::P => {
+                    if e > 0.0 {
+                        r.next_up()
+                    } else {
+                        r
+                    }
+                }
+            }
+        }
+    }};
+}
+
+macro_rules! float_ops {
+    ($name:ident, $fma:ident, $un:ident, $f:ty) => {
+        fn $name(op: FOp, rnd: Rnd, a: $f, b: $f) -> $f {
+            match op {
+                FOp::Add | FOp::Sub => {
+                    let b = if op == FOp::Sub { -b } else { b };
+                    let s = a + b;
+                    if rnd == Rnd::N {
+                        return s;
+                    }
+                    if s == 0.0 && rnd == Rnd::M {
+                        // An exact zero sum is -0 when rounding down (unless both are +0).
+                        let both_pos = a == 0.0 && a.is_sign_positive() && b.is_sign_positive();
+                        return if both_pos { 0.0 } else { -0.0 };
+                    }
+                    let bb = s - a;
+                    let err = (a - (s - bb)) + (b - bb);
+                    directed!(s, err, rnd)
+                }
+                FOp::Mul => {
+                    let p = a * b;
+                    if rnd == Rnd::N {
+                        return p;
+                    }
+                    directed!(p, a.mul_add(b, -p), rnd)
+                }
+                FOp::Div => {
+                    let q = a / b;
+                    if rnd == Rnd::N {
+                        return q;
+                    }
+                    // a - q*b exactly; the error of q has this sign times the sign of b.
+                    let rem = (-q).mul_add(b, a);
+                    directed!(q, if b < 0.0 { -rem } else { rem }, rnd)
+                }
+                FOp::Min => a.min(b),
+                FOp::Max => a.max(b),
+                // copysign d, a, b: b's magnitude with a's sign.
+                FOp::Copysign => b.copysign(a),
+            }
+        }
+        fn $fma(a: $f, b: $f, c: $f) -> $f {
+            a.mul_add(b, c)
+        }
+        fn $un(op: FUn, rnd: Rnd, a: $f) -> $f {
+            match op {
+                FUn::Abs => a.abs(),
+                FUn::Neg => -a,
+                FUn::Rcp => $name(FOp::Div, rnd, 1.0, a),
+                FUn::Sqrt => {
+                    let r = a.sqrt();
+                    if rnd == Rnd::N {
+                        return r;
+                    }
+                    directed!(r, (-r).mul_add(r, a), rnd)
+                }
+                FUn::Rsqrt => 1.0 / a.sqrt(),
+                FUn::Sin => a.sin(),
+                FUn::Cos => a.cos(),
+                FUn::Ex2 => a.exp2(),
+                FUn::Lg2 => a.log2(),
+                FUn::Tanh => a.tanh(),
+            }
+        }
+    };
+}
+
+float_ops!(bin32, fma32, un32, f32);
+float_ops!(bin64, fma64, un64, f64);
+
+pub(crate) fn fbin(op: FOp, t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64) -> u64 {
+    if t == T::F16 {
+        // f32 arithmetic rounded to f16 is correctly rounded (24 >= 2 * 11 + 2).
+        let r = bin32(op, Rnd::N, f16_to_f32(a as u16), f16_to_f32(b as u16));
+        let _ = rnd;
+        return f32_to_f16(if sat { sat32(r) } else { r }) as u64;
+    }
+    if t == T::F64 {
+        let r = bin64(op, rnd, f64::from_bits(a), f64::from_bits(b));
+        return (if sat { sat64(r) } else { r }).to_bits();
+    }
+    let (mut x, mut y) = (f32::from_bits(a as u32), f32::from_bits(b as u32));
+    if ftz {
+        x = ftz32(x);
+        y = ftz32(y);
+    }
+    let mut r = bin32(op, rnd, x, y);
+    if ftz {
+        r = ftz32(r);
+    }
+    if sat {
+        r = sat32(r);
+    }
+    r.to_bits() as u64
+}
+
+pub(crate) fn fma(t: T, _rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) -> u64 {
+    if t == T::F16 {
+        let h = |v: u64| f16_to_f32(v as u16) as f64;
+        let r = h(a).mul_add(h(b), h(c)) as f32;
+        return f32_to_f16(if sat { sat32(r) } else { r }) as u64;
+    }
+    if t == T::F64 {
+        let r = fma64(f64::from_bits(a), f64::from_bits(b), f64::from_bits(c));
+        return (if sat { sat64(r) } else { r }).to_bits();
+    }
+    let f = |v: u64| {
+        let x = f32::from_bits(v as u32);
+        if ftz { ftz32(x) } else { x }
+    };
+    let mut r = fma32(f(a), f(b), f(c));
+    if ftz {
+        r = ftz32(r);
+    }
+    if sat {
+        r = sat32(r);
+    }
+    r.to_bits() as u64
+}
+
+pub(crate) fn fun(op: FUn, t: T, rnd: Rnd, ftz: bool, a: u64) -> u64 {
+    if t == T::F16 {
+        return match op {
+            FUn::Neg => (a ^ 0x8000) & 0xffff,
+            _ => a & 0x7fff,
+        };
+    }
+    if t == T::F64 {
+        return un64(op, rnd, f64::from_bits(a)).to_bits();
+    }
+    let mut x = f32::from_bits(a as u32);
+    if ftz {
+        x = ftz32(x);
+    }
+    let mut r = un32(op, rnd, x);
+    if ftz {
+        r = ftz32(r);
+    }
+    r.to_bits() as u64
+}
+
+pub(crate) fn testp(op: Testp, t: T, a: u64) -> bool {
+    let x = if t == T::F64 {
+        f64::from_bits(a)
+    } else {
+        f32::from_bits(a as u32) as f64
+    };
+    let sub = if t == T::F64 {
+        x.is_subnormal()
+    } else {
+        f32::from_bits(a as u32).is_subnormal()
+    };
+    match op {
+        Testp::Finite => x.is_finite(),
+        Testp::Infinite => x.is_infinite(),
+        Testp::Number => !x.is_nan(),
+        Testp::NotANumber => x.is_nan(),
+        Testp::Normal => x.is_finite() && x != 0.0 && !sub,
+        Testp::Subnormal => sub,
+    }
+}
+
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0 {
+        if man == 0 {
+            sign
+        } else {
+            // Subnormal: value = man * 2^-24.
+            return if sign != 0 {
+                -(man as f32) * 2f32.powi(-24)
+            } else {
+                man as f32 * 2f32.powi(-24)
+            };
+        }
+    } else if exp == 31 {
+        sign | 0x7f80_0000 | (man << 13)
+    } else {
+        sign | ((exp + 112) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+/// f32 → f16, round to nearest even.
+pub(crate) fn f32_to_f16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let a = x.abs();
+    if a.is_nan() {
+        return sign | 0x7e00;
+    }
+    if a >= 65520.0 {
+        return sign | 0x7c00;
+    }
+    if a < 2f32.powi(-14) {
+        // Subnormal range: multiples of 2^-24.
+        let m = (a as f64 * 2f64.powi(24)).round_ties_even() as u16;
+        return sign | m;
+    }
+    let e = ((bits >> 23) & 0xff) as i32 - 127;
+    let man = bits & 0x7f_ffff;
+    let mut h = (((e + 15) as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
+        h += 1; // may carry into the exponent, which is correct
+    }
+    sign | h as u16
+}
+
+fn round_int(x: f64, r: Rnd) -> f64 {
+    match r {
+        Rnd::N => x.round_ties_even(),
+        Rnd::Z => x.trunc(),
+        Rnd::M => x.floor(),
+        Rnd::P => x.ceil(),
+    }
+}
+
+/// Float value of a source register.
+fn as_float(st: T, a: u64) -> f64 {
+    match st {
+        T::F16 => f16_to_f32(a as u16) as f64,
+        T::F32 => f32::from_bits(a as u32) as f64,
+        _ => f64::from_bits(a),
+    }
+}
+
+fn mask(bits: u32) -> u64 {
+    if bits >= 64 { !0 } else { (1u64 << bits) - 1 }
+}
+
+pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u64 {
+    let sbits = st.bits();
+    let dbits = dt.bits();
+    let dm = mask(dbits);
+    if st.int() && dt.int() {
+        let v: i128 = if st.signed() {
+            (((a << (64 - sbits)) as i64) >> (64 - sbits)) as i128
+        } else {
+            (a & mask(sbits)) as i128
+        };
+        let v = if sat {
+            let (lo, hi): (i128, i128) = if dt.signed() {
+                (-(1i128 << (dbits - 1)), (1i128 << (dbits - 1)) - 1)
+            } else {
+                (0, (1i128 << dbits) - 1)
+            };
+            v.clamp(lo, hi)
+        } else {
+            v
+        };
+        return v as u64 & dm;
+    }
+    if st.int() {
+        // int → float, round to nearest (see the module comment).
+        let signed = st.signed();
+        let v = if signed {
+            (((a << (64 - sbits)) as i64) >> (64 - sbits)) as u64
+        } else {
+            a & mask(sbits)
+        };
+        return match dt {
+            T::F64 => {
+                let f = if signed { v as i64 as f64 } else { v as f64 };
+                (if sat { sat64(f) } else { f }).to_bits()
+            }
+            T::F32 => {
+                // Direct integer → f32 conversion (no double rounding through f64).
+                let f = if signed { v as i64 as f32 } else { v as f32 };
+                (if sat { sat32(f) } else { f }).to_bits() as u64
+            }
+            _ => {
+                let f = if signed { v as i64 as f32 } else { v as f32 };
+                f32_to_f16(if sat { sat32(f) } else { f }) as u64
+            }
+        };
+    }
+    let x = as_float(st, a);
+    let x = if ftz && st == T::F32 && f32::from_bits(a as u32).is_subnormal() {
+        0.0f64.copysign(x)
+    } else {
+        x
+    };
+    if dt.int() {
+        // float → int: round (default toward zero), saturate, NaN → 0.
+        let r = match rnd {
+            CvtRnd::Int(r) | CvtRnd::Float(r) => r,
+            CvtRnd::None => Rnd::Z,
+        };
+        let y = round_int(x, r);
+        let v: u64 = match dt {
+            T::S8 => y as i8 as u64,
+            T::S16 => y as i16 as u64,
+            T::S32 => y as i32 as u64,
+            T::S64 => y as i64 as u64,
+            T::U8 => y as u8 as u64,
+            T::U16 => y as u16 as u64,
+            T::U32 => y as u32 as u64,
+            _ => y as u64,
+        };
+        return v & dm;
+    }
+    // float → float.
+    let y = match rnd {
+        CvtRnd::Int(r) => round_int(x, r),
+        _ => x,
+    };
+    match dt {
+        T::F64 => (if sat { sat64(y) } else { y }).to_bits(),
+        T::F32 => {
+            let mut r = y as f32;
+            if let CvtRnd::Float(m) = rnd
+                && st == T::F64
+                && m != Rnd::N
+            {
+                r = directed!(r, y - r as f64, m);
+            }
+            if ftz {
+                r = ftz32(r);
+            }
+            (if sat { sat32(r) } else { r }).to_bits() as u64
+        }
+        _ => {
+            let r = if sat { sat64(y) } else { y };
+            f32_to_f16(r as f32) as u64
+        }
+    }
+}

@@ -1,0 +1,570 @@
+//! The decoded form of a PTX function: instructions over register indices, with every
+//! immediate and symbol address turned into a (constant or patched) register slot, so that
+//! execution does no string work at all.
+
+/// Index into a frame's register file (`Vec<u64>`).
+pub(crate) type R = u32;
+
+/// A scalar type as an instruction names it (`.b*` are folded into `.u*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum T {
+    U8,
+    U16,
+    U32,
+    U64,
+    S8,
+    S16,
+    S32,
+    S64,
+    F16,
+    F32,
+    F64,
+    Pred,
+}
+
+impl T {
+    pub(crate) fn from_name(name: &str) -> Option<T> {
+        Some(match name {
+            "u8" | "b8" => T::U8,
+            "u16" | "b16" => T::U16,
+            "u32" | "b32" => T::U32,
+            "u64" | "b64" => T::U64,
+            "s8" => T::S8,
+            "s16" => T::S16,
+            "s32" => T::S32,
+            "s64" => T::S64,
+            "f16" => T::F16,
+            "f32" => T::F32,
+            "f64" => T::F64,
+            "pred" => T::Pred,
+            _ => return None,
+        })
+    }
+    pub(crate) fn bytes(self) -> u32 {
+        match self {
+            T::U8 | T::S8 | T::Pred => 1,
+            T::U16 | T::S16 | T::F16 => 2,
+            T::U32 | T::S32 | T::F32 => 4,
+            T::U64 | T::S64 | T::F64 => 8,
+        }
+    }
+    pub(crate) fn bits(self) -> u32 {
+        self.bytes() * 8
+    }
+    pub(crate) fn signed(self) -> bool {
+        matches!(self, T::S8 | T::S16 | T::S32 | T::S64)
+    }
+    pub(crate) fn float(self) -> bool {
+        matches!(self, T::F16 | T::F32 | T::F64)
+    }
+    pub(crate) fn int(self) -> bool {
+        !self.float() && self != T::Pred
+    }
+}
+
+/// Floating-point rounding of an arithmetic result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rnd {
+    N,
+    Z,
+    M,
+    P,
+}
+
+/// Rounding of `cvt`: to an integer value (`.rni` …) or of the float result (`.rn` …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CvtRnd {
+    None,
+    Int(Rnd),
+    Float(Rnd),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IOp {
+    Add,
+    Sub,
+    MulLo,
+    MulHi,
+    MulWide,
+    Mul24Lo,
+    Mul24Hi,
+    Div,
+    Rem,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+    /// add/sub with carry: (carry in, carry out)
+    AddC(bool, bool),
+    SubC(bool, bool),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IUn {
+    Not,
+    Neg,
+    Abs,
+    Popc,
+    Clz,
+    Brev,
+    Bfind(bool),
+    Cnot,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MadMode {
+    Lo,
+    Hi,
+    Wide,
+    Lo24,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+    Copysign,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FUn {
+    Abs,
+    Neg,
+    Rcp,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Ex2,
+    Lg2,
+    Tanh,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Testp {
+    Finite,
+    Infinite,
+    Number,
+    NotANumber,
+    Normal,
+    Subnormal,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Lo,
+    Ls,
+    Hi,
+    Hs,
+    Equ,
+    Neu,
+    Ltu,
+    Leu,
+    Gtu,
+    Geu,
+    Num,
+    Nan,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BoolOp {
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Space {
+    Generic,
+    Global,
+    Shared,
+    Local,
+    Param,
+    Const,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtomOp {
+    Add,
+    Min,
+    Max,
+    Inc,
+    Dec,
+    And,
+    Or,
+    Xor,
+    Exch,
+    Cas,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BarRedOp {
+    Popc,
+    And,
+    Or,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ShflMode {
+    Idx,
+    Up,
+    Down,
+    Bfly,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VoteMode {
+    All,
+    Any,
+    Uni,
+    Ballot,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sreg {
+    Tid(u8),
+    Ntid(u8),
+    Ctaid(u8),
+    Nctaid(u8),
+    Laneid,
+    Warpid,
+    Nwarpid,
+    Smid,
+    Nsmid,
+    Gridid,
+    Clock,
+    ClockHi,
+    Clock64,
+    Globaltimer,
+    GlobaltimerLo,
+    GlobaltimerHi,
+    LanemaskEq,
+    LanemaskLe,
+    LanemaskLt,
+    LanemaskGe,
+    LanemaskGt,
+    DynSmem,
+    TotalSmem,
+    Zero,
+}
+
+/// One decoded instruction.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Op {
+    Nop,
+    Mov {
+        d: R,
+        a: R,
+    },
+    Special {
+        d: R,
+        s: Sreg,
+    },
+    /// `mov.bN d, {a, b, ...}`: `n` parts of `bits` bits, the first the lowest.
+    Pack {
+        d: R,
+        parts: [R; 4],
+        n: u8,
+        bits: u8,
+    },
+    /// `mov.bN {a, b, ...}, s`.
+    Unpack {
+        s: R,
+        parts: [R; 4],
+        n: u8,
+        bits: u8,
+    },
+    IBin {
+        op: IOp,
+        t: T,
+        d: R,
+        a: R,
+        b: R,
+    },
+    IUn {
+        op: IUn,
+        t: T,
+        d: R,
+        a: R,
+    },
+    Mad {
+        mode: MadMode,
+        t: T,
+        cin: bool,
+        cout: bool,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    Bfe {
+        t: T,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    Bfi {
+        t: T,
+        d: R,
+        f: R,
+        base: R,
+        pos: R,
+        len: R,
+    },
+    Prmt {
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    Lop3 {
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+        lut: u8,
+    },
+    FBin {
+        op: FOp,
+        t: T,
+        rnd: Rnd,
+        ftz: bool,
+        sat: bool,
+        d: R,
+        a: R,
+        b: R,
+    },
+    Fma {
+        t: T,
+        rnd: Rnd,
+        ftz: bool,
+        sat: bool,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    FUn {
+        op: FUn,
+        t: T,
+        rnd: Rnd,
+        ftz: bool,
+        d: R,
+        a: R,
+    },
+    Testp {
+        op: Testp,
+        t: T,
+        d: R,
+        a: R,
+    },
+    Setp {
+        cmp: Cmp,
+        t: T,
+        d: R,
+        dn: Option<R>,
+        a: R,
+        b: R,
+        comb: Option<(BoolOp, R, bool)>,
+    },
+    Selp {
+        d: R,
+        a: R,
+        b: R,
+        p: R,
+    },
+    Slct {
+        ct: T,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    Cvt {
+        dt: T,
+        st: T,
+        rnd: CvtRnd,
+        sat: bool,
+        ftz: bool,
+        d: R,
+        a: R,
+    },
+    /// `to`: generic → space; otherwise space → generic.
+    Cvta {
+        to: bool,
+        space: Space,
+        d: R,
+        a: R,
+    },
+    Isspacep {
+        space: Space,
+        d: R,
+        a: R,
+    },
+    Ld {
+        space: Space,
+        t: T,
+        n: u8,
+        d: [R; 4],
+        addr: R,
+        off: i32,
+    },
+    St {
+        space: Space,
+        t: T,
+        n: u8,
+        s: [R; 4],
+        addr: R,
+        off: i32,
+    },
+    Atom {
+        space: Space,
+        op: AtomOp,
+        t: T,
+        d: Option<R>,
+        addr: R,
+        off: i32,
+        b: R,
+        c: R,
+    },
+    Bar {
+        id: R,
+        count: Option<R>,
+    },
+    /// `bar.red.{popc.u32,and.pred,or.pred} d, id[, count], {!}p`
+    BarRed {
+        red: BarRedOp,
+        d: R,
+        id: R,
+        count: Option<R>,
+        p: R,
+        neg: bool,
+    },
+    /// `redux.sync.op.type d, a, membermask`
+    Redux {
+        op: AtomOp,
+        t: T,
+        d: R,
+        a: R,
+        mask: R,
+    },
+    /// Funnel shift `shf.{l,r}.{wrap,clamp}.b32`.
+    Shf {
+        left: bool,
+        wrap: bool,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    /// `sad`: d = c + |a - b|.
+    Sad {
+        t: T,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    WarpSync {
+        mask: R,
+    },
+    Shfl {
+        mode: ShflMode,
+        d: R,
+        p: Option<R>,
+        a: R,
+        b: R,
+        c: R,
+        mask: R,
+    },
+    Vote {
+        mode: VoteMode,
+        d: R,
+        a: R,
+        neg: bool,
+        mask: R,
+    },
+    Activemask {
+        d: R,
+    },
+    Bra {
+        target: u32,
+    },
+    Call {
+        site: u32,
+    },
+    Ret,
+    Exit,
+    Trap,
+}
+
+/// An instruction with its guard: `guard` is 0 for none, else `(reg << 1 | negated) + 1`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ins {
+    pub guard: u32,
+    pub op: Op,
+}
+
+/// What a register slot is filled with when a frame is created.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Patch {
+    /// Address of module variable `i` (from `LaunchArgs::globals`), plus an offset.
+    Global(usize, i64),
+    /// Offset into the frame's parameter area (`.func` params and call-site `.param`s).
+    FParam(u64),
+    /// Offset into the frame's local area.
+    Local(u64),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Callee {
+    Func(usize),
+    Vprintf,
+    /// `__assertfail(message, file, line, function, charSize)`: prints and traps.
+    AssertFail,
+    /// Resolved after the whole module is read.
+    Named(String),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct CallSite {
+    pub callee: Callee,
+    /// Frame-relative offsets (in the caller's parameter area) of the argument and return
+    /// parameters named at the call.
+    pub args: Vec<u64>,
+    pub rets: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Func {
+    pub name: String,
+    pub is_entry: bool,
+    pub has_body: bool,
+    pub code: Vec<Ins>,
+    /// Source text of each instruction, for fault reports.
+    pub text: Vec<String>,
+    pub nregs: usize,
+    /// Register template: constants filled in, other slots zero.
+    pub init: Vec<u64>,
+    pub patches: Vec<(R, Patch)>,
+    /// (offset, size) of the formal return parameters and arguments in the parameter area.
+    pub rets: Vec<(u64, u64)>,
+    pub args: Vec<(u64, u64)>,
+    pub param_area: u64,
+    pub local_size: u64,
+    pub calls: Vec<CallSite>,
+}

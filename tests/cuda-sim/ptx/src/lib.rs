@@ -1,0 +1,292 @@
+//! A PTX interpreter: parses PTX text (as NVRTC emits it) into a compact IR and runs kernels
+//! on the CPU, with every global access checked by the caller-supplied [`Memory`].
+//!
+//! * Device pointers are host addresses: a global access at `A` reads or writes host memory
+//!   at `A`, only after [`Memory::check`] approved the range; otherwise the kernel stops with
+//!   [`Fault::OutOfBounds`].
+//! * Shared, local and parameter memory live inside the interpreter. Their generic addresses
+//!   are tagged windows above 2^48 (shared `1<<48`, local `2<<48`, kernel parameters `3<<48`,
+//!   call parameters `4<<48`), which cannot collide with host user-space addresses.
+//! * Blocks run in parallel on `LaunchArgs::workers` threads; the threads of a block are
+//!   interleaved cooperatively (each runs until `bar.sync`, a warp collective or its end).
+//! * Device `printf` output is ordered by block, then by thread within the block (the GPU's
+//!   order is unspecified).
+//! * Static shared variables of the whole module share one layout (NVRTC declares them all
+//!   at module scope anyway), so `shared_static_bytes` is the same for every entry.
+
+#![deny(missing_docs)]
+#![allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+
+mod decode;
+mod exec;
+mod fmath;
+mod ialu;
+mod ir;
+mod lex;
+mod memory;
+mod parse;
+mod printf;
+mod warp;
+
+use std::collections::HashMap;
+
+/// One kernel parameter: where it lies in the parameter buffer, and how many bytes it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// Byte offset in the parameter buffer.
+    pub offset: usize,
+    /// Bytes of the parameter.
+    pub size: usize,
+}
+
+/// One `.visible .entry` (or `.weak .entry`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The entry's name, as the host looks it up.
+    pub name: String,
+    /// Its parameters, in order.
+    pub params: Vec<Param>,
+}
+
+impl Entry {
+    /// Bytes of the parameter buffer (end of the last parameter).
+    pub fn param_bytes(&self) -> usize {
+        self.params.last().map_or(0, |p| p.offset + p.size)
+    }
+
+    /// The parameter sizes.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.params.iter().map(|p| p.size).collect()
+    }
+}
+
+/// State space of a module variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Space {
+    /// `.global`: device memory, readable and writable by kernels and the host.
+    Global,
+    /// `.const`: constant memory, read-only for kernels.
+    Const,
+}
+
+/// A module-scope `.global` or `.const` variable (also function-scope ones, which are
+/// module variables too). `init` has `size` bytes: the initialiser, zero-filled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GlobalVar {
+    /// The variable's name (`cuModuleGetGlobal` looks it up).
+    pub name: String,
+    /// Its state space.
+    pub space: Space,
+    /// Bytes.
+    pub size: u64,
+    /// Alignment in bytes.
+    pub align: u64,
+    /// The initial contents, `size` bytes.
+    pub init: Vec<u8>,
+}
+
+/// Why a module cannot be loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoadError {
+    /// The text is not PTX, or is malformed.
+    Invalid(String),
+    /// Valid PTX using something this interpreter does not implement (named).
+    NotSupported(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Invalid(s) => write!(f, "invalid PTX: {s}"),
+            LoadError::NotSupported(s) => write!(f, "not supported: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A parsed PTX module.
+pub struct Module {
+    /// The visible entries, in the order of the text.
+    pub entries: Vec<Entry>,
+    /// The module variables, in the order of the text.
+    pub globals: Vec<GlobalVar>,
+    funcs: Vec<ir::Func>,
+    entry_funcs: Vec<usize>,
+    shared_static: u64,
+    dyn_shared_base: u64,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("entries", &self.entries)
+            .field("globals", &self.globals)
+            .field("functions", &self.funcs.len())
+            .finish()
+    }
+}
+
+impl Module {
+    /// Parses and decodes PTX text. Anything not implemented is `NotSupported` here, never
+    /// a wrong result later.
+    pub fn parse(text: &str) -> Result<Module, LoadError> {
+        parse::parse_module(text)
+    }
+
+    /// Index of the entry called `name` in `entries`.
+    pub fn entry(&self, name: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.name == name)
+    }
+
+    /// Bytes of static shared memory a block of this entry uses.
+    pub fn shared_static_bytes(&self, entry: usize) -> u64 {
+        let _ = entry;
+        self.shared_static
+    }
+
+    /// Bytes of local memory per thread: the entry's `.local` variables plus the deepest
+    /// chain of calls' (each frame 16-byte aligned; recursion counted once).
+    pub fn local_bytes(&self, entry: usize) -> u64 {
+        let Some(&f) = self.entry_funcs.get(entry) else {
+            return 0;
+        };
+        let mut memo = HashMap::new();
+        self.stack_bytes(f, &mut memo)
+    }
+
+    fn stack_bytes(&self, f: usize, memo: &mut HashMap<usize, u64>) -> u64 {
+        if let Some(&v) = memo.get(&f) {
+            return v;
+        }
+        let own = self.funcs[f].local_size.next_multiple_of(16);
+        memo.insert(f, own); // cycle guard
+        let deepest = self.funcs[f]
+            .calls
+            .iter()
+            .filter_map(|c| match c.callee {
+                ir::Callee::Func(g) => Some(g),
+                _ => None,
+            })
+            .map(|g| self.stack_bytes(g, memo))
+            .max()
+            .unwrap_or(0);
+        memo.insert(f, own + deepest);
+        own + deepest
+    }
+
+    /// Bytes of all `.const` variables of the module.
+    pub fn const_bytes(&self) -> u64 {
+        self.globals
+            .iter()
+            .filter(|g| g.space == Space::Const)
+            .map(|g| g.size)
+            .sum()
+    }
+}
+
+/// What the simulator supplies: the address check. Must be Sync (blocks run on several
+/// threads).
+pub trait Memory: Sync {
+    /// `Some(region)` when [addr, addr+len) lies inside one live region (an allocation or a
+    /// module variable) that may be accessed this way; `None` otherwise. `region` is a small
+    /// index (< regions()).
+    fn check(&self, addr: u64, len: u64, write: bool) -> Option<usize>;
+    /// How many regions there are: every index `check` returns is below it.
+    fn regions(&self) -> usize;
+}
+
+/// One launch: the entry, its shape, its arguments and where the module variables live.
+pub struct LaunchArgs<'a> {
+    /// Index into `Module::entries`.
+    pub entry: usize,
+    /// Blocks in x, y and z.
+    pub grid: [u32; 3],
+    /// Threads per block in x, y and z.
+    pub block: [u32; 3],
+    /// Bytes of dynamic shared memory per block.
+    pub dynamic_shared: u32,
+    /// The parameter buffer laid out as `Entry::params` says.
+    pub params: &'a [u8],
+    /// Device (= host) address of each `Module::globals[i]`.
+    pub globals: &'a [u64],
+    /// CPU threads to use (>= 1).
+    pub workers: usize,
+}
+
+/// What a launch did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Regions touched, and whether written (each region once, by region index).
+    pub touched: Vec<(usize, bool)>,
+    /// Device printf output: by block, then by thread within a block.
+    pub printf: String,
+}
+
+/// Why a launch stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// An access that `Memory::check` (or the bounds of shared, local or parameter memory)
+    /// refused; nothing was read or written by it.
+    OutOfBounds {
+        /// The block's index.
+        block: [u32; 3],
+        /// The thread's index in its block.
+        thread: [u32; 3],
+        /// The address accessed.
+        addr: u64,
+        /// Bytes accessed.
+        len: u64,
+        /// A store (or atomic), not a load.
+        write: bool,
+        /// The instruction, as text.
+        pc_text: String,
+    },
+    /// Something met at run time that is not implemented.
+    NotSupported(String),
+    /// `trap`, `brkpt`, a misaligned access, call-stack overflow.
+    Trap {
+        /// The block's index.
+        block: [u32; 3],
+        /// The thread's index in its block.
+        thread: [u32; 3],
+    },
+    /// E.g. `bar.sync` not reached by all threads of a block.
+    Deadlock(String),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::OutOfBounds {
+                block,
+                thread,
+                addr,
+                len,
+                write,
+                pc_text,
+            } => write!(
+                f,
+                "out-of-bounds {} of {len} bytes at {addr:#x} by block {block:?} thread {thread:?}: {pc_text}",
+                if *write { "write" } else { "read" }
+            ),
+            Fault::NotSupported(s) => write!(f, "not supported: {s}"),
+            Fault::Trap { block, thread } => write!(f, "trap in block {block:?} thread {thread:?}"),
+            Fault::Deadlock(s) => write!(f, "deadlock: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+/// Runs one launch. On a fault, the `Outcome` still lists what was touched before it.
+///
+/// Integer division by zero does not fault (as on the GPU): the quotient is all ones, the
+/// remainder the dividend.
+pub fn run(
+    module: &Module,
+    memory: &dyn Memory,
+    args: &LaunchArgs,
+) -> Result<Outcome, (Fault, Outcome)> {
+    exec::run(module, memory, args)
+}

@@ -1,0 +1,271 @@
+//! Warp collectives (`shfl.sync`, `vote.sync`, `redux.sync`, `bar.warp.sync`) and block
+//! barriers (`bar.sync`, `bar.red`): performed once every participating thread waits there.
+
+use crate::Fault;
+use crate::exec::{St, Thread, W};
+use crate::ir::*;
+use crate::memory::atom_apply;
+
+impl<'m> W<'m> {
+    /// Resolves the warp collectives of one warp that can proceed. Returns whether any did.
+    pub(crate) fn resolve_warp(&mut self, lanes: &mut [Thread]) -> bool {
+        let module = self.module;
+        let mut progress = false;
+        let mut done = 0u32;
+        for first in 0..lanes.len() {
+            if lanes[first].state != St::Warp || done & (1 << first) != 0 {
+                continue;
+            }
+            let (func, pc) = (lanes[first].func, lanes[first].pc);
+            let mut group = 0u32;
+            for (i, l) in lanes.iter().enumerate() {
+                if l.state == St::Warp && l.func == func && l.pc == pc {
+                    group |= 1 << i;
+                }
+            }
+            done |= group;
+            let op = module.funcs[func as usize].code[pc as usize].op;
+            let mask_reg = match op {
+                Op::WarpSync { mask }
+                | Op::Shfl { mask, .. }
+                | Op::Vote { mask, .. }
+                | Op::Redux { mask, .. } => mask,
+                _ => continue,
+            };
+            // Every lane named by a member mask must be here (or have exited).
+            let mut ready = true;
+            for i in 0..lanes.len() {
+                if group & (1 << i) == 0 {
+                    continue;
+                }
+                let m = lanes[i].regs[mask_reg as usize] as u32;
+                for j in 0..lanes.len() {
+                    if m & (1 << j) != 0 && group & (1 << j) == 0 && lanes[j].state != St::Exited {
+                        ready = false;
+                    }
+                }
+            }
+            if !ready {
+                continue;
+            }
+            match op {
+                Op::Shfl {
+                    mode,
+                    d,
+                    p,
+                    a,
+                    b,
+                    c,
+                    ..
+                } => {
+                    let vals: Vec<u64> = lanes
+                        .iter()
+                        .map(|l| {
+                            if l.state == St::Warp {
+                                l.regs[a as usize]
+                            } else {
+                                0
+                            }
+                        })
+                        .collect();
+                    for i in 0..lanes.len() {
+                        if group & (1 << i) == 0 {
+                            continue;
+                        }
+                        let r = &lanes[i].regs;
+                        let lane = i as i32;
+                        let bval = (r[b as usize] & 0x1f) as i32;
+                        let cv = r[c as usize];
+                        let clamp = (cv & 0x1f) as i32;
+                        let seg = ((cv >> 8) & 0x1f) as i32;
+                        let max_lane = (lane & seg) | (clamp & !seg);
+                        let min_lane = lane & seg;
+                        let (j, pval) = match mode {
+                            ShflMode::Up => (lane - bval, lane - bval >= max_lane),
+                            ShflMode::Down => (lane + bval, lane + bval <= max_lane),
+                            ShflMode::Bfly => (lane ^ bval, (lane ^ bval) <= max_lane),
+                            ShflMode::Idx => {
+                                let j = min_lane | (bval & !seg);
+                                (j, j <= max_lane)
+                            }
+                        };
+                        let j = if pval { j } else { lane };
+                        let v = if j >= 0 && (j as usize) < lanes.len() && group & (1 << j) != 0 {
+                            vals[j as usize]
+                        } else {
+                            vals[i]
+                        };
+                        lanes[i].regs[d as usize] = v & 0xffff_ffff;
+                        if let Some(p) = p {
+                            lanes[i].regs[p as usize] = pval as u64;
+                        }
+                    }
+                }
+                Op::Redux { op, t, d, a, mask } => {
+                    for i in 0..lanes.len() {
+                        if group & (1 << i) == 0 {
+                            continue;
+                        }
+                        let m = lanes[i].regs[mask as usize] as u32 & group;
+                        let mut acc: Option<u64> = None;
+                        for j in 0..lanes.len() {
+                            if m & (1 << j) != 0 {
+                                let v = lanes[j].regs[a as usize] & 0xffff_ffff;
+                                acc = Some(match acc {
+                                    None => v,
+                                    Some(x) => atom_apply(op, t, x, v, 0),
+                                });
+                            }
+                        }
+                        lanes[i].regs[d as usize] = acc.unwrap_or(0);
+                    }
+                }
+                Op::Vote {
+                    mode,
+                    d,
+                    a,
+                    neg,
+                    mask,
+                } => {
+                    let mut ballot = 0u32;
+                    for i in 0..lanes.len() {
+                        if group & (1 << i) != 0 && ((lanes[i].regs[a as usize] & 1 == 1) ^ neg) {
+                            ballot |= 1 << i;
+                        }
+                    }
+                    for i in 0..lanes.len() {
+                        if group & (1 << i) == 0 {
+                            continue;
+                        }
+                        let m = lanes[i].regs[mask as usize] as u32 & group;
+                        let b = ballot & m;
+                        lanes[i].regs[d as usize] = match mode {
+                            VoteMode::Ballot => b as u64,
+                            VoteMode::All => (b == m) as u64,
+                            VoteMode::Any => (b != 0) as u64,
+                            VoteMode::Uni => (b == 0 || b == m) as u64,
+                        };
+                    }
+                }
+                _ => {}
+            }
+            for i in 0..lanes.len() {
+                if group & (1 << i) != 0 {
+                    lanes[i].state = St::Ready;
+                    lanes[i].pc += 1;
+                }
+            }
+            progress = true;
+        }
+        progress
+    }
+
+    pub(crate) fn run_block(
+        &mut self,
+        threads: &mut [Thread],
+        shared: &mut [u8],
+    ) -> Result<(), Fault> {
+        let n = threads.len();
+        loop {
+            for w in 0..threads.len().div_ceil(32) {
+                let lanes = &mut threads[w * 32..((w + 1) * 32).min(n)];
+                for i in 0..lanes.len() {
+                    if lanes[i].state == St::Ready {
+                        self.run_thread(&mut lanes[i], shared)?;
+                        if lanes[i].state == St::Exited {
+                            self.live_mask[w] &= !(1 << i);
+                        }
+                    }
+                }
+            }
+            let live = threads.iter().filter(|t| t.state != St::Exited).count();
+            if live == 0 {
+                return Ok(());
+            }
+            // Threads that yielded in a long loop are still ready: another round.
+            let mut progress = threads.iter().any(|t| t.state == St::Ready);
+            for w in 0..threads.len().div_ceil(32) {
+                let lanes = &mut threads[w * 32..((w + 1) * 32).min(n)];
+                progress |= self.resolve_warp(lanes);
+            }
+            if !progress {
+                progress = self.release_barriers(threads, live);
+            }
+            if !progress {
+                let at_bar = threads.iter().filter(|t| t.state == St::Bar).count();
+                let at_warp = threads.iter().filter(|t| t.state == St::Warp).count();
+                return Err(Fault::Deadlock(format!(
+                    "block {:?}: {live} threads alive, {at_bar} waiting at bar.sync, {at_warp} at warp \
+                     collectives that cannot complete",
+                    self.ctaid
+                )));
+            }
+        }
+    }
+
+    pub(crate) fn release_barriers(&mut self, threads: &mut [Thread], live: usize) -> bool {
+        let module = self.module;
+        let mut ids: Vec<(u64, Option<u64>, usize)> = Vec::new();
+        for t in threads.iter() {
+            if t.state != St::Bar {
+                continue;
+            }
+            let (id, count) = match module.funcs[t.func as usize].code[t.pc as usize].op {
+                Op::Bar { id, count } | Op::BarRed { id, count, .. } => (id, count),
+                _ => continue,
+            };
+            {
+                let idv = t.regs[id as usize] & 0xffff_ffff;
+                let cnt = count.map(|c| t.regs[c as usize] & 0xffff_ffff);
+                match ids.iter_mut().find(|e| e.0 == idv) {
+                    Some(e) => e.2 += 1,
+                    None => ids.push((idv, cnt, 1)),
+                }
+            }
+        }
+        let mut progress = false;
+        for (idv, cnt, waiting) in ids {
+            let need = cnt.map_or(live, |c| (c as usize).min(live));
+            if waiting >= need {
+                // Reductions of `bar.red` over the threads released together.
+                let (mut popc, mut all, mut any) = (0u64, true, false);
+                let at_id = |t: &Thread| -> Option<Op> {
+                    if t.state != St::Bar {
+                        return None;
+                    }
+                    let op = module.funcs[t.func as usize].code[t.pc as usize].op;
+                    match op {
+                        Op::Bar { id, .. } | Op::BarRed { id, .. }
+                            if t.regs[id as usize] & 0xffff_ffff == idv =>
+                        {
+                            Some(op)
+                        }
+                        _ => None,
+                    }
+                };
+                for t in threads.iter() {
+                    if let Some(Op::BarRed { p, neg, .. }) = at_id(t) {
+                        let v = (t.regs[p as usize] & 1 == 1) ^ neg;
+                        popc += v as u64;
+                        all &= v;
+                        any |= v;
+                    }
+                }
+                for t in threads.iter_mut() {
+                    let Some(op) = at_id(t) else { continue };
+                    if let Op::BarRed { red, d, .. } = op {
+                        t.regs[d as usize] = match red {
+                            BarRedOp::Popc => popc,
+                            BarRedOp::And => all as u64,
+                            BarRedOp::Or => any as u64,
+                        };
+                    }
+                    t.state = St::Ready;
+                    t.pc += 1;
+                }
+                progress = true;
+            }
+        }
+        progress
+    }
+}

@@ -1,0 +1,368 @@
+//! Hand-written PTX: the simulator's test kernels, the parameter-layout cases of the
+//! simulator's own parser, rejections, faults, and the performance measurement.
+
+mod common;
+use common::*;
+use cuda_sim_ptx::{Fault, LoadError, Module, Param};
+
+const TEST_KERNELS: &str = include_str!("../fixtures/test_kernels.ptx");
+
+// The three layout tests of tests/cuda-sim/src/driver/ptx.rs, against this parser.
+
+#[test]
+fn reads_the_test_kernels() {
+    let m = Module::parse(TEST_KERNELS).unwrap();
+    let entries = &m.entries;
+    let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fill_u32", "add_u32", "copy_u32", "add_one", "spin"]
+    );
+    assert_eq!(entries[0].sizes(), [8, 4, 4]);
+    assert_eq!(
+        entries[2].params,
+        [
+            Param { offset: 0, size: 8 },
+            Param { offset: 8, size: 8 },
+            Param {
+                offset: 16,
+                size: 4
+            }
+        ]
+    );
+    assert_eq!(entries[3].param_bytes(), 12);
+    assert_eq!(entries[4].param_bytes(), 8);
+}
+
+#[test]
+fn aligns_parameters() {
+    let text = ".version 7.0\n.visible .entry k(\n .param .u8 a,\n .param .u32 b,\n \
+                .param .align 16 .b8 c[24],\n .param .u64 .ptr.global.align 4 d\n)\n{ ret; }";
+    let m = Module::parse(text).unwrap();
+    let layout: Vec<(usize, usize)> = m.entries[0]
+        .params
+        .iter()
+        .map(|p| (p.offset, p.size))
+        .collect();
+    assert_eq!(layout, [(0, 1), (4, 4), (16, 24), (40, 8)]);
+}
+
+#[test]
+fn refuses_what_is_not_ptx() {
+    assert!(Module::parse("").is_err());
+    assert!(Module::parse("\x7fELF binary").is_err());
+    assert!(Module::parse(".version 7.0\n.target sm_52\n").is_err());
+    assert!(Module::parse(".version 7.0\n.visible .entry k(.param .q32 x)\n{}").is_err());
+    assert!(Module::parse(".version 7.0\n.entry hidden()\n{}").is_err());
+    let empty = Module::parse(".version 7.0\n.visible .entry k()\n{ ret; }").unwrap();
+    assert!(empty.entries[0].params.is_empty());
+}
+
+#[test]
+fn runs_the_test_kernels() {
+    let m = load(TEST_KERNELS);
+    let mut mem = Mem::new();
+    let n = 1000u32;
+    let a = mem.alloc(n as usize * 4);
+    let b = mem.alloc(n as usize * 4);
+    let l = launch1(4, 256); // more threads than elements: the tail does nothing
+    go_ok(
+        &m,
+        &mem,
+        &[],
+        "fill_u32",
+        &l,
+        &Params::default().u64(mem.addr(a)).u32(7).u32(n),
+    );
+    assert!(mem.read::<u32>(a).iter().all(|&v| v == 7));
+    go_ok(
+        &m,
+        &mem,
+        &[],
+        "add_u32",
+        &l,
+        &Params::default().u64(mem.addr(a)).u32(5).u32(n),
+    );
+    assert!(mem.read::<u32>(a).iter().all(|&v| v == 12));
+    let out = go_ok(
+        &m,
+        &mem,
+        &[],
+        "copy_u32",
+        &l,
+        &Params::default()
+            .u64(mem.addr(b))
+            .u64(mem.addr(a))
+            .u32(n - 1),
+    );
+    let got: Vec<u32> = mem.read(b);
+    assert!(got[..n as usize - 1].iter().all(|&v| v == 12) && got[n as usize - 1] == 0);
+    assert_eq!(out.touched, [(a, false), (b, true)]);
+    go_ok(
+        &m,
+        &mem,
+        &[],
+        "add_one",
+        &l,
+        &Params::default().u64(mem.addr(b)).u32(n),
+    );
+    let got: Vec<u32> = mem.read(b);
+    assert!(got[..n as usize - 1].iter().all(|&v| v == 13) && got[n as usize - 1] == 1);
+    let t = std::time::Instant::now();
+    let out = go_ok(
+        &m,
+        &mem,
+        &[],
+        "spin",
+        &launch1(2, 32),
+        &Params::default().u64(200_000_000),
+    );
+    let dt = t.elapsed();
+    println!("spin(200_000_000) on 64 threads: {dt:?}");
+    assert!(out.touched.is_empty());
+    assert!(dt.as_secs_f64() < 5.0);
+}
+
+#[test]
+fn unsupported_instructions_are_named_at_load() {
+    let text = ".version 7.0\n.target sm_52\n.address_size 64\n\
+        .visible .entry k(.param .u64 t)\n{\n .reg .f32 %f<5>;\n .reg .b64 %rd<2>;\n\
+        ld.param.u64 %rd1, [t];\n\
+        tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f1, %f2}];\n ret;\n}\n";
+    match Module::parse(text) {
+        Err(LoadError::NotSupported(s)) => assert_eq!(s, "tex.2d.v4.f32.f32"),
+        other => panic!("{other:?}"),
+    }
+    let text2 = text.replace(
+        "tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f1, %f2}]",
+        "suld.b.2d.b32.trap {%f1}, [%rd1, {%f1, %f2}]",
+    );
+    match Module::parse(&text2) {
+        Err(LoadError::NotSupported(s)) => assert_eq!(s, "suld.b.2d.b32.trap"),
+        other => panic!("{other:?}"),
+    }
+    // An unknown modifier on a known instruction is rejected too.
+    let text3 = text.replace(
+        "tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f1, %f2}]",
+        "add.rn.f16x2 %f1, %f2, %f3",
+    );
+    assert!(
+        matches!(Module::parse(&text3), Err(LoadError::NotSupported(s)) if s == "add.rn.f16x2")
+    );
+    let text4 = text.replace(
+        "tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f1, %f2}]",
+        "bar.red.popc.u32 %f1, 0, %p1",
+    );
+    assert!(matches!(
+        Module::parse(&text4),
+        Err(LoadError::NotSupported(_))
+    ));
+}
+
+#[test]
+fn divergent_barrier_is_a_deadlock_and_trap_is_a_trap() {
+    let text = ".version 7.0\n.target sm_52\n.address_size 64\n\
+        .visible .entry k()\n{\n .reg .pred %p<2>;\n .reg .b32 %r<3>;\n\
+        mov.u32 %r1, %tid.x;\n setp.eq.u32 %p1, %r1, 0;\n @%p1 bra WAIT;\n bar.sync 0;\n ret;\n\
+        WAIT:\n bar.sync 1;\n ret;\n}\n\
+        .visible .entry t()\n{\n .reg .pred %p<2>;\n .reg .b32 %r<3>;\n\
+        mov.u32 %r1, %tid.x;\n setp.eq.u32 %p1, %r1, 5;\n @%p1 trap;\n ret;\n}\n";
+    let m = load(text);
+    let mem = Mem::new();
+    let (f, _) = go(&m, &mem, &[], "k", &launch1(1, 64), &Params::default()).unwrap_err();
+    assert!(matches!(f, Fault::Deadlock(_)), "{f:?}");
+    let (f, _) = go(&m, &mem, &[], "t", &launch1(3, 64), &Params::default()).unwrap_err();
+    assert_eq!(
+        f,
+        Fault::Trap {
+            block: [0, 0, 0],
+            thread: [5, 0, 0]
+        }
+    );
+}
+
+#[test]
+fn shared_and_local_accesses_are_bounds_checked() {
+    let text = ".version 7.0\n.target sm_52\n.address_size 64\n\
+        .visible .entry k(.param .u32 off)\n{\n .shared .align 4 .b8 buf[64];\n .reg .b32 %r<4>;\n .reg .b64 %rd<4>;\n\
+        ld.param.u32 %r1, [off];\n mov.u32 %r2, buf;\n add.s32 %r3, %r2, %r1;\n st.shared.u32 [%r3], %r1;\n\
+        cvta.shared.u64 %rd1, buf;\n cvt.u64.u32 %rd2, %r1;\n add.s64 %rd3, %rd1, %rd2;\n ld.u32 %r3, [%rd3];\n ret;\n}\n";
+    let m = load(text);
+    assert_eq!(m.shared_static_bytes(0), 64);
+    let mem = Mem::new();
+    go_ok(
+        &m,
+        &mem,
+        &[],
+        "k",
+        &launch1(1, 32),
+        &Params::default().u32(60),
+    );
+    let (f, _) = go(
+        &m,
+        &mem,
+        &[],
+        "k",
+        &launch1(1, 32),
+        &Params::default().u32(64),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            f,
+            Fault::OutOfBounds {
+                len: 4,
+                write: true,
+                addr: 64,
+                ..
+            }
+        ),
+        "{f:?}"
+    );
+    let (f, _) = go(
+        &m,
+        &mem,
+        &[],
+        "k",
+        &launch1(1, 32),
+        &Params::default().u32(2),
+    )
+    .unwrap_err();
+    assert!(matches!(f, Fault::Trap { .. }), "misaligned: {f:?}");
+}
+
+#[test]
+fn performance_two_to_the_twenty_threads() {
+    let m = load(&fixture("saxpy", include_str!("../fixtures/saxpy.ptx")));
+    let mut mem = Mem::new();
+    let n = 1usize << 20;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let (bx, by) = (mem.alloc(n * 4), mem.alloc(n * 4));
+    mem.write(bx, &x);
+    for workers in [1, 2] {
+        mem.write(by, &vec![1.0f32; n]);
+        let p = Params::default()
+            .i32(n as i32)
+            .f32(2.0)
+            .u64(mem.addr(bx))
+            .u64(mem.addr(by));
+        let l = Launch {
+            workers,
+            ..launch1((n / 256) as u32, 256)
+        };
+        let t = std::time::Instant::now();
+        go_ok(&m, &mem, &[], "saxpy", &l, &p);
+        let dt = t.elapsed();
+        println!("saxpy, 2^20 threads (4096 x 256), {workers} worker(s): {dt:?}");
+        let y: Vec<f32> = mem.read(by);
+        assert!(
+            y.iter()
+                .enumerate()
+                .all(|(i, &v)| v == 2.0 * i as f32 + 1.0)
+        );
+        assert!(dt.as_secs_f64() < 30.0);
+    }
+}
+
+#[test]
+fn performance_reduction_with_barriers() {
+    let m = load(&fixture("reduce", include_str!("../fixtures/reduce.ptx")));
+    let mut mem = Mem::new();
+    let n = 1usize << 20;
+    let x: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let (bi, bo) = (mem.alloc(n * 4), mem.alloc(n / 256 * 4));
+    mem.write(bi, &x);
+    let p = Params::default()
+        .u64(mem.addr(bi))
+        .u64(mem.addr(bo))
+        .u32(n as u32);
+    let t = std::time::Instant::now();
+    go_ok(
+        &m,
+        &mem,
+        &[],
+        "reduce_sum",
+        &launch1((n / 256) as u32, 256),
+        &p,
+    );
+    println!(
+        "shared-memory reduction, 2^20 threads, 9 barriers each, 2 workers: {:?}",
+        t.elapsed()
+    );
+    let o: Vec<f32> = mem.read(bo);
+    assert!(
+        o.iter()
+            .enumerate()
+            .all(|(b, &v)| v == x[b * 256..(b + 1) * 256].iter().sum::<f32>())
+    );
+}
+
+#[test]
+fn parse_never_panics_on_damaged_text() {
+    let texts = [
+        TEST_KERNELS,
+        include_str!("../fixtures/printf.ptx"),
+        include_str!("../fixtures/noinline.ptx"),
+        include_str!("../fixtures/dmath.ptx"),
+        include_str!("../fixtures/misc.ptx"),
+    ];
+    for text in texts {
+        // Truncations.
+        for cut in (0..text.len()).step_by(37) {
+            let _ = Module::parse(&text[..cut]);
+        }
+        // Each line removed in turn, and each line duplicated.
+        let lines: Vec<&str> = text.lines().collect();
+        for k in 0..lines.len() {
+            let mut v = lines.clone();
+            v.remove(k);
+            let _ = Module::parse(&v.join("\n"));
+            let mut v = lines.clone();
+            v.insert(k, lines[k]);
+            let _ = Module::parse(&v.join("\n"));
+        }
+    }
+}
+
+#[test]
+fn short_parameter_buffer_is_a_fault_not_a_panic() {
+    let m = load(TEST_KERNELS);
+    let mem = Mem::new();
+    let args = cuda_sim_ptx::LaunchArgs {
+        entry: 0,
+        grid: [1, 1, 1],
+        block: [4, 1, 1],
+        dynamic_shared: 0,
+        params: &[0u8; 4],
+        globals: &[],
+        workers: 1,
+    };
+    let (f, _) = cuda_sim_ptx::run(&m, &mem, &args).unwrap_err();
+    assert!(
+        matches!(f, Fault::OutOfBounds { write: false, .. }),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn a_thread_spinning_on_shared_memory_does_not_starve_the_writer() {
+    // Thread 0 waits (no barrier) until thread 33 sets a shared flag.
+    let text = ".version 7.0\n.target sm_52\n.address_size 64\n\
+        .visible .entry k(.param .u64 out)\n{\n .shared .align 4 .b32 flag;\n .reg .pred %p<3>;\n .reg .b32 %r<4>;\n .reg .b64 %rd<3>;\n\
+        mov.u32 %r1, %tid.x;\n setp.eq.u32 %p1, %r1, 33;\n @%p1 st.volatile.shared.u32 [flag], 5;\n\
+        setp.ne.u32 %p2, %r1, 0;\n @%p2 bra DONE;\n\
+        SPIN:\n ld.volatile.shared.u32 %r2, [flag];\n setp.eq.u32 %p1, %r2, 0;\n @%p1 bra SPIN;\n\
+        ld.param.u64 %rd1, [out];\n st.global.u32 [%rd1], %r2;\n DONE:\n ret;\n}\n";
+    let m = load(text);
+    let mut mem = Mem::new();
+    let b = mem.alloc(4);
+    go_ok(
+        &m,
+        &mem,
+        &[],
+        "k",
+        &launch1(1, 64),
+        &Params::default().u64(mem.addr(b)),
+    );
+    assert_eq!(mem.read::<u32>(b), [5]);
+}

@@ -1,0 +1,253 @@
+//! Kernel launches on the PTX interpreter (`cuda-sim-ptx`, in `ptx/`): the memory a kernel
+//! may touch is a snapshot of the live allocations and module variables, every access is
+//! checked against it, the regions it touched become uses on the launch's timeline (so frees
+//! are ordered against launches), and a refused access is reported as the violation it is:
+//! **out of bounds**, **use after free** or **no access**, naming the kernel, the block, the
+//! thread, the address and the instruction. Device `printf` output is kept until the host
+//! synchronises, then printed on stdout, as the GPU's is.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use cuda_sim_ptx::{Fault, LaunchArgs, Memory, Module};
+
+use super::checker::Use;
+use super::errors::NOT_SUPPORTED;
+use super::launch::Launch;
+use super::memory::AllocKind;
+use super::types::{ACCESS_NONE, CuResult};
+use super::{Sim, faults};
+
+/// `CUDA_ERROR_ILLEGAL_ADDRESS`: what a kernel touching memory it may not touch gets.
+pub const ILLEGAL_ADDRESS: CuResult = 700;
+/// `CUDA_ERROR_LAUNCH_FAILED`: a trap, or a block whose barrier not every thread reaches.
+pub const LAUNCH_FAILED: CuResult = 719;
+
+/// Device printf output not yet printed (the host has not synchronised since).
+static PRINTF: Mutex<String> = Mutex::new(String::new());
+
+/// One region a kernel may touch: a live allocation (or module variable), or one it may
+/// not (another device's pool memory without access, a mapping without access).
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    start: u64,
+    end: u64,
+    denied: bool,
+}
+
+/// The snapshot the interpreter checks every global access against.
+struct Snapshot {
+    /// Sorted by start; regions do not overlap.
+    regions: Vec<Region>,
+}
+
+impl Snapshot {
+    fn find(&self, addr: u64) -> Option<usize> {
+        let index = self.regions.partition_point(|r| r.start <= addr);
+        let index = index.checked_sub(1)?;
+        (addr < self.regions[index].end).then_some(index)
+    }
+}
+
+impl Snapshot {
+    /// Where an address in no region lies: just past an allocation (by how many bytes), or
+    /// far from every one.
+    fn nearest(&self, addr: u64) -> String {
+        let below = self.regions.partition_point(|r| r.start <= addr);
+        match below.checked_sub(1).map(|i| self.regions[i]) {
+            Some(region) if addr - region.end < 1 << 20 => format!(
+                "{} bytes past the end of the {}-byte allocation at {:#x}",
+                addr - region.end,
+                region.end - region.start,
+                region.start
+            ),
+            _ => "in no allocation".to_string(),
+        }
+    }
+}
+
+impl Memory for Snapshot {
+    fn check(&self, addr: u64, len: u64, _write: bool) -> Option<usize> {
+        let index = self.find(addr)?;
+        let region = &self.regions[index];
+        let end = addr.checked_add(len)?;
+        (!region.denied && end <= region.end).then_some(index)
+    }
+
+    fn regions(&self) -> usize {
+        self.regions.len()
+    }
+}
+
+/// CPU threads a launch uses: blocks are independent, so they run in parallel.
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+impl Sim {
+    /// Whether device work of `device` may touch the allocation starting at `start`.
+    fn may_touch(&self, start: u64, device: Option<usize>) -> bool {
+        let alloc = &self.allocs[&start];
+        if alloc.kind == AllocKind::Mapping {
+            return self.mapping_at(start).is_some_and(|(_, mapping)| match mapping.owner {
+                Some(owner) => mapping.access[owner] != ACCESS_NONE,
+                None => mapping.access.iter().any(|&a| a != ACCESS_NONE),
+            });
+        }
+        let Some(pool) = alloc.pool.and_then(|raw| self.pools.get(&raw)) else {
+            return true;
+        };
+        match (pool.device, device) {
+            (Some(owner), Some(device)) if owner != device => {
+                pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE)
+            }
+            _ => true,
+        }
+    }
+
+    /// Runs `launch` on the interpreter as operation `op` of its stream.
+    pub fn run_kernel(&mut self, launch: &Launch, op: Use) -> Result<(), CuResult> {
+        let kernel = self.kernel(launch.kernel)?;
+        let (library, entry) = (kernel.library, kernel.index);
+        let name = kernel.name.to_string_lossy().into_owned();
+        let (module, globals) = {
+            let library = self.library(library)?;
+            (library.module.clone(), library.globals.clone())
+        };
+        let device = self.timeline_device(op.timeline);
+        let starts: Vec<u64> = self.allocs.keys().copied().collect();
+        let regions = starts
+            .iter()
+            .map(|&start| {
+                let alloc = &self.allocs[&start];
+                Region {
+                    start,
+                    end: start + alloc.size,
+                    denied: !self.may_touch(start, device),
+                }
+            })
+            .collect();
+        let snapshot = Snapshot { regions };
+        let args = LaunchArgs {
+            entry,
+            grid: launch.grid,
+            block: launch.block,
+            dynamic_shared: launch.shared,
+            params: &launch.args,
+            globals: &globals,
+            workers: workers(),
+        };
+        let (outcome, fault) = match cuda_sim_ptx::run(&module, &snapshot, &args) {
+            Ok(outcome) => (outcome, None),
+            Err((fault, outcome)) => (outcome, Some(fault)),
+        };
+        for &(region, _) in &outcome.touched {
+            if let Some(alloc) = self.allocs.get_mut(&starts[region]) {
+                alloc.uses.insert(op.timeline, op);
+            }
+        }
+        if !outcome.printf.is_empty() {
+            PRINTF
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push_str(&outcome.printf);
+        }
+        match fault {
+            None => Ok(()),
+            Some(fault) => Err(self.kernel_fault(&name, fault, &snapshot, &module, op)),
+        }
+    }
+
+    /// Reports what stopped kernel `name`, and returns the launch's error.
+    fn kernel_fault(
+        &mut self,
+        name: &str,
+        fault: Fault,
+        snapshot: &Snapshot,
+        module: &Module,
+        op: Use,
+    ) -> CuResult {
+        let (call, seq) = faults::current_call();
+        let on = self.checker.label(op.timeline).to_string();
+        match fault {
+            Fault::OutOfBounds {
+                block,
+                thread,
+                addr,
+                len,
+                write,
+                pc_text,
+            } => {
+                let access = if write { "writes" } else { "reads" };
+                let who = format!(
+                    "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) {access} {len} bytes at {addr:#x} (`{pc_text}`)"
+                );
+                let (kind, what) = match snapshot.find(addr).map(|i| snapshot.regions[i]) {
+                    Some(region) if region.denied => (
+                        "no-access",
+                        format!(
+                            "{who}: memory at {:#x} that this device has no access to",
+                            region.start
+                        ),
+                    ),
+                    Some(region) => (
+                        "out-of-bounds",
+                        format!(
+                            "{who}: past the end of the {}-byte allocation at {:#x}",
+                            region.end - region.start,
+                            region.start
+                        ),
+                    ),
+                    None => match self.tomb_at(addr) {
+                        Some(tomb) => (
+                            "use-after-free",
+                            format!(
+                                "{who}: freed by {} (call #{}) on {}",
+                                tomb.freed_by.call,
+                                tomb.freed_by.seq,
+                                self.checker.label(tomb.freed_by.timeline)
+                            ),
+                        ),
+                        None => ("out-of-bounds", format!("{who}: {}", snapshot.nearest(addr))),
+                    },
+                };
+                self.checker.violation(kind, what);
+                ILLEGAL_ADDRESS
+            }
+            Fault::NotSupported(what) => {
+                eprintln!(
+                    "cuda-sim: kernel {name} ({call} call #{seq}) uses {what}, which the simulator does not support"
+                );
+                NOT_SUPPORTED
+            }
+            Fault::Trap { block, thread } => {
+                eprintln!(
+                    "cuda-sim: kernel {name} trapped in block {block:?}, thread {thread:?} ({call} call #{seq})"
+                );
+                LAUNCH_FAILED
+            }
+            Fault::Deadlock(what) => {
+                let _ = module;
+                eprintln!("cuda-sim: kernel {name} cannot finish ({call} call #{seq}): {what}");
+                LAUNCH_FAILED
+            }
+        }
+    }
+
+    /// The host synchronised with device work: pool memory above the release thresholds is
+    /// given back, and device `printf` output so far goes to stdout.
+    pub fn host_synchronised(&mut self) {
+        self.release_pool_memory();
+        flush_printf();
+    }
+}
+
+/// Prints the device `printf` output not printed yet (at synchronisation, and at exit).
+pub fn flush_printf() {
+    let text = std::mem::take(&mut *PRINTF.lock().unwrap_or_else(|p| p.into_inner()));
+    if !text.is_empty() {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+}
