@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use cuda_sim_ptx::{Fault, LoadError, Module, Param};
 
-const TEST_KERNELS: &str = include_str!("../fixtures/test_kernels.ptx");
+const TEST_KERNELS: &str = include_str!("../../../kernels/test_kernels.ptx");
 
 // The three layout tests of tests/cuda-sim/src/driver/ptx.rs, against this parser.
 
