@@ -37,6 +37,24 @@ for line in sys.stdin:
     shutil.copy(msg["executable"], dest)
     print(dest)
 '
+# A crate outside the workspace that uses only cudarc (tests/cuda-sim/fixtures/cudarc-app): its
+# tests run on the GPU here and on the simulator in tests/cuda-sim/tests/runner.rs.
+app=$(mktemp -d)
+root=$PWD
+cp -r tests/cuda-sim/fixtures/cudarc-app/. "$app"
+(cd "$app" && CARGO_TARGET_DIR="$root/target/cudarc-app" cargo test --release --offline --no-run \
+  --message-format=json 2>/dev/null) | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] == "app":
+        shutil.copy(msg["executable"], ".gpu/test-cudarc_app")
+        print(".gpu/test-cudarc_app")
+'
+rm -rf "$app"
 cargo build --release -p handles-bench --bin gpu_bench
 cp target/release/gpu_bench .gpu/gpu_bench
 # Debug info would push the folder past the 64 MiB the device call carries.

@@ -36,6 +36,16 @@ for step in "${steps[@]}"; do
         grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       done
       ;;
+    fidelity)
+      # The simulator's memory-model scenarios on the real driver: what they read back there is
+      # what the simulator must read back too.
+      for scenario in scenario_random_pool_sizes_read_back scenario_sync_neighbours_keep_their_bytes; do
+        echo "== $scenario on the GPU" | tee -a "$logs/fidelity.log"
+        CUDA_SIM_SCENARIO_CHILD="$scenario" .gpu/test-test-memory_model "$scenario" --exact \
+          --include-ignored --nocapture >>"$logs/fidelity.log" 2>&1 || status=1
+        grep -E "^test result|FAILED|panicked" "$logs/fidelity.log" | tail -n 2
+      done
+      ;;
     tour)
       .gpu/tour 2>&1 | tee "$logs/tour.log" || status=1
       .gpu/ipc 2>&1 | tee "$logs/ipc.log" || status=1

@@ -34,7 +34,11 @@ fn kernel<P: handles_cuda::KernelParams>(
 }
 
 /// Device memory holding `values`.
-fn upload<T: Copy>(context: &ContextHandle, stream: &StreamHandle, values: &[T]) -> DevicePtrHandle {
+fn upload<T: Copy>(
+    context: &ContextHandle,
+    stream: &StreamHandle,
+    values: &[T],
+) -> DevicePtrHandle {
     let bytes = std::mem::size_of_val(values);
     let buffer = DevicePtrHandle::alloc(context, bytes.max(1)).unwrap();
     // SAFETY: `T` is a plain number type in every call (no padding, no pointers).
@@ -97,11 +101,20 @@ extern "C" __global__ void block_sums(const int *input, long long *sums, int n) 
 }"#,
     );
     let n: usize = 256 * 300 + 45;
-    let input: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(7919) % 10007 - 5000).collect();
+    let input: Vec<i32> = (0..n as i32)
+        .map(|i| i.wrapping_mul(7919) % 10007 - 5000)
+        .collect();
     let blocks = n.div_ceil(256);
-    let (data, sums) = (upload(&context, &stream, &input), zeroed::<i64>(&context, &stream, blocks));
+    let (data, sums) = (
+        upload(&context, &stream, &input),
+        zeroed::<i64>(&context, &stream, blocks),
+    );
     kernel::<(Buffer, Buffer, i32)>(&library, "block_sums")
-        .launch(&stream, &LaunchConfig::linear(n as u32, 256), (&data, &sums, n as i32))
+        .launch(
+            &stream,
+            &LaunchConfig::linear(n as u32, 256),
+            (&data, &sums, n as i32),
+        )
         .unwrap();
     let got: Vec<i64> = download(&sums, &stream);
     for (block, sum) in got.iter().enumerate() {
@@ -175,7 +188,10 @@ extern "C" __global__ void warp_sums(const float *input, float *sums, unsigned *
             .fold(0u32, |b, (lane, &v)| b | (u32::from(v > 0.5) << lane));
         assert_eq!(ballots[warp], ballot, "warp {warp}");
         assert_eq!(votes[4 * warp], 1);
-        assert_eq!(votes[4 * warp + 1], i32::from(lanes.iter().any(|&v| v > 0.99)));
+        assert_eq!(
+            votes[4 * warp + 1],
+            i32::from(lanes.iter().any(|&v| v > 0.99))
+        );
         assert_eq!(votes[4 * warp + 2], 1);
         assert_eq!(votes[4 * warp + 3], 1);
     }
@@ -205,7 +221,9 @@ extern "C" __global__ void histogram(const unsigned *values, int n, unsigned *bi
 }"#,
     );
     let n = 50_000usize;
-    let values: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
+    let values: Vec<u32> = (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) >> 8)
+        .collect();
     let data = upload(&context, &stream, &values);
     let bins = zeroed::<u32>(&context, &stream, 16);
     let total = zeroed::<f32>(&context, &stream, 1);
@@ -287,18 +305,30 @@ extern "C" __global__ void math(const float *x, float *out, const double *y, dou
         assert!(close(got(0), v.sin(), 3e-7), "sinf({v}) = {}", got(0));
         assert!(close(got(1), (v * 0.25).exp(), 3e-7), "expf at {v}");
         assert_eq!(out[8 * i + 2], x[i].abs().sqrt(), "sqrtf at {v}");
-        assert!(close(got(3), (v * 0.25).exp(), 2e-6), "__expf at {v}: {}", got(3));
-        assert!(close(got(4), 1.0 / (v.abs() + 1.0).sqrt(), 3e-7), "rsqrtf at {v}");
+        assert!(
+            close(got(3), (v * 0.25).exp(), 2e-6),
+            "__expf at {v}: {}",
+            got(3)
+        );
+        assert!(
+            close(got(4), 1.0 / (v.abs() + 1.0).sqrt(), 3e-7),
+            "rsqrtf at {v}"
+        );
         assert_eq!(out[8 * i + 5], x[i].mul_add(1.5, -2.0), "fmaf at {v}");
         assert_eq!(out[8 * i + 6], x[i] / 3.0, "division at {v}");
-        let rounded =
-            (x[i] * 10.0) as i32 as f32 + x[i].floor() + x[i].ceil() + x[i].round();
+        let rounded = (x[i] * 10.0) as i32 as f32 + x[i].floor() + x[i].ceil() + x[i].round();
         assert_eq!(out[8 * i + 7], rounded, "conversions at {v}");
         let w = y[i];
         // Double precision: within 2 ulp (4.5e-16 relative); allow 1e-15.
         assert!(close(out64[4 * i], w.sin(), 1e-15), "sin({w})");
-        assert!(close(out64[4 * i + 1], (w * 0.25).exp(), 1e-15), "exp at {w}");
-        assert!(close(out64[4 * i + 2], (w.abs() + 1.0).ln(), 1e-15), "log at {w}");
+        assert!(
+            close(out64[4 * i + 1], (w * 0.25).exp(), 1e-15),
+            "exp at {w}"
+        );
+        assert!(
+            close(out64[4 * i + 2], (w.abs() + 1.0).ln(), 1e-15),
+            "log at {w}"
+        );
         assert!(
             close(out64[4 * i + 3], w.abs().sqrt() / (w + 100.0), 1e-15),
             "sqrt at {w}"
@@ -345,10 +375,22 @@ extern "C" __global__ void wide(unsigned long long *out, unsigned *bits, size_t 
     for i in 0..n {
         let i64_ = i as u64;
         let v = (i64_.wrapping_mul(0x1_0000_0001) as i64).wrapping_mul(scale);
-        assert_eq!(out[3 * i], (v / 7 + v % 1_000_003) as u64, "division at {i}");
-        assert_eq!(out[3 * i + 1], (i64_ << 40) ^ ((v as u64) >> 3), "shifts at {i}");
+        assert_eq!(
+            out[3 * i],
+            (v / 7 + v % 1_000_003) as u64,
+            "division at {i}"
+        );
+        assert_eq!(
+            out[3 * i + 1],
+            (i64_ << 40) ^ ((v as u64) >> 3),
+            "shifts at {i}"
+        );
         let high = ((u128::from(i64_ + 12345) * 0x9e37_79b9_7f4a_7c15u128) >> 64) as u64;
-        assert_eq!(out[3 * i + 2], high.wrapping_add(i64_.reverse_bits()), "mulhi at {i}");
+        assert_eq!(
+            out[3 * i + 2],
+            high.wrapping_add(i64_.reverse_bits()),
+            "mulhi at {i}"
+        );
         let u = (i as u32).wrapping_mul(2_654_435_761);
         assert_eq!(bits[4 * i], u.count_ones());
         assert_eq!(bits[4 * i + 1], (u | 1).leading_zeros());
@@ -393,8 +435,14 @@ extern "C" __global__ void evaluate(const float *x, float *out, const int *order
     let n = 3000usize;
     let x: Vec<f32> = (0..n).map(|i| i as f32 / 1500.0 - 1.0).collect();
     let order: Vec<i32> = (0..n as i32).map(|i| i * 7 + 3).collect();
-    let (xd, od) = (upload(&context, &stream, &x), upload(&context, &stream, &order));
-    let (out, picked) = (zeroed::<f32>(&context, &stream, n), zeroed::<i32>(&context, &stream, n));
+    let (xd, od) = (
+        upload(&context, &stream, &x),
+        upload(&context, &stream, &order),
+    );
+    let (out, picked) = (
+        zeroed::<f32>(&context, &stream, n),
+        zeroed::<i32>(&context, &stream, n),
+    );
     kernel::<(Buffer, Buffer, Buffer, Buffer, i32)>(&library, "evaluate")
         .launch(
             &stream,
@@ -411,7 +459,7 @@ extern "C" __global__ void evaluate(const float *x, float *out, const int *order
             acc = acc.mul_add(x[i], c[k]);
         }
         assert_eq!(out[i], acc, "horner at {}", x[i]);
-        let k = (order[i] & 15) as i32;
+        let k = order[i] & 15;
         assert_eq!(picked[i], k * k + i as i32);
     }
     failures.assert_none();

@@ -593,11 +593,7 @@ fn ipc_payload_from_an_exited_process_is_safe() {
 
 /// GPU tests that cannot run on the simulator, with the reason; the launcher skips them by
 /// name and prints why. Empty: IPC works across processes on the simulator (memory files).
-const NOT_SIMULATED: &[(&str, &str)] = &[(
-    "reimport_while_the_previous_free_is_queued_reads_correctly",
-    "the simulator runs a host function at once on the calling thread, so one that blocks its \
-     stream until the test releases it would wait for itself",
-)];
+const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 /// Runs every GPU test of this file on the simulated driver (tests/cuda-sim) in a child
 /// process. The tests' own child processes inherit the simulator and write their own reports.

@@ -184,8 +184,8 @@ impl SimCommand for Command {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     /// `unordered-free`, `unordered-unmap`, `use-after-free`, `destroyed-handle`,
-    /// `double-destroy`, `wrong-context`, `out-of-bounds`, `no-access`, `free-while-mapped`
-    /// or `call-from-destructor`.
+    /// `double-destroy`, `wrong-context`, `out-of-bounds`, `no-access`, `misaligned`,
+    /// `free-while-mapped` or `call-from-destructor`.
     pub kind: String,
     /// What happened, naming the calls involved and their sequence numbers.
     pub message: String,

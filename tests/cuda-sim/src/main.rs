@@ -57,10 +57,20 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, String> {
         match parser.next().map_err(|e| e.to_string())? {
             Some(Long("strict")) => options.strict = true,
             Some(Long("devices")) => {
-                options.devices = Some(parser.value().and_then(|v| v.parse()).map_err(|e| e.to_string())?)
+                options.devices = Some(
+                    parser
+                        .value()
+                        .and_then(|v| v.parse())
+                        .map_err(|e| e.to_string())?,
+                )
             }
             Some(Long("memory")) => {
-                options.memory = Some(parser.value().and_then(|v| v.parse()).map_err(|e| e.to_string())?)
+                options.memory = Some(
+                    parser
+                        .value()
+                        .and_then(|v| v.parse())
+                        .map_err(|e| e.to_string())?,
+                )
             }
             Some(Long("report")) => {
                 options.report = Some(parser.value().map_err(|e| e.to_string())?.into())

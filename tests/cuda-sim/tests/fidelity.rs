@@ -41,10 +41,9 @@ fn capture_codes_match_the_h200() {
         differences.join("\n")
     );
     let report = cuda_sim::Report::read(&report).unwrap();
-    let _ = std::fs::remove_file(std::env::temp_dir().join(format!(
-        "cuda-sim-probe-{}.json",
-        std::process::id()
-    )));
+    let _ = std::fs::remove_file(
+        std::env::temp_dir().join(format!("cuda-sim-probe-{}.json", std::process::id())),
+    );
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
 
@@ -102,7 +101,11 @@ fn scenario_synchronous_frees_wait_for_the_device() {
 fn synchronous_frees_wait_for_the_device() {
     let report = report_of("scenario_synchronous_frees_wait_for_the_device");
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(report.leaks_without_primary().is_empty(), "{:?}", report.leaks);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
 }
 
 /// The same queue, but the free is stream-ordered on another stream: still unordered.
@@ -276,10 +279,19 @@ fn two_devices(command: &mut Command) {
 #[test]
 fn peer_touches_need_pool_access() {
     let report = report_with("scenario_peer_touch_without_access", two_devices);
-    assert_eq!(kinds(&report), ["no-access", "no-access"], "{:?}", report.violations);
+    assert_eq!(
+        kinds(&report),
+        ["no-access", "no-access"],
+        "{:?}",
+        report.violations
+    );
     assert_eq!(report.violations[0].call, "cuLaunchKernel");
     assert_eq!(report.violations[1].call, "cuMemsetD8Async");
     let report = report_with("scenario_peer_touch_with_access", two_devices);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(report.leaks_without_primary().is_empty(), "{:?}", report.leaks);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
 }

@@ -37,7 +37,13 @@ fn load_module(text: &CString) -> Result<sys::CUmodule, CUresult> {
 fn function(module: sys::CUmodule, name: &std::ffi::CStr) -> sys::CUfunction {
     let mut function = std::ptr::null_mut();
     // SAFETY: live module, NUL-terminated name.
-    unsafe { ok(sys::cuModuleGetFunction(&mut function, module, name.as_ptr())) };
+    unsafe {
+        ok(sys::cuModuleGetFunction(
+            &mut function,
+            module,
+            name.as_ptr(),
+        ))
+    };
     function
 }
 
@@ -128,7 +134,11 @@ fn one_element_past_the_buffer_is_reported_with_block_and_thread() {
     ] {
         assert!(message.contains(needle), "{needle:?} not in {message}");
     }
-    assert!(report.leaks_without_primary().is_empty(), "{:?}", report.leaks);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
 }
 
 #[test]
@@ -150,7 +160,12 @@ extern "C" __global__ void use_table(int *out) {
     // SAFETY: valid out-pointers and sizes; the variables are the module's.
     unsafe {
         let (mut table, mut size) = (0u64, 0usize);
-        ok(sys::cuModuleGetGlobal_v2(&mut table, &mut size, module, c"table".as_ptr()));
+        ok(sys::cuModuleGetGlobal_v2(
+            &mut table,
+            &mut size,
+            module,
+            c"table".as_ptr(),
+        ));
         assert_eq!(size, 16);
         let values = [1i32, 2, 3, 4];
         ok(sys::cuMemcpyHtoD_v2(table, values.as_ptr().cast(), 16));
@@ -175,7 +190,11 @@ extern "C" __global__ void use_table(int *out) {
         ok(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), out, 16));
         assert_eq!(host, [15, 25, 35, 45]);
         let mut after = 0i32;
-        ok(sys::cuMemcpyDtoH_v2((&mut after as *mut i32).cast(), counter, 4));
+        ok(sys::cuMemcpyDtoH_v2(
+            (&mut after as *mut i32).cast(),
+            counter,
+            4,
+        ));
         assert_eq!(after, 6, "the kernel's atomic reached the module variable");
         ok(sys::cuCtxSynchronize());
         println!("host: synchronized");
@@ -189,12 +208,23 @@ extern "C" __global__ void use_table(int *out) {
 fn module_variables_are_memory_and_printf_reaches_stdout() {
     let (output, report) = run("scenario_module_variables_and_printf", |_| {});
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let printed = stdout.find("thread 3 saw 4").expect("the kernel's printf");
-    assert!(printed < stdout.find("host: synchronized").unwrap(), "{stdout}");
+    assert!(
+        printed < stdout.find("host: synchronized").unwrap(),
+        "{stdout}"
+    );
     let report = report.unwrap();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(report.leaks_without_primary().is_empty(), "{:?}", report.leaks);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
 }
 
 #[test]
@@ -234,10 +264,16 @@ fn scenario_unsupported_code_is_refused() {
             .result()
             .unwrap();
             let options = [arch.as_ptr()];
-            nvrtc::nvrtcCompileProgram(program, 1, options.as_ptr()).result().unwrap();
-            nvrtc::nvrtcGetCUBINSize(program, &mut size).result().unwrap();
+            nvrtc::nvrtcCompileProgram(program, 1, options.as_ptr())
+                .result()
+                .unwrap();
+            nvrtc::nvrtcGetCUBINSize(program, &mut size)
+                .result()
+                .unwrap();
             let mut cubin = vec![0u8; size];
-            nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast()).result().unwrap();
+            nvrtc::nvrtcGetCUBIN(program, cubin.as_mut_ptr().cast())
+                .result()
+                .unwrap();
             nvrtc::nvrtcDestroyProgram(&mut program).result().unwrap();
             cubin
         }
@@ -265,8 +301,7 @@ fn unsupported_code_is_refused_and_named() {
 fn scenario_a_million_threads() {
     child();
     setup();
-    let module = load_module(&ptx(
-        r#"
+    let module = load_module(&ptx(r#"
 extern "C" __global__ void polynomial(const float *x, float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -274,8 +309,7 @@ extern "C" __global__ void polynomial(const float *x, float *y, int n) {
     #pragma unroll
     for (int k = 0; k < 8; ++k) acc = acc * v + (float)(k + 1);
     y[i] = acc;
-}"#,
-    ))
+}"#))
     .unwrap();
     let f = function(module, c"polynomial");
     let mut n = 1i32 << 20;
@@ -294,7 +328,13 @@ extern "C" __global__ void polynomial(const float *x, float *y, int n) {
         (&mut n as *mut i32).cast(),
     ];
     let started = std::time::Instant::now();
-    ok(launch(f, (n as u32) / 256, 256, std::ptr::null_mut(), &mut params));
+    ok(launch(
+        f,
+        (n as u32) / 256,
+        256,
+        std::ptr::null_mut(),
+        &mut params,
+    ));
     println!("2^20 threads in {:.2} s", started.elapsed().as_secs_f64());
     let mut y = vec![0f32; n as usize];
     // SAFETY: as above.
@@ -321,8 +361,22 @@ fn a_million_threads_run_in_seconds() {
     let started = std::time::Instant::now();
     let (output, report) = run("scenario_a_million_threads", |_| {});
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    println!("{}", stdout.lines().find(|l| l.contains("2^20 threads")).unwrap_or(""));
-    assert!(started.elapsed().as_secs() < 120, "took {:?}", started.elapsed());
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!(
+        "{}",
+        stdout
+            .lines()
+            .find(|l| l.contains("2^20 threads"))
+            .unwrap_or("")
+    );
+    assert!(
+        started.elapsed().as_secs() < 120,
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(report.unwrap().violations.is_empty());
 }

@@ -75,7 +75,7 @@ fn scenario_random_pool_sizes_read_back() {
                 // scope ends.
                 unsafe { ok(sys::cuCtxSetCurrent(context as sys::CUcontext)) };
                 let stream = streams[thread % STREAMS] as sys::CUstream;
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (thread as u64 + 1) * 0x1234_5678);
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((thread as u64 + 1) * 0x1234_5678));
                 let mut live: Vec<Block> = Vec::new();
                 let mut host = Vec::new();
                 while operations.fetch_add(1, Ordering::Relaxed) < OPERATIONS {
@@ -188,7 +188,11 @@ fn scenario_sync_neighbours_keep_their_bytes() {
 fn sync_neighbours_keep_their_bytes() {
     let report = report_of("scenario_sync_neighbours_keep_their_bytes");
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(report.leaks_without_primary().is_empty(), "{:?}", report.leaks);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
 }
 
 /// Free space coalesces: with 64 MiB of device memory, many rounds of random sizes (each
@@ -238,5 +242,9 @@ fn free_space_coalesces() {
         cuda_sim::SimCommand::sim_memory(command, 64 << 20);
     });
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(report.leaks_without_primary().is_empty(), "{:?}", report.leaks);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
 }

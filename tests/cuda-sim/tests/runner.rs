@@ -23,7 +23,13 @@ fn run_scenario(options: &[&str], scenario: &str) -> Output {
         .args(options)
         .arg("--")
         .arg(std::env::current_exe().unwrap())
-        .args([scenario, "--exact", "--include-ignored", "--test-threads", "1"])
+        .args([
+            scenario,
+            "--exact",
+            "--include-ignored",
+            "--test-threads",
+            "1",
+        ])
         .env(MARKER, scenario)
         .output()
         .expect("run cuda-sim")
@@ -163,7 +169,11 @@ fn the_program_status_and_child_processes_are_kept() {
         "cuda-sim: 0 violations, leaks: none, 0 processes"
     );
     let output = runner().arg("--devices").output().unwrap();
-    assert_eq!(output.status.code(), Some(2), "a bad command line is an error");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "a bad command line is an error"
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -203,7 +213,7 @@ fn cargo_test_of_a_cudarc_crate_outside_the_workspace() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}\n{stderr}");
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 10 passed"), "{stdout}");
+    assert!(stdout.contains("test result: ok. 11 passed"), "{stdout}");
     let summary = summary(&output);
     assert!(
         summary.starts_with("cuda-sim: 0 violations, leaks: none, "),

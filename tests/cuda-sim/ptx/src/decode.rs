@@ -145,6 +145,10 @@ pub(crate) const KNOWN: &[&str] = &[
     "redux",
     "shf",
     "sad",
+    "dp4a",
+    "dp2a",
+    "set",
+    "match",
 ];
 
 fn ns(op: &str) -> LoadError {
@@ -216,13 +220,14 @@ impl<'p, 'a, 'f> Cx<'p, 'a, 'f> {
             Name::KParam(o) => self.f.konst((KPARAM_BASE + o).wrapping_add(off as u64)),
             Name::FParam(o) => self.f.patched(Patch::FParam(o.wrapping_add(off as u64))),
             Name::Local(o) => self.f.patched(Patch::Local(o.wrapping_add(off as u64))),
-            Name::Shared(u64::MAX) => {
-                let r = self.f.new_reg();
-                self.f.f.init[r as usize] = off as u64; // the base is added in `finish`
-                self.p.dyn_shared_slots.push((self.f.index, r));
-                r
+            Name::Shared(u64::MAX) => self.f.patched(Patch::Shared(usize::MAX, off)),
+            Name::Shared(i) => {
+                let i = i as usize;
+                if !self.f.f.shared_refs.contains(&i) {
+                    self.f.f.shared_refs.push(i);
+                }
+                self.f.patched(Patch::Shared(i, off))
             }
-            Name::Shared(o) => self.f.konst(o.wrapping_add(off as u64)),
             Name::Global(i) => self.f.patched(Patch::Global(i, off)),
             Name::Func(_) => return Err(ns("function address (indirect call)")),
         })
@@ -533,7 +538,13 @@ fn decode_op<'a>(
                 });
             }
             let cc = take(m, "cc");
+            let isat = take(m, "sat");
+            if isat && !(matches!(base, "add" | "sub") && t == T::S32 && !cc) {
+                return Err(ns(opcode));
+            }
             let iop = match base {
+                "add" if isat => IOp::AddSat,
+                "sub" if isat => IOp::SubSat,
                 "add" if cc => IOp::AddC(false, true),
                 "addc" => IOp::AddC(true, cc),
                 "sub" if cc => IOp::SubC(false, true),
@@ -605,6 +616,10 @@ fn decode_op<'a>(
                 let rnd = take_rnd(m).unwrap_or(Rnd::N);
                 let ftz = take(m, "ftz");
                 let sat = take(m, "sat");
+                if rnd != Rnd::N && t != T::F32 {
+                    // Only f32 fma is rounded exactly in a directed mode.
+                    return Err(ns(opcode));
+                }
                 let a = cx.src(o(1)?, t)?;
                 let b = cx.src(o(2)?, t)?;
                 let c = cx.src(o(3)?, t)?;
@@ -1039,6 +1054,8 @@ fn decode_op<'a>(
             .ok_or_else(|| ns(opcode))?;
             let ok = match t {
                 T::U32 | T::S32 | T::U64 | T::S64 => true,
+                // atomicCAS on unsigned short.
+                T::U16 => aop == AtomOp::Cas && base == "atom",
                 T::F32 | T::F64 => {
                     matches!(aop, AtomOp::Add | AtomOp::Exch | AtomOp::Min | AtomOp::Max)
                 }
@@ -1165,6 +1182,114 @@ fn decode_op<'a>(
                 a,
                 b,
                 c,
+            }
+        }
+        "dp4a" | "dp2a" => {
+            let two = base == "dp2a";
+            let hi = two && take(m, "hi");
+            if two && !hi && !take(m, "lo") {
+                return Err(ns(opcode));
+            }
+            let bt = take_type(m).ok_or_else(|| ns(opcode))?;
+            let at = take_type(m).ok_or_else(|| ns(opcode))?;
+            if !matches!(at, T::U32 | T::S32) || !matches!(bt, T::U32 | T::S32) {
+                return Err(ns(opcode));
+            }
+            cx.nops(ops, 4)?;
+            let a = cx.src(o(1)?, at)?;
+            let b = cx.src(o(2)?, bt)?;
+            let ct = if at == T::S32 || bt == T::S32 {
+                T::S32
+            } else {
+                T::U32
+            };
+            let c = cx.src(o(3)?, ct)?;
+            Op::Dp {
+                two,
+                hi,
+                asig: at == T::S32,
+                bsig: bt == T::S32,
+                d: cx.dst(o(0)?)?,
+                a,
+                b,
+                c,
+            }
+        }
+        "set" => {
+            let t = take_type(m).ok_or_else(|| ns(opcode))?;
+            let dt = take_type(m).ok_or_else(|| ns(opcode))?;
+            if !matches!(dt, T::U32 | T::S32 | T::F32) || t == T::Pred || t == T::F16 {
+                return Err(ns(opcode));
+            }
+            if m.is_empty() {
+                return Err(ns(opcode));
+            }
+            let cmp = cmp_of(m.remove(0)).ok_or_else(|| ns(opcode))?;
+            let bop = if take(m, "and") {
+                Some(BoolOp::And)
+            } else if take(m, "or") {
+                Some(BoolOp::Or)
+            } else if take(m, "xor") {
+                Some(BoolOp::Xor)
+            } else {
+                None
+            };
+            take(m, "ftz");
+            let a = cx.src(o(1)?, t)?;
+            let b = cx.src(o(2)?, t)?;
+            let comb = match bop {
+                None => {
+                    cx.nops(ops, 3)?;
+                    None
+                }
+                Some(bop) => {
+                    cx.nops(ops, 4)?;
+                    let (r, neg) = match &ops[3] {
+                        Opd::NotName(n) => (cx.src(&Opd::Name(n), T::Pred)?, true),
+                        other => (cx.src(other, T::Pred)?, false),
+                    };
+                    Some((bop, r, neg))
+                }
+            };
+            Op::Set {
+                cmp,
+                t,
+                float_dst: dt == T::F32,
+                d: cx.dst(o(0)?)?,
+                a,
+                b,
+                comb,
+            }
+        }
+        "match" => {
+            if !take(m, "sync") {
+                return Err(ns(opcode));
+            }
+            let all = take(m, "all");
+            if !all && !take(m, "any") {
+                return Err(ns(opcode));
+            }
+            let t = take_type(m).ok_or_else(|| ns(opcode))?;
+            if !matches!(t, T::U32 | T::U64) {
+                return Err(ns(opcode));
+            }
+            cx.nops(ops, 3)?;
+            let (d, p) = match o(0)? {
+                Opd::Pair(a, b) if all => {
+                    let a = cx.dst(&Opd::Name(a))?;
+                    (a, Some(cx.dst(&Opd::Name(b))?))
+                }
+                other => (cx.dst(other)?, None),
+            };
+            let a = cx.src(o(1)?, t)?;
+            let mask = cx.src(o(2)?, T::U32)?;
+            Op::Match {
+                all,
+                bits: t.bits() as u8,
+                d,
+                p,
+                a,
+                mask,
             }
         }
         "sad" => {

@@ -175,7 +175,25 @@ impl<'m> W<'m> {
             },
         };
         if !addr.is_multiple_of(align) {
-            return Err(self.trap(th));
+            let Fault::OutOfBounds {
+                block,
+                thread,
+                addr,
+                len,
+                write,
+                pc_text,
+            } = self.fault_oob(th, addr, len, write)
+            else {
+                return Err(self.trap(th));
+            };
+            return Err(Fault::Misaligned {
+                block,
+                thread,
+                addr,
+                len,
+                write,
+                pc_text,
+            });
         }
         let in_range =
             |off: u64, size: usize| off.checked_add(len).is_some_and(|e| e <= size as u64);
@@ -307,7 +325,7 @@ impl<'m> W<'m> {
                 // parameter / local stack.
                 Patch::FParam(o) => regs[*r as usize] = (pbase as u64).wrapping_add(*o),
                 Patch::Local(o) => regs[*r as usize] = (lbase as u64).wrapping_add(*o),
-                Patch::Global(..) => {}
+                Patch::Global(..) | Patch::Shared(..) => {}
             }
         }
         regs
@@ -464,6 +482,57 @@ impl<'m> W<'m> {
                 Op::Testp { op, t, d, a } => {
                     regs[d as usize] = fmath::testp(op, t, regs[a as usize]) as u64
                 }
+                Op::Set {
+                    cmp,
+                    t,
+                    float_dst,
+                    d,
+                    a,
+                    b,
+                    comb,
+                } => {
+                    let mut r = compare(cmp, t, regs[a as usize], regs[b as usize]);
+                    if let Some((bop, c, neg)) = comb {
+                        let cv = (regs[c as usize] & 1 == 1) ^ neg;
+                        r = match bop {
+                            BoolOp::And => r && cv,
+                            BoolOp::Or => r || cv,
+                            BoolOp::Xor => r ^ cv,
+                        };
+                    }
+                    regs[d as usize] = match (r, float_dst) {
+                        (false, _) => 0,
+                        (true, true) => 1.0f32.to_bits() as u64,
+                        (true, false) => 0xffff_ffff,
+                    };
+                }
+                Op::Dp {
+                    two,
+                    hi,
+                    asig,
+                    bsig,
+                    d,
+                    a,
+                    b,
+                    c,
+                } => {
+                    let (av, bv) = (regs[a as usize] as u32, regs[b as usize] as u32);
+                    let lane = |v: u32, k: u32, bits: u32, sig: bool| -> i64 {
+                        let x = (v >> (k * bits)) & ((1u32 << bits) - 1);
+                        if sig { sext(x as u64, bits) } else { x as i64 }
+                    };
+                    let mut acc = regs[c as usize] as u32 as i64;
+                    if two {
+                        for k in 0..2 {
+                            acc += lane(av, k, 16, asig) * lane(bv, k + 2 * hi as u32, 8, bsig);
+                        }
+                    } else {
+                        for k in 0..4 {
+                            acc += lane(av, k, 8, asig) * lane(bv, k, 8, bsig);
+                        }
+                    }
+                    regs[d as usize] = acc as u64 & 0xffff_ffff;
+                }
                 Op::Setp {
                     cmp,
                     t,
@@ -473,21 +542,7 @@ impl<'m> W<'m> {
                     b,
                     comb,
                 } => {
-                    let (av, bv) = (regs[a as usize], regs[b as usize]);
-                    let r = match t {
-                        T::F32 => cmp_f(
-                            cmp,
-                            f32::from_bits(av as u32) as f64,
-                            f32::from_bits(bv as u32) as f64,
-                        ),
-                        T::F64 => cmp_f(cmp, f64::from_bits(av), f64::from_bits(bv)),
-                        T::F16 => cmp_f(
-                            cmp,
-                            fmath::f16_to_f32(av as u16) as f64,
-                            fmath::f16_to_f32(bv as u16) as f64,
-                        ),
-                        _ => cmp_int(cmp, t, av, bv),
-                    };
+                    let r = compare(cmp, t, regs[a as usize], regs[b as usize]);
                     let (p, q) = match comb {
                         None => (r, !r),
                         Some((bop, c, neg)) => {
@@ -650,6 +705,7 @@ impl<'m> W<'m> {
                         Err(e) => fault!(e),
                     };
                     let old = match loc {
+                        Loc::Host(x) if size == 2 => host_cas16(x, bv, cv),
                         Loc::Host(x) => host_atomic(x, t, op, bv, cv),
                         Loc::KParam(_) => fault!(self.fault_oob(th, at, size as u64, true)),
                         other => {
@@ -699,7 +755,11 @@ impl<'m> W<'m> {
                     };
                     regs[d as usize] = regs[c as usize].wrapping_add(diff) & mask(bits);
                 }
-                Op::WarpSync { .. } | Op::Shfl { .. } | Op::Vote { .. } | Op::Redux { .. } => {
+                Op::WarpSync { .. }
+                | Op::Shfl { .. }
+                | Op::Vote { .. }
+                | Op::Redux { .. }
+                | Op::Match { .. } => {
                     th.pc = pc as u32;
                     th.state = St::Warp;
                     return Ok(());
@@ -825,7 +885,11 @@ impl<'m> W<'m> {
                                 )
                             };
                             th.printf.push_str(&text);
-                            fault!(self.trap(th));
+                            fault!(Fault::Assert {
+                                block: self.ctaid,
+                                thread: th.tid,
+                                message: text.trim_end_matches('\n').to_string(),
+                            });
                         }
                         Callee::Named(n) => {
                             fault!(Fault::NotSupported(format!(
@@ -873,6 +937,24 @@ impl<'m> W<'m> {
             }
             pc += 1;
         }
+    }
+}
+
+/// The result of `setp`/`set`'s comparison.
+fn compare(cmp: Cmp, t: T, av: u64, bv: u64) -> bool {
+    match t {
+        T::F32 => cmp_f(
+            cmp,
+            f32::from_bits(av as u32) as f64,
+            f32::from_bits(bv as u32) as f64,
+        ),
+        T::F64 => cmp_f(cmp, f64::from_bits(av), f64::from_bits(bv)),
+        T::F16 => cmp_f(
+            cmp,
+            fmath::f16_to_f32(av as u16) as f64,
+            fmath::f16_to_f32(bv as u16) as f64,
+        ),
+        _ => cmp_int(cmp, t, av, bv),
     }
 }
 
@@ -931,20 +1013,31 @@ pub(crate) fn run(
             empty(),
         ));
     }
-    // Templates with module-variable addresses.
+    let layout = &module.shared_layouts[args.entry];
+    // Templates with module-variable and shared-variable addresses.
     let prep: Vec<Vec<u64>> = module
         .funcs
         .iter()
         .map(|f| {
             let mut regs = f.init.clone();
             for (r, p) in &f.patches {
-                if let Patch::Global(i, off) = p {
-                    regs[*r as usize] = args
-                        .globals
-                        .get(*i)
-                        .copied()
-                        .unwrap_or(0)
-                        .wrapping_add(*off as u64);
+                match p {
+                    Patch::Global(i, off) => {
+                        regs[*r as usize] = args
+                            .globals
+                            .get(*i)
+                            .copied()
+                            .unwrap_or(0)
+                            .wrapping_add(*off as u64);
+                    }
+                    Patch::Shared(i, off) => {
+                        let base = match layout.offsets.get(*i) {
+                            Some(&o) => o,
+                            None => layout.dyn_base,
+                        };
+                        regs[*r as usize] = base.wrapping_add(*off as u64);
+                    }
+                    _ => {}
                 }
             }
             regs
@@ -954,7 +1047,7 @@ pub(crate) fn run(
     let shared_bytes = if module.funcs.is_empty() {
         0
     } else {
-        module.dyn_shared_base + dyn_smem
+        layout.dyn_base + dyn_smem
     };
     let total_smem = shared_bytes;
     let next = AtomicUsize::new(0);

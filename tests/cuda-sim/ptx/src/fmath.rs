@@ -4,14 +4,33 @@
 //! `.rn` results are Rust's (IEEE, correctly rounded) operations. For `.rz/.rm/.rp` the
 //! round-to-nearest result is corrected by one ulp using the sign of the exact error, which
 //! is computed exactly (TwoSum for add/sub, an FMA residual for mul/div/sqrt/rcp). This is
-//! exact except for results that overflow to infinity. `fma` with a directed rounding and
-//! integer→float `cvt` with a directed rounding use round-to-nearest (documented
-//! approximation). `.approx` functions use the host's accurate functions (the GPU's are
+//! exact except for results that overflow to infinity. `fma.f32` with a directed rounding is
+//! exact (the product is exact in f64, the sum's error by TwoSum); `fma.f64`/`.f16` with a
+//! directed rounding is refused at load. Integer→float `cvt` rounds exactly in integer
+//! arithmetic. NaN results of arithmetic and conversions are the GPU's canonical NaN
+//! (`0x7fffffff`, `0x7fffffffffffffff`, f16 `0x7fff`); `abs`/`neg` keep the payload. `.approx` functions use the host's accurate functions (the GPU's are
 //! less accurate; the results differ from the GPU in the last bits).
 
 use crate::ir::{CvtRnd, FOp, FUn, Rnd, T, Testp};
 
-fn ftz32(x: f32) -> f32 {
+/// The GPU's canonical NaN results.
+pub(crate) const NAN32: u32 = 0x7fff_ffff;
+pub(crate) const NAN64: u64 = 0x7fff_ffff_ffff_ffff;
+pub(crate) const NAN16: u16 = 0x7fff;
+
+fn c32(x: f32) -> u64 {
+    if x.is_nan() {
+        NAN32 as u64
+    } else {
+        x.to_bits() as u64
+    }
+}
+
+fn c64(x: f64) -> u64 {
+    if x.is_nan() { NAN64 } else { x.to_bits() }
+}
+
+pub(crate) fn ftz32(x: f32) -> f32 {
     if x.is_subnormal() {
         0.0f32.copysign(x)
     } else {
@@ -144,13 +163,20 @@ pub(crate) fn fbin(op: FOp, t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64
         return f32_to_f16(if sat { sat32(r) } else { r }) as u64;
     }
     if t == T::F64 {
+        if op == FOp::Copysign {
+            return (b & !(1 << 63)) | (a & (1 << 63));
+        }
         let r = bin64(op, rnd, f64::from_bits(a), f64::from_bits(b));
-        return (if sat { sat64(r) } else { r }).to_bits();
+        return c64(if sat { sat64(r) } else { r });
     }
     let (mut x, mut y) = (f32::from_bits(a as u32), f32::from_bits(b as u32));
     if ftz {
         x = ftz32(x);
         y = ftz32(y);
+    }
+    if op == FOp::Copysign {
+        // A sign-bit operation: the payload of a NaN magnitude is kept.
+        return ((b as u32 & 0x7fff_ffff) | (a as u32 & 0x8000_0000)) as u64;
     }
     let mut r = bin32(op, rnd, x, y);
     if ftz {
@@ -159,31 +185,70 @@ pub(crate) fn fbin(op: FOp, t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64
     if sat {
         r = sat32(r);
     }
-    r.to_bits() as u64
+    c32(r)
 }
 
-pub(crate) fn fma(t: T, _rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) -> u64 {
+/// `fma.f32` rounded in direction `rnd`, exactly: `a*b` is exact in f64, `p + c` is `s + e`
+/// exactly (TwoSum), and the f32 nearest to `s` is moved by one ulp by the sign of the
+/// remaining error.
+fn fma32_directed(rnd: Rnd, a: f32, b: f32, c: f32) -> f32 {
+    let r0 = fma32(a, b, c);
+    // With an infinite or NaN operand the result does not depend on the rounding.
+    if rnd == Rnd::N || !(a.is_finite() && b.is_finite() && c.is_finite()) {
+        return r0;
+    }
+    let p = a as f64 * b as f64;
+    let cd = c as f64;
+    let s = p + cd;
+    let bb = s - p;
+    let e = (p - (s - bb)) + (cd - bb);
+    if s == 0.0 && e == 0.0 {
+        // An exact zero: -0 when rounding down unless both terms are +0.
+        let both_pos = p.is_sign_positive() && cd.is_sign_positive();
+        return match rnd {
+            Rnd::M if !both_pos => -0.0,
+            Rnd::M => 0.0,
+            _ => s as f32,
+        };
+    }
+    let r = s as f32;
+    if r.is_infinite() {
+        // Overflow: the exact value lies beyond the largest finite f32.
+        let pos = s > 0.0;
+        let max = if pos { f32::MAX } else { -f32::MAX };
+        return match (rnd, pos) {
+            (Rnd::Z, _) | (Rnd::M, true) | (Rnd::P, false) => max,
+            _ => r,
+        };
+    }
+    // Exact value = r + ((s - r) + e); the sum keeps the sign of the exact error.
+    let err = (s - r as f64) + e;
+    directed!(r, err, rnd)
+}
+
+pub(crate) fn fma(t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) -> u64 {
     if t == T::F16 {
         let h = |v: u64| f16_to_f32(v as u16) as f64;
         let r = h(a).mul_add(h(b), h(c)) as f32;
         return f32_to_f16(if sat { sat32(r) } else { r }) as u64;
     }
     if t == T::F64 {
+        // Directed roundings of f64 fma are refused at load.
         let r = fma64(f64::from_bits(a), f64::from_bits(b), f64::from_bits(c));
-        return (if sat { sat64(r) } else { r }).to_bits();
+        return c64(if sat { sat64(r) } else { r });
     }
     let f = |v: u64| {
         let x = f32::from_bits(v as u32);
         if ftz { ftz32(x) } else { x }
     };
-    let mut r = fma32(f(a), f(b), f(c));
+    let mut r = fma32_directed(rnd, f(a), f(b), f(c));
     if ftz {
         r = ftz32(r);
     }
     if sat {
         r = sat32(r);
     }
-    r.to_bits() as u64
+    c32(r)
 }
 
 pub(crate) fn fun(op: FUn, t: T, rnd: Rnd, ftz: bool, a: u64) -> u64 {
@@ -193,18 +258,31 @@ pub(crate) fn fun(op: FUn, t: T, rnd: Rnd, ftz: bool, a: u64) -> u64 {
             _ => a & 0x7fff,
         };
     }
+    // abs/neg are sign-bit operations: the NaN payload is kept (as on the GPU).
+    let bitop = matches!(op, FUn::Abs | FUn::Neg);
     if t == T::F64 {
-        return un64(op, rnd, f64::from_bits(a)).to_bits();
+        return match op {
+            FUn::Abs => a & !(1 << 63),
+            FUn::Neg => a ^ (1 << 63),
+            _ => c64(un64(op, rnd, f64::from_bits(a))),
+        };
     }
     let mut x = f32::from_bits(a as u32);
     if ftz {
         x = ftz32(x);
     }
+    if bitop && x.is_nan() {
+        return if op == FUn::Abs {
+            a & 0x7fff_ffff
+        } else {
+            (a ^ 0x8000_0000) & 0xffff_ffff
+        };
+    }
     let mut r = un32(op, rnd, x);
     if ftz {
         r = ftz32(r);
     }
-    r.to_bits() as u64
+    c32(r)
 }
 
 pub(crate) fn testp(op: Testp, t: T, a: u64) -> bool {
@@ -257,7 +335,8 @@ pub(crate) fn f32_to_f16(x: f32) -> u16 {
     let sign = ((bits >> 16) & 0x8000) as u16;
     let a = x.abs();
     if a.is_nan() {
-        return sign | 0x7e00;
+        let _ = sign;
+        return NAN16;
     }
     if a >= 65520.0 {
         return sign | 0x7c00;
@@ -299,6 +378,28 @@ fn mask(bits: u32) -> u64 {
     if bits >= 64 { !0 } else { (1u64 << bits) - 1 }
 }
 
+/// `±mag` rounded to `mant` significant bits in direction `r` (exact integer arithmetic).
+fn int_to_float_directed(neg: bool, mag: u64, mant: u32, r: Rnd) -> f64 {
+    let nbits = 64 - mag.leading_zeros();
+    let (q, shift) = if nbits <= mant {
+        (mag, 0)
+    } else {
+        let shift = nbits - mant;
+        let q = mag >> shift;
+        let rem = mag & ((1u64 << shift) - 1);
+        let half = 1u64 << (shift - 1);
+        let up = match r {
+            Rnd::Z => false,
+            Rnd::M => neg && rem != 0,
+            Rnd::P => !neg && rem != 0,
+            Rnd::N => rem > half || rem == half && q & 1 == 1,
+        };
+        (q + up as u64, shift)
+    };
+    let m = q as f64 * 2f64.powi(shift as i32);
+    if neg { -m } else { m }
+}
+
 pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u64 {
     let sbits = st.bits();
     let dbits = dt.bits();
@@ -322,13 +423,26 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
         return v as u64 & dm;
     }
     if st.int() {
-        // int → float, round to nearest (see the module comment).
         let signed = st.signed();
         let v = if signed {
             (((a << (64 - sbits)) as i64) >> (64 - sbits)) as u64
         } else {
             a & mask(sbits)
         };
+        if let CvtRnd::Float(r) = rnd
+            && r != Rnd::N
+            && dt != T::F16
+        {
+            let neg = signed && (v as i64) < 0;
+            let mag = if neg { (v as i64).unsigned_abs() } else { v };
+            let f = int_to_float_directed(neg, mag, if dt == T::F64 { 53 } else { 24 }, r);
+            return if dt == T::F64 {
+                (if sat { sat64(f) } else { f }).to_bits()
+            } else {
+                let f = f as f32; // exact: `f` has at most 24 significant bits
+                (if sat { sat32(f) } else { f }).to_bits() as u64
+            };
+        }
         return match dt {
             T::F64 => {
                 let f = if signed { v as i64 as f64 } else { v as f64 };
@@ -376,7 +490,7 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
         _ => x,
     };
     match dt {
-        T::F64 => (if sat { sat64(y) } else { y }).to_bits(),
+        T::F64 => c64(if sat { sat64(y) } else { y }),
         T::F32 => {
             let mut r = y as f32;
             if let CvtRnd::Float(m) = rnd
@@ -388,7 +502,7 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
             if ftz {
                 r = ftz32(r);
             }
-            (if sat { sat32(r) } else { r }).to_bits() as u64
+            c32(if sat { sat32(r) } else { r })
         }
         _ => {
             let r = if sat { sat64(y) } else { y };

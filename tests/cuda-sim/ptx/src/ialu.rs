@@ -88,6 +88,16 @@ pub(crate) fn ibin(op: IOp, t: T, a: u64, b: u64, carry: &mut bool) -> u64 {
     let s = t.signed();
     match op {
         IOp::Add => a.wrapping_add(b) & m,
+        IOp::AddSat => {
+            let v = (a as u32 as i32 as i64 + b as u32 as i32 as i64)
+                .clamp(i32::MIN as i64, i32::MAX as i64);
+            v as u64 & 0xffff_ffff
+        }
+        IOp::SubSat => {
+            let v = (a as u32 as i32 as i64 - b as u32 as i32 as i64)
+                .clamp(i32::MIN as i64, i32::MAX as i64);
+            v as u64 & 0xffff_ffff
+        }
         IOp::Sub => a.wrapping_sub(b) & m,
         IOp::MulLo => a.wrapping_mul(b) & m,
         IOp::MulHi => {

@@ -99,6 +99,9 @@ pub(crate) enum IOp {
     Shr,
     /// add/sub with carry: (carry in, carry out)
     AddC(bool, bool),
+    /// `add.sat.s32` / `sub.sat.s32`: clamped to the s32 range.
+    AddSat,
+    SubSat,
     SubC(bool, bool),
 }
 
@@ -482,6 +485,37 @@ pub(crate) enum Op {
     WarpSync {
         mask: R,
     },
+    /// `match.any.sync` (`all` false) / `match.all.sync` (`all` true) over `bits`-bit values.
+    Match {
+        all: bool,
+        bits: u8,
+        d: R,
+        p: Option<R>,
+        a: R,
+        mask: R,
+    },
+    /// `dp4a` (`two` false) / `dp2a.lo|hi`: d = c + dot product of byte (or half-word x
+    /// byte) lanes; `asig`/`bsig`: the lanes of a / b are signed.
+    Dp {
+        two: bool,
+        hi: bool,
+        asig: bool,
+        bsig: bool,
+        d: R,
+        a: R,
+        b: R,
+        c: R,
+    },
+    /// `set.cmp{.bool}.dtype.stype`: all ones (or 1.0f for `.f32`) when true, else 0.
+    Set {
+        cmp: Cmp,
+        t: T,
+        float_dst: bool,
+        d: R,
+        a: R,
+        b: R,
+        comb: Option<(BoolOp, R, bool)>,
+    },
     Shfl {
         mode: ShflMode,
         d: R,
@@ -528,6 +562,9 @@ pub(crate) enum Patch {
     FParam(u64),
     /// Offset into the frame's local area.
     Local(u64),
+    /// Address of static shared variable `i` (`usize::MAX`: the dynamic window) in the
+    /// launched entry's layout, plus an offset.
+    Shared(usize, i64),
 }
 
 #[derive(Clone, Debug)]
@@ -567,4 +604,6 @@ pub(crate) struct Func {
     pub param_area: u64,
     pub local_size: u64,
     pub calls: Vec<CallSite>,
+    /// Static shared variables (indices) this function references.
+    pub shared_refs: Vec<usize>,
 }

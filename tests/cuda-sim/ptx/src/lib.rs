@@ -11,8 +11,9 @@
 //!   interleaved cooperatively (each runs until `bar.sync`, a warp collective or its end).
 //! * Device `printf` output is ordered by block, then by thread within the block (the GPU's
 //!   order is unspecified).
-//! * Static shared variables of the whole module share one layout (NVRTC declares them all
-//!   at module scope anyway), so `shared_static_bytes` is the same for every entry.
+//! * Static shared memory is laid out per entry: only the `.shared` variables the entry and
+//!   the functions it calls reference (NVRTC declares them all at module scope), so an
+//!   access outside the entry's own static + dynamic window faults.
 
 #![deny(missing_docs)]
 #![allow(clippy::too_many_arguments, clippy::needless_range_loop)]
@@ -113,8 +114,17 @@ pub struct Module {
     pub globals: Vec<GlobalVar>,
     funcs: Vec<ir::Func>,
     entry_funcs: Vec<usize>,
-    shared_static: u64,
-    dyn_shared_base: u64,
+    shared_layouts: Vec<SharedLayout>,
+}
+
+/// Static shared memory of one entry.
+pub(crate) struct SharedLayout {
+    /// Offset of each static `.shared` variable of the module (meaningful for those the
+    /// entry references).
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) static_bytes: u64,
+    /// Where dynamic shared memory starts.
+    pub(crate) dyn_base: u64,
 }
 
 impl std::fmt::Debug for Module {
@@ -139,10 +149,10 @@ impl Module {
         self.entries.iter().position(|e| e.name == name)
     }
 
-    /// Bytes of static shared memory a block of this entry uses.
+    /// Bytes of static shared memory a block of this entry uses: the `.shared` variables
+    /// that the entry and the functions it calls reference.
     pub fn shared_static_bytes(&self, entry: usize) -> u64 {
-        let _ = entry;
-        self.shared_static
+        self.shared_layouts.get(entry).map_or(0, |l| l.static_bytes)
     }
 
     /// Bytes of local memory per thread: the entry's `.local` variables plus the deepest
@@ -171,8 +181,9 @@ impl Module {
             .map(|g| self.stack_bytes(g, memo))
             .max()
             .unwrap_or(0);
-        memo.insert(f, own + deepest);
-        own + deepest
+        let total = own.saturating_add(deepest);
+        memo.insert(f, total);
+        total
     }
 
     /// Bytes of all `.const` variables of the module.
@@ -242,9 +253,36 @@ pub enum Fault {
         /// The instruction, as text.
         pc_text: String,
     },
+    /// A global, shared, local or atomic access whose address is not a multiple of its
+    /// size (or of the vector's total size); nothing was read or written by it.
+    Misaligned {
+        /// The block's index.
+        block: [u32; 3],
+        /// The thread's index in its block.
+        thread: [u32; 3],
+        /// The address accessed.
+        addr: u64,
+        /// Bytes accessed.
+        len: u64,
+        /// A store (or atomic), not a load.
+        write: bool,
+        /// The instruction, as text.
+        pc_text: String,
+    },
+    /// A device-side `assert()` failed (`__assertfail`): the driver reports
+    /// `CUDA_ERROR_ASSERT`. The message is also in the printf output.
+    Assert {
+        /// The block's index.
+        block: [u32; 3],
+        /// The thread's index in its block.
+        thread: [u32; 3],
+        /// The line CUDA prints (`file:line: function: block: [..], thread: [..] Assertion
+        /// `expr` failed.`), without the final newline.
+        message: String,
+    },
     /// Something met at run time that is not implemented.
     NotSupported(String),
-    /// `trap`, `brkpt`, a misaligned access, call-stack overflow.
+    /// `trap`, `brkpt`, call-stack overflow.
     Trap {
         /// The block's index.
         block: [u32; 3],
@@ -269,6 +307,26 @@ impl std::fmt::Display for Fault {
                 f,
                 "out-of-bounds {} of {len} bytes at {addr:#x} by block {block:?} thread {thread:?}: {pc_text}",
                 if *write { "write" } else { "read" }
+            ),
+            Fault::Misaligned {
+                block,
+                thread,
+                addr,
+                len,
+                write,
+                pc_text,
+            } => write!(
+                f,
+                "misaligned {} of {len} bytes at {addr:#x} by block {block:?} thread {thread:?}: {pc_text}",
+                if *write { "write" } else { "read" }
+            ),
+            Fault::Assert {
+                block,
+                thread,
+                message,
+            } => write!(
+                f,
+                "assertion failed in block {block:?} thread {thread:?}: {message}"
             ),
             Fault::NotSupported(s) => write!(f, "not supported: {s}"),
             Fault::Trap { block, thread } => write!(f, "trap in block {block:?} thread {thread:?}"),

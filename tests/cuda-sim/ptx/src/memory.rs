@@ -50,8 +50,10 @@ pub(crate) fn atom_apply(op: AtomOp, t: T, old: u64, b: u64, c: u64) -> u64 {
     let m = mask(bits);
     let (o, bv) = (old & m, b & m);
     match (op, t) {
+        // atom.add.f32 flushes subnormal inputs and results to sign-preserving zero.
         (AtomOp::Add, T::F32) => {
-            (f32::from_bits(o as u32) + f32::from_bits(bv as u32)).to_bits() as u64
+            let ftz = crate::fmath::ftz32;
+            ftz(ftz(f32::from_bits(o as u32)) + ftz(f32::from_bits(bv as u32))).to_bits() as u64
         }
         (AtomOp::Add, T::F64) => (f64::from_bits(o) + f64::from_bits(bv)).to_bits(),
         (AtomOp::Min, T::F32) => f32::from_bits(o as u32)
@@ -104,6 +106,20 @@ pub(crate) fn atom_apply(op: AtomOp, t: T, old: u64, b: u64, c: u64) -> u64 {
                 o
             }
         }
+    }
+}
+
+/// `atom.cas.b16` on host memory: a 16-bit compare-and-swap (the host's native one, which
+/// is atomic with respect to the other accesses of the interpreter to that half-word, and
+/// touches only the two bytes `Memory::check` approved). Returns the old value.
+pub(crate) fn host_cas16(addr: u64, cmp: u64, new: u64) -> u64 {
+    let p = addr as usize as *mut u16;
+    // SAFETY: `addr` was approved by `Memory::check` for two bytes with write access and is
+    // 2-byte aligned (checked in `locate`), as `AtomicU16` requires; all other accesses of
+    // the interpreter to host memory are atomic too, so this races with none of them.
+    let a = unsafe { AtomicU16::from_ptr(p) };
+    match a.compare_exchange(cmp as u16, new as u16, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(v) | Err(v) => v as u64,
     }
 }
 

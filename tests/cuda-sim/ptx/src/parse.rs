@@ -10,6 +10,21 @@ use crate::{Entry, GlobalVar, LoadError, Module, Param, Space};
 pub(crate) const KPARAM_BASE: u64 = 3 << 48;
 /// Largest module variable, shared or local array accepted (1 GiB).
 const MAX_VAR_BYTES: u64 = 1 << 30;
+/// Largest parameter space of an entry (the driver's limit, as on the GPU).
+pub(crate) const MAX_ENTRY_PARAM_BYTES: u64 = 0x7ffc;
+/// Largest static shared memory of an entry (48 KiB, the static limit of the GPU).
+pub(crate) const MAX_STATIC_SHARED_BYTES: u64 = 48 << 10;
+/// Largest local memory per thread (512 KiB, the GPU's limit), deepest call chain included.
+pub(crate) const MAX_LOCAL_BYTES: u64 = 512 << 10;
+/// Largest total of the `.const` variables of a module (64 KiB).
+pub(crate) const MAX_CONST_BYTES: u64 = 64 << 10;
+
+/// Places `size` bytes aligned to `align` above `top`: (offset, new top), or `None` on
+/// overflow.
+pub(crate) fn place(top: u64, size: u64, align: u64) -> Option<(u64, u64)> {
+    let off = top.checked_next_multiple_of(align.max(1))?;
+    Some((off, off.checked_add(size)?))
+}
 
 fn inv(msg: impl Into<String>) -> LoadError {
     LoadError::Invalid(msg.into())
@@ -53,12 +68,11 @@ pub(crate) struct Parser<'a> {
     pub(crate) funcs: Vec<Func>,
     pub(crate) globals: Vec<GlobalVar>,
     entries: Vec<(Entry, usize)>,
-    shared_top: u64,
+    /// Static `.shared` variables (size, align), in the order of the text; `Name::Shared(i)`
+    /// indexes this. Laid out per entry in `finish`.
+    shared_vars: Vec<(u64, u64)>,
     pub(crate) dyn_shared: bool,
     dyn_shared_align: u64,
-    /// Shared names waiting for the dynamic base (known once all static shared is laid out).
-    pub(crate) dyn_shared_names: Vec<&'a str>,
-    pub(crate) dyn_shared_slots: Vec<(usize, R)>,
 }
 
 /// One `{ }` scope: plain names and `%r<N>` ranges (prefix → first register, count).
@@ -76,7 +90,6 @@ pub(crate) struct FnCtx<'a> {
     pub fixups: Vec<(usize, &'a str)>,
     pub sink: Option<R>,
     pub local_top: u64,
-    pub index: usize,
 }
 
 impl<'a> FnCtx<'a> {
@@ -126,10 +139,12 @@ impl<'a> FnCtx<'a> {
             s.names.insert(name, n);
         }
     }
-    fn alloc_param(&mut self, size: u64, align: u64) -> u64 {
-        let off = self.f.param_area.next_multiple_of(align.max(1));
-        self.f.param_area = off + size;
-        off
+    fn alloc_param(&mut self, size: u64, align: u64) -> Result<u64, LoadError> {
+        let (off, top) = place(self.f.param_area, size, align)
+            .filter(|&(_, t)| t <= MAX_VAR_BYTES)
+            .ok_or_else(|| inv(format!("{}: parameter space too large", self.f.name)))?;
+        self.f.param_area = top;
+        Ok(off)
     }
 }
 
@@ -271,7 +286,11 @@ impl<'a> Parser<'a> {
         let count = count
             .filter(|&c| c > 0)
             .ok_or_else(|| self.err("bad parameter size"))?;
-        Ok((name, size * count, align.unwrap_or(size)))
+        // Its place in the layout is checked against the limits by the caller.
+        let bytes = size
+            .checked_mul(count)
+            .ok_or_else(|| self.err(&format!("parameter {name} too large")))?;
+        Ok((name, bytes, align.unwrap_or(size)))
     }
 
     /// `( decl, decl, ... )` (the opening parenthesis already read).
@@ -392,28 +411,28 @@ impl<'a> Parser<'a> {
                     if extern_ || count.is_none() {
                         self.dyn_shared = true;
                         self.dyn_shared_align = self.dyn_shared_align.max(align);
-                        self.dyn_shared_names.push(name);
-                        // Placeholder: fixed up when the static layout is complete.
+                        // The dynamic window: its base is known per entry in `finish`.
                         Name::Shared(u64::MAX)
                     } else {
-                        let off = self.shared_top.next_multiple_of(align);
-                        self.shared_top = off + size;
-                        Name::Shared(off)
+                        self.shared_vars.push((size, align));
+                        Name::Shared((self.shared_vars.len() - 1) as u64)
                     }
                 }
                 "local" => {
                     let f = fcx.as_deref_mut().ok_or_else(|| {
                         LoadError::NotSupported("module-scope .local variable".into())
                     })?;
-                    let off = f.local_top.next_multiple_of(align);
-                    f.local_top = off + size;
+                    let (off, top) = place(f.local_top, size, align)
+                        .filter(|&(_, t)| t <= MAX_VAR_BYTES)
+                        .ok_or_else(|| inv(format!("{}: local memory too large", f.f.name)))?;
+                    f.local_top = top;
                     Name::Local(off)
                 }
                 "param" => {
                     let f = fcx
                         .as_deref_mut()
                         .ok_or_else(|| self.err("module-scope .param"))?;
-                    let off = f.alloc_param(size, align);
+                    let off = f.alloc_param(size, align)?;
                     Name::FParam(off)
                 }
                 other => return Err(LoadError::NotSupported(format!(".{other} variable"))),
@@ -495,15 +514,17 @@ impl<'a> Parser<'a> {
                 let mut area = 0u64;
                 f.rets.clear();
                 f.args.clear();
-                for (_, size, align) in &rets {
-                    let off = area.next_multiple_of(*align);
-                    f.rets.push((off, *size));
-                    area = off + size;
-                }
-                for (_, size, align) in &args {
-                    let off = area.next_multiple_of(*align);
-                    f.args.push((off, *size));
-                    area = off + size;
+                let too_large = || inv(format!("{name}: parameter space too large"));
+                for (k, (_, size, align)) in rets.iter().chain(&args).enumerate() {
+                    let (off, top) = place(area, *size, *align)
+                        .filter(|&(_, t)| t <= MAX_VAR_BYTES)
+                        .ok_or_else(too_large)?;
+                    if k < rets.len() {
+                        f.rets.push((off, *size));
+                    } else {
+                        f.args.push((off, *size));
+                    }
+                    area = top;
                 }
                 f.param_area = area;
             }
@@ -526,19 +547,24 @@ impl<'a> Parser<'a> {
             fixups: Vec::new(),
             sink: None,
             local_top: 0,
-            index,
         };
         if is_entry {
             let mut params = Vec::new();
             let mut offset = 0u64;
             for (pname, size, align) in &args {
-                offset = offset.next_multiple_of(*align);
+                let (off, top) = place(offset, *size, *align)
+                    .filter(|&(_, t)| t <= MAX_ENTRY_PARAM_BYTES)
+                    .ok_or_else(|| {
+                        inv(format!(
+                            "entry {name}: parameter space exceeds {MAX_ENTRY_PARAM_BYTES} bytes"
+                        ))
+                    })?;
                 params.push(Param {
-                    offset: offset as usize,
+                    offset: off as usize,
                     size: *size as usize,
                 });
-                fcx.declare(pname, Name::KParam(offset));
-                offset += size;
+                fcx.declare(pname, Name::KParam(off));
+                offset = top;
             }
             if visible {
                 self.entries.push((
@@ -551,12 +577,12 @@ impl<'a> Parser<'a> {
             }
         } else {
             for (pname, size, align) in &rets {
-                let off = fcx.alloc_param(*size, *align);
+                let off = fcx.alloc_param(*size, *align)?;
                 fcx.f.rets.push((off, *size));
                 fcx.declare(pname, Name::FParam(off));
             }
             for (pname, size, align) in &args {
-                let off = fcx.alloc_param(*size, *align);
+                let off = fcx.alloc_param(*size, *align)?;
                 fcx.f.args.push((off, *size));
                 fcx.declare(pname, Name::FParam(off));
             }
@@ -578,10 +604,8 @@ impl<'a> Parser<'a> {
         });
         fcx.f.text.push("(end of function)".into());
         fcx.f.local_size = fcx.local_top.next_multiple_of(16);
-        if fcx.f.local_size > 16 << 20 || self.shared_top > MAX_VAR_BYTES {
-            return Err(LoadError::NotSupported(format!(
-                "{name}: local or shared memory too large"
-            )));
+        if fcx.f.local_size > 16 << 20 {
+            return Err(inv(format!("{name}: local memory too large")));
         }
         self.funcs[index] = fcx.f;
         Ok(())
@@ -825,11 +849,9 @@ pub(crate) fn parse_module(text: &str) -> Result<Module, LoadError> {
             funcs: Vec::new(),
             globals: Vec::new(),
             entries: Vec::new(),
-            shared_top: 0,
+            shared_vars: Vec::new(),
             dyn_shared: false,
             dyn_shared_align: 16,
-            dyn_shared_names: Vec::new(),
-            dyn_shared_slots: Vec::new(),
         };
         let r = p.module();
         let out = r.and_then(|()| p.finish());
@@ -932,14 +954,6 @@ impl<'a> Parser<'a> {
     }
 
     fn finish(&mut self) -> Result<Module, LoadError> {
-        // Dynamic shared memory starts after all static shared variables.
-        let static_bytes = self.shared_top;
-        let dyn_base = static_bytes.next_multiple_of(self.dyn_shared_align);
-        for (fi, r) in std::mem::take(&mut self.dyn_shared_slots) {
-            if let Some(v) = self.funcs[fi].init.get_mut(r as usize) {
-                *v = v.wrapping_add(dyn_base); // the slot holds the offset from the symbol
-            }
-        }
         // Resolve call targets.
         let names: HashMap<String, usize> = self
             .funcs
@@ -979,14 +993,80 @@ impl<'a> Parser<'a> {
         if self.entries.is_empty() {
             return Err(inv("no visible entry"));
         }
+        let mut const_total = 0u64;
+        for g in &self.globals {
+            if g.space == Space::Const {
+                const_total = const_total.saturating_add(g.size);
+            }
+        }
+        if const_total > MAX_CONST_BYTES {
+            return Err(inv(format!(
+                ".const variables of {const_total} bytes exceed the {MAX_CONST_BYTES}-byte limit"
+            )));
+        }
+        // Static shared memory per entry: the variables the entry and the functions it
+        // calls (transitively) reference, in the order of the text; dynamic shared memory
+        // after them.
+        let mut shared_layouts = Vec::new();
+        for (e, fi) in &self.entries {
+            let mut used = vec![false; self.shared_vars.len()];
+            let mut seen = vec![false; self.funcs.len()];
+            let mut stack = vec![*fi];
+            while let Some(f) = stack.pop() {
+                if std::mem::replace(&mut seen[f], true) {
+                    continue;
+                }
+                for &v in &self.funcs[f].shared_refs {
+                    if let Some(u) = used.get_mut(v) {
+                        *u = true;
+                    }
+                }
+                for c in &self.funcs[f].calls {
+                    if let Callee::Func(g) = c.callee {
+                        stack.push(g);
+                    }
+                }
+            }
+            let mut offsets = vec![0u64; self.shared_vars.len()];
+            let mut top = 0u64;
+            for (v, &(size, align)) in self.shared_vars.iter().enumerate() {
+                if !used[v] {
+                    continue;
+                }
+                let (off, t) = place(top, size, align)
+                    .filter(|&(_, t)| t <= MAX_STATIC_SHARED_BYTES)
+                    .ok_or_else(|| {
+                        inv(format!(
+                            "entry {}: static shared memory exceeds {MAX_STATIC_SHARED_BYTES} bytes",
+                            e.name
+                        ))
+                    })?;
+                offsets[v] = off;
+                top = t;
+            }
+            shared_layouts.push(crate::SharedLayout {
+                offsets,
+                static_bytes: top,
+                dyn_base: top.next_multiple_of(self.dyn_shared_align),
+            });
+        }
         let (entries, entry_funcs) = std::mem::take(&mut self.entries).into_iter().unzip();
-        Ok(Module {
+        let module = Module {
             entries,
             globals: std::mem::take(&mut self.globals),
             funcs: std::mem::take(&mut self.funcs),
             entry_funcs,
-            shared_static: static_bytes,
-            dyn_shared_base: dyn_base,
-        })
+            shared_layouts,
+        };
+        for (i, e) in module.entries.iter().enumerate() {
+            let local = module.local_bytes(i);
+            if local > MAX_LOCAL_BYTES {
+                return Err(inv(format!(
+                    "entry {}: {local} bytes of local memory per thread exceed {MAX_LOCAL_BYTES}",
+                    e.name
+                )));
+            }
+        }
+        Ok(module)
     }
 }

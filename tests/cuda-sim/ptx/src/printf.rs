@@ -282,10 +282,12 @@ pub(crate) fn vprintf(read: &mut Read, fmt: u64, args: u64) -> Result<String, Fa
             }
         }
         let mut long = false;
+        let mut short = 0; // `h`: 1 (short), `hh`: 2 (char)
         while let Some(&l) = f.get(i) {
             match l {
                 b'l' | b'z' | b'j' | b't' | b'q' => long = true,
-                b'h' | b'L' => {}
+                b'h' => short += 1,
+                b'L' => {}
                 _ => break,
             }
             i += 1;
@@ -300,7 +302,13 @@ pub(crate) fn vprintf(read: &mut Read, fmt: u64, args: u64) -> Result<String, Fa
             b'd' | b'i' | b'u' | b'x' | b'X' | b'o' => {
                 let bytes = if long { 8 } else { 4 };
                 let v = next_arg(read, bytes)?;
-                let body = integer(v, matches!(conv, b'd' | b'i'), bytes, conv, &spec);
+                // `h`/`hh`: the (promoted) argument converted to short / char, as in C.
+                let fmt_bytes = match (long, short) {
+                    (false, 1) => 2,
+                    (false, s) if s >= 2 => 1,
+                    _ => bytes,
+                };
+                let body = integer(v, matches!(conv, b'd' | b'i'), fmt_bytes, conv, &spec);
                 let zero_ok = spec.prec.is_none();
                 pad(&mut out, body, &spec, zero_ok);
             }

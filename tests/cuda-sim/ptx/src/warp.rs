@@ -29,7 +29,8 @@ impl<'m> W<'m> {
                 Op::WarpSync { mask }
                 | Op::Shfl { mask, .. }
                 | Op::Vote { mask, .. }
-                | Op::Redux { mask, .. } => mask,
+                | Op::Redux { mask, .. }
+                | Op::Match { mask, .. } => mask,
                 _ => continue,
             };
             // Every lane named by a member mask must be here (or have exited).
@@ -98,6 +99,40 @@ impl<'m> W<'m> {
                         lanes[i].regs[d as usize] = v & 0xffff_ffff;
                         if let Some(p) = p {
                             lanes[i].regs[p as usize] = pval as u64;
+                        }
+                    }
+                }
+                Op::Match {
+                    all,
+                    bits,
+                    d,
+                    p,
+                    a,
+                    mask,
+                } => {
+                    let vm = if bits == 64 { !0u64 } else { 0xffff_ffff };
+                    let vals: Vec<u64> = lanes.iter().map(|l| l.regs[a as usize] & vm).collect();
+                    for i in 0..lanes.len() {
+                        if group & (1 << i) == 0 {
+                            continue;
+                        }
+                        let m = lanes[i].regs[mask as usize] as u32 & group;
+                        let mut same = 0u32;
+                        for j in 0..lanes.len() {
+                            if m & (1 << j) != 0 && vals[j] == vals[i] {
+                                same |= 1 << j;
+                            }
+                        }
+                        let (dv, pv) = if !all {
+                            (same, true)
+                        } else if same == m {
+                            (m, true)
+                        } else {
+                            (0, false)
+                        };
+                        lanes[i].regs[d as usize] = dv as u64;
+                        if let Some(p) = p {
+                            lanes[i].regs[p as usize] = pv as u64;
                         }
                     }
                 }

@@ -228,7 +228,18 @@ fn shared_and_local_accesses_are_bounds_checked() {
         &Params::default().u32(2),
     )
     .unwrap_err();
-    assert!(matches!(f, Fault::Trap { .. }), "misaligned: {f:?}");
+    assert!(
+        matches!(
+            f,
+            Fault::Misaligned {
+                len: 4,
+                write: true,
+                addr: 2,
+                ..
+            }
+        ),
+        "misaligned: {f:?}"
+    );
 }
 
 #[test]

@@ -88,12 +88,18 @@ fn switch_assert_redux_and_printf_conversions() {
     mem.write(bi, &[5, 150, 3]);
     let p = Params::default().u64(mem.addr(bi)).u64(mem.addr(bo)).i32(3);
     let (f, out) = go(&m, &mem, &g, "sw", &launch1(1, 32), &p).unwrap_err();
-    assert_eq!(
-        f,
-        Fault::Trap {
-            block: [0, 0, 0],
-            thread: [1, 0, 0]
-        }
+    let Fault::Assert {
+        block,
+        thread,
+        message,
+    } = f
+    else {
+        panic!("{f:?}");
+    };
+    assert_eq!((block, thread), ([0, 0, 0], [1, 0, 0]));
+    assert!(
+        message.ends_with("block: [0,0,0], thread: [1,0,0] Assertion `in[i] < 100` failed."),
+        "{message}"
     );
     assert!(
         out.printf

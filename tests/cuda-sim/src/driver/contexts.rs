@@ -111,9 +111,10 @@ impl Sim {
         if self.contexts.contains_key(&raw) {
             return Ok(());
         }
-        let destroyed_green = self.graves.get(&raw).is_some_and(|grave| {
-            grave.kind == Kind::Context && grave.call == "cuGreenCtxDestroy"
-        });
+        let destroyed_green = self
+            .graves
+            .get(&raw)
+            .is_some_and(|grave| grave.kind == Kind::Context && grave.call == "cuGreenCtxDestroy");
         let error = self.dead_handle(raw, Kind::Context, false);
         if destroyed_green { Ok(()) } else { Err(error) }
     }

@@ -135,6 +135,7 @@ impl Sim {
         let mut stamps = [0u64; 2];
         for raw in [start, end] {
             self.forbid_captured_event(raw, false)?;
+            self.not_ready(None, Some(raw))?;
         }
         for (slot, raw) in stamps.iter_mut().zip([start, end]) {
             let event = self.event(raw)?;

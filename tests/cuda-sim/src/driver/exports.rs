@@ -40,15 +40,21 @@ pub(super) fn get<T: Copy>(ptr: *const T) -> Result<T, CuResult> {
 /// current context's legacy stream, then waited for); host functions are called once the
 /// lock is released.
 pub(super) fn stream_work(stream: Option<Raw>, what: &str, op: Op) -> Result<(), CuResult> {
-    let calls = with_sim(|sim| {
+    let mut op = Some(op);
+    let (timeline, calls) = super::wait_for(|sim| {
         let target = sim.stream(stream.unwrap_or(STREAM_LEGACY), what)?;
-        sim.submit(target, op, stream.is_none())
+        // A synchronous call waits for the context's queued work first.
+        let pending = op.as_ref().is_some_and(|op| sim.must_wait(target, op));
+        if pending || (stream.is_none() && sim.busy_in(Some(target.context), None)) {
+            return Ok(None);
+        }
+        let op = op.take().expect("submitted once");
+        Ok(Some((
+            target.timeline,
+            sim.submit(target, op, stream.is_none())?,
+        )))
     })?;
-    for (function, data) in calls {
-        // SAFETY: the caller's host function with the caller's data; called outside the
-        // simulator's lock, as the driver calls it from its own thread.
-        unsafe { function(data as *mut c_void) };
-    }
+    super::deferred::start_hosts(calls.into_iter().map(|call| (timeline, call)).collect());
     Ok(())
 }
 
@@ -289,9 +295,12 @@ export_fns! {
     }
 
     fn cuCtxSynchronize() {
-        with_sim(|sim| {
+        super::wait_for(|sim| {
             let raw = sim.require_current("cuCtxSynchronize")?;
-            sim.synchronize_context(raw)
+            if sim.busy_in(Some(raw), None) {
+                return Ok(None);
+            }
+            sim.synchronize_context(raw).map(Some)
         })
     }
 
@@ -338,15 +347,34 @@ export_fns! {
     }
 
     fn cuStreamDestroy_v2(stream: Raw) {
-        with_sim(|sim| sim.destroy_stream(stream))
+        // A busy stream's queued work runs first (see `deferred`).
+        super::wait_for(|sim| {
+            // Looked up without the checks of a use: destroying is always allowed.
+            if let Some(timeline) = sim.streams.get(&stream).map(|s| s.timeline)
+                && sim.is_busy(timeline)
+            {
+                return Ok(None);
+            }
+            sim.destroy_stream(stream).map(Some)
+        })
     }
 
     fn cuStreamSynchronize(stream: Raw) {
-        with_sim(|sim| sim.synchronize_stream(stream, "cuStreamSynchronize"))
+        super::wait_for(|sim| {
+            let target = sim.stream(stream, "cuStreamSynchronize")?;
+            if sim.is_busy(target.timeline) {
+                return Ok(None);
+            }
+            sim.synchronize_stream(stream, "cuStreamSynchronize").map(Some)
+        })
     }
 
     fn cuStreamQuery(stream: Raw) {
-        with_sim(|sim| sim.synchronize_stream(stream, "cuStreamQuery"))
+        with_sim(|sim| {
+            let target = sim.stream(stream, "cuStreamQuery")?;
+            sim.not_ready(Some(target.timeline), None)?;
+            sim.synchronize_stream(stream, "cuStreamQuery")
+        })
     }
 
     fn cuStreamWaitEvent(stream: Raw, event: Raw, flags: c_uint) {
@@ -419,11 +447,19 @@ export_fns! {
     }
 
     fn cuEventQuery(event: Raw) {
-        with_sim(|sim| sim.synchronize_event(event))
+        with_sim(|sim| {
+            sim.not_ready(None, Some(event))?;
+            sim.synchronize_event(event)
+        })
     }
 
     fn cuEventSynchronize(event: Raw) {
-        with_sim(|sim| sim.synchronize_event(event))
+        super::wait_for(|sim| {
+            if sim.record_pending(event) {
+                return Ok(None);
+            }
+            sim.synchronize_event(event).map(Some)
+        })
     }
 
     fn cuEventElapsedTime(ms: *mut f32, start: Raw, end: Raw) {
@@ -459,7 +495,14 @@ export_fns! {
     }
 
     fn cuMemFree_v2(ptr: CuDevicePtr) {
-        with_sim(|sim| sim.free_sync(ptr, false))
+        // It waits for all work on the device (`free_sync`), queued work included.
+        super::wait_for(|sim| {
+            let device = sim.current_device("cuMemFree")?;
+            if sim.busy_in(None, Some(device)) {
+                return Ok(None);
+            }
+            sim.free_sync(ptr, false).map(Some)
+        })
     }
 
     fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) {
@@ -480,7 +523,13 @@ export_fns! {
     }
 
     fn cuMemFreeHost(ptr: *mut c_void) {
-        with_sim(|sim| sim.free_sync(ptr as usize as u64, true))
+        super::wait_for(|sim| {
+            let device = sim.current_device("cuMemFreeHost")?;
+            if sim.busy_in(None, Some(device)) {
+                return Ok(None);
+            }
+            sim.free_sync(ptr as usize as u64, true).map(Some)
+        })
     }
 
     fn cuMemAllocAsync(ptr: *mut CuDevicePtr, size: usize, stream: Raw) {
@@ -539,11 +588,6 @@ export_fns! {
             put(size, s as usize)?;
         }
         Ok(())
-    }
-
-    fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CuDevicePtr) {
-        // One implementation with `cuPointerGetAttributes` (knows managed memory).
-        super::exports_cudarc::pointer_attribute(data, attribute, ptr)
     }
 
     fn cuMemPoolCreate(pool: *mut Raw, props: *const MemPoolProps) {

@@ -359,6 +359,11 @@ fn cluster_config(config: *const LaunchConfig) -> Result<(LaunchConfig, Option<u
 // ---------------------------------------------------------------------------------------------
 
 export_fns! {
+    fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CuDevicePtr) {
+        // One implementation with `cuPointerGetAttributes` (knows managed memory).
+        pointer_attribute(data, attribute, ptr)
+    }
+
     fn cuPointerGetAttributes(count: c_uint, attributes: *mut c_uint, data: *mut *mut c_void, ptr: CuDevicePtr) {
         if count > 0 && (attributes.is_null() || data.is_null()) {
             return Err(INVALID_VALUE);

@@ -312,16 +312,12 @@ export_fns! {
         // One stream operation per node, in order; host nodes run between their neighbours,
         // outside the lock.
         for op in ops {
-            let calls: Vec<HostCall> = with_sim(|sim| {
+            let (timeline, calls): (usize, Vec<HostCall>) = with_sim(|sim| {
                 let target = sim.stream(stream, "cuGraphLaunch")?;
-                sim.execute(target, &op)
+                Ok((target.timeline, sim.run_or_defer(target, op)?))
             })?;
-            for (function, data) in calls {
-                // SAFETY: the program's host function and data, captured from
-                // `cuLaunchHostFunc`; called outside the lock, as the driver calls it from its
-                // own thread.
-                unsafe { function(data as *mut c_void) };
-            }
+            // Host nodes start on threads of their own; what follows them is queued.
+            super::deferred::start_hosts(calls.into_iter().map(|call| (timeline, call)).collect());
         }
         Ok(())
     }

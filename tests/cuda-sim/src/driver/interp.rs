@@ -6,9 +6,6 @@
 //! thread, the address and the instruction. Device `printf` output is kept until the host
 //! synchronises, then printed on stdout, as the GPU's is.
 
-use std::io::Write;
-use std::sync::Mutex;
-
 use cuda_sim_ptx::{Fault, LaunchArgs, Memory, Module};
 
 use super::checker::Use;
@@ -22,9 +19,10 @@ use super::{Sim, faults};
 pub const ILLEGAL_ADDRESS: CuResult = 700;
 /// `CUDA_ERROR_LAUNCH_FAILED`: a trap, or a block whose barrier not every thread reaches.
 pub const LAUNCH_FAILED: CuResult = 719;
-
-/// Device printf output not yet printed (the host has not synchronised since).
-static PRINTF: Mutex<String> = Mutex::new(String::new());
+/// `CUDA_ERROR_MISALIGNED_ADDRESS`.
+pub const MISALIGNED_ADDRESS: CuResult = 716;
+/// `CUDA_ERROR_ASSERT`: a device-side `assert` failed.
+pub const ASSERT: CuResult = 710;
 
 /// One region a kernel may touch: a live allocation (or module variable), or one it may
 /// not (another device's pool memory without access, a mapping without access).
@@ -53,12 +51,26 @@ impl Snapshot {
     /// Where an address in no region lies: just past an allocation (by how many bytes), or
     /// far from every one.
     fn nearest(&self, addr: u64) -> String {
-        let below = self.regions.partition_point(|r| r.start <= addr);
-        match below.checked_sub(1).map(|i| self.regions[i]) {
-            Some(region) if addr - region.end < 1 << 20 => format!(
-                "{} bytes past the end of the {}-byte allocation at {:#x}",
-                addr - region.end,
-                region.end - region.start,
+        let next = self.regions.partition_point(|r| r.start <= addr);
+        let after = next
+            .checked_sub(1)
+            .map(|i| self.regions[i])
+            .map(|r| (addr - r.end, r));
+        let before = self.regions.get(next).map(|r| (r.start - addr, *r));
+        let size = |r: Region| r.end - r.start;
+        match (after, before) {
+            (_, Some((gap, region)))
+                if gap < 1 << 20 && after.is_none_or(|(other, _)| gap < other) =>
+            {
+                format!(
+                    "{gap} bytes before the {}-byte allocation at {:#x}",
+                    size(region),
+                    region.start
+                )
+            }
+            (Some((gap, region)), _) if gap < 1 << 20 => format!(
+                "{gap} bytes past the end of the {}-byte allocation at {:#x}",
+                size(region),
                 region.start
             ),
             _ => "in no allocation".to_string(),
@@ -89,10 +101,12 @@ impl Sim {
     fn may_touch(&self, start: u64, device: Option<usize>) -> bool {
         let alloc = &self.allocs[&start];
         if alloc.kind == AllocKind::Mapping {
-            return self.mapping_at(start).is_some_and(|(_, mapping)| match mapping.owner {
-                Some(owner) => mapping.access[owner] != ACCESS_NONE,
-                None => mapping.access.iter().any(|&a| a != ACCESS_NONE),
-            });
+            return self
+                .mapping_at(start)
+                .is_some_and(|(_, mapping)| match mapping.owner {
+                    Some(owner) => mapping.access[owner] != ACCESS_NONE,
+                    None => mapping.access.iter().any(|&a| a != ACCESS_NONE),
+                });
         }
         let Some(pool) = alloc.pool.and_then(|raw| self.pools.get(&raw)) else {
             return true;
@@ -146,12 +160,7 @@ impl Sim {
                 alloc.uses.insert(op.timeline, op);
             }
         }
-        if !outcome.printf.is_empty() {
-            PRINTF
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push_str(&outcome.printf);
-        }
+        super::printf::keep(&outcome.printf);
         match fault {
             None => Ok(()),
             Some(fault) => Err(self.kernel_fault(&name, fault, &snapshot, &module, op)),
@@ -208,11 +217,41 @@ impl Sim {
                                 self.checker.label(tomb.freed_by.timeline)
                             ),
                         ),
-                        None => ("out-of-bounds", format!("{who}: {}", snapshot.nearest(addr))),
+                        None => (
+                            "out-of-bounds",
+                            format!("{who}: {}", snapshot.nearest(addr)),
+                        ),
                     },
                 };
                 self.checker.violation(kind, what);
                 ILLEGAL_ADDRESS
+            }
+            Fault::Misaligned {
+                block,
+                thread,
+                addr,
+                len,
+                write,
+                pc_text,
+            } => {
+                let access = if write { "writes" } else { "reads" };
+                self.checker.violation(
+                    "misaligned",
+                    format!(
+                        "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) {access} {len} bytes at {addr:#x}, not a multiple of {len} (`{pc_text}`)"
+                    ),
+                );
+                MISALIGNED_ADDRESS
+            }
+            Fault::Assert {
+                block,
+                thread,
+                message,
+            } => {
+                eprintln!(
+                    "cuda-sim: kernel {name} failed an assertion in block {block:?}, thread {thread:?} ({call} call #{seq}): {message}"
+                );
+                ASSERT
             }
             Fault::NotSupported(what) => {
                 eprintln!(
@@ -238,16 +277,6 @@ impl Sim {
     /// given back, and device `printf` output so far goes to stdout.
     pub fn host_synchronised(&mut self) {
         self.release_pool_memory();
-        flush_printf();
-    }
-}
-
-/// Prints the device `printf` output not printed yet (at synchronisation, and at exit).
-pub fn flush_printf() {
-    let text = std::mem::take(&mut *PRINTF.lock().unwrap_or_else(|p| p.into_inner()));
-    if !text.is_empty() {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        super::printf::flush();
     }
 }

@@ -121,7 +121,12 @@ impl Sim {
         }
         let addr = pool.arena.base as u64 + offset;
         if pool.imports.contains_key(&offset) {
-            if pool.device.is_none() {
+            let host = pool.device.is_none();
+            if self.reimport(addr) {
+                // The previous import's free is queued: a fresh mapping at the same address.
+                return Ok(addr);
+            }
+            if host {
                 return Err(ALREADY_MAPPED);
             }
             // nvbug 5570902: the same pointer again, not counted.

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use super::Sim;
 use super::errors::{INVALID_CONTEXT, INVALID_VALUE};
-use super::kernels::{MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK};
+use super::kernels::{DEFAULT_DYNAMIC_SHARED, MAX_DYNAMIC_SHARED, MAX_THREADS_PER_BLOCK};
 use super::types::{CuResult, LaunchAttribute, Raw};
 
 /// `CUDA_ERROR_INVALID_CLUSTER_SIZE`.
@@ -75,6 +75,17 @@ impl Sim {
         if u64::from(shared) > limit as u64 {
             return Err(INVALID_VALUE);
         }
+        // Static and dynamic shared memory together: at most 48 KiB unless the kernel's
+        // dynamic limit was raised (opted in), then the device's opt-in maximum.
+        let static_shared = kernel.sizes[0];
+        let total_limit = if kernel.attrs[device].max_dynamic_shared > DEFAULT_DYNAMIC_SHARED {
+            MAX_DYNAMIC_SHARED as u64
+        } else {
+            DEFAULT_DYNAMIC_SHARED as u64
+        };
+        if static_shared + u64::from(shared) > total_limit {
+            return Err(INVALID_VALUE);
+        }
         let entry = &kernel.entry;
         let mut args = vec![0u8; entry.param_bytes()];
         if !entry.params.is_empty() && params.is_null() {
@@ -87,15 +98,15 @@ impl Sim {
             if value.is_null() {
                 return Err(INVALID_VALUE);
             }
+            let slot = param
+                .offset
+                .checked_add(param.size)
+                .and_then(|end| args.get_mut(param.offset..end))
+                .ok_or(INVALID_VALUE)?;
             // SAFETY: each pointer addresses an argument of the parameter's size, by the
-            // API's contract; the destination is inside `args` (the buffer ends at the last
-            // parameter's end).
+            // API's contract; the destination is `slot`, exactly `param.size` bytes of `args`.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    value.cast::<u8>(),
-                    args[param.offset..].as_mut_ptr(),
-                    param.size,
-                )
+                std::ptr::copy_nonoverlapping(value.cast::<u8>(), slot.as_mut_ptr(), param.size)
             };
         }
         Ok(Launch {

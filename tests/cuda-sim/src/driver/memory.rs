@@ -172,9 +172,7 @@ impl Arena {
     /// bytes released. When no free byte stays reserved, the pages that lie wholly in free
     /// space go back to the system.
     pub fn trim(&mut self, keep: u64) -> u64 {
-        let released = self
-            .free_resident
-            .min(self.reserved.saturating_sub(keep));
+        let released = self.free_resident.min(self.reserved.saturating_sub(keep));
         self.free_resident -= released;
         self.reserved -= released;
         if self.free_resident == 0 {

@@ -28,13 +28,14 @@ macro_rules! export_fns {
 mod capture;
 mod checker;
 mod contexts;
+mod deferred;
 mod devices;
 mod errors;
 mod events;
 mod exports;
+mod exports_cudarc;
 mod exports_graphs;
 mod exports_green;
-mod exports_cudarc;
 mod exports_kernels;
 mod exports_vmm;
 mod faults;
@@ -49,6 +50,7 @@ mod managed;
 mod memory;
 mod modules;
 mod pools;
+mod printf;
 mod report;
 mod streams;
 mod sys;
@@ -59,7 +61,7 @@ mod work;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use capture::{Capturing, Session};
 use checker::Checker;
@@ -203,6 +205,8 @@ pub struct Sim {
     pub tombs: BTreeMap<u64, Tomb>,
     pub tomb_order: VecDeque<(u64, u64)>,
     pub checker: Checker,
+    /// Work queued behind host functions (`deferred`).
+    pub deferred: deferred::Deferred,
     pub next_id: usize,
     pub ticks: u64,
     /// Modules, managed-memory advice, context limits (`exports_cudarc`).
@@ -227,6 +231,36 @@ pub fn with_sim<T>(f: impl FnOnce(&mut Sim) -> Result<T, CuResult>) -> Result<T,
         Some(sim) => f(sim),
         None => Err(NOT_INITIALIZED),
     }
+}
+
+/// Signalled whenever queued work ran (`deferred`): the host's waits check again.
+static IDLE: Condvar = Condvar::new();
+
+/// Runs `f` on the initialised simulator until it answers `Some`, waiting (with the lock
+/// released) for queued work to run between tries: the host's synchronisations.
+pub fn wait_for<T>(
+    mut f: impl FnMut(&mut Sim) -> Result<Option<T>, CuResult>,
+) -> Result<T, CuResult> {
+    if SHUT_DOWN.load(Ordering::SeqCst) {
+        return Err(DEINITIALIZED);
+    }
+    let mut guard = lock();
+    loop {
+        let Some(sim) = guard.as_mut() else {
+            return Err(NOT_INITIALIZED);
+        };
+        if let Some(value) = f(sim)? {
+            return Ok(value);
+        }
+        guard = IDLE
+            .wait(guard)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+}
+
+/// Wakes the host's waits (queued work ran).
+pub fn notify_idle() {
+    IDLE.notify_all();
 }
 
 /// `cuInit`: reads the configuration once and builds the devices.
@@ -264,6 +298,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             tombs: BTreeMap::new(),
             tomb_order: VecDeque::new(),
             checker,
+            deferred: deferred::Deferred::default(),
             next_id: 1,
             ticks: 0,
             extra: Default::default(),

@@ -348,7 +348,18 @@ impl Sim {
         }
         let target = self.stream(stream, "cuMemFreeAsync")?;
         let alloc = self.allocation_to_free(addr, &[AllocKind::Pool, AllocKind::Import])?;
-        let operation = self.enqueue(target);
+        if self.is_busy(target.timeline) {
+            // Behind a host function: checked now, freed in stream order (`deferred`).
+            self.defer_free(target, addr, alloc.kind);
+            return Ok(());
+        }
+        self.free_now(target, addr)
+    }
+
+    /// Frees the stream-ordered allocation at `addr` as the next operation of `target`.
+    pub fn free_now(&mut self, target: Target, addr: u64) -> Result<(), CuResult> {
+        let alloc = self.allocation_to_free(addr, &[AllocKind::Pool, AllocKind::Import])?;
+        let operation = self.free_operation(target);
         self.check_free_order(&alloc, operation);
         self.remove_alloc(addr, operation);
         self.release_block(&alloc);

@@ -44,7 +44,10 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
             .count() as u64,
     );
     // A module's library is counted as the module.
-    add("library", (sim.libraries.len() as u64).saturating_sub(sim.extra.modules.len() as u64));
+    add(
+        "library",
+        (sim.libraries.len() as u64).saturating_sub(sim.extra.modules.len() as u64),
+    );
     add("module", sim.extra.modules.len() as u64);
     add("graph", sim.graphs.len() as u64);
     add("graph_exec", sim.execs.len() as u64);
@@ -121,7 +124,7 @@ pub fn register_exit_handler() {
 
 /// The exit handler registered by [`register_exit_handler`].
 pub extern "C" fn at_exit() {
-    super::interp::flush_printf();
+    super::printf::flush();
     write(&shut_down(render));
 }
 

@@ -45,6 +45,13 @@ pub enum Op {
         len: usize,
         device: (bool, bool),
     },
+    /// A copy from pageable host memory queued behind a host function: the bytes were taken
+    /// when the copy was issued, as the driver stages pageable memory.
+    Upload {
+        dst: u64,
+        data: Vec<u8>,
+        device: bool,
+    },
     EventRecord(Raw),
     EventWait(Raw),
     Host(unsafe extern "C" fn(*mut c_void), usize),
@@ -59,7 +66,7 @@ impl Op {
         match self {
             Op::Kernel(_) => NODE_KERNEL,
             Op::Memset { .. } => NODE_MEMSET,
-            Op::Memcpy { .. } => NODE_MEMCPY,
+            Op::Memcpy { .. } | Op::Upload { .. } => NODE_MEMCPY,
             Op::EventRecord(_) => NODE_EVENT_RECORD,
             Op::EventWait(_) => NODE_WAIT_EVENT,
             Op::Host(..) => NODE_HOST,
@@ -145,19 +152,35 @@ impl Sim {
                     };
                 }
             }
+            Op::Upload { dst, data, device } => {
+                let operation = self.enqueue(target);
+                self.touch(*dst, data.len() as u64, operation, *device)?;
+                if !data.is_empty() {
+                    // SAFETY: the destination was checked to lie in a live allocation (mapped
+                    // memory of this simulator); the source is our own copy of the bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            *dst as usize as *mut u8,
+                            data.len(),
+                        )
+                    };
+                }
+            }
             &Op::EventRecord(event) => self.record_on(event, target)?,
             &Op::EventWait(event) => self.wait_on(target, event)?,
             &Op::Host(function, data) => {
                 self.enqueue(target);
+                // The stream is busy until the function returns (`deferred`).
+                self.host_started(target.timeline);
                 return Ok(vec![(function, data)]);
             }
             Op::Child(children) => {
-                // Graph launches expand child graphs before executing, so that host functions
-                // run between their neighbours; a child executed as one operation calls its
-                // host functions after all of its other nodes.
+                // Graph launches expand child graphs before executing; a child executed as one
+                // operation queues what follows a host function behind it.
                 let mut calls = Vec::new();
                 for op in children {
-                    calls.extend(self.execute(target, op)?);
+                    calls.extend(self.run_or_defer(target, op.clone())?);
                 }
                 return Ok(calls);
             }
@@ -184,7 +207,7 @@ impl Sim {
             return Ok(Vec::new());
         }
         self.check_legacy_capture(target, sync)?;
-        let host = self.execute(target, &op)?;
+        let host = self.run_or_defer(target, op)?;
         if sync {
             self.checker.host_waits(target.timeline);
         }
