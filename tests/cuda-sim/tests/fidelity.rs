@@ -17,8 +17,11 @@ use common::*;
 fn capture_codes_match_the_h200() {
     let probes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
     let report = std::env::temp_dir().join(format!("cuda-sim-probe-{}.json", std::process::id()));
+    // The simulator by path: a Python whose environment resets the library path still loads
+    // it (and its report is written).
     let output = cuda_sim::command("python3")
         .arg(probes.join("capture_codes.py"))
+        .arg(cuda_sim::library_dir().join("libcuda.so.1"))
         .sim_report(&report)
         .output()
         .expect("run python3");
