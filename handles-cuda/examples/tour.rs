@@ -2,8 +2,9 @@
 //! events, a kernel from the checked-in PTX launched directly and replayed from a captured
 //! graph, and an IPC round trip with a child process. Prints each step of the lifecycle.
 //!
-//! Run with `cargo run -p handles-cuda --example tour`. Without an NVIDIA driver it says so
-//! and exits with status 0.
+//! Run with `cargo run -p handles-cuda --example tour`. Without an NVIDIA driver it runs itself
+//! on the checking simulator (`tests/cuda-sim`, strict mode), says so first, and ends with the
+//! simulator's verdict. Where a driver exists it never loads the simulator.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::process::Command;
@@ -19,15 +20,22 @@ const PTX: &str = include_str!("../../tests/kernels/test_kernels.ptx");
 
 const SIZE: usize = 64 << 20;
 
+/// Set in the tour's own run on the simulator, so that it never starts itself again.
+const ON_THE_SIMULATOR: &str = "HANDLES_TOUR_ON_THE_SIMULATOR";
+
 fn main() {
-    let result = match std::env::args().nth(1).as_deref() {
-        Some("--import") => child(),
-        _ => parent(),
-    };
+    let importing = std::env::args().nth(1).as_deref() == Some("--import");
+    if !importing
+        && std::env::var_os(ON_THE_SIMULATOR).is_none()
+        && matches!(handles_cuda::ensure_loaded(), Err(Error::DriverNotFound))
+    {
+        std::process::exit(on_the_simulator());
+    }
+    let result = if importing { child() } else { parent() };
     match result {
         Ok(()) => {}
         Err(Error::DriverNotFound) => {
-            println!("No NVIDIA driver was found on this machine, so the tour has nothing to run.");
+            println!("No NVIDIA driver and no simulator was found, so the tour has nothing to run.");
         }
         Err(error) => {
             eprintln!("tour failed: {error}");
@@ -36,8 +44,61 @@ fn main() {
     }
 }
 
+/// No driver here: runs this program again on the checking simulator, in strict mode (the first
+/// violation aborts it), and prints the simulator's verdict over every process it started.
+fn on_the_simulator() -> i32 {
+    use cuda_sim::{Report, SimCommand};
+    println!(
+        "No NVIDIA driver on this machine: the tour runs on the checking simulator (tests/cuda-sim), \
+         strict mode."
+    );
+    if !cuda_sim::is_built() {
+        println!("The simulator is not built; `cargo build -p cuda-sim` builds it.");
+        return 1;
+    }
+    let reports = std::env::temp_dir().join(format!("handles-tour-{}", std::process::id()));
+    if let Err(error) = std::fs::create_dir_all(&reports) {
+        eprintln!("tour: {}: {error}", reports.display());
+        return 1;
+    }
+    let status = cuda_sim::command(std::env::current_exe().expect("own path"))
+        .sim_strict()
+        .sim_report(reports.join("%p.json"))
+        .env(ON_THE_SIMULATOR, "1")
+        .status();
+    let mut merged = Report::default();
+    for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
+        if let Ok(report) = Report::read(entry.path()) {
+            merged.merge(report);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&reports);
+    let leaks = merged.leaks_without_primary();
+    let leaks = if leaks.is_empty() {
+        "none".to_string()
+    } else {
+        format!("{leaks:?}")
+    };
+    let violations = match merged.violations.len() {
+        0 => "no violations".to_string(),
+        n => format!("{n} violations"),
+    };
+    println!("simulator: {violations}; leaks: {leaks}");
+    match status {
+        Ok(status) if status.success() && merged.violations.is_empty() => 0,
+        Ok(status) => status.code().unwrap_or(1).max(1),
+        Err(error) => {
+            eprintln!("tour: cannot run on the simulator: {error}");
+            1
+        }
+    }
+}
+
 fn parent() -> handles_cuda::Result<()> {
     handles_cuda::ensure_loaded()?;
+    if std::env::var_os(ON_THE_SIMULATOR).is_some() {
+        println!("(simulated driver: kernels run on the CPU, and times are logical, not measured)");
+    }
     println!("devices: {}", handles_cuda::device_count()?);
     let context = ContextHandle::primary(0)?;
     println!("context   {context:?}");
