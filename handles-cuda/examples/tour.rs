@@ -35,7 +35,9 @@ fn main() {
     match result {
         Ok(()) => {}
         Err(Error::DriverNotFound) => {
-            println!("No NVIDIA driver and no simulator was found, so the tour has nothing to run.");
+            println!(
+                "No NVIDIA driver and no simulator was found, so the tour has nothing to run."
+            );
         }
         Err(error) => {
             eprintln!("tour failed: {error}");
