@@ -52,6 +52,8 @@ mod memory;
 mod order;
 mod sync;
 
+/// Plain-old-data element types of [`DeviceBuffer`] (`bytemuck`'s traits).
+pub use bytemuck::{Pod, Zeroable};
 pub use code::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
 pub use code::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
 pub use code::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
@@ -85,6 +87,7 @@ pub use memory::pool::{
 };
 pub use memory::pool_tuning::{PoolUsage, ReusePolicy};
 pub use memory::reach::AccessGuard;
+pub use memory::typed::{DeviceBuffer, Elements};
 pub use memory::vmm::{
     AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
     FabricHandle, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,

@@ -573,6 +573,80 @@ fn compile_errors_carry_the_log() {
     }
 }
 
+/// Typed memory: `n` floats allocated, a `Vec<f32>` copied in, a kernel with typed buffer
+/// parameters whose bounds check counts elements, and a `Vec<f32>` read back; no byte
+/// arithmetic and no `unsafe` but `typed`. Out-of-range element ranges are errors.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn typed_buffers_count_elements() {
+    use handles_cuda::{DeviceBuffer, Elements};
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (_context, stream) = setup();
+    let library = compile(
+        r#"
+extern "C" __global__ void saxpy(float a, const float *x, float *y, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}"#,
+    );
+    let kernel = KernelHandle::get(&library, "saxpy").unwrap();
+    // SAFETY: `saxpy(a, x, y, n)` reads `n` floats of `x` and writes `n` of `y`; the check
+    // makes sure both hold `n`.
+    let saxpy = unsafe {
+        kernel.typed::<(f32, Elements<f32>, Elements<f32>, u32)>(
+            |args: &(f32, &DeviceBuffer<f32>, &DeviceBuffer<f32>, u32), _| {
+                let n = args.3 as usize;
+                if n <= args.1.len() && n <= args.2.len() {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidArgument(format!("{n} elements do not fit")))
+                }
+            },
+        )
+    }
+    .unwrap();
+    let n = 10_000usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let y: Vec<f32> = (0..n).map(|i| (n - i) as f32 * 0.5).collect();
+    let xd = DeviceBuffer::from_slice(&x, &stream).unwrap();
+    let yd = DeviceBuffer::<f32>::alloc_async(n, &stream).unwrap();
+    yd.copy_from(&y, &stream).unwrap();
+    saxpy
+        .launch(
+            &stream,
+            &LaunchConfig::linear(n as u32, 256),
+            (2.0, &xd, &yd, n as u32),
+        )
+        .unwrap();
+    let out = yd.to_vec(&stream).unwrap();
+    for i in 0..n {
+        assert_eq!(out[i], 2.0f32.mul_add(x[i], y[i]), "element {i}");
+    }
+    // A view of elements 100..200 passed on its own: the kernel sees 100 elements.
+    let head = xd.slice(100..200).unwrap();
+    assert_eq!(head.len(), 100);
+    assert_eq!(head.to_vec(&stream).unwrap(), x[100..200]);
+    let bigger = saxpy.launch(
+        &stream,
+        &LaunchConfig::linear(200, 256),
+        (1.0, &head, &yd, 200),
+    );
+    assert!(bigger.is_err(), "200 elements of a 100-element view");
+    // Element ranges outside the buffer are errors, and nothing is copied.
+    assert!(xd.slice(n - 1..n + 1).is_err());
+    assert!(xd.copy_from_at(n - 1, &[1.0, 2.0], &stream).is_err());
+    let mut two = [0f32; 2];
+    assert!(xd.copy_to_at(n - 1, &mut two, &stream).is_err());
+    assert!(DeviceBuffer::<f64>::from_bytes(xd.slice(0..3).unwrap().into_bytes()).is_err());
+    let zeros = DeviceBuffer::<u64>::zeroed(7, &stream).unwrap();
+    assert_eq!(zeros.to_vec(&stream).unwrap(), [0u64; 7]);
+    let copy = DeviceBuffer::<f32>::alloc_async(n, &stream).unwrap();
+    xd.copy_to_device(&copy, &stream).unwrap();
+    assert_eq!(copy.to_vec(&stream).unwrap(), x);
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]

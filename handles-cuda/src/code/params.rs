@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use crate::error::Result;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
+use crate::memory::typed::{DeviceBuffer, Elements};
 
 mod sealed {
     pub trait Sealed {}
@@ -17,7 +18,8 @@ mod sealed {
     message = "`{Self}` is not a kernel parameter type",
     label = "not a kernel parameter type",
     note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
-            f64, and `Buffer` for a device pointer (passed as `&DevicePtrHandle`)"
+            f64, `Buffer` for a device pointer (passed as `&DevicePtrHandle`), and \
+            `Elements<T>` for a typed buffer (passed as `&DeviceBuffer<T>`)"
 )]
 pub trait KernelParam: sealed::Sealed {
     /// What a launch passes for this parameter.
@@ -72,6 +74,23 @@ impl KernelParam for Buffer {
     }
     fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
         Some(*arg)
+    }
+}
+
+impl<T: bytemuck::Pod> sealed::Sealed for Elements<T> {}
+impl<T: bytemuck::Pod> KernelParam for Elements<T> {
+    type Arg<'a> = &'a DeviceBuffer<T>;
+    const SIZE: usize = 8;
+    #[inline]
+    fn bytes(arg: &&DeviceBuffer<T>) -> [u8; 8] {
+        arg.as_bytes().as_cu().to_ne_bytes()
+    }
+    #[inline]
+    fn note_use(arg: &&DeviceBuffer<T>, stream: &StreamHandle) -> Result<()> {
+        arg.as_bytes().record_use(stream)
+    }
+    fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        Some(arg.as_bytes())
     }
 }
 

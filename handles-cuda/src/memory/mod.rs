@@ -26,4 +26,5 @@ pub(crate) mod pool;
 pub(crate) mod pool_tuning;
 pub(crate) mod reach;
 pub(crate) mod remote;
+pub(crate) mod typed;
 pub(crate) mod vmm;
