@@ -62,7 +62,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// elements is not an allocation).
     pub fn from_bytes(memory: DevicePtrHandle) -> Result<Self> {
         let size = std::mem::size_of::<T>();
-        if size == 0 || memory.size() % size != 0 {
+        if size == 0 || !memory.size().is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes are not a whole number of {} ({size} bytes each)",
                 memory.size(),
