@@ -44,12 +44,23 @@ fn destroy_program(raw: nvrtcProgram, _: &Program) -> Result<()> {
 /// Loads NVRTC on first use; afterwards one atomic load.
 fn ensure_nvrtc() -> Result<()> {
     static LOADED: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only probes whether the library can be opened; calls nothing in it.
-    if *LOADED.get_or_init(|| unsafe { nvrtc::is_culib_present() }) {
+    if *LOADED.get_or_init(nvrtc_present) {
         Ok(())
     } else {
         Err(Error::NvrtcNotFound)
     }
+}
+
+#[cfg(feature = "dynamic-loading")]
+fn nvrtc_present() -> bool {
+    // SAFETY: only probes whether the library can be opened; calls nothing in it.
+    unsafe { nvrtc::is_culib_present() }
+}
+
+/// With `dynamic-linking` the program does not start without NVRTC.
+#[cfg(not(feature = "dynamic-loading"))]
+fn nvrtc_present() -> bool {
+    true
 }
 
 /// NVRTC's version, `(major, minor)`.

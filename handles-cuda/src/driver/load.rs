@@ -61,13 +61,54 @@ pub(crate) fn has_function(name: &std::ffi::CStr) -> bool {
 pub(crate) unsafe fn function<F: Copy>(name: &std::ffi::CStr) -> Option<F> {
     ensure_loaded().ok()?;
     // SAFETY: the library is loaded; the caller vouches that `F` is the symbol's type, and
-    // the library stays loaded for the whole process (cudarc never unloads it).
+    // the library stays loaded for the whole process.
+    unsafe { lookup(name) }
+}
+
+/// `name` in the driver library cudarc loaded (it never unloads it).
+///
+/// # Safety
+///
+/// As for [`function`]: `F` is the symbol's exact type.
+#[cfg(feature = "dynamic-loading")]
+unsafe fn lookup<F: Copy>(name: &std::ffi::CStr) -> Option<F> {
+    // SAFETY: the caller vouches for `F`; `culib` is the library cudarc keeps loaded.
     unsafe {
         sys::culib()
             .get::<F>(name.to_bytes_with_nul())
             .ok()
             .map(|symbol| *symbol)
     }
+}
+
+/// `name` among the symbols of the process, which links the driver (`dynamic-linking`).
+///
+/// # Safety
+///
+/// As for [`function`]: `F` is the symbol's exact type, a function pointer (pointer-sized).
+#[cfg(not(feature = "dynamic-loading"))]
+unsafe fn lookup<F: Copy>(name: &std::ffi::CStr) -> Option<F> {
+    // SAFETY: `dlsym` with a NUL-terminated name only looks the symbol up.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if symbol.is_null() || std::mem::size_of::<F>() != std::mem::size_of::<*mut libc::c_void>() {
+        return None;
+    }
+    // SAFETY: a non-null symbol address, and `F` is a function pointer of the symbol's exact
+    // type by the caller's contract (checked to be pointer-sized above).
+    Some(unsafe { std::mem::transmute_copy::<*mut libc::c_void, F>(&symbol) })
+}
+
+/// Whether the driver library can be loaded: probed without calling it.
+#[cfg(feature = "dynamic-loading")]
+fn driver_present() -> bool {
+    // SAFETY: only probes whether the library can be opened; calls nothing in it.
+    unsafe { sys::is_culib_present() }
+}
+
+/// With `dynamic-linking` the program does not start without the driver.
+#[cfg(not(feature = "dynamic-loading"))]
+fn driver_present() -> bool {
+    true
 }
 
 /// Whether the driver library could be loaded and initialised.
@@ -77,8 +118,7 @@ pub fn is_available() -> bool {
 
 #[cold]
 fn load() -> Result<i32> {
-    // SAFETY: only probes whether the library can be opened; calls nothing in it.
-    if !unsafe { sys::is_culib_present() } {
+    if !driver_present() {
         return Err(Error::DriverNotFound);
     }
     // SAFETY: the library is present, so cudarc can resolve `cuInit`.
