@@ -81,9 +81,9 @@ impl ContextHandle {
     pub fn to_cudarc(&self) -> Result<Arc<CudaContext>> {
         ensure_loaded()?;
         let Some(ordinal) = self.device() else {
-            return Err(Error::InvalidArgument(
-                "this context's device is unknown; only primary contexts convert to cudarc".into(),
-            ));
+            return Err(Error::WrongContext {
+                what: "this context's device is unknown; only primary contexts convert to cudarc",
+            });
         };
         // cudarc makes the context it returns current on this thread; the caller's current
         // context is put back, whatever cudarc did.
@@ -92,9 +92,9 @@ impl ContextHandle {
         restore_current(previous)?;
         let context = made.map_err(|error| driver_error("cudarc CudaContext::new", error.0))?;
         if context.cu_ctx() != self.as_cu() {
-            return Err(Error::InvalidArgument(
-                "this is not the device's primary context".into(),
-            ));
+            return Err(Error::WrongContext {
+                what: "this is not the device's primary context",
+            });
         }
         Ok(context)
     }
@@ -182,15 +182,15 @@ impl StreamHandle {
         }
         let context = match self.context() {
             Some(context) => context.clone(),
-            None if self.is_default_token() => ContextHandle::current()?.ok_or_else(|| {
-                Error::InvalidArgument(
-                    "this default-stream token is bound to no context and none is current".into(),
-                )
-            })?,
+            None if self.is_default_token() => {
+                ContextHandle::current()?.ok_or(Error::NoCurrentContext {
+                    what: "this default-stream token is bound to no context and none is current",
+                })?
+            }
             None => {
-                return Err(Error::InvalidArgument(
-                    "this stream's context is unknown, so cudarc cannot wrap it".into(),
-                ));
+                return Err(Error::WrongContext {
+                    what: "this stream's context is unknown, so cudarc cannot wrap it",
+                });
             }
         };
         let cudarc_context = context.to_cudarc()?;

@@ -2,8 +2,13 @@
 
 use cudarc::driver::sys::CUresult;
 
-/// What went wrong in a call to this crate.
+use crate::memory::pool::PoolLocation;
+
+/// What went wrong in a call to this crate. Input refused before any driver call is a variant
+/// of its own that carries the values involved, so that callers match on it rather than on
+/// text; the enum is `#[non_exhaustive]`: more variants may come.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// No CUDA driver library (`libcuda.so`) could be loaded on this machine.
     #[error("no CUDA driver found: libcuda could not be loaded")]
@@ -35,7 +40,265 @@ pub enum Error {
         /// The CUDA version that brought it (1000 × major + 10 × minor).
         needs: i32,
     },
-    /// An argument was rejected before any driver call.
+    /// `len` bytes at `offset` do not lie within the `size` bytes of an allocation, a view, a
+    /// mapping or a reservation (a copy, a memset, a view, a map or a grow).
+    #[error(
+        "invalid argument: {len} bytes at offset {offset} do not fit in an allocation of {size} bytes"
+    )]
+    OutOfRange {
+        /// The first byte asked for.
+        offset: usize,
+        /// How many bytes were asked for.
+        len: usize,
+        /// The size of what they must lie in.
+        size: usize,
+    },
+    /// The elements `start..end` are not within a typed buffer of `len` elements, or the range
+    /// is reversed (`start > end`).
+    #[error("invalid argument: {}", if start > end {
+        format!("the range {start}..{end} is reversed")
+    } else {
+        format!("elements {start}..{end} are outside the {len} of the buffer")
+    })]
+    ElementsOutOfRange {
+        /// The first element asked for.
+        start: usize,
+        /// One past the last element asked for.
+        end: usize,
+        /// The buffer's length in elements.
+        len: usize,
+    },
+    /// A copy between typed buffers of different lengths.
+    #[error("invalid argument: copying {src} elements into a buffer of {dst}")]
+    LengthMismatch {
+        /// The source's length in elements.
+        src: usize,
+        /// The destination's length in elements.
+        dst: usize,
+    },
+    /// The source and destination of a copy overlap.
+    #[error("invalid argument: the source and destination ranges overlap ({len} bytes)")]
+    Overlap {
+        /// The length of the copy.
+        len: usize,
+    },
+    /// Memory that is not a whole number of elements of the type asked for.
+    #[error(
+        "invalid argument: {size} bytes are not a whole number of {element} ({element_size} bytes each)"
+    )]
+    NotWholeElements {
+        /// The memory's size in bytes.
+        size: usize,
+        /// The element type.
+        element: &'static str,
+        /// The element type's size in bytes.
+        element_size: usize,
+    },
+    /// `count` elements of `element` (rounded up where a granularity applies) are more bytes
+    /// than the address space holds.
+    #[error("invalid argument: {count} elements of {element} do not fit in the address space")]
+    TooLarge {
+        /// How many elements were asked for.
+        count: usize,
+        /// The element type (`u8` for a size in bytes).
+        element: &'static str,
+    },
+    /// A size, a count or a list that must not be zero or empty was.
+    #[error("invalid argument: {what}")]
+    ZeroSize {
+        /// What needs at least one, in words.
+        what: &'static str,
+    },
+    /// Offsets or a size of a virtual-memory mapping that are not non-zero multiples of the
+    /// allocation granularity.
+    #[error(
+        "invalid argument: offsets and size must be non-zero multiples of the granularity ({granularity} bytes)"
+    )]
+    Misaligned {
+        /// The offset in the reservation.
+        offset: usize,
+        /// The size of the mapping.
+        size: usize,
+        /// The granularity, in bytes.
+        granularity: usize,
+    },
+    /// A launch configuration or option the kernel or the device cannot take.
+    #[error("invalid argument: invalid launch configuration: {what}")]
+    BadLaunch {
+        /// Which limit the launch exceeds.
+        what: LaunchProblem,
+    },
+    /// A kernel's parameter list, as the driver reports it, differs from the one asked for.
+    #[error(
+        "invalid argument: kernel {kernel:?} takes parameters of {expected:?} bytes, not {found:?}"
+    )]
+    ParamMismatch {
+        /// The kernel's name.
+        kernel: String,
+        /// The sizes of the kernel's parameters, in bytes.
+        expected: Vec<usize>,
+        /// The sizes of the parameters asked for.
+        found: Vec<usize>,
+    },
+    /// An image that is not a complete cubin, fatbin or PTX text (the driver would read past
+    /// it, or cannot load it).
+    #[error("invalid argument: not a loadable device-code image: {reason}")]
+    BadImage {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A string passed to the driver or NVRTC contains a NUL byte.
+    #[error("invalid argument: the {what} contains a NUL byte")]
+    InteriorNul {
+        /// Which string, in words (a path or a name includes its value).
+        what: String,
+    },
+    /// An IPC payload (bytes from another process) that is malformed or claims more than the
+    /// driver mapped.
+    #[error("invalid argument: {reason}")]
+    BadIpcPayload {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Only objects created for interprocess or shareable use can be exported; this one was not.
+    #[error("invalid argument: {what}")]
+    NotExportable {
+        /// What can be exported, in words.
+        what: &'static str,
+    },
+    /// Only owned stream-ordered allocations have a deallocation stream; this one is not.
+    #[error("invalid argument: only owned stream-ordered allocations have a deallocation stream")]
+    NotStreamOrdered,
+    /// Event flags that do not allow the operation (timing, interprocess).
+    #[error("invalid argument: {what}")]
+    BadFlags {
+        /// The rule, in words.
+        what: &'static str,
+    },
+    /// A device ordinal that this machine (or the kernel's per-device record) does not have.
+    #[error(
+        "invalid argument: device ordinal {ordinal} is out of range: this machine has {count} CUDA device(s)"
+    )]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// How many devices there are.
+        count: usize,
+    },
+    /// An object of one device used where one of another device is needed.
+    #[error("invalid argument: only a pool located on device {expected} can be its current pool{}",
+        match found { Some(found) => format!(" (this one is on device {found})"), None => " (this one is not on a device)".into() })]
+    WrongDevice {
+        /// The device needed.
+        expected: usize,
+        /// The device of what was passed, if it is on one.
+        found: Option<usize>,
+    },
+    /// A pool location where no physical allocation can be made.
+    #[error("invalid argument: {}", match location {
+        PoolLocation::HostNuma(node) => format!("host NUMA node {node} is not a node"),
+        _ => "physical allocations live on a device or a host NUMA node".into(),
+    })]
+    BadLocation {
+        /// The location asked for.
+        location: PoolLocation,
+    },
+    /// A device asked for more SMs than it has, or than it can split off into one group.
+    #[error("invalid argument: {}", if requested > available {
+        format!("device {device} has {available} SMs, fewer than the {requested} asked for")
+    } else {
+        format!("device {device}'s SMs cannot be split into a group of {requested}")
+    })]
+    SmCount {
+        /// The device.
+        device: usize,
+        /// The SMs asked for.
+        requested: u32,
+        /// The SMs the device has.
+        available: u32,
+    },
+    /// Memory that the device of the work (a kernel, a copy) cannot reach. `owner` is the
+    /// memory's device (`None` for a virtual-memory mapping without access for `device`);
+    /// `pool` says whether it is pool memory, to which access can be granted.
+    #[error("invalid argument: {}", match (owner, pool) {
+        (None, _) => format!("mapped memory without access for device {device}"),
+        (Some(owner), true) => format!(
+            "memory of device {owner}'s pool is not accessible from device {device} (grant it \
+             with MemoryPoolHandle::set_peer_access)"
+        ),
+        (Some(owner), false) => format!(
+            "a synchronous allocation of device {owner} cannot be passed to a kernel on device \
+             {device}"
+        ),
+    })]
+    Unreachable {
+        /// The device the work runs on.
+        device: usize,
+        /// The memory's device, if it has one.
+        owner: Option<usize>,
+        /// Whether the memory comes from a pool (whose peer access can be granted).
+        pool: bool,
+    },
+    /// A device's access to a pool is being revoked, and work from it on the pool's memory is
+    /// refused until the revocation ends.
+    #[error(
+        "invalid argument: a device's access to this pool is being revoked; work from another device on its memory is refused until the revocation ends"
+    )]
+    Revoking,
+    /// No context is current on this thread, and the operation needs one.
+    #[error("invalid argument: {what}")]
+    NoCurrentContext {
+        /// What needs it, in words.
+        what: &'static str,
+    },
+    /// A context of the wrong kind or identity: another context than the object's, one that
+    /// nothing here keeps alive, or one that is not a device's primary context.
+    #[error("invalid argument: {what}")]
+    WrongContext {
+        /// The rule, in words.
+        what: &'static str,
+    },
+    /// A graph node of another graph used as a dependency.
+    #[error(
+        "invalid argument: a dependency node belongs to graph {node_graph}, not to this graph ({graph})"
+    )]
+    ForeignNode {
+        /// The graph the node belongs to.
+        node_graph: u64,
+        /// The graph it was given to.
+        graph: u64,
+    },
+    /// An executable graph that cannot be updated from a graph (`cuGraphExecUpdate`).
+    #[error(
+        "invalid argument: the executable graph cannot take this graph's nodes ({result}): {driver}"
+    )]
+    GraphUpdate {
+        /// The driver's update result, by name.
+        result: String,
+        /// The driver's error.
+        driver: Box<Error>,
+    },
+    /// The stream is being captured into a graph by other code: stream-ordered work through
+    /// handles is refused on it until the capture ends.
+    #[error(
+        "invalid argument: the stream is being captured into a graph by other code; stream-ordered work through handles is refused on it until the capture ends (capture with `GraphHandle::capture`)"
+    )]
+    Capturing,
+    /// Work on a resource could not be ordered before, or waited for before, its release: the
+    /// resource is leaked rather than released while that work may still run.
+    #[error("invalid argument: {what}")]
+    Unordered {
+        /// What could not be ordered, in words.
+        what: &'static str,
+    },
+    /// A driver call succeeded but made nothing (no graph, no pointer).
+    #[error("invalid argument: {what}")]
+    NothingMade {
+        /// What was not made, in words.
+        what: &'static str,
+    },
+    /// An argument was rejected before any driver call, for a reason no other variant names
+    /// (and the error of user-written checks, such as a kernel's bounds check).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// No NVRTC library (`libnvrtc.so`) could be loaded on this machine.
@@ -50,6 +313,68 @@ pub enum Error {
         status: String,
         /// The program's compilation log (empty when not a compilation).
         log: String,
+    },
+}
+
+/// Which limit a launch configuration exceeds ([`Error::BadLaunch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchProblem {
+    /// A grid dimension of 0 or above the limit.
+    #[error("grid {axis} is {blocks}; it must be between 1 and {limit}")]
+    Grid {
+        /// `'x'`, `'y'` or `'z'`.
+        axis: char,
+        /// The blocks asked for on that axis.
+        blocks: u32,
+        /// The most on that axis.
+        limit: u32,
+    },
+    /// A block dimension of 0 or above the limit.
+    #[error("block {axis} is {threads}; it must be between 1 and {limit}")]
+    Block {
+        /// `'x'`, `'y'` or `'z'`.
+        axis: char,
+        /// The threads asked for on that axis.
+        threads: u32,
+        /// The most on that axis.
+        limit: u32,
+    },
+    /// More threads per block than the kernel allows on the device.
+    #[error(
+        "a block of {threads} threads is more than the {max} this kernel allows on this device"
+    )]
+    ThreadsPerBlock {
+        /// The threads per block asked for.
+        threads: u64,
+        /// The kernel's maximum on the device.
+        max: u32,
+    },
+    /// More dynamic shared memory than the kernel allows on the device.
+    #[error(
+        "{bytes} bytes of dynamic shared memory is more than the {max} this kernel allows on this device (raise it with KernelAttribute::MaxDynamicSharedSizeBytes)"
+    )]
+    SharedMemory {
+        /// The bytes asked for.
+        bytes: u32,
+        /// The kernel's maximum on the device.
+        max: u32,
+    },
+    /// A cluster dimension of 0 or one that does not divide the grid's.
+    #[error("cluster {axis} is {size}; it must be at least 1 and divide grid {axis} ({blocks})")]
+    ClusterDivide {
+        /// `'x'`, `'y'` or `'z'`.
+        axis: char,
+        /// The cluster's size on that axis.
+        size: u32,
+        /// The grid's blocks on that axis.
+        blocks: u32,
+    },
+    /// A cluster of more blocks than the portable maximum.
+    #[error("a cluster of {blocks} blocks is more than the portable maximum of 8")]
+    ClusterSize {
+        /// The cluster's blocks.
+        blocks: u64,
     },
 }
 

@@ -63,7 +63,7 @@ pub use driver::load::{
     MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
     newer_functions,
 };
-pub use error::{Error, Result};
+pub use error::{Error, LaunchProblem, Result};
 pub use exec::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use exec::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
 pub use exec::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};

@@ -522,7 +522,7 @@ fn scenario_forged_ipc_size_is_refused() {
             MemoryPoolHandle::import_posix_fd(pool.export_posix_fd().unwrap().as_fd(), 0).unwrap();
         let refused = DevicePtrHandle::import_ipc(&imported_pool, &forged, &stream);
         assert!(
-            matches!(refused, Err(Error::InvalidArgument(_))),
+            matches!(refused, Err(Error::BadIpcPayload { .. })),
             "a payload claiming more than was mapped must be refused: {refused:?}"
         );
         // The honest payload still imports, with its true size.

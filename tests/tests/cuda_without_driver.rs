@@ -83,7 +83,7 @@ fn entry_points_return_driver_not_found_or_work() {
 fn malformed_ipc_payloads_are_rejected_before_the_driver() {
     assert!(matches!(
         handles_cuda::IpcPointer::from_bytes(&[0u8; 10]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::BadIpcPayload { .. })
     ));
     let mut zero_size = [7u8; handles_cuda::IpcPointer::LEN];
     zero_size[64..].copy_from_slice(&0u64.to_le_bytes());

@@ -265,11 +265,11 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     let count = handles_cuda::device_count().unwrap();
     assert!(matches!(
         ContextHandle::primary(count + 3),
-        Err(Error::InvalidArgument(_))
+        Err(Error::NoSuchDevice { ordinal, count: c }) if ordinal == count + 3 && c == count
     ));
     assert!(matches!(
         MemoryPoolHandle::create(&PoolProps::device(count)),
-        Err(Error::InvalidArgument(_))
+        Err(Error::NoSuchDevice { .. })
     ));
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
@@ -290,7 +290,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     assert!(DevicePtrHandle::alloc_async(1 << 62, &stream).is_err());
     assert!(matches!(
         DevicePtrHandle::alloc_from_pool(&pool, 0, &stream),
-        Err(Error::InvalidArgument(_))
+        Err(Error::ZeroSize { .. })
     ));
     let (free_after, _) = context.mem_get_info().unwrap();
     assert!(
@@ -315,7 +315,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     );
     let not_ipc = DevicePtrHandle::alloc_from_pool(&pool, 64, &stream).unwrap();
     assert!(
-        not_ipc.export_ipc().is_err(),
+        matches!(not_ipc.export_ipc(), Err(Error::NotExportable { .. })),
         "a non-IPC pool cannot export"
     );
     let plain_event = EventHandle::create(&context, EventFlags::default()).unwrap();

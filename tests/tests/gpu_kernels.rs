@@ -4,14 +4,25 @@
 
 use handles_cuda::{
     AllocKind, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, Error, GraphHandle,
-    KernelAttribute, KernelHandle, LaunchConfig, LaunchOptions, LibraryHandle, MemoryPoolHandle,
-    PoolProps, ProgramHandle,
+    KernelAttribute, KernelHandle, LaunchConfig, LaunchOptions, LaunchProblem, LibraryHandle,
+    MemoryPoolHandle, PoolProps, ProgramHandle,
 };
 use handles_tests::kernels::{PTX, TestKernels, read_words, words};
 use handles_tests::{Failures, serial, stream};
 
 mod simulator;
 
+/// Asserts that `$result` is an error matching `$pattern` (a variant of `Error`).
+macro_rules! refused {
+    ($result:expr, $pattern:pat) => {
+        match $result {
+            Err($pattern) => {}
+            other => panic!("expected {}, got {other:?}", stringify!($pattern)),
+        }
+    };
+}
+
+/// An error of a kernel's own bounds check (the test kernels' checks return `InvalidArgument`).
 fn invalid(result: handles_cuda::Result<()>, needle: &str) {
     match result {
         Err(Error::InvalidArgument(message)) => {
@@ -105,16 +116,47 @@ fn bad_launches_are_refused_before_the_driver() {
         |config: LaunchConfig, n: u32| kernels.fill.launch(&stream, &config, (&buffer, 1, n));
     let mut config = LaunchConfig::linear(64, 64);
     config.grid[1] = 0;
-    invalid(fill(config, 64), "grid y is 0");
+    refused!(
+        fill(config, 64),
+        Error::BadLaunch {
+            what: LaunchProblem::Grid {
+                axis: 'y',
+                blocks: 0,
+                ..
+            }
+        }
+    );
     let mut config = LaunchConfig::linear(64, 64);
     config.block = [2048, 1, 1];
-    invalid(fill(config, 64), "block x is 2048");
+    refused!(
+        fill(config, 64),
+        Error::BadLaunch {
+            what: LaunchProblem::Block {
+                axis: 'x',
+                threads: 2048,
+                limit: 1024
+            }
+        }
+    );
     let mut config = LaunchConfig::linear(64, 64);
     config.block = [32, 32, 2];
-    invalid(fill(config, 64), "2048 threads");
+    refused!(
+        fill(config, 64),
+        Error::BadLaunch {
+            what: LaunchProblem::ThreadsPerBlock { threads: 2048, .. }
+        }
+    );
     let mut config = LaunchConfig::linear(64, 64);
     config.shared_mem_bytes = 1 << 30;
-    invalid(fill(config, 64), "dynamic shared memory");
+    refused!(
+        fill(config, 64),
+        Error::BadLaunch {
+            what: LaunchProblem::SharedMemory {
+                bytes: 0x4000_0000,
+                ..
+            }
+        }
+    );
     // The kernel's own bounds check: 65 elements do not fit in 64.
     invalid(fill(LaunchConfig::linear(65, 64), 65), "do not fit");
     // Clusters must divide the grid and stay portable.
@@ -122,23 +164,34 @@ fn bad_launches_are_refused_before_the_driver() {
         cluster: Some([3, 1, 1]),
         priority: None,
     };
-    invalid(
+    refused!(
         kernels.fill.launch_ex(
             &stream,
             &LaunchConfig::linear(64, 16),
             &options,
             (&buffer, 1, 64),
         ),
-        "cluster x is 3",
+        Error::BadLaunch {
+            what: LaunchProblem::ClusterDivide {
+                axis: 'x',
+                size: 3,
+                blocks: 4
+            }
+        }
     );
     // A parameter list that does not match the kernel's.
     // SAFETY: never launched: the mismatch is refused before a value is returned.
     let typed = unsafe { kernels.fill.kernel().typed::<(u32,)>(|_, _| Ok(())) };
-    invalid(typed.map(drop), "takes parameters of [8, 4, 4] bytes");
+    match typed.map(drop) {
+        Err(Error::ParamMismatch {
+            expected, found, ..
+        }) => assert_eq!((expected, found), (vec![8, 4, 4], vec![4])),
+        other => panic!("expected a ParamMismatch, got {other:?}"),
+    }
     // Images that would make the driver read past them.
-    invalid(
+    refused!(
         LibraryHandle::load_data(b"\x7fELF\x02\x01\x01").map(drop),
-        "not a loadable device-code image",
+        Error::BadImage { .. }
     );
     // Bad PTX: with lazy loading the driver may accept the image and report the error when a
     // kernel is first looked up; either way it is an error, never a crash.
@@ -409,7 +462,10 @@ fn explicit_graph_nodes_run_in_order_and_update_swaps_what_they_keep() {
     // A node of another graph is never a dependency.
     let node = other.add_empty_node(&[]).unwrap();
     let third = GraphHandle::create(&context).unwrap();
-    invalid(third.add_empty_node(&[node]).map(drop), "belongs to graph");
+    refused!(
+        third.add_empty_node(&[node]).map(drop),
+        Error::ForeignNode { .. }
+    );
     failures.assert_none();
 }
 
@@ -450,13 +506,21 @@ fn two_gpus_a_kernel_is_refused_memory_its_device_cannot_reach() {
     let far = DevicePtrHandle::alloc_from_pool(&far_pool, 64 * 4, &far_stream).unwrap();
     let far_sync = DevicePtrHandle::alloc(&ContextHandle::primary(1).unwrap(), 64 * 4).unwrap();
     let config = LaunchConfig::linear(64, 64);
-    invalid(
+    refused!(
         kernels.fill.launch(&stream, &config, (&far, 1, 64)),
-        "not accessible",
+        Error::Unreachable {
+            device: 0,
+            owner: Some(1),
+            pool: true
+        }
     );
-    invalid(
+    refused!(
         kernels.fill.launch(&stream, &config, (&far_sync, 1, 64)),
-        "cannot be passed to a kernel on device 0",
+        Error::Unreachable {
+            device: 0,
+            owner: Some(1),
+            pool: false
+        }
     );
     // Once device 0 may access the pool, the launch runs.
     far_pool.set_peer_access(0, true).unwrap();

@@ -230,8 +230,8 @@ fn scenario_default_stream_tokens_to_cudarc() {
         assert!(ContextHandle::current().unwrap().is_none());
         // SAFETY: nothing captures the stream in this test.
         match unsafe { StreamHandle::per_thread().to_cudarc() } {
-            Err(Error::InvalidArgument(message)) => assert!(message.contains("no context")),
-            other => panic!("expected InvalidArgument, got {other:?}"),
+            Err(Error::NoCurrentContext { .. }) => {}
+            other => panic!("expected NoCurrentContext, got {other:?}"),
         }
         let context = ContextHandle::primary(0).unwrap();
         // SAFETY: the legacy stream cannot be captured.

@@ -54,9 +54,7 @@ fn far_buffer_and_near_stream() -> (DevicePtrHandle, StreamHandle) {
 /// Whether a call was refused because a buffer is not accessible from the call's device.
 fn is_unreachable(result: Result<(), LibError>) -> bool {
     match result {
-        Err(LibError::Cuda(handles_cuda::Error::InvalidArgument(message))) => {
-            message.contains("not accessible")
-        }
+        Err(LibError::Cuda(handles_cuda::Error::Unreachable { pool, .. })) => pool,
         _ => false,
     }
 }

@@ -183,7 +183,7 @@ fn read_u32(image: &[u8], offset: usize) -> Option<u32> {
 }
 
 fn invalid(what: String) -> Error {
-    Error::InvalidArgument(format!("not a loadable device-code image: {what}"))
+    Error::BadImage { reason: what }
 }
 
 #[cfg(test)]
@@ -232,7 +232,7 @@ mod tests {
         assert!(checked_image(&elf(&[(SECTION_WITHOUT_BYTES, 0, 1 << 40)], 256)).is_ok());
         let past = checked_image(&elf(&[(1, 200, 57)], 256)).unwrap_err();
         assert!(
-            past.to_string().contains("past the 256-byte image"),
+            matches!(&past, Error::BadImage { reason } if reason.contains("past the 256-byte image")),
             "{past}"
         );
         assert!(checked_image(&elf(&[(1, u64::MAX, 2)], 256)).is_err());

@@ -179,9 +179,10 @@ impl KernelHandle {
     /// may ask for on device `ordinal`, read from the driver once and then cached.
     pub(crate) fn launch_limits(&self, ordinal: usize) -> Result<(u32, u32)> {
         let Some(limits) = self.record().limits.get(ordinal) else {
-            return Err(Error::InvalidArgument(format!(
-                "device ordinal {ordinal} is out of range for this kernel"
-            )));
+            return Err(Error::NoSuchDevice {
+                ordinal,
+                count: self.record().limits.len(),
+            });
         };
         let threads = cached(&limits.max_threads_per_block, || {
             self.attribute(KernelAttribute::MaxThreadsPerBlock, ordinal)

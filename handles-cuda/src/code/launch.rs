@@ -22,7 +22,7 @@ use crate::code::kernel::KernelHandle;
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
 use crate::driver::current::current_raw;
-use crate::error::{Error, Result};
+use crate::error::{Error, LaunchProblem, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
 
@@ -79,46 +79,48 @@ impl LaunchConfig {
     fn check(&self, max_threads: u32, max_shared: u32) -> Result<()> {
         const GRID_LIMITS: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
         const BLOCK_LIMITS: [u32; 3] = [1024, 1024, 64];
-        for (axis, (&blocks, &limit)) in ["x", "y", "z"]
+        for (&axis, (&blocks, &limit)) in ['x', 'y', 'z']
             .iter()
             .zip(self.grid.iter().zip(&GRID_LIMITS))
         {
             if blocks == 0 || blocks > limit {
-                return Err(config_error(format!(
-                    "grid {axis} is {blocks}; it must be between 1 and {limit}"
-                )));
+                return Err(config_error(LaunchProblem::Grid {
+                    axis,
+                    blocks,
+                    limit,
+                }));
             }
         }
-        for (axis, (&threads, &limit)) in ["x", "y", "z"]
+        for (&axis, (&threads, &limit)) in ['x', 'y', 'z']
             .iter()
             .zip(self.block.iter().zip(&BLOCK_LIMITS))
         {
             if threads == 0 || threads > limit {
-                return Err(config_error(format!(
-                    "block {axis} is {threads}; it must be between 1 and {limit}"
-                )));
+                return Err(config_error(LaunchProblem::Block {
+                    axis,
+                    threads,
+                    limit,
+                }));
             }
         }
         if self.threads_per_block() > u64::from(max_threads) {
-            return Err(config_error(format!(
-                "a block of {} threads is more than the {max_threads} this kernel allows on \
-                 this device",
-                self.threads_per_block()
-            )));
+            return Err(config_error(LaunchProblem::ThreadsPerBlock {
+                threads: self.threads_per_block(),
+                max: max_threads,
+            }));
         }
         if self.shared_mem_bytes > max_shared {
-            return Err(config_error(format!(
-                "{} bytes of dynamic shared memory is more than the {max_shared} this kernel \
-                 allows on this device (raise it with KernelAttribute::MaxDynamicSharedSizeBytes)",
-                self.shared_mem_bytes
-            )));
+            return Err(config_error(LaunchProblem::SharedMemory {
+                bytes: self.shared_mem_bytes,
+                max: max_shared,
+            }));
         }
         Ok(())
     }
 }
 
-fn config_error(what: String) -> Error {
-    Error::InvalidArgument(format!("invalid launch configuration: {what}"))
+fn config_error(what: LaunchProblem) -> Error {
+    Error::BadLaunch { what }
 }
 
 /// Extra launch attributes for [`TypedKernel::launch_ex`] (`cuLaunchKernelEx`).
@@ -137,20 +139,20 @@ impl LaunchOptions {
         let Some(cluster) = self.cluster else {
             return Ok(());
         };
-        for (axis, (&size, &blocks)) in ["x", "y", "z"].iter().zip(cluster.iter().zip(&config.grid))
+        for (&axis, (&size, &blocks)) in
+            ['x', 'y', 'z'].iter().zip(cluster.iter().zip(&config.grid))
         {
             if size == 0 || blocks % size != 0 {
-                return Err(config_error(format!(
-                    "cluster {axis} is {size}; it must be at least 1 and divide grid {axis} \
-                     ({blocks})"
-                )));
+                return Err(config_error(LaunchProblem::ClusterDivide {
+                    axis,
+                    size,
+                    blocks,
+                }));
             }
         }
         let blocks: u64 = cluster.iter().map(|&d| u64::from(d)).product();
         if blocks > 8 {
-            return Err(config_error(format!(
-                "a cluster of {blocks} blocks is more than the portable maximum of 8"
-            )));
+            return Err(config_error(LaunchProblem::ClusterSize { blocks }));
         }
         Ok(())
     }
@@ -230,10 +232,11 @@ impl KernelHandle {
         if let Some(sizes) = self.param_sizes() {
             let expected = P::sizes();
             if *sizes != expected {
-                return Err(Error::InvalidArgument(format!(
-                    "kernel {:?} takes parameters of {sizes:?} bytes, not {expected:?}",
-                    self.name()
-                )));
+                return Err(Error::ParamMismatch {
+                    kernel: self.name().to_owned(),
+                    expected: sizes.to_vec(),
+                    found: expected,
+                });
             }
         }
         Ok(TypedKernel {

@@ -62,7 +62,7 @@ fn unload_library(raw: CUlibrary, library: &Library) -> Result<()> {
 impl LibraryHandle {
     /// Loads a library from an image in memory: PTX text, a cubin (ELF) or a fatbin. The
     /// image is checked first: a binary image whose headers claim more bytes than `image` has,
-    /// or an empty one, is an [`Error::InvalidArgument`], never a read past the slice; PTX
+    /// or an empty one, is an [`Error::BadImage`], never a read past the slice; PTX
     /// without a terminating NUL gets one.
     pub fn load_data(image: &[u8]) -> Result<Self> {
         ensure_loaded()?;
@@ -97,8 +97,8 @@ impl LibraryHandle {
         use std::os::unix::ffi::OsStrExt;
         ensure_loaded()?;
         let path = path.as_ref();
-        let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-            Error::InvalidArgument(format!("the path {path:?} contains a NUL byte"))
+        let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InteriorNul {
+            what: format!("path {path:?}"),
         })?;
         let raw = out(|raw| {
             // SAFETY: `name` is a NUL-terminated path; no options; `raw` is a valid out-pointer.
@@ -153,7 +153,7 @@ impl LibraryHandle {
 
 /// A kernel name as the driver takes it.
 pub(crate) fn kernel_name(name: &str) -> Result<CString> {
-    CString::new(name).map_err(|_| {
-        Error::InvalidArgument(format!("the kernel name {name:?} contains a NUL byte"))
+    CString::new(name).map_err(|_| Error::InteriorNul {
+        what: format!("kernel name {name:?}"),
     })
 }

@@ -88,8 +88,9 @@ fn status(call: &'static str, result: nvrtcResult) -> Result<()> {
 }
 
 fn c_string(what: &str, text: &str) -> Result<CString> {
-    CString::new(text)
-        .map_err(|_| Error::InvalidArgument(format!("the {what} contains a NUL byte")))
+    CString::new(text).map_err(|_| Error::InteriorNul {
+        what: what.to_owned(),
+    })
 }
 
 impl ProgramHandle {

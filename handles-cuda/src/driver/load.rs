@@ -146,9 +146,7 @@ pub fn device_count() -> Result<usize> {
 pub(crate) fn device(ordinal: usize) -> Result<sys::CUdevice> {
     let count = device_count()?;
     if ordinal >= count {
-        return Err(Error::InvalidArgument(format!(
-            "device ordinal {ordinal} is out of range: this machine has {count} CUDA device(s)"
-        )));
+        return Err(Error::NoSuchDevice { ordinal, count });
     }
     // SAFETY: the driver is loaded and the ordinal is in range.
     out(|device| unsafe { driver!(cuDeviceGet(device, ordinal as i32)) })

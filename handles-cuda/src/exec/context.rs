@@ -160,9 +160,9 @@ impl ContextHandle {
     /// referenced without a claim on its lifetime.
     pub(crate) fn owning(raw: CUcontext) -> Result<ContextHandle> {
         if raw.is_null() {
-            return Err(Error::InvalidArgument(
-                "no context is current on this thread".into(),
-            ));
+            return Err(Error::NoCurrentContext {
+                what: "no context is current on this thread",
+            });
         }
         if let Some(managed) = ContextHandle::lookup(raw) {
             return Ok(managed);
@@ -190,12 +190,11 @@ impl ContextHandle {
                 }
             }
         }
-        Err(Error::InvalidArgument(
-            "the context is neither managed by a handle nor a device's primary context, so \
-             nothing here can keep it alive; wrap it with `ContextHandle::from_cudarc` or make \
-             the work's context explicit"
-                .into(),
-        ))
+        Err(Error::WrongContext {
+            what: "the context is neither managed by a handle nor a device's primary context, so \
+                   nothing here can keep it alive; wrap it with `ContextHandle::from_cudarc` or \
+                   make the work's context explicit",
+        })
     }
 
     /// A handle that keeps this context alive, for a new object to own: this handle unless it

@@ -60,9 +60,9 @@ impl EventFlags {
 
     fn to_raw(self) -> Result<u32> {
         if self.interprocess && self.timing {
-            return Err(Error::InvalidArgument(
-                "an interprocess event must be created with timing disabled".into(),
-            ));
+            return Err(Error::BadFlags {
+                what: "an interprocess event must be created with timing disabled",
+            });
         }
         let mut raw = 0;
         if !self.timing {
@@ -94,9 +94,9 @@ fn require_same_context(own: CUcontext, stream: &StreamHandle, raw: CUstream) ->
 /// The one record-context rule: an event of context `own` is recorded only in `own`.
 fn require_context(own: CUcontext, theirs: CUcontext) -> Result<()> {
     if theirs != own {
-        return Err(Error::InvalidArgument(
-            "an event can only be recorded on a stream of the context it was created in".into(),
-        ));
+        return Err(Error::WrongContext {
+            what: "an event can only be recorded on a stream of the context it was created in",
+        });
     }
     Ok(())
 }
@@ -189,9 +189,9 @@ impl EventHandle {
     /// Milliseconds between `self` (recorded first) and `end`; both need timing enabled.
     pub fn elapsed_ms(&self, end: &EventHandle) -> Result<f32> {
         if !self.flags().timing || !end.flags().timing {
-            return Err(Error::InvalidArgument(
-                "elapsed_ms needs two events created with timing enabled".into(),
-            ));
+            return Err(Error::BadFlags {
+                what: "elapsed_ms needs two events created with timing enabled",
+            });
         }
         let mut ms = 0.0;
         let (start, end) = (self.as_cu(), end.as_cu());

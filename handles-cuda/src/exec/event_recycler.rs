@@ -281,9 +281,9 @@ impl EventRecycler {
     /// event.
     pub fn new(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
         if flags.timing || flags.interprocess {
-            return Err(Error::InvalidArgument(
-                "only events without timing and not interprocess can be recycled".into(),
-            ));
+            return Err(Error::BadFlags {
+                what: "only events without timing and not interprocess can be recycled",
+            });
         }
         Ok(EventRecycler {
             // Cached events outlive the caller's handles: the context must be kept alive.

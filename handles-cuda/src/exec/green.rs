@@ -63,9 +63,9 @@ impl GreenContextHandle {
         ensure_loaded()?;
         newer::cuGreenCtxCreate.require()?;
         if sm_count == 0 {
-            return Err(Error::InvalidArgument(
-                "a green context needs at least one SM".into(),
-            ));
+            return Err(Error::ZeroSize {
+                what: "a green context needs at least one SM",
+            });
         }
         let device = load::device(ordinal)?;
         let mut all = empty_resource();
@@ -80,9 +80,11 @@ impl GreenContextHandle {
         // SAFETY: the driver filled an SM resource, whose union member is `sm`.
         let available = unsafe { all.__bindgen_anon_1.sm.smCount };
         if sm_count > available {
-            return Err(Error::InvalidArgument(format!(
-                "device {ordinal} has {available} SMs, fewer than the {sm_count} asked for"
-            )));
+            return Err(Error::SmCount {
+                device: ordinal,
+                requested: sm_count,
+                available,
+            });
         }
         let (mut group, mut groups, mut rest) = (empty_resource(), 1u32, empty_resource());
         // SAFETY: room for one group and the remainder; `all` is the device's SM resource.
@@ -97,9 +99,11 @@ impl GreenContextHandle {
             ))
         }?;
         if groups == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "device {ordinal}'s SMs cannot be split into a group of {sm_count}"
-            )));
+            return Err(Error::SmCount {
+                device: ordinal,
+                requested: sm_count,
+                available,
+            });
         }
         // SAFETY: the driver filled an SM resource.
         let granted = unsafe { group.__bindgen_anon_1.sm.smCount };

@@ -185,12 +185,7 @@ impl StreamHandle {
     #[cold]
     fn refuse_if_captured_now(&self) -> Result<()> {
         if self.is_capturing()? {
-            return Err(crate::error::Error::InvalidArgument(
-                "the stream is being captured into a graph by other code; stream-ordered work \
-                 through handles is refused on it until the capture ends (capture with \
-                 `GraphHandle::capture`)"
-                    .into(),
-            ));
+            return Err(crate::error::Error::Capturing);
         }
         Ok(())
     }
@@ -279,11 +274,10 @@ impl Queued {
 fn require_current_context() -> Result<ContextHandle> {
     let current = current_raw()?;
     if current.is_null() {
-        return Err(crate::error::Error::InvalidArgument(
-            "a default-stream token bound to no context needs a current context; none is \
-             current on this thread (use `StreamHandle::legacy_in`)"
-                .into(),
-        ));
+        return Err(crate::error::Error::NoCurrentContext {
+            what: "a default-stream token bound to no context needs a current context; none is \
+                   current on this thread (use `StreamHandle::legacy_in`)",
+        });
     }
     ContextHandle::owning(current)
 }

@@ -125,7 +125,9 @@ impl GraphHandle {
         let made = (!graph.is_null()).then(|| Self::owning(graph, context, attachments));
         recorded?;
         ended?;
-        made.ok_or_else(|| Error::InvalidArgument("the capture produced no graph".into()))
+        made.ok_or(Error::NothingMade {
+            what: "the capture produced no graph",
+        })
     }
 }
 

@@ -132,11 +132,10 @@ impl GraphExecHandle {
                 sys::CUresult::CUDA_SUCCESS => {
                     Ok(std::mem::replace(&mut *kept, source.as_slice().into()))
                 }
-                code => Err(Error::InvalidArgument(format!(
-                    "the executable graph cannot take this graph's nodes ({:?}): {}",
-                    info.result,
-                    crate::driver::call::driver_error("cuGraphExecUpdate", code)
-                ))),
+                code => Err(Error::GraphUpdate {
+                    result: format!("{:?}", info.result),
+                    driver: Box::new(crate::driver::call::driver_error("cuGraphExecUpdate", code)),
+                }),
             }
         });
         drop((kept, source));

@@ -117,10 +117,10 @@ impl GraphHandle {
     fn check_dependencies(&self, dependencies: &[GraphNode]) -> Result<Vec<CUgraphNode>> {
         let id = self.id();
         if let Some(foreign) = dependencies.iter().find(|node| node.graph != id) {
-            return Err(Error::InvalidArgument(format!(
-                "a dependency node belongs to graph {}, not to this graph ({id})",
-                foreign.graph
-            )));
+            return Err(Error::ForeignNode {
+                node_graph: foreign.graph,
+                graph: id,
+            });
         }
         Ok(dependencies.iter().map(|node| node.raw).collect())
     }

@@ -38,9 +38,9 @@ impl IpcEventHandle {
             0 => false,
             1 => true,
             other => {
-                return Err(Error::InvalidArgument(format!(
-                    "an IPC event handle's flags byte is 0 or 1, got {other}"
-                )));
+                return Err(Error::BadIpcPayload {
+                    reason: format!("an IPC event handle's flags byte is 0 or 1, got {other}"),
+                });
             }
         };
         Ok(IpcEventHandle {
@@ -55,9 +55,9 @@ impl EventHandle {
     /// been created with `interprocess` set.
     pub fn export_ipc(&self) -> Result<IpcEventHandle> {
         if !self.flags().interprocess {
-            return Err(Error::InvalidArgument(
-                "only events created with `interprocess` can be exported".into(),
-            ));
+            return Err(Error::NotExportable {
+                what: "only events created with `interprocess` can be exported",
+            });
         }
         // SAFETY: an all-zero token is a valid value of this plain byte struct.
         let mut token: sys::CUipcEventHandle = unsafe { std::mem::zeroed() };

@@ -52,9 +52,9 @@ impl IpcPointer {
         size.copy_from_slice(tail);
         let size = u64::from_le_bytes(size);
         if size == 0 {
-            return Err(Error::InvalidArgument(
-                "an IPC pointer payload with size 0 names no allocation".into(),
-            ));
+            return Err(Error::BadIpcPayload {
+                reason: "an IPC pointer payload with size 0 names no allocation".into(),
+            });
         }
         Ok(IpcPointer { export_data, size })
     }
@@ -95,9 +95,9 @@ impl DevicePtrHandle {
     pub fn export_ipc(&self) -> Result<IpcPointer> {
         let exportable = self.pool().as_ref().is_some_and(|pool| pool.ipc());
         if !exportable || self.kind() != AllocKind::StreamOrdered {
-            return Err(Error::InvalidArgument(
-                "only allocations from a pool created with `ipc` set can be exported".into(),
-            ));
+            return Err(Error::NotExportable {
+                what: "only allocations from a pool created with `ipc` set can be exported",
+            });
         }
         // SAFETY: all-zero is a valid value of this plain byte struct.
         let mut data: sys::CUmemPoolPtrExportData = unsafe { std::mem::zeroed() };
@@ -129,10 +129,13 @@ impl DevicePtrHandle {
         pointer: &IpcPointer,
         stream: &StreamHandle,
     ) -> Result<Self> {
-        let size = usize::try_from(pointer.size)
-            .map_err(|_| Error::InvalidArgument("IPC pointer size does not fit in usize".into()))?;
+        let size = usize::try_from(pointer.size).map_err(|_| Error::BadIpcPayload {
+            reason: "IPC pointer size does not fit in usize".into(),
+        })?;
         if size == 0 {
-            return Err(Error::InvalidArgument("IPC pointer of size 0".into()));
+            return Err(Error::BadIpcPayload {
+                reason: "IPC pointer of size 0".into(),
+            });
         }
         if !import_cache_enabled() {
             return import_uncached(pool, pointer, size, stream, None);
@@ -174,10 +177,12 @@ fn import_uncached(
     // Driver 580 reports a range start of 0 for an import of pinned host memory (through the
     // pointer attributes); the size is what the bounds checks rely on.
     if (base != raw && base != 0) || mapped < size {
-        return Err(Error::InvalidArgument(format!(
-            "the IPC payload claims {size} bytes, but the driver mapped {mapped} bytes at \
-             {base:#x} for the import at {raw:#x}"
-        )));
+        return Err(Error::BadIpcPayload {
+            reason: format!(
+                "the IPC payload claims {size} bytes, but the driver mapped {mapped} bytes at \
+                 {base:#x} for the import at {raw:#x}"
+            ),
+        });
     }
     Ok(imported)
 }

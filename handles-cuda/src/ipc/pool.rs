@@ -19,9 +19,9 @@ impl MemoryPoolHandle {
     /// must have been created with `ipc` set.
     pub fn export_posix_fd(&self) -> Result<OwnedFd> {
         if !self.ipc() {
-            return Err(Error::InvalidArgument(
-                "only pools created with `ipc` set can be exported".into(),
-            ));
+            return Err(Error::NotExportable {
+                what: "only pools created with `ipc` set can be exported",
+            });
         }
         out_fd(|fd| {
             // SAFETY: the pool is alive; for POSIX descriptors the driver writes an `int` to

@@ -24,10 +24,9 @@ pub(crate) fn split<'a>(
     what: &str,
 ) -> Result<([u8; TOKEN], &'a [u8])> {
     if bytes.len() != len {
-        return Err(Error::InvalidArgument(format!(
-            "{what} is {len} bytes, got {}",
-            bytes.len()
-        )));
+        return Err(Error::BadIpcPayload {
+            reason: format!("{what} is {len} bytes, got {}", bytes.len()),
+        });
     }
     let mut token = [0; TOKEN];
     token.copy_from_slice(&bytes[..TOKEN]);

@@ -24,9 +24,7 @@ impl DevicePtrHandle {
         let to = dst.range(dst_offset, len)?;
         // Absolute addresses: two views of one allocation overlap as much as their bases do.
         if from.abs_diff(to) < len as CUdeviceptr {
-            return Err(Error::InvalidArgument(
-                "the source and destination ranges overlap".into(),
-            ));
+            return Err(Error::Overlap { len });
         }
         Ok((from, to))
     }

@@ -184,9 +184,9 @@ fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>
 
 fn check_size(size: usize) -> Result<()> {
     if size == 0 {
-        return Err(Error::InvalidArgument(
-            "an allocation needs a size of at least one byte".into(),
-        ));
+        return Err(Error::ZeroSize {
+            what: "an allocation needs a size of at least one byte",
+        });
     }
     Ok(())
 }
@@ -225,7 +225,9 @@ impl DevicePtrHandle {
     fn own_allocated(allocated: Queued, wrap: impl FnOnce() -> Self) -> Result<Self> {
         let handle = allocated.queued.then(wrap);
         allocated.status?;
-        handle.ok_or_else(|| Error::InvalidArgument("the allocation made no pointer".into()))
+        handle.ok_or(Error::NothingMade {
+            what: "the allocation made no pointer",
+        })
     }
 
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
@@ -434,9 +436,7 @@ impl DevicePtrHandle {
             .async_free_order()
             .filter(|_| matches!(self.kind(), AllocKind::StreamOrdered | AllocKind::IpcImport))
         else {
-            return Err(Error::InvalidArgument(
-                "only owned stream-ordered allocations have a deallocation stream".into(),
-            ));
+            return Err(Error::NotStreamOrdered);
         };
         order.move_home(stream.bound()?)
     }
@@ -445,10 +445,11 @@ impl DevicePtrHandle {
     pub(crate) fn range(&self, offset: usize, len: usize) -> Result<CUdeviceptr> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size() => Ok(self.as_cu() + offset as CUdeviceptr),
-            _ => Err(Error::InvalidArgument(format!(
-                "{len} bytes at offset {offset} do not fit in an allocation of {} bytes",
-                self.size()
-            ))),
+            _ => Err(Error::OutOfRange {
+                offset,
+                len,
+                size: self.size(),
+            }),
         }
     }
 }

@@ -87,10 +87,11 @@ impl GrowableBuffer {
     /// mapped before.
     pub fn grow_to(&self, size: usize) -> Result<()> {
         if size > self.capacity() {
-            return Err(Error::InvalidArgument(format!(
-                "{size} bytes is more than the {} reserved",
-                self.capacity()
-            )));
+            return Err(Error::OutOfRange {
+                offset: 0,
+                len: size,
+                size: self.capacity(),
+            });
         }
         let mut chunks = self.chunks();
         while chunks.len() * self.chunk < size {
@@ -118,13 +119,18 @@ impl GrowableBuffer {
     pub fn slice(&self, offset: usize, len: usize) -> Result<DevicePtrHandle> {
         let chunks = self.chunks();
         let mapped = chunks.len() * self.chunk;
-        let end = offset
-            .checked_add(len)
-            .filter(|&end| len > 0 && end <= mapped);
+        if len == 0 {
+            return Err(Error::ZeroSize {
+                what: "a slice needs at least one byte",
+            });
+        }
+        let end = offset.checked_add(len).filter(|&end| end <= mapped);
         let Some(end) = end else {
-            return Err(Error::InvalidArgument(format!(
-                "{len} bytes at offset {offset} are not within the {mapped} mapped bytes"
-            )));
+            return Err(Error::OutOfRange {
+                offset,
+                len,
+                size: mapped,
+            });
         };
         let spanned = chunks[offset / self.chunk..end.div_ceil(self.chunk)].to_vec();
         Ok(DevicePtrHandle::mapped(

@@ -114,9 +114,10 @@ impl MemoryPoolHandle {
     pub fn set_device_current(&self, ordinal: usize) -> Result<MemoryPoolHandle> {
         let device = load::device(ordinal)?;
         if self.owning_device() != Some(ordinal) {
-            return Err(Error::InvalidArgument(format!(
-                "only a pool located on device {ordinal} can be its current pool"
-            )));
+            return Err(Error::WrongDevice {
+                expected: ordinal,
+                found: self.owning_device(),
+            });
         }
         let mut current = lock(&CURRENT);
         let previous = MemoryPoolHandle::current_unlocked(ordinal)?;

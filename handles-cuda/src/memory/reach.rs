@@ -110,9 +110,11 @@ impl DevicePtrHandle {
             Release::View(parent) => return parent.check_accessible_from(ordinal),
             Release::Mapped(mappings) => {
                 return match mappings.iter().find(|m| !m.devices().contains(&ordinal)) {
-                    Some(_) => Err(Error::InvalidArgument(format!(
-                        "mapped memory without access for device {ordinal}"
-                    ))),
+                    Some(_) => Err(Error::Unreachable {
+                        device: ordinal,
+                        owner: None,
+                        pool: false,
+                    }),
                     None => Ok(()),
                 };
             }
@@ -124,10 +126,11 @@ impl DevicePtrHandle {
                     if pool.peer_access(ordinal)? {
                         Ok(())
                     } else {
-                        Err(Error::InvalidArgument(format!(
-                            "memory of device {device}'s pool is not accessible from device \
-                             {ordinal} (grant it with MemoryPoolHandle::set_peer_access)"
-                        )))
+                        Err(Error::Unreachable {
+                            device: ordinal,
+                            owner: Some(device),
+                            pool: true,
+                        })
                     }
                 }
                 _ => Ok(()),
@@ -138,10 +141,11 @@ impl DevicePtrHandle {
             self.context().as_ref().and_then(|c| c.device()),
         ) {
             (Release::Synchronous(_), Some(device)) if device != ordinal => {
-                Err(Error::InvalidArgument(format!(
-                    "a synchronous allocation of device {device} cannot be passed to a kernel \
-                     on device {ordinal}"
-                )))
+                Err(Error::Unreachable {
+                    device: ordinal,
+                    owner: Some(device),
+                    pool: false,
+                })
             }
             _ => Ok(()),
         }

@@ -57,11 +57,7 @@ impl RemoteAccess {
         if self.gate.enter() {
             return Ok(());
         }
-        Err(Error::InvalidArgument(
-            "a device's access to this pool is being revoked; work from another device on its \
-             memory is refused until the revocation ends"
-                .into(),
-        ))
+        Err(Error::Revoking)
     }
 
     /// Ends a use begun by [`Self::begin`].

@@ -49,12 +49,11 @@ impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
 
 /// The bytes of `n` elements of `T`, or an error naming the overflow.
 fn bytes_of<T>(n: usize) -> Result<usize> {
-    n.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "{n} elements of {} do not fit in the address space",
-            std::any::type_name::<T>()
-        ))
-    })
+    n.checked_mul(std::mem::size_of::<T>())
+        .ok_or_else(|| Error::TooLarge {
+            count: n,
+            element: std::any::type_name::<T>(),
+        })
 }
 
 impl<T: Pod> DeviceBuffer<T> {
@@ -63,11 +62,11 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn from_bytes(memory: DevicePtrHandle) -> Result<Self> {
         let size = std::mem::size_of::<T>();
         if size == 0 || !memory.size().is_multiple_of(size) {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes are not a whole number of {} ({size} bytes each)",
-                memory.size(),
-                std::any::type_name::<T>()
-            )));
+            return Err(Error::NotWholeElements {
+                size: memory.size(),
+                element: std::any::type_name::<T>(),
+                element_size: size,
+            });
         }
         Ok(DeviceBuffer {
             len: memory.size() / size,
@@ -173,10 +172,10 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Copies every element into `dst` (of the same length), ordered on `stream`.
     pub fn copy_to_device(&self, dst: &DeviceBuffer<T>, stream: &StreamHandle) -> Result<()> {
         if dst.len != self.len {
-            return Err(Error::InvalidArgument(format!(
-                "copying {} elements into a buffer of {}",
-                self.len, dst.len
-            )));
+            return Err(Error::LengthMismatch {
+                src: self.len,
+                dst: dst.len,
+            });
         }
         self.memory
             .copy_to_async(0, &dst.memory, 0, self.memory.size(), stream)
@@ -186,10 +185,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// (a view: no copy).
     pub fn slice(&self, range: Range<usize>) -> Result<DeviceBuffer<T>> {
         if range.start > range.end {
-            return Err(Error::InvalidArgument(format!(
-                "the range {}..{} is reversed",
-                range.start, range.end
-            )));
+            return Err(Error::ElementsOutOfRange {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            });
         }
         let count = range.end - range.start;
         self.check_range(range.start, count)?;
@@ -205,11 +205,11 @@ impl<T: Pod> DeviceBuffer<T> {
 
     fn check_range(&self, start: usize, count: usize) -> Result<()> {
         if start.checked_add(count).is_none_or(|end| end > self.len) {
-            return Err(Error::InvalidArgument(format!(
-                "elements {start}..{} are outside the {} of the buffer",
-                start.saturating_add(count),
-                self.len
-            )));
+            return Err(Error::ElementsOutOfRange {
+                start,
+                end: start.saturating_add(count),
+                len: self.len,
+            });
         }
         Ok(())
     }

@@ -184,24 +184,22 @@ fn check_location(location: PoolLocation) -> Result<()> {
     match location {
         PoolLocation::Device(ordinal) => load::device(ordinal).map(drop),
         PoolLocation::HostNuma(node) if node >= 0 => Ok(()),
-        PoolLocation::HostNuma(node) => Err(Error::InvalidArgument(format!(
-            "host NUMA node {node} is not a node"
-        ))),
-        PoolLocation::Host => Err(Error::InvalidArgument(
-            "physical allocations live on a device or a host NUMA node".into(),
-        )),
+        PoolLocation::HostNuma(_) | PoolLocation::Host => Err(Error::BadLocation { location }),
     }
 }
 
 /// `size` rounded up to a multiple of `granularity`; an error for 0 or on overflow.
 pub(crate) fn rounded(size: usize, granularity: usize) -> Result<usize> {
     if size == 0 {
-        return Err(Error::InvalidArgument(
-            "a size of at least one byte is needed".into(),
-        ));
+        return Err(Error::ZeroSize {
+            what: "a size of at least one byte is needed",
+        });
     }
     size.checked_next_multiple_of(granularity.max(1))
-        .ok_or_else(|| Error::InvalidArgument(format!("{size} bytes is too large")))
+        .ok_or(Error::TooLarge {
+            count: size,
+            element: "u8",
+        })
 }
 
 impl PhysicalAllocationHandle {
@@ -229,9 +227,9 @@ impl PhysicalAllocationHandle {
     /// (`cuMemExportToShareableHandle`), to send to another process.
     pub fn export_posix_fd(&self) -> Result<OwnedFd> {
         if self.sharing() != Sharing::PosixFd {
-            return Err(Error::InvalidArgument(
-                "only allocations created with Sharing::PosixFd export a descriptor".into(),
-            ));
+            return Err(Error::NotExportable {
+                what: "only allocations created with Sharing::PosixFd export a descriptor",
+            });
         }
         out_fd(|fd| {
             // SAFETY: the allocation is alive; for POSIX descriptors the driver writes an
@@ -274,9 +272,9 @@ impl PhysicalAllocationHandle {
     /// Exports the allocation as a FABRIC handle (`cuMemExportToShareableHandle`).
     pub fn export_fabric(&self) -> Result<FabricHandle> {
         if self.sharing() != Sharing::Fabric {
-            return Err(Error::InvalidArgument(
-                "only allocations created with Sharing::Fabric export a FABRIC handle".into(),
-            ));
+            return Err(Error::NotExportable {
+                what: "only allocations created with Sharing::Fabric export a FABRIC handle",
+            });
         }
         let mut handle = sys::CUmemFabricHandle_st { data: [0; 64] };
         // SAFETY: the allocation is alive; for FABRIC the driver writes a 64-byte handle.
@@ -360,19 +358,28 @@ impl MappingHandle {
             ));
         }
         if size == 0 || !aligned(offset) || !aligned(size) {
-            return Err(Error::InvalidArgument(format!(
-                "offsets and size must be non-zero multiples of the granularity ({granularity} bytes)"
-            )));
+            return Err(Error::Misaligned {
+                offset,
+                size,
+                granularity,
+            });
         }
-        if !fits(offset, reservation.size()) || !fits(physical_offset, physical.size()) {
-            return Err(Error::InvalidArgument(
-                "the mapping does not fit in the reservation or the allocation".into(),
-            ));
+        for (start, total) in [
+            (offset, reservation.size()),
+            (physical_offset, physical.size()),
+        ] {
+            if !fits(start, total) {
+                return Err(Error::OutOfRange {
+                    offset: start,
+                    len: size,
+                    size: total,
+                });
+            }
         }
         if devices.is_empty() {
-            return Err(Error::InvalidArgument(
-                "grant access to at least one device".into(),
-            ));
+            return Err(Error::ZeroSize {
+                what: "grant access to at least one device",
+            });
         }
         let descriptors = devices
             .iter()

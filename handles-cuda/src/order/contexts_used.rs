@@ -75,11 +75,10 @@ impl ContextsUsed {
     /// not be waited for, and the release must not happen.
     pub(crate) fn wait_for_all(&self) -> Result<()> {
         if self.unwaitable.load(Ordering::Relaxed) {
-            return Err(Error::InvalidArgument(
-                "work using this resource ran in a context that could not be waited for, so it \
-                 is leaked rather than released while that work may still run"
-                    .into(),
-            ));
+            return Err(Error::Unordered {
+                what: "work using this resource ran in a context that could not be waited for, \
+                       so it is leaked rather than released while that work may still run",
+            });
         }
         self.contexts.try_for_each(|context| {
             in_relaxed_capture_mode(|| {

@@ -243,11 +243,10 @@ impl StreamOrder {
         // (the handle's drop synchronised with them), so relaxed loads see the final values.
         let home_raw = self.mirror.raw();
         if self.unorderable.load(Ordering::Relaxed) {
-            return Err(Error::InvalidArgument(
-                "a use of this memory on another stream could not be ordered before its free, \
-                 so it is leaked rather than freed while that work may still run"
-                    .into(),
-            ));
+            return Err(Error::Unordered {
+                what: "a use of this memory on another stream could not be ordered before its \
+                       free, so it is leaked rather than freed while that work may still run",
+            });
         }
         if !self.crossed.load(Ordering::Relaxed)
             && home_raw != 0
@@ -279,9 +278,9 @@ impl StreamOrder {
     /// ordered, and that free must not happen.
     pub(crate) fn order_home_after_uses(&self) -> Result<()> {
         if self.unorderable.load(Ordering::Relaxed) {
-            return Err(Error::InvalidArgument(
-                "a use of this memory on another stream could not be ordered".into(),
-            ));
+            return Err(Error::Unordered {
+                what: "a use of this memory on another stream could not be ordered",
+            });
         }
         if !self.crossed.load(Ordering::Relaxed) {
             return Ok(());
