@@ -44,7 +44,11 @@ fn target_dir(out_dir: &Path) -> PathBuf {
 
 fn main() {
     println!("cargo:rerun-if-changed=src/driver");
-    println!("cargo:rerun-if-changed=ptx/src");
+    // The interpreter's source, from its own package (a dependency with `links`).
+    let interpreter_source = PathBuf::from(
+        std::env::var_os("DEP_CUDA_SIM_PTX_SRC").expect("cuda-sim-ptx tells where its source is"),
+    );
+    println!("cargo:rerun-if-changed={}", interpreter_source.display());
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let dir = target_dir(&out_dir).join("cuda-sim");
@@ -71,7 +75,7 @@ fn main() {
         ])
         .arg("-o")
         .arg(&interpreter)
-        .arg(manifest.join("ptx/src/lib.rs"))
+        .arg(interpreter_source.join("lib.rs"))
         .status()
         .expect("run rustc for the PTX interpreter");
     assert!(status.success(), "compiling the PTX interpreter failed");

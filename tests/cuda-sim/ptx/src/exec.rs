@@ -106,6 +106,43 @@ pub(crate) struct W<'m> {
     pub(crate) live_mask: Vec<u32>,
     pub(crate) dyn_smem: u64,
     pub(crate) total_smem: u64,
+    /// The last regions `Memory::check` approved for reads (`[0]`) and for writes (`[1]`),
+    /// from `Memory::region_bounds`.
+    pub(crate) cache: [RegionCache; 2],
+}
+
+/// Regions per `RegionCache`.
+const CACHED_REGIONS: usize = 4;
+
+/// Bounds `[start, end)` of the last few regions `Memory::check` approved for one kind of
+/// access: accesses inside them need no new check.
+#[derive(Clone, Copy)]
+pub(crate) struct RegionCache {
+    bounds: [(u64, u64); CACHED_REGIONS],
+    /// The entry to replace next.
+    next: usize,
+}
+
+impl RegionCache {
+    /// Contains nothing.
+    const EMPTY: RegionCache = RegionCache {
+        bounds: [(1, 0); CACHED_REGIONS],
+        next: 0,
+    };
+
+    /// Whether `[addr, addr + len)` lies inside one of the regions.
+    #[inline]
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        self.bounds.iter().any(|&(s, e)| addr >= s && end <= e)
+    }
+
+    fn insert(&mut self, start: u64, end: u64) {
+        self.bounds[self.next] = (start, end);
+        self.next = (self.next + 1) % CACHED_REGIONS;
+    }
 }
 
 impl<'m> W<'m> {
@@ -125,6 +162,20 @@ impl<'m> W<'m> {
             block: self.ctaid,
             thread: th.tid,
         }
+    }
+
+    /// Whether an access of `len` bytes (a power of two) at `addr` in `space` is a global
+    /// one, aligned, inside a region lately approved for this kind of access: then
+    /// `locate` would return `Loc::Host(addr)` without a fault (and it is already marked as
+    /// touched), since `Memory::region_bounds` promises that `check` would approve it.
+    #[inline]
+    fn cached_global(&self, space: Space, addr: u64, len: u64, write: bool) -> bool {
+        let global = match space {
+            Space::Global | Space::Const => true,
+            Space::Generic => addr >> 48 == 0,
+            _ => false,
+        };
+        global && addr & (len - 1) == 0 && self.cache[write as usize].contains(addr, len)
     }
 
     /// Checks an access of `len` bytes (aligned to `align`) in `space` at `addr`.
@@ -198,16 +249,26 @@ impl<'m> W<'m> {
         let in_range =
             |off: u64, size: usize| off.checked_add(len).is_some_and(|e| e <= size as u64);
         match space {
-            Space::Global => match self.mem.check(addr, len, write) {
-                Some(region) => {
-                    if region >= self.touched.len() {
-                        self.touched.resize(region + 1, 0);
-                    }
-                    self.touched[region] |= if write { 3 } else { 1 };
-                    Ok(Loc::Host(addr))
+            Space::Global => {
+                // Inside a region lately approved for this kind of access (already marked as
+                // touched): `Memory::region_bounds` promises `check` would approve it.
+                if self.cache[write as usize].contains(addr, len) {
+                    return Ok(Loc::Host(addr));
                 }
-                None => Err(self.fault_oob(th, addr, len, write)),
-            },
+                match self.mem.check(addr, len, write) {
+                    Some(region) => {
+                        if region >= self.touched.len() {
+                            self.touched.resize(region + 1, 0);
+                        }
+                        self.touched[region] |= if write { 3 } else { 1 };
+                        if let Some((start, end)) = self.mem.region_bounds(region) {
+                            self.cache[write as usize].insert(start, end);
+                        }
+                        Ok(Loc::Host(addr))
+                    }
+                    None => Err(self.fault_oob(th, addr, len, write)),
+                }
+            }
             Space::Shared if in_range(off, shared_len) => Ok(Loc::Shared(off as usize)),
             Space::Local if in_range(off, th.local.len()) => Ok(Loc::Local(off as usize)),
             Space::Param => {
@@ -380,7 +441,42 @@ impl<'m> W<'m> {
                     }
                 }
                 Op::IBin { op, t, d, a, b } => {
-                    let v = ibin(op, t, regs[a as usize], regs[b as usize], &mut th.carry);
+                    let (av, bv) = (regs[a as usize], regs[b as usize]);
+                    // The common cases inline (the same results as `ibin`).
+                    let v = match (op, t) {
+                        (IOp::Add, T::U64 | T::S64) => av.wrapping_add(bv),
+                        (IOp::Add, T::U32 | T::S32) => av.wrapping_add(bv) & 0xffff_ffff,
+                        (IOp::Sub, T::U64 | T::S64) => av.wrapping_sub(bv),
+                        (IOp::Sub, T::U32 | T::S32) => av.wrapping_sub(bv) & 0xffff_ffff,
+                        (IOp::And, T::U64 | T::S64) => av & bv,
+                        (IOp::And, T::U32 | T::S32) => av & bv & 0xffff_ffff,
+                        (IOp::Or, T::U64 | T::S64) => av | bv,
+                        (IOp::Or, T::U32 | T::S32) => (av | bv) & 0xffff_ffff,
+                        (IOp::Xor, T::U64 | T::S64) => av ^ bv,
+                        (IOp::Xor, T::U32 | T::S32) => (av ^ bv) & 0xffff_ffff,
+                        (IOp::Shl, T::U64 | T::S64) => {
+                            let n = bv as u32;
+                            if n >= 64 { 0 } else { av << n }
+                        }
+                        (IOp::Shl, T::U32 | T::S32) => {
+                            let n = bv as u32;
+                            if n >= 32 { 0 } else { (av << n) & 0xffff_ffff }
+                        }
+                        (IOp::MulLo, T::U64 | T::S64) => av.wrapping_mul(bv),
+                        (IOp::MulLo, T::U32 | T::S32) => av.wrapping_mul(bv) & 0xffff_ffff,
+                        (IOp::Rem, T::U64) => {
+                            if bv == 0 {
+                                av
+                            } else {
+                                av % bv
+                            }
+                        }
+                        (IOp::Rem, T::U32) => {
+                            let (x, y) = (av as u32, bv as u32);
+                            (if y == 0 { x } else { x % y }) as u64
+                        }
+                        _ => ibin(op, t, av, bv, &mut th.carry),
+                    };
                     th.regs[d as usize] = v;
                 }
                 Op::IUn { op, t, d, a } => regs[d as usize] = iun(op, t, regs[a as usize]),
@@ -448,8 +544,24 @@ impl<'m> W<'m> {
                     a,
                     b,
                 } => {
-                    regs[d as usize] =
-                        fmath::fbin(op, t, rnd, ftz, sat, regs[a as usize], regs[b as usize])
+                    let (av, bv) = (regs[a as usize], regs[b as usize]);
+                    regs[d as usize] = if t == T::F32 && rnd == Rnd::N && !ftz && !sat {
+                        // The common case inline (the same result as `fmath::fbin`).
+                        let (x, y) = (f32::from_bits(av as u32), f32::from_bits(bv as u32));
+                        let r = match op {
+                            FOp::Add => Some(x + y),
+                            FOp::Sub => Some(x + -y),
+                            FOp::Mul => Some(x * y),
+                            _ => None,
+                        };
+                        match r {
+                            Some(r) if r.is_nan() => 0x7fff_ffff,
+                            Some(r) => r.to_bits() as u64,
+                            None => fmath::fbin(op, t, rnd, ftz, sat, av, bv),
+                        }
+                    } else {
+                        fmath::fbin(op, t, rnd, ftz, sat, av, bv)
+                    }
                 }
                 Op::Fma {
                     t,
@@ -542,7 +654,21 @@ impl<'m> W<'m> {
                     b,
                     comb,
                 } => {
-                    let r = compare(cmp, t, regs[a as usize], regs[b as usize]);
+                    let (av, bv) = (regs[a as usize], regs[b as usize]);
+                    // The common cases inline (the same results as `compare`).
+                    let r = match (cmp, t) {
+                        (Cmp::Eq, T::U64 | T::S64) => av == bv,
+                        (Cmp::Ne, T::U64 | T::S64) => av != bv,
+                        (Cmp::Eq, T::U32 | T::S32) => av as u32 == bv as u32,
+                        (Cmp::Ne, T::U32 | T::S32) => av as u32 != bv as u32,
+                        (Cmp::Lt | Cmp::Lo, T::U64) | (Cmp::Lo, T::S64) => av < bv,
+                        (Cmp::Lt | Cmp::Lo, T::U32) | (Cmp::Lo, T::S32) => (av as u32) < bv as u32,
+                        (Cmp::Lt, T::S64) => (av as i64) < bv as i64,
+                        (Cmp::Lt, T::S32) => (av as i32) < bv as i32,
+                        (Cmp::Ge, T::S32) => av as i32 >= bv as i32,
+                        (Cmp::Ge | Cmp::Hs, T::U32) => av as u32 >= bv as u32,
+                        _ => compare(cmp, t, av, bv),
+                    };
                     let (p, q) = match comb {
                         None => (r, !r),
                         Some((bop, c, neg)) => {
@@ -588,7 +714,16 @@ impl<'m> W<'m> {
                     ftz,
                     d,
                     a,
-                } => regs[d as usize] = fmath::cvt(dt, st, rnd, sat, ftz, regs[a as usize]),
+                } => {
+                    let v = regs[a as usize];
+                    // The common integer cases inline (the same results as `fmath::cvt`).
+                    regs[d as usize] = match (dt, st, sat) {
+                        (T::U32 | T::S32, T::U64 | T::S64 | T::U32 | T::S32, false)
+                        | (T::U64 | T::S64, T::U32, false) => v & 0xffff_ffff,
+                        (T::U64 | T::S64, T::S32, false) => v as u32 as i32 as i64 as u64,
+                        _ => fmath::cvt(dt, st, rnd, sat, ftz, v),
+                    };
+                }
                 Op::Cvta { to, space, d, a } => {
                     let v = regs[a as usize];
                     let base = match space {
@@ -629,6 +764,28 @@ impl<'m> W<'m> {
                 } => {
                     let at = regs[addr as usize].wrapping_add(off as i64 as u64);
                     let size = t.bytes();
+                    if n == 1 && self.cached_global(space, at, size as u64, false) {
+                        // The common case: a scalar load inside the region of the last one.
+                        let mut v = host_load(at, size);
+                        if t.signed() {
+                            v = sext(v, size * 8) as u64;
+                        }
+                        th.regs[d[0] as usize] = v;
+                        pc += 1;
+                        continue;
+                    }
+                    if n == 1
+                        && let Some(o) = shared_offset(space, at, size as u64, shared.len())
+                    {
+                        // A scalar shared load inside the block's window.
+                        let mut v = rd_bytes(shared, o, size);
+                        if t.signed() {
+                            v = sext(v, size * 8) as u64;
+                        }
+                        th.regs[d[0] as usize] = v;
+                        pc += 1;
+                        continue;
+                    }
                     let total = size as u64 * n as u64;
                     th.pc = pc as u32; // for the fault report
                     let loc = match self.locate(th, shared.len(), space, at, total, total, false) {
@@ -660,6 +817,20 @@ impl<'m> W<'m> {
                 } => {
                     let at = regs[addr as usize].wrapping_add(off as i64 as u64);
                     let size = t.bytes();
+                    if n == 1 && self.cached_global(space, at, size as u64, true) {
+                        // The common case: a scalar store inside the region of the last one.
+                        host_store(at, size, regs[s[0] as usize]);
+                        pc += 1;
+                        continue;
+                    }
+                    if n == 1
+                        && let Some(o) = shared_offset(space, at, size as u64, shared.len())
+                    {
+                        // A scalar shared store inside the block's window.
+                        wr_bytes(shared, o, size, regs[s[0] as usize]);
+                        pc += 1;
+                        continue;
+                    }
                     let total = size as u64 * n as u64;
                     th.pc = pc as u32; // for the fault report
                     let loc = match self.locate(th, shared.len(), space, at, total, total, true) {
@@ -940,6 +1111,24 @@ impl<'m> W<'m> {
     }
 }
 
+/// The offset in shared memory of an aligned `.shared` access of `len` bytes (a power of
+/// two) at `addr` inside a window of `shared_len` bytes: where `W::locate` would put it
+/// (`Loc::Shared`) without a fault. `None`: leave it to `locate`.
+#[inline]
+fn shared_offset(space: Space, addr: u64, len: u64, shared_len: usize) -> Option<usize> {
+    if space != Space::Shared || addr & (len - 1) != 0 {
+        return None;
+    }
+    let off = if addr >> 48 == 1 {
+        addr - SHARED_BASE
+    } else {
+        addr
+    };
+    off.checked_add(len)
+        .is_some_and(|e| e <= shared_len as u64)
+        .then_some(off as usize)
+}
+
 /// The result of `setp`/`set`'s comparison.
 fn compare(cmp: Cmp, t: T, av: u64, bv: u64) -> bool {
     match t {
@@ -956,6 +1145,143 @@ fn compare(cmp: Cmp, t: T, av: u64, bv: u64) -> bool {
         ),
         _ => cmp_int(cmp, t, av, bv),
     }
+}
+
+/// The index of block `b` (linear, x fastest).
+fn block_index(args: &LaunchArgs, b: u64) -> [u32; 3] {
+    let (gx, gy) = (args.grid[0] as u64, args.grid[1] as u64);
+    [
+        (b % gx) as u32,
+        ((b / gx) % gy) as u32,
+        (b / (gx * gy)) as u32,
+    ]
+}
+
+/// Resets `threads` to the start of the entry.
+fn init_threads(
+    threads: &mut [Thread],
+    entry_regs: &[u64],
+    ef: &Func,
+    entry_func: usize,
+    args: &LaunchArgs,
+) {
+    let (bx, by) = (args.block[0], args.block[1]);
+    for (i, t) in threads.iter_mut().enumerate() {
+        let i = i as u32;
+        t.pc = 0;
+        t.func = entry_func as u32;
+        t.regs.clear();
+        t.regs.extend_from_slice(entry_regs);
+        t.frames.clear();
+        t.pstack.clear();
+        t.pstack.resize(ef.param_area as usize, 0);
+        t.local.clear();
+        t.local.resize(ef.local_size as usize, 0);
+        t.pbase = 0;
+        t.lbase = 0;
+        t.carry = false;
+        t.clock = 0;
+        t.state = St::Ready;
+        t.tid = [i % bx, (i / bx) % by, i / (bx * by)];
+        t.lin = i;
+        t.printf.clear();
+    }
+}
+
+/// Whether the threads of a block never wait for each other: neither the entry nor any
+/// function it calls (transitively) has a barrier, a warp collective or `activemask`.
+fn threads_independent(module: &Module, entry_func: usize) -> bool {
+    let mut seen = vec![false; module.funcs.len()];
+    let mut todo = vec![entry_func];
+    while let Some(f) = todo.pop() {
+        if std::mem::replace(&mut seen[f], true) {
+            continue;
+        }
+        let func = &module.funcs[f];
+        let collective = func.code.iter().any(|ins| {
+            matches!(
+                ins.op,
+                Op::Bar { .. }
+                    | Op::BarRed { .. }
+                    | Op::WarpSync { .. }
+                    | Op::Shfl { .. }
+                    | Op::Vote { .. }
+                    | Op::Redux { .. }
+                    | Op::Match { .. }
+                    | Op::Activemask { .. }
+            )
+        });
+        if collective {
+            return false;
+        }
+        for cs in &func.calls {
+            if let Callee::Func(g) = cs.callee {
+                todo.push(g);
+            }
+        }
+    }
+    true
+}
+
+/// Runs one block whose threads are independent (see `threads_independent`) on all the
+/// workers `ws`: warps are handed out in order; a warp whose threads yielded (long loops)
+/// goes back to the end of the queue. Returns the fault of the lowest faulting thread (by
+/// linear index): warps below the lowest faulting one always run, later ones may not.
+/// Used only without shared memory, so each worker gets an empty shared window.
+fn run_block_spread(
+    ws: &mut [W],
+    threads: &mut [Thread],
+    ctaid: [u32; 3],
+    b: u64,
+) -> Option<(u32, Fault)> {
+    let warps: Vec<Mutex<&mut [Thread]>> = threads.chunks_mut(32).map(Mutex::new).collect();
+    let queue = Mutex::new((0..warps.len()).collect::<std::collections::VecDeque<usize>>());
+    let fault_warp = AtomicUsize::new(usize::MAX);
+    let fault: Mutex<Option<(u32, Fault)>> = Mutex::new(None);
+    let work = |w: &mut W| {
+        w.ctaid = ctaid;
+        w.block_lin = b;
+        let mut shared: [u8; 0] = [];
+        loop {
+            let next = queue.lock().ok().and_then(|mut q| q.pop_front());
+            let Some(k) = next else { break };
+            if k > fault_warp.load(Ordering::Acquire) {
+                continue;
+            }
+            let Ok(mut lanes) = warps[k].lock() else {
+                break;
+            };
+            let mut again = false;
+            for t in lanes.iter_mut() {
+                if t.state != St::Ready {
+                    continue;
+                }
+                if let Err(f) = w.run_thread(t, &mut shared) {
+                    fault_warp.fetch_min(k, Ordering::AcqRel);
+                    if let Ok(mut g) = fault.lock()
+                        && g.as_ref().is_none_or(|(lin, _)| t.lin < *lin)
+                    {
+                        *g = Some((t.lin, f));
+                    }
+                    again = false;
+                    break;
+                }
+                again |= t.state == St::Ready;
+            }
+            drop(lanes);
+            if again && let Ok(mut q) = queue.lock() {
+                q.push_back(k);
+            }
+        }
+    };
+    let (first, rest) = ws.split_first_mut()?;
+    std::thread::scope(|s| {
+        for w in rest {
+            s.spawn(|| work(w));
+        }
+        work(first);
+    });
+    fault.into_inner().ok().flatten()
 }
 
 struct WorkerResult {
@@ -1053,92 +1379,116 @@ pub(crate) fn run(
     let next = AtomicUsize::new(0);
     let fault_at = AtomicU64::new(u64::MAX);
     let results = Mutex::new(Vec::new());
-    let workers = args.workers.max(1).min(nblocks.min(64) as usize);
-    let work = || {
-        let mut w = W {
-            module,
-            mem: memory,
-            args,
-            prep: prep.clone(),
-            ctaid: [0; 3],
-            block_lin: 0,
-            touched: vec![0; memory.regions()],
-            live_mask: vec![0; (nthreads as usize).div_ceil(32)],
-            dyn_smem,
-            total_smem,
-        };
-        let ef = &module.funcs[entry_func];
-        let entry_regs = w.new_frame_regs(entry_func, 0, 0);
+    let new_w = || W {
+        module,
+        mem: memory,
+        args,
+        prep: prep.clone(),
+        ctaid: [0; 3],
+        block_lin: 0,
+        touched: vec![0; memory.regions()],
+        live_mask: vec![0; (nthreads as usize).div_ceil(32)],
+        dyn_smem,
+        total_smem,
+        cache: [RegionCache::EMPTY; 2],
+    };
+    let ef = &module.funcs[entry_func];
+    let all_workers = args.workers.clamp(1, 64);
+    // Fewer blocks than workers, no barrier or warp collective, no shared memory: the
+    // threads of each block are spread over the workers (by warps).
+    if (nblocks as usize) < all_workers
+        && nthreads > 32
+        && shared_bytes == 0
+        && threads_independent(module, entry_func)
+    {
+        let mut ws: Vec<W> = (0..all_workers).map(|_| new_w()).collect();
+        let entry_regs = ws[0].new_frame_regs(entry_func, 0, 0);
         let mut threads: Vec<Thread> = (0..nthreads).map(|_| Thread::new()).collect();
-        let mut shared = vec![0u8; shared_bytes as usize];
         let mut res = WorkerResult {
             touched: Vec::new(),
             printf: Vec::new(),
             fault: None,
         };
-        loop {
-            let b = next.fetch_add(1, Ordering::Relaxed) as u64;
-            if b >= nblocks || b > fault_at.load(Ordering::Acquire) {
-                break;
-            }
-            let (gx, gy) = (args.grid[0] as u64, args.grid[1] as u64);
-            w.ctaid = [
-                (b % gx) as u32,
-                ((b / gx) % gy) as u32,
-                (b / (gx * gy)) as u32,
-            ];
-            w.block_lin = b;
-            shared.fill(0);
-            for (i, m) in w.live_mask.iter_mut().enumerate() {
-                let n = (nthreads as usize - i * 32).min(32);
-                *m = if n == 32 { !0 } else { (1u32 << n) - 1 };
-            }
-            let (bx, by) = (args.block[0], args.block[1]);
-            for (i, t) in threads.iter_mut().enumerate() {
-                let i = i as u32;
-                t.pc = 0;
-                t.func = entry_func as u32;
-                t.regs.clear();
-                t.regs.extend_from_slice(&entry_regs);
-                t.frames.clear();
-                t.pstack.clear();
-                t.pstack.resize(ef.param_area as usize, 0);
-                t.local.clear();
-                t.local.resize(ef.local_size as usize, 0);
-                t.pbase = 0;
-                t.lbase = 0;
-                t.carry = false;
-                t.clock = 0;
-                t.state = St::Ready;
-                t.tid = [i % bx, (i / bx) % by, i / (bx * by)];
-                t.lin = i;
-                t.printf.clear();
-            }
-            let r = w.run_block(&mut threads, &mut shared);
+        for b in 0..nblocks {
+            let ctaid = block_index(args, b);
+            init_threads(&mut threads, &entry_regs, ef, entry_func, args);
+            let fault = run_block_spread(&mut ws, &mut threads, ctaid, b);
+            let upto = fault.as_ref().map_or(u32::MAX, |(lin, _)| *lin);
             let mut text = String::new();
-            for t in &threads {
+            for t in threads.iter().filter(|t| t.lin <= upto) {
                 text.push_str(&t.printf);
             }
             if !text.is_empty() {
                 res.printf.push((b, text));
             }
-            if let Err(f) = r {
+            if let Some((_, f)) = fault {
                 fault_at.fetch_min(b, Ordering::AcqRel);
                 res.fault = Some((b, f));
                 break;
             }
         }
-        res.touched = w.touched;
-        if let Ok(mut all) = results.lock() {
-            all.push(res);
+        let mut all = vec![res];
+        for w in ws {
+            all.push(WorkerResult {
+                touched: w.touched,
+                printf: Vec::new(),
+                fault: None,
+            });
         }
-    };
-    std::thread::scope(|s| {
-        for _ in 1..workers {
-            s.spawn(work);
+        if let Ok(mut r) = results.lock() {
+            *r = all;
         }
-        work();
-    });
+    } else {
+        let workers = all_workers.min(nblocks.min(64) as usize);
+        let work = || {
+            let mut w = new_w();
+            let entry_regs = w.new_frame_regs(entry_func, 0, 0);
+            let mut threads: Vec<Thread> = (0..nthreads).map(|_| Thread::new()).collect();
+            let mut shared = vec![0u8; shared_bytes as usize];
+            let mut res = WorkerResult {
+                touched: Vec::new(),
+                printf: Vec::new(),
+                fault: None,
+            };
+            loop {
+                let b = next.fetch_add(1, Ordering::Relaxed) as u64;
+                if b >= nblocks || b > fault_at.load(Ordering::Acquire) {
+                    break;
+                }
+                w.ctaid = block_index(args, b);
+                w.block_lin = b;
+                shared.fill(0);
+                for (i, m) in w.live_mask.iter_mut().enumerate() {
+                    let n = (nthreads as usize - i * 32).min(32);
+                    *m = if n == 32 { !0 } else { (1u32 << n) - 1 };
+                }
+                init_threads(&mut threads, &entry_regs, ef, entry_func, args);
+                let r = w.run_block(&mut threads, &mut shared);
+                let mut text = String::new();
+                for t in &threads {
+                    text.push_str(&t.printf);
+                }
+                if !text.is_empty() {
+                    res.printf.push((b, text));
+                }
+                if let Err(f) = r {
+                    fault_at.fetch_min(b, Ordering::AcqRel);
+                    res.fault = Some((b, f));
+                    break;
+                }
+            }
+            res.touched = w.touched;
+            if let Ok(mut all) = results.lock() {
+                all.push(res);
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..workers {
+                s.spawn(work);
+            }
+            work();
+        });
+    }
     let all = results.into_inner().unwrap_or_default();
     let limit = fault_at.load(Ordering::Acquire);
     let mut touched_bits = vec![0u8; memory.regions()];

@@ -9,6 +9,8 @@
 //!   call parameters `4<<48`), which cannot collide with host user-space addresses.
 //! * Blocks run in parallel on `LaunchArgs::workers` threads; the threads of a block are
 //!   interleaved cooperatively (each runs until `bar.sync`, a warp collective or its end).
+//!   With fewer blocks than workers, a kernel without barriers, warp collectives,
+//!   `activemask` and shared memory has the warps of each block spread over all workers.
 //! * Device `printf` output is ordered by block, then by thread within the block (the GPU's
 //!   order is unspecified).
 //! * Static shared memory is laid out per entry: only the `.shared` variables the entry and
@@ -205,6 +207,17 @@ pub trait Memory: Sync {
     fn check(&self, addr: u64, len: u64, write: bool) -> Option<usize>;
     /// How many regions there are: every index `check` returns is below it.
     fn regions(&self) -> usize;
+    /// Optional: the bounds `[start, end)` of region `region`, so that the interpreter can
+    /// skip `check` for later accesses that fall inside a region `check` already approved.
+    ///
+    /// Returning `Some((start, end))` promises that, for the whole launch, whenever
+    /// `check(a, l, w)` returned `Some(region)`, `check(a2, l2, w)` (same `w`) would return
+    /// `Some(region)` for every `[a2, a2 + l2)` inside `[start, end)`. The default, `None`,
+    /// makes the interpreter call `check` for every access.
+    fn region_bounds(&self, region: usize) -> Option<(u64, u64)> {
+        let _ = region;
+        None
+    }
 }
 
 /// One launch: the entry, its shape, its arguments and where the module variables live.

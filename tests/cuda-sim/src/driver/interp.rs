@@ -89,6 +89,12 @@ impl Memory for Snapshot {
     fn regions(&self) -> usize {
         self.regions.len()
     }
+
+    /// Regions are sorted, do not overlap and do not change during a launch, so an approved
+    /// region approves every access inside it (denied regions are never approved).
+    fn region_bounds(&self, region: usize) -> Option<(u64, u64)> {
+        self.regions.get(region).map(|r| (r.start, r.end))
+    }
 }
 
 /// CPU threads a launch uses: blocks are independent, so they run in parallel.

@@ -91,6 +91,13 @@ impl Memory for Mem {
     fn regions(&self) -> usize {
         self.bufs.len()
     }
+    /// `check` does not depend on `write`, and buffers do not overlap (the interpreter's
+    /// region cache is exercised by every test).
+    fn region_bounds(&self, region: usize) -> Option<(u64, u64)> {
+        self.bufs
+            .get(region)
+            .map(|&(p, l)| (p as u64, (p + l) as u64))
+    }
 }
 
 /// Builds a parameter buffer, each value aligned to its size.
