@@ -21,7 +21,7 @@ fn capture_codes_match_the_h200() {
     // it (and its report is written).
     let output = cuda_sim::command("python3")
         .arg(probes.join("capture_codes.py"))
-        .arg(cuda_sim::library_dir().join("libcuda.so.1"))
+        .arg(cuda_sim::library_dir().join("libcuda.so"))
         .sim_report(&report)
         .output()
         .expect("run python3");
