@@ -2,8 +2,6 @@
 
 use cudarc::driver::sys::CUresult;
 
-use crate::memory::pool::PoolLocation;
-
 /// What went wrong in a call to this crate. Input refused before any driver call is a variant
 /// of its own that carries the values involved, so that callers match on it rather than on
 /// text; the enum is `#[non_exhaustive]`: more variants may come.
@@ -194,14 +192,15 @@ pub enum Error {
         /// The device of what was passed, if it is on one.
         found: Option<usize>,
     },
-    /// A pool location where no physical allocation can be made.
-    #[error("invalid argument: {}", match location {
-        PoolLocation::HostNuma(node) => format!("host NUMA node {node} is not a node"),
-        _ => "physical allocations live on a device or a host NUMA node".into(),
+    /// A location where no physical allocation can be made: a host NUMA node that is not one
+    /// (`numa_node`), or the host without a node (`None`).
+    #[error("invalid argument: {}", match numa_node {
+        Some(node) => format!("host NUMA node {node} is not a node"),
+        None => "physical allocations live on a device or a host NUMA node".into(),
     })]
     BadLocation {
-        /// The location asked for.
-        location: PoolLocation,
+        /// The host NUMA node asked for, if one was.
+        numa_node: Option<i32>,
     },
     /// A device asked for more SMs than it has, or than it can split off into one group.
     #[error("invalid argument: {}", if requested > available {

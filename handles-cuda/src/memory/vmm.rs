@@ -184,7 +184,10 @@ fn check_location(location: PoolLocation) -> Result<()> {
     match location {
         PoolLocation::Device(ordinal) => load::device(ordinal).map(drop),
         PoolLocation::HostNuma(node) if node >= 0 => Ok(()),
-        PoolLocation::HostNuma(_) | PoolLocation::Host => Err(Error::BadLocation { location }),
+        PoolLocation::HostNuma(node) => Err(Error::BadLocation {
+            numa_node: Some(node),
+        }),
+        PoolLocation::Host => Err(Error::BadLocation { numa_node: None }),
     }
 }
 
