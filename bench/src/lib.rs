@@ -87,6 +87,6 @@ pub fn keep<T>(value: T) -> T {
 /// shows two loads (the `Arc` pointer, then the field) and `ret`: what a field load through
 /// a `Box` compiles to.
 #[inline(never)]
-pub fn accessor_probe(stream: &handles_cuda::StreamHandle) -> handles_cuda::sys::CUstream {
+pub fn accessor_probe(stream: &handles_cuda::StreamHandle) -> handles_cuda::driver::sys::CUstream {
     stream.as_cu()
 }

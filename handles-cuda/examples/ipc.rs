@@ -11,8 +11,8 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, IpcPointer, MemoryPoolHandle, PoolProps, StreamFlags,
-    StreamHandle, receive_fd, send_fd,
+    ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    ipc::{IpcPointer, receive_fd, send_fd},
 };
 
 const LEN: usize = 1 << 20;
@@ -22,7 +22,7 @@ fn pattern() -> Vec<u8> {
 }
 
 fn main() {
-    if !handles_cuda::is_available() {
+    if !handles_cuda::driver::is_available() {
         println!(
             "No NVIDIA driver was found on this machine, so the IPC example has nothing to run."
         );
@@ -64,7 +64,7 @@ fn parent() -> Result<(), Box<dyn Error>> {
     }
     // The buffer stays alive (and allocated) until the child is done with it.
     drop(buffer);
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     Ok(())
 }
 
@@ -88,6 +88,6 @@ fn child() -> Result<(), Box<dyn Error>> {
         buffer.size()
     );
     drop((buffer, pool));
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     Ok(())
 }

@@ -10,9 +10,12 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::process::Command;
 
 use handles_cuda::{
-    Buffer, CaptureMode, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle,
-    GraphHandle, IpcPointer, KernelHandle, LaunchConfig, LibraryHandle, MemoryPoolHandle,
-    PoolProps, StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, KernelHandle, LaunchConfig, LibraryHandle,
+    MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    code::Buffer,
+    exec::EventFlags,
+    graph::{CaptureMode, GraphHandle},
+    ipc::IpcPointer,
 };
 
 /// Hand-written PTX, checked in: the tour needs no compiler.
@@ -27,7 +30,10 @@ fn main() {
     let importing = std::env::args().nth(1).as_deref() == Some("--import");
     if !importing
         && std::env::var_os(ON_THE_SIMULATOR).is_none()
-        && matches!(handles_cuda::ensure_loaded(), Err(Error::DriverNotFound))
+        && matches!(
+            handles_cuda::driver::ensure_loaded(),
+            Err(Error::DriverNotFound)
+        )
     {
         std::process::exit(on_the_simulator());
     }
@@ -97,11 +103,11 @@ fn on_the_simulator() -> i32 {
 }
 
 fn parent() -> handles_cuda::Result<()> {
-    handles_cuda::ensure_loaded()?;
+    handles_cuda::driver::ensure_loaded()?;
     if std::env::var_os(ON_THE_SIMULATOR).is_some() {
         println!("(simulated driver: kernels run on the CPU, and times are logical, not measured)");
     }
-    println!("devices: {}", handles_cuda::device_count()?);
+    println!("devices: {}", handles_cuda::driver::device_count()?);
     let context = ContextHandle::primary(0)?;
     println!("context   {context:?}");
     let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0)?;
@@ -162,7 +168,7 @@ fn parent() -> handles_cuda::Result<()> {
     drop(stream);
     println!("dropping the buffer: freed on its stream, then the stream, pool and context go");
     drop(buffer);
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     println!("done");
     Ok(())
 }

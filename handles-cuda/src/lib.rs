@@ -3,7 +3,26 @@
 //! Every resource is a shared handle: clones are cheap, the resource is destroyed exactly once
 //! when the last clone drops, and a handle keeps alive what its resource depends on (a stream
 //! its context, a pointer its pool and deallocation stream), so the application may drop
-//! things in any order.
+//! things in any order. Safe calls cannot free memory a stream may still use, touch memory
+//! outside an allocation, or run in a destroyed context.
+//!
+//! # Where things are
+//!
+//! The root holds the types nearly every program names; everything else lives in the module for
+//! its folder, each with a guide that starts from what you want to do.
+//!
+//! | module | for | main types |
+//! |---|---|---|
+//! | [`memory`] | allocating, copying, pools, virtual memory | [`DeviceBuffer`], [`DevicePtrHandle`], [`MemoryPoolHandle`], [`memory::MappingHandle`] |
+//! | [`exec`] | contexts, streams, events, recyclers, green contexts | [`ContextHandle`], [`StreamHandle`], [`EventHandle`], [`exec::EventRecycler`] |
+//! | [`code`] | NVRTC, libraries, kernels, typed launches | [`code::ProgramHandle`], [`LibraryHandle`], [`KernelHandle`], [`code::Elements`] |
+//! | [`graph`] | captured and hand-built graphs, replays | [`graph::GraphHandle`], [`graph::GraphExecHandle`], [`graph::Capture`] |
+//! | [`ipc`] | pools, buffers and events shared between processes | [`ipc::IpcPointer`], [`ipc::send_fd`] |
+//! | [`interop`] | handing objects to and from cudarc | `from_cudarc`, `to_cudarc` |
+//! | [`driver`] | loading the driver, versions, the raw API | [`driver::device_count`], [`driver::sys`] |
+//!
+//! Errors are one enum, [`Error`], whose variants carry their values (`OutOfRange { offset, len,
+//! size }`, `NotSupported { function, needs }`, ...), so callers match rather than parse text.
 //!
 //! | handle | owns | keeps alive |
 //! |---|---|---|
@@ -14,13 +33,13 @@
 //! | [`DevicePtrHandle`] | an allocation | its pool, its context, its deallocation stream |
 //! | [`LibraryHandle`] | a loaded library of device code | the contexts its kernels ran in |
 //! | [`KernelHandle`] | — (released with its library) | its library |
-//! | [`GraphHandle`] | a graph | its context, what its nodes reference |
-//! | [`GraphExecHandle`] | an executable graph | its context, what its nodes reference |
-//! | [`ProgramHandle`] | an NVRTC program | — |
-//! | [`PhysicalAllocationHandle`] | physical memory (`cuMemCreate`) | — |
-//! | [`AddressReservationHandle`] | a virtual address range | — |
-//! | [`MappingHandle`] | a mapping of physical memory into a range | its allocation and its reservation |
-//! | [`GreenContextHandle`] | a green context (a share of the SMs) | — (its streams keep it) |
+//! | [`graph::GraphHandle`] | a graph | its context, what its nodes reference |
+//! | [`graph::GraphExecHandle`] | an executable graph | its context, what its nodes reference |
+//! | [`code::ProgramHandle`] | an NVRTC program | — |
+//! | [`memory::PhysicalAllocationHandle`] | physical memory (`cuMemCreate`) | — |
+//! | [`memory::AddressReservationHandle`] | a virtual address range | — |
+//! | [`memory::MappingHandle`] | a mapping of physical memory into a range | its allocation and its reservation |
+//! | [`exec::GreenContextHandle`] | a green context (a share of the SMs) | — (its streams keep it) |
 //!
 //! No call needs a context bound to the thread first: each constructor and deleter makes the
 //! context it needs current for the call and restores the caller's. The driver library is
@@ -39,60 +58,35 @@
 //! drop(buffer); // freed on `stream`, then the pool, then the context retain
 //! # Ok(()) }
 //! ```
+//!
+//! # Features
+//!
+//! - `dynamic-loading` (default) or `dynamic-linking`: how cudarc finds `libcuda`, exactly one.
+//!   Loaded on first use, a program without a driver starts and gets `Err`; linked, the build
+//!   needs the libraries (under `CUDA_PATH`).
+//! - `cuda-12080`, `cuda-12090`, `cuda-13000` (default), `cuda-13010`: the CUDA headers cudarc's
+//!   bindings are generated from. This is the newest API the crate can call, not the oldest driver
+//!   it runs on: any driver of CUDA 12.0 or newer loads, and a function it lacks is
+//!   [`Error::NotSupported`] (see [`driver::newer_functions`]). Bindings from 13.2 on are not offered
+//!   yet (their `CUmemLocation` is a union this crate does not fill), nor older than 12.8 (not
+//!   built or tested here).
+//! - `live-count`: per-type counts of live handles, for leak tests.
+//! - `tracing`: a `tracing` event for every handle created and destroyed.
 #![deny(missing_docs)]
 
-mod code;
-mod cudarc_interop;
-mod driver;
+pub mod code;
+pub mod driver;
+pub mod exec;
+pub mod graph;
+pub mod interop;
+pub mod ipc;
+pub mod memory;
+
 mod error;
-mod exec;
-mod graph;
-mod ipc;
-mod memory;
 mod order;
 mod sync;
 
-/// Plain-old-data element types of [`DeviceBuffer`] (`bytemuck`'s traits).
-pub use bytemuck::{Pod, Zeroable};
-pub use code::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
-pub use code::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
-pub use code::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
-pub use code::params::{Buffer, KernelParam, KernelParams};
-pub use code::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
-pub use driver::load::{
-    MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
-    newer_functions,
-};
+pub use code::{KernelHandle, LaunchConfig, LibraryHandle};
 pub use error::{Error, LaunchProblem, Result};
-pub use exec::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
-pub use exec::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
-pub use exec::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
-pub use exec::green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};
-pub use exec::stream::{
-    LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
-};
-pub use exec::stream_recycler::{RecycledStream, StreamRecycler, clear_recycled_streams};
-pub use graph::capture::{Capture, CaptureMode};
-pub use graph::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
-pub use graph::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};
-pub use ipc::event::IpcEventHandle;
-pub use ipc::fd_passing::{MAX_FD_PAYLOAD, receive_fd, send_fd};
-pub use ipc::pointer::{
-    IpcPointer, cached_imports, import_cache_enabled, set_import_cache_enabled,
-};
-pub use memory::device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
-pub use memory::growable::GrowableBuffer;
-pub use memory::pool::{
-    MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
-};
-pub use memory::pool_tuning::{PoolUsage, ReusePolicy};
-pub use memory::reach::AccessGuard;
-pub use memory::typed::{DeviceBuffer, Elements};
-pub use memory::vmm::{
-    AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
-    FabricHandle, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,
-    PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak, Sharing, granularity,
-};
-
-/// The raw driver API, as used by this crate (cudarc's bindings).
-pub use cudarc::driver::sys;
+pub use exec::{ContextHandle, EventHandle, StreamFlags, StreamHandle};
+pub use memory::{DeviceBuffer, DevicePtrHandle, MemoryPoolHandle, Pod, PoolProps, Zeroable};

@@ -293,7 +293,8 @@ pub mod child {
 /// their runs on the simulated driver (which knows the same kernels).
 pub mod kernels {
     use handles_cuda::{
-        Buffer, DevicePtrHandle, Error, KernelHandle, LibraryHandle, Result, TypedKernel,
+        DevicePtrHandle, Error, KernelHandle, LibraryHandle, Result,
+        code::{Buffer, TypedKernel},
     };
 
     /// The PTX source of the test kernels.

@@ -1,5 +1,5 @@
 //! The capability table on the simulated driver: every driver function newer than the CUDA
-//! 12.0 floor (`handles_cuda::newer_functions`) is hidden in turn, and the simulator plays
+//! 12.0 floor (`handles_cuda::driver::newer_functions`) is hidden in turn, and the simulator plays
 //! each older driver version the table names. In every case each entry point that uses a newer
 //! function returns `Ok`, takes its fallback, or returns `Error::NotSupported` naming a
 //! function the driver lacks: never a panic.
@@ -9,7 +9,8 @@ mod simulator;
 use std::collections::BTreeSet;
 
 use handles_cuda::{
-    ContextHandle, Error, EventFlags, EventHandle, GreenContextHandle, StreamFlags, StreamHandle,
+    ContextHandle, Error, EventHandle, StreamFlags, StreamHandle,
+    exec::{EventFlags, GreenContextHandle},
 };
 use handles_tests::kernels::TestKernels;
 use simulator::{Scratch, in_scenario, run_scenario, say};
@@ -19,7 +20,7 @@ const MISSING: &str = "HANDLES_MISSING_FUNCTIONS";
 
 #[test]
 fn every_newer_function_hidden_in_turn_is_an_error_or_a_fallback() {
-    let table: Vec<(&str, i32)> = handles_cuda::newer_functions().collect();
+    let table: Vec<(&str, i32)> = handles_cuda::driver::newer_functions().collect();
     assert!(table.len() >= 10, "the table lists {table:?}");
     for (symbol, needs) in &table {
         let scratch = Scratch::new("hidden");
@@ -45,7 +46,7 @@ fn every_newer_function_hidden_in_turn_is_an_error_or_a_fallback() {
 
 #[test]
 fn each_older_driver_the_table_names_gets_errors_or_fallbacks() {
-    let table: Vec<(&str, i32)> = handles_cuda::newer_functions().collect();
+    let table: Vec<(&str, i32)> = handles_cuda::driver::newer_functions().collect();
     let versions: BTreeSet<i32> = table.iter().map(|&(_, needs)| needs - 10).collect();
     for version in versions {
         let missing: Vec<&str> = table

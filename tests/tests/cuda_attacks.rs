@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use cudarc::driver::CudaContext;
 use handles_cuda::{
-    CaptureMode, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, EventRecycler,
-    GraphHandle, GreenContextHandle, LaunchConfig, MemoryPoolHandle, PoolProps, StreamFlags,
-    StreamHandle, StreamRecycler,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, LaunchConfig, MemoryPoolHandle, PoolProps,
+    StreamFlags, StreamHandle,
+    exec::{EventFlags, EventRecycler, GreenContextHandle, StreamRecycler},
+    graph::{CaptureMode, GraphHandle},
 };
 use handles_tests::kernels::TestKernels;
 use simulator::{assert_clean, in_scenario, run_scenario};
@@ -28,7 +29,7 @@ fn clean(name: &str, env: &[(&str, &str)]) {
     assert_clean(name, &run_scenario(name, &[], env));
 }
 
-fn current_raw() -> handles_cuda::sys::CUcontext {
+fn current_raw() -> handles_cuda::driver::sys::CUcontext {
     ContextHandle::current()
         .unwrap()
         .map_or(std::ptr::null_mut(), |c| c.as_cu())
@@ -120,11 +121,11 @@ fn scenario_dropping_a_cudarc_slice_keeps_the_callers_context() {
     );
 }
 
-fn current_raw_unchecked() -> handles_cuda::sys::CUcontext {
+fn current_raw_unchecked() -> handles_cuda::driver::sys::CUcontext {
     let mut raw = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
-    let status = unsafe { handles_cuda::sys::cuCtxGetCurrent(&mut raw) };
-    assert_eq!(status, handles_cuda::sys::CUresult::CUDA_SUCCESS);
+    let status = unsafe { handles_cuda::driver::sys::cuCtxGetCurrent(&mut raw) };
+    assert_eq!(status, handles_cuda::driver::sys::CUresult::CUDA_SUCCESS);
     raw
 }
 
@@ -156,7 +157,7 @@ fn scenario_unbound_token_in_a_released_primary_context() {
 // Claim 2: old drivers, every probed API; errors are NotSupported, never a panic.
 
 fn old_driver_body() {
-    let version = handles_cuda::driver_version().unwrap();
+    let version = handles_cuda::driver::driver_version().unwrap();
     let primary = ContextHandle::primary(0).unwrap();
     let unsupported = |result: &handles_cuda::Result<()>| {
         matches!(result, Err(Error::NotSupported { .. })) || result.is_ok()
@@ -220,7 +221,7 @@ fn old_driver_body() {
         .unwrap();
     recycled.record(&stream).unwrap();
     drop((recycled, kernels));
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
 }
 
 #[test]
@@ -342,7 +343,7 @@ fn scenario_a_recycled_green_event_is_refused_on_primary_tokens() {
         .unwrap();
     event.synchronize().unwrap();
     drop((event, recycler));
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
     drop((green_context, green));
 }
 
@@ -392,7 +393,7 @@ fn scenario_recycled_stream_weak_upgrades_race_across_threads() {
     let recycler = StreamRecycler::new(&context, StreamFlags { non_blocking: true }, 0).unwrap();
     // The weak handles carry the iteration that made them: reaching the stream of the owner of
     // that same iteration is legitimate, reaching a later owner's stream is the defect.
-    let (send, receive) = std::sync::mpsc::channel::<(usize, handles_cuda::StreamWeak)>();
+    let (send, receive) = std::sync::mpsc::channel::<(usize, handles_cuda::exec::StreamWeak)>();
     let owner: std::sync::Mutex<Option<(usize, usize)>> = std::sync::Mutex::new(None);
     std::thread::scope(|scope| {
         let owner = &owner;
@@ -423,7 +424,7 @@ fn scenario_recycled_stream_weak_upgrades_race_across_threads() {
         }
         drop(send);
     });
-    handles_cuda::clear_recycled_streams();
+    handles_cuda::exec::clear_recycled_streams();
 }
 
 // ---------------------------------------------------------------------------------------------

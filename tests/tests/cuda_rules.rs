@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::CudaContext;
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, GreenContextHandle,
-    MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle, StreamRecycler, sys,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps, StreamFlags,
+    StreamHandle,
+    driver::sys,
+    exec::{EventFlags, GreenContextHandle, StreamRecycler},
 };
 use handles_tests::Failures;
 use handles_tests::kernels::TestKernels;
@@ -183,7 +185,7 @@ fn scenario_an_event_is_refused_on_a_token_of_another_context() {
         // In its own context the same token is fine.
         primary.run(|| event.record(&token)).unwrap();
     }
-    let recycled = handles_cuda::EventRecycler::new(&primary, EventFlags::default())
+    let recycled = handles_cuda::exec::EventRecycler::new(&primary, EventFlags::default())
         .unwrap()
         .acquire()
         .unwrap();
@@ -191,7 +193,7 @@ fn scenario_an_event_is_refused_on_a_token_of_another_context() {
     assert!(refused.is_err(), "{refused:?}");
     event.synchronize().unwrap();
     drop((recycled, event, green_context, green));
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
 }
 
 // D9: a recycled stream is never handed out while an old owner's weak handle exists.
@@ -230,7 +232,7 @@ fn scenario_a_recycled_stream_is_not_reachable_through_an_old_weak_handle() {
     assert_eq!(third.as_cu(), raw_second, "an unshared stream is reused");
     let _ = raw;
     drop(third);
-    handles_cuda::clear_recycled_streams();
+    handles_cuda::exec::clear_recycled_streams();
 }
 
 // D10: revoking a device's access to a pool is ordered after that device's work, and graphs
@@ -257,15 +259,18 @@ fn scenario_two_gpus_revoking_peer_access_waits_for_work_and_graphs_recheck() {
     home.synchronize().unwrap();
     pool.set_peer_access(1, true).unwrap();
     // A graph on device 1 that uses the pool's memory.
-    let graph =
-        handles_cuda::GraphHandle::capture(&far, handles_cuda::CaptureMode::Relaxed, |capture| {
+    let graph = handles_cuda::graph::GraphHandle::capture(
+        &far,
+        handles_cuda::graph::CaptureMode::Relaxed,
+        |capture| {
             capture.launch(
                 &kernels.fill,
                 &handles_cuda::LaunchConfig::linear(1024, 128),
                 (&buffer, 3, 1024),
             )
-        })
-        .unwrap();
+        },
+    )
+    .unwrap();
     let exec = graph.instantiate().unwrap();
     exec.launch(&far_stream).unwrap();
     // Work queued on device 1, then the revocation: it waits for that work first.

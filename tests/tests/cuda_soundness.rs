@@ -9,12 +9,15 @@
 mod simulator;
 
 use cuda_sim::{Report, SimCommand};
-use handles_cuda::sys;
+use handles_cuda::driver::sys;
 use std::os::fd::AsFd;
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcEventHandle, IpcPointer,
-    MemoryPoolHandle, PoolLocation, PoolProps, StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps, StreamFlags,
+    StreamHandle,
+    exec::EventFlags,
+    ipc::{IpcEventHandle, IpcPointer},
+    memory::PoolLocation,
 };
 use handles_tests::cuda_live_counts;
 use simulator::{Scratch, assert_clean, in_scenario, run_with_report, say, tail};
@@ -60,7 +63,7 @@ fn scenario_buffer_used_on_two_streams_then_dropped() {
         home.synchronize().unwrap();
         other.synchronize().unwrap();
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -103,7 +106,7 @@ fn scenario_synchronous_and_pinned_allocations_used_on_streams_then_dropped() {
         first.synchronize().unwrap();
         second.synchronize().unwrap();
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -153,7 +156,7 @@ fn scenario_work_on_a_stream_captured_by_cudarc_is_refused() {
         }
         home.synchronize().unwrap();
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -234,7 +237,7 @@ fn foreign_current_context_is_refused_and_a_current_primary_is_retained() {
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_foreign_current_context_is_refused_and_a_current_primary_is_retained() {
     in_scenario();
-    handles_cuda::ensure_loaded().unwrap();
+    handles_cuda::driver::ensure_loaded().unwrap();
     // A context another library made, current on this thread.
     let mut foreign = std::ptr::null_mut();
     // SAFETY: the driver is loaded; no creation parameters; device 0 exists.
@@ -278,7 +281,7 @@ fn scenario_foreign_current_context_is_refused_and_a_current_primary_is_retained
             sys::CUresult::CUDA_SUCCESS
         );
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     // The event and the buffer still hold the primary context: destroying and freeing in it
     // is valid.
     drop(event);
@@ -303,7 +306,7 @@ fn a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive() {
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive() {
     in_scenario();
-    handles_cuda::ensure_loaded().unwrap();
+    handles_cuda::driver::ensure_loaded().unwrap();
     let mut foreign = std::ptr::null_mut();
     // SAFETY: the driver is loaded; no creation parameters; device 0 exists.
     let status = unsafe { sys::cuCtxCreate_v4(&mut foreign, std::ptr::null_mut(), 0, 0) };
@@ -325,7 +328,7 @@ fn scenario_a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive
     // what is made in it, through every constructor that keeps its context, outlives the other
     // library's release.
     let mut primary = std::ptr::null_mut();
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     // SAFETY: device 0 exists; released below.
     unsafe {
         assert_eq!(
@@ -343,13 +346,16 @@ fn scenario_a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive
     let legacy = StreamHandle::legacy_in(&current).unwrap();
     let buffer = DevicePtrHandle::alloc(&current, 64).unwrap();
     let host = DevicePtrHandle::alloc_host(&current, 64).unwrap();
-    let graph = handles_cuda::GraphHandle::create(&current).unwrap();
-    let captured =
-        handles_cuda::GraphHandle::capture(&current, handles_cuda::CaptureMode::Global, |_| Ok(()))
-            .unwrap();
-    let events = handles_cuda::EventRecycler::new(&current, EventFlags::default()).unwrap();
+    let graph = handles_cuda::graph::GraphHandle::create(&current).unwrap();
+    let captured = handles_cuda::graph::GraphHandle::capture(
+        &current,
+        handles_cuda::graph::CaptureMode::Global,
+        |_| Ok(()),
+    )
+    .unwrap();
+    let events = handles_cuda::exec::EventRecycler::new(&current, EventFlags::default()).unwrap();
     drop(events.acquire().unwrap());
-    let streams = handles_cuda::StreamRecycler::new(&current, flags, 0).unwrap();
+    let streams = handles_cuda::exec::StreamRecycler::new(&current, flags, 0).unwrap();
     drop(streams.acquire().unwrap());
     drop(current);
     // SAFETY: releases the retain taken above.
@@ -363,13 +369,13 @@ fn scenario_a_foreign_current_context_is_refused_and_a_primary_one_is_kept_alive
             sys::CUresult::CUDA_SUCCESS
         );
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     drop((events, streams));
     // Destroyed in the primary context they keep alive (the simulator reports any destroy in a
     // dead context).
     drop((event, stream, legacy, buffer, host, graph, captured));
-    assert_eq!(handles_cuda::clear_recycled_events(), 1);
-    assert_eq!(handles_cuda::clear_recycled_streams(), 1);
+    assert_eq!(handles_cuda::exec::clear_recycled_events(), 1);
+    assert_eq!(handles_cuda::exec::clear_recycled_streams(), 1);
 }
 
 // Found in review: an event recorded into another library's capture becomes a captured event,
@@ -434,7 +440,7 @@ fn scenario_primary_context_registry_entry_survives_one_thread_letting_go() {
         let theirs = ContextHandle::primary(0).unwrap();
         assert_eq!(theirs.as_cu() as usize, raw);
         drop(theirs);
-        handles_cuda::clear_primary_cache();
+        handles_cuda::exec::clear_primary_cache();
     })
     .join()
     .unwrap();
@@ -532,7 +538,7 @@ fn scenario_forged_ipc_size_is_refused() {
         drop(buffer);
         stream.synchronize().unwrap();
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -585,7 +591,7 @@ fn old_drivers_get_errors_or_fallbacks() {
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_elapsed_time_falls_back_before_cuda_12_8() {
     in_scenario();
-    assert_eq!(handles_cuda::driver_version().unwrap(), 12040);
+    assert_eq!(handles_cuda::driver::driver_version().unwrap(), 12040);
     let context = ContextHandle::primary(0).unwrap();
     let stream = non_blocking(&context);
     let (start, end) = (
@@ -602,7 +608,7 @@ fn scenario_elapsed_time_falls_back_before_cuda_12_8() {
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_a_driver_older_than_cuda_12_is_refused() {
     in_scenario();
-    match handles_cuda::ensure_loaded() {
+    match handles_cuda::driver::ensure_loaded() {
         Err(Error::DriverTooOld { version: 11080, .. }) => {}
         other => panic!("expected DriverTooOld, got {other:?}"),
     }

@@ -2,16 +2,19 @@
 //! machine with a driver, the same calls succeed; either way the test asserts what it saw.
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
-    StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+    exec::EventFlags,
 };
 
 #[test]
 fn entry_points_return_driver_not_found_or_work() {
-    match handles_cuda::ensure_loaded() {
+    match handles_cuda::driver::ensure_loaded() {
         Err(Error::DriverNotFound) => {
-            assert!(!handles_cuda::is_available());
-            assert_eq!(handles_cuda::device_count(), Err(Error::DriverNotFound));
+            assert!(!handles_cuda::driver::is_available());
+            assert_eq!(
+                handles_cuda::driver::device_count(),
+                Err(Error::DriverNotFound)
+            );
             assert_eq!(
                 ContextHandle::primary(0).unwrap_err(),
                 Error::DriverNotFound
@@ -30,16 +33,19 @@ fn entry_points_return_driver_not_found_or_work() {
                 Error::DriverNotFound
             );
             assert_eq!(
-                handles_cuda::GraphHandle::create(&unsafe_free_reference()).unwrap_err(),
+                handles_cuda::graph::GraphHandle::create(&unsafe_free_reference()).unwrap_err(),
                 Error::DriverNotFound
             );
             assert_eq!(
-                handles_cuda::EventRecycler::new(&unsafe_free_reference(), EventFlags::default())
-                    .unwrap_err(),
+                handles_cuda::exec::EventRecycler::new(
+                    &unsafe_free_reference(),
+                    EventFlags::default()
+                )
+                .unwrap_err(),
                 Error::DriverNotFound
             );
             assert_eq!(
-                handles_cuda::StreamRecycler::new(
+                handles_cuda::exec::StreamRecycler::new(
                     &unsafe_free_reference(),
                     handles_cuda::StreamFlags::default(),
                     0
@@ -73,7 +79,7 @@ fn entry_points_return_driver_not_found_or_work() {
         }
         Err(other) => panic!("a driver is present but failed to initialise: {other}"),
         Ok(()) => {
-            assert!(handles_cuda::device_count().unwrap() >= 1);
+            assert!(handles_cuda::driver::device_count().unwrap() >= 1);
             assert!(ContextHandle::primary(0).is_ok());
         }
     }
@@ -82,27 +88,27 @@ fn entry_points_return_driver_not_found_or_work() {
 #[test]
 fn malformed_ipc_payloads_are_rejected_before_the_driver() {
     assert!(matches!(
-        handles_cuda::IpcPointer::from_bytes(&[0u8; 10]),
+        handles_cuda::ipc::IpcPointer::from_bytes(&[0u8; 10]),
         Err(Error::BadIpcPayload { .. })
     ));
-    let mut zero_size = [7u8; handles_cuda::IpcPointer::LEN];
+    let mut zero_size = [7u8; handles_cuda::ipc::IpcPointer::LEN];
     zero_size[64..].copy_from_slice(&0u64.to_le_bytes());
-    assert!(handles_cuda::IpcPointer::from_bytes(&zero_size).is_err());
-    let pointer = handles_cuda::IpcPointer {
+    assert!(handles_cuda::ipc::IpcPointer::from_bytes(&zero_size).is_err());
+    let pointer = handles_cuda::ipc::IpcPointer {
         export_data: [3; 64],
         size: 4096,
     };
     assert_eq!(
-        handles_cuda::IpcPointer::from_bytes(&pointer.to_bytes()),
+        handles_cuda::ipc::IpcPointer::from_bytes(&pointer.to_bytes()),
         Ok(pointer)
     );
-    assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 63]).is_err());
-    assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 64]).is_err());
+    assert!(handles_cuda::ipc::IpcEventHandle::from_bytes(&[1u8; 63]).is_err());
+    assert!(handles_cuda::ipc::IpcEventHandle::from_bytes(&[1u8; 64]).is_err());
     assert!(
-        handles_cuda::IpcEventHandle::from_bytes(&[2u8; 65]).is_err(),
+        handles_cuda::ipc::IpcEventHandle::from_bytes(&[2u8; 65]).is_err(),
         "flags byte 2"
     );
-    assert!(handles_cuda::IpcEventHandle::from_bytes(&[1u8; 65]).is_ok());
+    assert!(handles_cuda::ipc::IpcEventHandle::from_bytes(&[1u8; 65]).is_ok());
 }
 
 /// A context reference for calls that must fail before they use it.
@@ -112,7 +118,7 @@ fn unsafe_free_reference() -> ContextHandle {
     unsafe {
         ContextHandle::from_raw_borrowed(
             std::ptr::null_mut(),
-            handles_cuda::Context::reference(None),
+            handles_cuda::exec::Context::reference(None),
         )
     }
 }
@@ -120,12 +126,15 @@ fn unsafe_free_reference() -> ContextHandle {
 #[test]
 fn nvrtc_calls_return_nvrtc_not_found_or_work() {
     let source = "extern \"C\" __global__ void noop() {}";
-    match handles_cuda::ProgramHandle::new(source, "noop.cu") {
+    match handles_cuda::code::ProgramHandle::new(source, "noop.cu") {
         Err(Error::NvrtcNotFound) => {
-            assert_eq!(handles_cuda::nvrtc_version(), Err(Error::NvrtcNotFound));
+            assert_eq!(
+                handles_cuda::code::nvrtc_version(),
+                Err(Error::NvrtcNotFound)
+            );
         }
         Ok(program) => {
-            assert!(handles_cuda::nvrtc_version().unwrap().0 >= 11);
+            assert!(handles_cuda::code::nvrtc_version().unwrap().0 >= 11);
             program.compile(&[]).unwrap();
             assert!(!program.ptx().unwrap().is_empty());
         }

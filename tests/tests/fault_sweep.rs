@@ -26,10 +26,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use handles_cuda::{
-    AddressReservationHandle, CaptureMode, ContextHandle, DevicePtrHandle, Error, EventFlags,
-    EventHandle, GraphHandle, GreenContextHandle, GrowableBuffer, KernelAttribute, KernelHandle,
-    LaunchConfig, LibraryHandle, MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle,
-    PoolLocation, PoolProps, Result, ReusePolicy, Sharing, StreamFlags, StreamHandle, sys,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, KernelHandle, LaunchConfig, LibraryHandle,
+    MemoryPoolHandle, PoolProps, Result, StreamFlags, StreamHandle,
+    code::KernelAttribute,
+    driver::sys,
+    exec::{EventFlags, GreenContextHandle},
+    graph::{CaptureMode, GraphHandle},
+    memory::{
+        AddressReservationHandle, GrowableBuffer, MappingHandle, PhysicalAllocationHandle,
+        PoolLocation, ReusePolicy, Sharing,
+    },
 };
 use handles_tests::kernels::TestKernels;
 use handles_tests::{Failures, cuda_live_counts};
@@ -340,7 +346,7 @@ fn vmm_growable_buffer() -> Result<()> {
 }
 
 fn vmm_export_import() -> Result<()> {
-    let grain = handles_cuda::granularity(PoolLocation::Device(0))?;
+    let grain = handles_cuda::memory::granularity(PoolLocation::Device(0))?;
     let physical =
         PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::PosixFd)?;
     let fd = physical.export_posix_fd()?;
@@ -465,7 +471,7 @@ fn scenario_child() {
     let start = cuda_live_counts();
     let failures = Failures::watch();
     let result = (scenario.run)();
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     let reported = failures.seen();
     drop(failures);
     match &result {
@@ -483,7 +489,7 @@ fn scenario_child() {
         status => println!("sweep-current-context: unknown ({status:?})"),
     }
     assert_eq!(
-        handles_cuda::cached_imports(),
+        handles_cuda::ipc::cached_imports(),
         0,
         "the IPC import cache is empty"
     );

@@ -16,8 +16,8 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, IpcPointer, MAX_FD_PAYLOAD, MemoryPoolHandle, PoolProps,
-    StreamFlags, StreamHandle, receive_fd, send_fd,
+    ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    ipc::{IpcPointer, MAX_FD_PAYLOAD, receive_fd, send_fd},
 };
 use simulator::{Scratch, describe_leaks, describe_violations, say, tail, this_binary};
 
@@ -408,7 +408,7 @@ fn ipc_exporter() {
         buffer.copy_to_host(&mut back, &stream).unwrap();
         assert_eq!(back, pattern());
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
 }
 
 #[test]
@@ -432,5 +432,5 @@ fn ipc_importer() {
         buffer.copy_to_host(&mut back, &stream).unwrap();
         assert_eq!(back, pattern());
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use handles_cuda::sys;
+use handles_cuda::driver::sys;
 use handles_cuda::{
-    AllocKind, ContextHandle, DevicePtrHandle, Error, EventFlags, EventHandle, IpcPointer,
-    MemoryPoolHandle, PoolProps, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+    exec::EventFlags, ipc::IpcPointer, memory::AllocKind,
 };
 use handles_tests::{Failures, cuda_live_counts, serial, stream};
 
@@ -52,7 +52,7 @@ fn objects_outlive_a_context_dropped_first_and_are_destroyed_before_it() {
         let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
         let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 20, &stream).unwrap();
         // The application drops the context and the pool first.
-        handles_cuda::clear_primary_cache();
+        handles_cuda::exec::clear_primary_cache();
         drop(context);
         drop(pool.clone());
         assert!(stream.context().as_ref().unwrap().strong_count() >= 3);
@@ -82,7 +82,7 @@ fn borrowed_handles_never_destroy() {
     // A reference to a raw value this program manages returns the managing handle.
     // SAFETY: `owned` keeps the stream alive.
     let canonical = unsafe {
-        StreamHandle::from_raw_borrowed(owned.as_cu(), handles_cuda::Stream { context: None })
+        StreamHandle::from_raw_borrowed(owned.as_cu(), handles_cuda::exec::Stream { context: None })
     };
     assert!(canonical.ptr_eq(&owned));
     // A stream created outside the handles: the reference must not destroy it.
@@ -104,8 +104,9 @@ fn borrowed_handles_never_destroy() {
         );
     }
     // SAFETY: the stream stays alive until we destroy it below.
-    let borrowed =
-        unsafe { StreamHandle::from_raw_borrowed(raw, handles_cuda::Stream { context: None }) };
+    let borrowed = unsafe {
+        StreamHandle::from_raw_borrowed(raw, handles_cuda::exec::Stream { context: None })
+    };
     assert!(!borrowed.is_owning());
     drop(borrowed.clone());
     drop(borrowed);
@@ -262,7 +263,7 @@ fn frees_run_in_the_right_context_whatever_is_current() {
 fn bad_input_returns_errors_and_leaks_nothing() {
     let _serial = serial();
     let start = cuda_live_counts();
-    let count = handles_cuda::device_count().unwrap();
+    let count = handles_cuda::driver::device_count().unwrap();
     assert!(matches!(
         ContextHandle::primary(count + 3),
         Err(Error::NoSuchDevice { ordinal, count: c }) if ordinal == count + 3 && c == count
@@ -309,7 +310,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     };
     assert!(DevicePtrHandle::import_ipc(&ipc_pool, &garbage, &stream).is_err());
     assert_eq!(
-        handles_cuda::cached_imports(),
+        handles_cuda::ipc::cached_imports(),
         0,
         "a failed import caches nothing"
     );
@@ -320,7 +321,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     );
     let plain_event = EventHandle::create(&context, EventFlags::default()).unwrap();
     assert!(plain_event.export_ipc().is_err());
-    let bad_token = handles_cuda::IpcEventHandle {
+    let bad_token = handles_cuda::ipc::IpcEventHandle {
         token: [0x11; 64],
         blocking_sync: false,
     };
@@ -337,7 +338,7 @@ fn bad_input_returns_errors_and_leaks_nothing() {
         .is_err()
     );
     drop((not_ipc, plain_event, ipc_pool, pool, stream, context));
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -380,7 +381,7 @@ fn no_leaks_device_memory_and_live_counts_return() {
         "device memory leaked: {free_before} before, {free_after} after"
     );
     drop(context);
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
     failures.assert_none();
 }
@@ -391,7 +392,7 @@ fn two_gpus_pool_peer_access_is_revoked_before_destroy() {
     let _serial = serial();
     let failures = Failures::watch();
     assert!(
-        handles_cuda::device_count().unwrap() >= 2,
+        handles_cuda::driver::device_count().unwrap() >= 2,
         "this test needs two GPUs"
     );
     // The deleter's revoke, run on a live pool: one call per peer, and it takes effect.
@@ -518,7 +519,7 @@ fn a_buffer_used_on_other_streams_is_freed_after_them() {
         context.synchronize().unwrap();
         assert_eq!(pool.used_bytes().unwrap(), 0);
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
     failures.assert_none();
 }
@@ -629,7 +630,7 @@ fn a_legacy_stream_allocation_keeps_the_current_primary_context_alive() {
             )
         };
         drop(context);
-        handles_cuda::clear_primary_cache();
+        handles_cuda::exec::clear_primary_cache();
         buffer.memset_async(1, 1 << 16, &home).unwrap();
         drop(buffer); // freed on the legacy stream of the context it keeps alive
     }
@@ -640,9 +641,9 @@ fn a_legacy_stream_allocation_keeps_the_current_primary_context_alive() {
 #[ignore = "needs a CUDA GPU"]
 fn the_driver_version_is_checked_and_elapsed_time_works() {
     let _serial = serial();
-    let version = handles_cuda::driver_version().unwrap();
+    let version = handles_cuda::driver::driver_version().unwrap();
     println!("driver version {version}");
-    assert!(version >= handles_cuda::MIN_DRIVER_VERSION);
+    assert!(version >= handles_cuda::driver::MIN_DRIVER_VERSION);
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let (start, end) = (
@@ -667,13 +668,13 @@ const NOT_SIMULATED: &[(&str, &str)] = &[];
 fn recycled_events_behave_like_fresh_ones() {
     let _serial = serial();
     let failures = Failures::watch();
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
     let context = ContextHandle::primary(0).unwrap();
     let (a, b) = (stream(&context), stream(&context));
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
     let config = handles_cuda::LaunchConfig::linear(1, 1);
-    let recycler = handles_cuda::EventRecycler::new(&context, EventFlags::default()).unwrap();
-    assert!(handles_cuda::EventRecycler::new(&context, EventFlags::timing()).is_err());
+    let recycler = handles_cuda::exec::EventRecycler::new(&context, EventFlags::default()).unwrap();
+    assert!(handles_cuda::exec::EventRecycler::new(&context, EventFlags::timing()).is_err());
 
     // Released complete and unshared: handed out again, and it looks fresh (complete).
     let first = recycler.acquire().unwrap();
@@ -741,7 +742,7 @@ fn recycled_events_behave_like_fresh_ones() {
     }
     // The thread's cache can be emptied (it holds its events' contexts).
     let live = EventHandle::live_count().unwrap();
-    let cleared = handles_cuda::clear_recycled_events();
+    let cleared = handles_cuda::exec::clear_recycled_events();
     assert!(cleared >= 1);
     assert_eq!(EventHandle::live_count().unwrap(), live - cleared);
     failures.assert_none();
@@ -755,12 +756,12 @@ fn recycled_events_behave_like_fresh_ones() {
 fn recycled_events_are_settled_in_stream_order_only() {
     let _serial = serial();
     let failures = Failures::watch();
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
     let context = ContextHandle::primary(0).unwrap();
     let (a, b) = (stream(&context), stream(&context));
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
     let config = handles_cuda::LaunchConfig::linear(1, 1);
-    let recycler = handles_cuda::EventRecycler::new(&context, EventFlags::default()).unwrap();
+    let recycler = handles_cuda::exec::EventRecycler::new(&context, EventFlags::default()).unwrap();
 
     // A batch recorded on `a`, released, then `a` drained: every one of them comes back.
     let batch: Vec<_> = (0..8).map(|_| recycler.acquire().unwrap()).collect();
@@ -782,7 +783,7 @@ fn recycled_events_are_settled_in_stream_order_only() {
         assert!(event.query().unwrap(), "each looks fresh");
     }
     drop(again);
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
 
     // `slow` is recorded on `a` behind a long kernel, `fast` on `b`, and released after it:
     // `fast` completing must not make `slow` reusable. Likewise `reached`, recorded on `a`
@@ -821,7 +822,7 @@ fn recycled_events_are_settled_in_stream_order_only() {
     }
     a.synchronize().unwrap();
     drop((first, second));
-    handles_cuda::clear_recycled_events();
+    handles_cuda::exec::clear_recycled_events();
     failures.assert_none();
 }
 
@@ -830,10 +831,10 @@ fn recycled_events_are_settled_in_stream_order_only() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn recycled_streams_behave_like_fresh_ones() {
-    use handles_cuda::{StreamFlags, StreamRecycler};
+    use handles_cuda::{StreamFlags, exec::StreamRecycler};
     let _serial = serial();
     let failures = Failures::watch();
-    handles_cuda::clear_recycled_streams();
+    handles_cuda::exec::clear_recycled_streams();
     let context = ContextHandle::primary(0).unwrap();
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
     let config = handles_cuda::LaunchConfig::linear(1, 1);
@@ -933,7 +934,7 @@ fn recycled_streams_behave_like_fresh_ones() {
         assert_eq!(recycler.acquire().unwrap().as_cu(), reused);
     }
     let live = StreamHandle::live_count().unwrap();
-    let cleared = handles_cuda::clear_recycled_streams();
+    let cleared = handles_cuda::exec::clear_recycled_streams();
     assert!(cleared >= 1);
     assert_eq!(StreamHandle::live_count().unwrap(), live - cleared);
     failures.assert_none();

@@ -3,9 +3,11 @@
 //! simulated driver, which knows the test kernels. None of them returns early.
 
 use handles_cuda::{
-    AllocKind, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, Error, GraphHandle,
-    KernelAttribute, KernelHandle, LaunchConfig, LaunchOptions, LaunchProblem, LibraryHandle,
-    MemoryPoolHandle, PoolProps, ProgramHandle,
+    ContextHandle, DevicePtrHandle, Error, KernelHandle, LaunchConfig, LaunchProblem,
+    LibraryHandle, MemoryPoolHandle, PoolProps,
+    code::{Buffer, KernelAttribute, LaunchOptions, ProgramHandle},
+    graph::{CaptureMode, GraphHandle},
+    memory::AllocKind,
 };
 use handles_tests::kernels::{PTX, TestKernels, read_words, words};
 use handles_tests::{Failures, serial, stream};
@@ -544,7 +546,7 @@ extern "C" __global__ void square_u32(unsigned int *data, unsigned int n) {
 fn nvrtc_compiles_a_kernel_that_runs_and_reports_its_log() {
     let _serial = serial();
     let failures = Failures::watch();
-    let (major, _) = handles_cuda::nvrtc_version().unwrap();
+    let (major, _) = handles_cuda::code::nvrtc_version().unwrap();
     assert!(major >= 12, "NVRTC {major}");
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);

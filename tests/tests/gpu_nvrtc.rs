@@ -5,8 +5,8 @@
 //! NVRTC emits for ordinary kernels is used at least once. None of them returns early.
 
 use handles_cuda::{
-    Buffer, ContextHandle, DevicePtrHandle, Error, KernelHandle, LaunchConfig, LibraryHandle,
-    ProgramHandle, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, KernelHandle, LaunchConfig, LibraryHandle, StreamHandle,
+    code::{Buffer, ProgramHandle},
 };
 use handles_tests::{Failures, serial, stream};
 
@@ -23,10 +23,10 @@ fn compile(source: &str) -> LibraryHandle {
 
 /// A kernel of `library` with the parameter list `P`, checked only by the driver's limits:
 /// each test passes buffers large enough for its grid.
-fn kernel<P: handles_cuda::KernelParams>(
+fn kernel<P: handles_cuda::code::KernelParams>(
     library: &LibraryHandle,
     name: &str,
-) -> handles_cuda::TypedKernel<P> {
+) -> handles_cuda::code::TypedKernel<P> {
     let kernel = KernelHandle::get(library, name).unwrap();
     // SAFETY: every test sizes its buffers for the whole grid it launches (checked by the
     // test's own arithmetic next to each launch).
@@ -579,7 +579,7 @@ fn compile_errors_carry_the_log() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn typed_buffers_count_elements() {
-    use handles_cuda::{DeviceBuffer, Elements};
+    use handles_cuda::{DeviceBuffer, code::Elements};
     let _serial = serial();
     let failures = Failures::watch();
     let (_context, stream) = setup();

@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Barrier, OnceLock};
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, IpcPointer, MemoryPoolHandle,
-    PoolLocation, PoolProps, StreamHandle,
+    ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+    exec::EventFlags, ipc::IpcPointer, memory::PoolLocation,
 };
 use handles_tests::{Failures, child, stream};
 
@@ -103,7 +103,7 @@ fn import_in_child() {
     let first = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
     let second = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
     assert!(first.ptr_eq(&second), "two imports share one handle");
-    assert_eq!(handles_cuda::cached_imports(), 1);
+    assert_eq!(handles_cuda::ipc::cached_imports(), 1);
     read(&first);
     drop(first);
     stream.synchronize().unwrap();
@@ -111,7 +111,7 @@ fn import_in_child() {
     drop(second);
     stream.synchronize().unwrap();
     assert_eq!(
-        handles_cuda::cached_imports(),
+        handles_cuda::ipc::cached_imports(),
         0,
         "the entry left with the last handle"
     );
@@ -169,7 +169,7 @@ fn import_in_child() {
         IpcPointer::from_bytes(&truncated).is_err(),
         "truncated payload"
     );
-    assert_eq!(handles_cuda::cached_imports(), 0);
+    assert_eq!(handles_cuda::ipc::cached_imports(), 0);
     println!("child: random and truncated payloads returned errors");
     // Export data of an allocation the exporter already freed: the driver cannot tell it from
     // a live one while the pool still holds the memory, so this is reported, not asserted.
@@ -198,11 +198,11 @@ fn show_the_driver_bug_without_the_cache(
 ) {
     // SAFETY: this child never frees an import while another handle to it is used; it shows
     // the driver's bug on purpose and frees each handle once.
-    unsafe { handles_cuda::set_import_cache_enabled(false) };
+    unsafe { handles_cuda::ipc::set_import_cache_enabled(false) };
     let first = DevicePtrHandle::import_ipc(pool, pointer, stream).unwrap();
     let second = DevicePtrHandle::import_ipc(pool, pointer, stream);
     // SAFETY: turning the cache back on has no precondition.
-    unsafe { handles_cuda::set_import_cache_enabled(true) };
+    unsafe { handles_cuda::ipc::set_import_cache_enabled(true) };
     let second = match second {
         Ok(second) => second,
         Err(error) => {
@@ -252,7 +252,7 @@ fn ipc_events_cross_processes() {
     let context = ContextHandle::primary(0).unwrap();
     if child::role().as_deref() == Some("event-importer") {
         let bytes = env_bytes("HANDLES_IPC_EVENT");
-        let token = handles_cuda::IpcEventHandle::from_bytes(&bytes).unwrap();
+        let token = handles_cuda::ipc::IpcEventHandle::from_bytes(&bytes).unwrap();
         let event = EventHandle::import_ipc(&context, &token).unwrap();
         assert!(
             event.flags().blocking_sync,
@@ -318,13 +318,13 @@ fn reimport_in_child() {
             let flag = std::ptr::from_ref(&*released).cast_mut().cast();
             // SAFETY: the stream is alive; the flag outlives the host function (see above).
             let status = unsafe {
-                handles_cuda::sys::cuLaunchHostFunc(
+                handles_cuda::driver::sys::cuLaunchHostFunc(
                     stream.as_cu(),
                     Some(block_until_released),
                     flag,
                 )
             };
-            assert_eq!(status, handles_cuda::sys::CUresult::CUDA_SUCCESS);
+            assert_eq!(status, handles_cuda::driver::sys::CUresult::CUDA_SUCCESS);
             let first = DevicePtrHandle::import_ipc(&pool, pointer, &stream).unwrap();
             let first_raw = first.as_cu();
             drop(first); // cuMemFreeAsync queued behind the blocked host function

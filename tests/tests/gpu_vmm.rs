@@ -5,9 +5,12 @@
 use std::os::fd::AsRawFd;
 
 use handles_cuda::{
-    AddressReservationHandle, ContextHandle, DevicePtrHandle, GreenContextHandle, GrowableBuffer,
-    LaunchConfig, MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation,
-    PoolProps, ReusePolicy, Sharing, granularity,
+    ContextHandle, DevicePtrHandle, LaunchConfig, MemoryPoolHandle, PoolProps,
+    exec::GreenContextHandle,
+    memory::{
+        AddressReservationHandle, GrowableBuffer, MappingHandle, PhysicalAllocationHandle,
+        PoolLocation, ReusePolicy, Sharing, granularity,
+    },
 };
 use handles_tests::kernels::{TestKernels, read_words};
 use handles_tests::{Failures, child, serial, stream};

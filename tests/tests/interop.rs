@@ -12,7 +12,7 @@ mod simulator;
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
-use handles_cuda::{ContextHandle, DevicePtrHandle, Error, StreamFlags, StreamHandle, sys};
+use handles_cuda::{ContextHandle, DevicePtrHandle, Error, StreamFlags, StreamHandle, driver::sys};
 use handles_tests::cuda_live_counts;
 use simulator::{assert_clean, in_scenario};
 
@@ -59,7 +59,7 @@ fn scenario_slice_stream_stays_reachable() {
         // The slice is freed on its stream, which cudarc keeps until the last `Arc` goes.
         back.synchronize().unwrap();
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -156,7 +156,7 @@ fn scenario_a_lent_reference_is_never_queried_after_its_stream_is_destroyed() {
             Ok::<_, Error>(())
         })
         .unwrap();
-    let record = handles_cuda::Stream {
+    let record = handles_cuda::exec::Stream {
         context: Some(context.clone()),
     };
     // SAFETY: `raw` is a live stream this test destroys only after the reference is gone.
@@ -211,7 +211,7 @@ fn scenario_owned_stream_lent_to_cudarc() {
         );
         assert_eq!(StreamHandle::release_cudarc_loans(), 0);
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -248,7 +248,7 @@ fn scenario_default_stream_tokens_to_cudarc() {
             "tokens are not lent"
         );
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
 
@@ -277,6 +277,6 @@ fn scenario_wrapped_cudarc_stream_round_trips() {
         assert!(weak.upgrade().is_none(), "and only the handle");
         assert_eq!(StreamHandle::release_cudarc_loans(), 0);
     }
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }

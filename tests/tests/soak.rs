@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use handles_cuda::{
-    CaptureMode, ContextHandle, DevicePtrHandle, EventFlags, EventHandle, GraphHandle,
-    LaunchConfig, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, EventHandle, LaunchConfig, MemoryPoolHandle, PoolProps,
+    StreamFlags, StreamHandle,
+    exec::EventFlags,
+    graph::{CaptureMode, GraphHandle},
 };
 use handles_tests::kernels::TestKernels;
 use handles_tests::{Failures, cuda_live_counts};
@@ -158,7 +160,7 @@ fn run_mixed(seconds: u64) -> u64 {
                         operations.fetch_add(1, Ordering::Relaxed);
                     }
                     drop(held);
-                    handles_cuda::clear_primary_cache();
+                    handles_cuda::exec::clear_primary_cache();
                 });
             }
         });

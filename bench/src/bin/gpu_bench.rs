@@ -8,10 +8,14 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, PushKernelArg, sys};
 use handles_bench::{Measured, Variant, interleave, keep};
 use handles_cuda::{
-    AddressReservationHandle, Buffer, CaptureMode, ContextHandle, DevicePtrHandle, EventFlags,
-    EventHandle, EventRecycler, GraphHandle, KernelHandle, LaunchConfig, LibraryHandle,
-    MappingHandle, MemoryPoolHandle, PhysicalAllocationHandle, PoolLocation, PoolProps, Sharing,
-    StreamFlags, StreamHandle, StreamRecycler, TypedKernel,
+    ContextHandle, DevicePtrHandle, EventHandle, KernelHandle, LaunchConfig, LibraryHandle,
+    MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    code::{Buffer, TypedKernel},
+    exec::{EventFlags, EventRecycler, StreamRecycler},
+    graph::{CaptureMode, GraphHandle},
+    memory::{
+        AddressReservationHandle, MappingHandle, PhysicalAllocationHandle, PoolLocation, Sharing,
+    },
 };
 
 const ROUNDS: usize = 31;
@@ -527,7 +531,7 @@ fn graph_launches(
 /// `cuMemMap`+`cuMemSetAccess`+`cuMemUnmap` against `MappingHandle::map`+drop (which adds the
 /// checks, the handle and the wait for the contexts its uses ran in: none here).
 fn vmm_map_unmap() -> Measured {
-    let grain = handles_cuda::granularity(PoolLocation::Device(0)).unwrap();
+    let grain = handles_cuda::memory::granularity(PoolLocation::Device(0)).unwrap();
     let physical =
         PhysicalAllocationHandle::create(PoolLocation::Device(0), grain, Sharing::None).unwrap();
     let reservation = AddressReservationHandle::reserve(grain, grain).unwrap();
@@ -789,7 +793,7 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
 }
 
 fn main() {
-    if let Err(error) = handles_cuda::ensure_loaded() {
+    if let Err(error) = handles_cuda::driver::ensure_loaded() {
         println!("gpu_bench needs a CUDA driver: {error}");
         return;
     }

@@ -4,8 +4,8 @@
 //! of `N`, divided by their difference. See BENCHMARKS.md for the command.
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, EventFlags, EventHandle, MemoryPoolHandle, PoolProps,
-    StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, PoolProps, StreamFlags,
+    StreamHandle, exec::EventFlags,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

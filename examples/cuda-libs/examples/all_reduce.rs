@@ -34,7 +34,7 @@ fn main() {
 }
 
 fn run() -> Result<(), LibError> {
-    let devices = handles_cuda::device_count()?;
+    let devices = handles_cuda::driver::device_count()?;
     if devices < 2 {
         println!(
             "This machine has {devices} GPU(s); an all-reduce needs two, so there is nothing to reduce."
@@ -85,7 +85,7 @@ fn run() -> Result<(), LibError> {
     // Adversarial order: the streams and the contexts first, then the buffers, then the
     // communicators last rank first; each communicator keeps its stream and context alive.
     drop(streams);
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     drop((send_refs, recv_refs));
     drop(sends);
     let mut comms = comms;
@@ -182,5 +182,5 @@ fn rank_process(args: &[String]) -> Result<(), LibError> {
     for (i, byte) in id.iter_mut().enumerate() {
         *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }
-    one_rank("process", rank, handles_cuda::device_count()?, &id)
+    one_rank("process", rank, handles_cuda::driver::device_count()?, &id)
 }

@@ -41,7 +41,7 @@ fn upload(
 }
 
 fn run() -> Result<(), LibError> {
-    handles_cuda::ensure_loaded()?;
+    handles_cuda::driver::ensure_loaded()?;
     let context = ContextHandle::primary(0)?;
     let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0)?;
     let cublas = CublasHandle::new(&stream)?;

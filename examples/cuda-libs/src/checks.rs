@@ -2,7 +2,7 @@
 //! what the call reads or writes, an output does not overlap an input, and every buffer is
 //! reachable from the device the library's code runs on.
 
-use handles_cuda::{AccessGuard, ContextHandle, DevicePtrHandle, StreamHandle};
+use handles_cuda::{ContextHandle, DevicePtrHandle, StreamHandle, memory::AccessGuard};
 
 use crate::error::LibError;
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use common::{on_simulator, stand_in};
 use handles_cuda::{
-    Context, ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
+    exec::Context,
 };
 use handles_cuda_libs::{
     Cublas, CublasHandle, LibError, NcclComm, NcclCommHandle, all_reduce_sum_f32,

@@ -56,7 +56,7 @@ fn child() {
     let (weak_stream, weak_context) = (stream.downgrade(), context.downgrade());
     // The program drops its stream and context first.
     drop((stream, context));
-    handles_cuda::clear_primary_cache();
+    handles_cuda::exec::clear_primary_cache();
     cublas.stream().synchronize().unwrap(); // the driver still accepts the stream
     drop(cublas);
     assert!(

@@ -222,9 +222,9 @@ impl KernelHandle {
     /// launch's own checks accept, any argument values):
     ///
     /// - The kernel's parameters are exactly `P`, in order: each scalar parameter of that
-    ///   scalar type, and each [`Buffer`](crate::Buffer) a pointer that the kernel uses as a device address.
+    ///   scalar type, and each [`Buffer`](crate::code::Buffer) a pointer that the kernel uses as a device address.
     /// - Whenever `bounds(args, config)` returns `Ok`, the kernel reads and writes device
-    ///   memory only inside the `size()` bytes of each [`Buffer`](crate::Buffer) argument (or memory it owns
+    ///   memory only inside the `size()` bytes of each [`Buffer`](crate::code::Buffer) argument (or memory it owns
     ///   itself), and does nothing else that is undefined behaviour on the device (no
     ///   out-of-bounds shared-memory access, no trap-free infinite loop that is relied on to
     ///   end, no use of a buffer's memory after the kernel returns).
@@ -253,7 +253,7 @@ impl KernelHandle {
     ///
     /// The kernel's parameters are exactly `P`, in order, and with these arguments and this
     /// configuration the kernel reads and writes device memory only inside the `size()` bytes
-    /// of each [`Buffer`](crate::Buffer) argument (or memory it owns), with no other undefined behaviour on
+    /// of each [`Buffer`](crate::code::Buffer) argument (or memory it owns), with no other undefined behaviour on
     /// the device.
     pub unsafe fn launch_unchecked<P: KernelParams>(
         &self,

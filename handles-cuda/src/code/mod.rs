@@ -1,4 +1,48 @@
-//! Device code: images, libraries, kernels, launches, and NVRTC programs.
+//! Device code: NVRTC programs, libraries, kernels, typed launches.
+//!
+//! # Guide
+//!
+//! | to | use |
+//! |---|---|
+//! | compile CUDA C++ at run time | [`ProgramHandle::new`], `compile`, `ptx` |
+//! | load PTX, a cubin or a fatbin | [`LibraryHandle::load_ptx`], [`LibraryHandle::load_data`], [`LibraryHandle::load_file`] |
+//! | find a kernel | [`KernelHandle::get`] |
+//! | launch it | [`KernelHandle::typed`] (the one `unsafe` promise: parameter types and a [`BoundsCheck`]), then [`TypedKernel::launch`] with a [`LaunchConfig`] |
+//! | pass memory | [`Elements<T>`] for a [`crate::DeviceBuffer<T>`] (bounds in elements), [`Buffer`] for bytes; scalars as themselves |
+//!
+//! ```no_run
+//! use handles_cuda::code::{Elements, ProgramHandle};
+//! use handles_cuda::{ContextHandle, DeviceBuffer, Error, KernelHandle, LaunchConfig, LibraryHandle};
+//! use handles_cuda::{StreamFlags, StreamHandle};
+//!
+//! # fn main() -> handles_cuda::Result<()> {
+//! let context = ContextHandle::primary(0)?;
+//! let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
+//! let program = ProgramHandle::new(
+//!     r#"extern "C" __global__ void scale(float *xs, unsigned n, float by) {
+//!            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+//!            if (i < n) xs[i] *= by;
+//!        }"#,
+//!     "scale.cu",
+//! )?;
+//! program.compile(&["--gpu-architecture=compute_90"])?;
+//! let library = LibraryHandle::load_data(&program.ptx()?)?;
+//! // SAFETY: scale(xs, n, by) touches xs[i] for i < n only, and the check keeps n within xs.
+//! let scale = unsafe {
+//!     KernelHandle::get(&library, "scale")?.typed::<(Elements<f32>, u32, f32)>(
+//!         |(xs, n, _): &(&DeviceBuffer<f32>, u32, f32), _| {
+//!             if *n as usize <= xs.len() { Ok(()) }
+//!             else { Err(Error::InvalidArgument("n exceeds the buffer".into())) }
+//!         },
+//!     )?
+//! };
+//! let xs = DeviceBuffer::from_slice(&vec![1.0f32; 1024], &stream)?;
+//! scale.launch(&stream, &LaunchConfig::linear(1024, 256), (&xs, 1024, 2.0))?;
+//! assert!(xs.to_vec(&stream)?.iter().all(|&x| x == 2.0));
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
 //!
 //! - **Libraries, kernels, launches.** `Library` (context-independent `cuLibraryLoadData`; the
 //!   image's size headers are checked first, since the driver takes no length) → `Kernel` (no
@@ -18,3 +62,10 @@ pub(crate) mod launch;
 pub(crate) mod library;
 pub(crate) mod params;
 pub(crate) mod program;
+
+pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
+pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
+pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
+pub use self::params::{Buffer, KernelParam, KernelParams};
+pub use self::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
+pub use crate::memory::Elements;

@@ -24,11 +24,11 @@ macro_rules! driver {
     ($function:ident ( $($argument:expr),* $(,)? )) => {
         $crate::driver::call::check(
             const { $crate::driver::call::api_name(stringify!($function)) },
-            $crate::sys::$function($($argument),*),
+            $crate::driver::sys::$function($($argument),*),
         )
     };
     ($function:ident ( $($argument:expr),* $(,)? ) as $name:literal) => {
-        $crate::driver::call::check($name, $crate::sys::$function($($argument),*))
+        $crate::driver::call::check($name, $crate::driver::sys::$function($($argument),*))
     };
 }
 pub(crate) use driver;

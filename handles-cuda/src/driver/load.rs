@@ -282,7 +282,7 @@ pub fn newer_functions() -> impl Iterator<Item = (&'static str, i32)> {
 macro_rules! probed {
     (status $function:ident ( $($argument:expr),* $(,)? )) => {
         match $crate::driver::load::newer::$function.require() {
-            Ok(()) => Ok($crate::sys::$function($($argument),*)),
+            Ok(()) => Ok($crate::driver::sys::$function($($argument),*)),
             Err(error) => Err(error),
         }
     };

@@ -1,4 +1,19 @@
-//! The ground floor: loading the driver, calling it, the one context scope, and capture state.
+//! The driver itself: loading it, its version, its devices, and the raw API.
+//!
+//! # Guide
+//!
+//! | to | use |
+//! |---|---|
+//! | find out whether a driver is there | [`is_available`]; every call returns [`Error::DriverNotFound`](crate::Error::DriverNotFound) otherwise |
+//! | count devices, read the version | [`device_count`], [`driver_version`] (at least [`MIN_DRIVER_VERSION`]) |
+//! | know which newer functions this driver has | [`newer_functions`]; a missing one is [`Error::NotSupported`](crate::Error::NotSupported), never a panic |
+//! | call the driver directly | [`sys`], with raw values from the handles (`as_raw`) |
+//!
+//! The library is loaded on first use, not at start-up: a program without a driver starts and
+//! gets `Err`.
+//!
+//! # How it works
+//!
 //! Knows no handle type.
 //!
 //! - **Driver loading.** cudarc panics on a missing library or symbol, so every entry point first
@@ -11,3 +26,10 @@ pub(crate) mod call;
 pub(crate) mod capture;
 pub(crate) mod current;
 pub(crate) mod load;
+
+pub use self::load::{
+    MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
+    newer_functions,
+};
+/// The raw driver API, as used by this crate (cudarc's bindings).
+pub use cudarc::driver::sys;

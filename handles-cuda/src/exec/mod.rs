@@ -1,4 +1,33 @@
-//! Execution resources: contexts, streams, events, green contexts, and their recyclers.
+//! Execution: contexts, streams, events, green contexts, and their recyclers.
+//!
+//! # Guide
+//!
+//! | to | use |
+//! |---|---|
+//! | get a device's context | [`ContextHandle::primary`] (cached: a second call costs a lookup) |
+//! | queue work in order | [`StreamHandle::create`]; [`StreamHandle::legacy`] and [`StreamHandle::per_thread`] are the default streams |
+//! | order one stream after another, or time work | [`EventHandle::create`], `record`, [`StreamHandle::wait_event`]; [`EventFlags::timing`] and `elapsed_ms` |
+//! | reuse events or streams in a hot loop | [`EventRecycler`], [`StreamRecycler`]: each hands out an object indistinguishable from a fresh one |
+//! | run on a share of the SMs | [`GreenContextHandle::create`] |
+//! | call another library in a context | [`ContextHandle::run`]: current for the call, the caller's restored after |
+//!
+//! ```no_run
+//! use handles_cuda::{ContextHandle, EventHandle, StreamFlags, StreamHandle};
+//! use handles_cuda::exec::EventFlags;
+//!
+//! # fn main() -> handles_cuda::Result<()> {
+//! let context = ContextHandle::primary(0)?;
+//! let producer = StreamHandle::create(&context, StreamFlags::default(), 0)?;
+//! let consumer = StreamHandle::create(&context, StreamFlags::default(), 0)?;
+//! let ready = EventHandle::create(&context, EventFlags::default())?;
+//! ready.record(&producer)?;
+//! consumer.wait_event(&ready)?; // the consumer's later work runs after the producer's earlier work
+//! # Ok(()) }
+//! ```
+//!
+//! No call needs a context bound to the thread: each makes the one it needs current for the call.
+//!
+//! # How it works
 //!
 //! - **Owned contexts, no hidden thread state.** What is made in a context keeps an owning handle
 //!   of it. Work on "the current context" (default-stream tokens, `create_in_current`) resolves it
@@ -47,3 +76,12 @@ pub(crate) mod event_recycler;
 pub(crate) mod green;
 pub(crate) mod stream;
 pub(crate) mod stream_recycler;
+
+pub use self::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
+pub use self::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
+pub use self::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
+pub use self::green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};
+pub use self::stream::{
+    LEGACY_STREAM, PER_THREAD_STREAM, Stream, StreamBox, StreamFlags, StreamHandle, StreamWeak,
+};
+pub use self::stream_recycler::{RecycledStream, StreamRecycler, clear_recycled_streams};

@@ -1,4 +1,18 @@
-//! CUDA graphs: nodes, captures, executable graphs.
+//! CUDA graphs: built node by node or captured, instantiated, replayed.
+//!
+//! # Guide
+//!
+//! | to | use |
+//! |---|---|
+//! | record a sequence of launches and copies once | [`GraphHandle::capture`]: the closure's [`Capture`] queues work on a private stream |
+//! | build a graph node by node | [`GraphHandle::create`], `add_kernel_node`, `add_memset_node`, `add_copy_node`, `add_event_record_node`, `add_empty_node` |
+//! | replay it | [`GraphHandle::instantiate`], then [`GraphExecHandle::launch`] on any stream |
+//! | change its parameters | [`GraphExecHandle::update`] from a graph of the same shape |
+//!
+//! A graph keeps every handle its nodes use (buffers, kernels, events): dropping the user's handles
+//! while the graph lives, or while a replay runs, frees nothing early.
+//!
+//! # How it works
 //!
 //! - **Graphs.** A graph's nodes hold raw values, so the graph keeps their handles
 //!   (*attachments*: buffers, kernels, events); `instantiate` copies them into the `GraphExec`,
@@ -30,3 +44,7 @@
 pub(crate) mod capture;
 pub(crate) mod exec;
 pub(crate) mod nodes;
+
+pub use self::capture::{Capture, CaptureMode};
+pub use self::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
+pub use self::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};

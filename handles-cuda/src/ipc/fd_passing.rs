@@ -7,8 +7,8 @@
 //! the payload; the descriptor rides on the first byte. Both ends must use these functions.
 //!
 //! [`MemoryPoolHandle::export_posix_fd`]: crate::MemoryPoolHandle::export_posix_fd
-//! [`IpcPointer`]: crate::IpcPointer
-//! [`IpcEventHandle`]: crate::IpcEventHandle
+//! [`IpcPointer`]: crate::ipc::IpcPointer
+//! [`IpcEventHandle`]: crate::ipc::IpcEventHandle
 
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;

@@ -40,8 +40,8 @@ pub enum AllocKind {
     /// Part of another allocation ([`DevicePtrHandle::view`]): never freed through it; it keeps
     /// the whole allocation alive, and its uses count as uses of the whole.
     View,
-    /// Mapped virtual memory ([`crate::MappingHandle::device_ptr`], a
-    /// [`crate::GrowableBuffer`] slice): never freed through it; it keeps its mappings alive,
+    /// Mapped virtual memory ([`crate::memory::MappingHandle::device_ptr`], a
+    /// [`crate::memory::GrowableBuffer`] slice): never freed through it; it keeps its mappings alive,
     /// and their unmap waits for its uses.
     Mapped,
 }

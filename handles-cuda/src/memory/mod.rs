@@ -1,4 +1,33 @@
-//! Memory: pools and their tuning, allocations, copies, virtual memory.
+//! Device memory: typed buffers, pools, allocations, copies, virtual memory.
+//!
+//! # Guide
+//!
+//! | to | use |
+//! |---|---|
+//! | hold `n` values of a plain-data type on the device | [`DeviceBuffer<T>`]: `zeroed`, `from_slice`, `to_vec`, `slice` |
+//! | allocate untyped bytes | [`DevicePtrHandle`]: `alloc` (synchronous), `alloc_async` (stream-ordered), `alloc_from_pool` |
+//! | allocate from a pool you configure | [`MemoryPoolHandle::create`] with [`PoolProps`] (device, NUMA host, IPC-capable); [`ReusePolicy`] and [`PoolUsage`] tune and observe it |
+//! | allocate pinned host memory | [`DevicePtrHandle::alloc_host`] |
+//! | reserve address space and map physical memory | [`PhysicalAllocationHandle`], [`AddressReservationHandle`], [`MappingHandle`]; [`GrowableBuffer`] grows in place |
+//! | share memory with another process | a pool with `PoolProps { ipc: true, .. }` and [`crate::ipc`] |
+//!
+//! ```no_run
+//! use handles_cuda::{ContextHandle, DeviceBuffer, StreamFlags, StreamHandle};
+//!
+//! # fn main() -> handles_cuda::Result<()> {
+//! let context = ContextHandle::primary(0)?;
+//! let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
+//! let xs = DeviceBuffer::from_slice(&[1.0f32, 2.0, 3.0], &stream)?;
+//! let head = xs.slice(0..2)?; // a view: the same allocation, two elements
+//! assert_eq!(head.to_vec(&stream)?, [1.0, 2.0]);
+//! # Ok(()) }
+//! ```
+//!
+//! Every allocation is freed exactly once, after the last handle drops and after every stream that
+//! used it (see [`DevicePtrHandle`]); a pointer keeps its pool, context and deallocation stream
+//! alive. Copies count bytes on [`DevicePtrHandle`] and elements on [`DeviceBuffer`].
+//!
+//! # How it works
 //!
 //! - **Peer access** of an owned pool is revoked before `cuMemPoolDestroy`, one device at a time
 //!   (a list including the owner is rejected whole; nvbug 5698116 makes a recycled pool inherit it).
@@ -28,3 +57,20 @@ pub(crate) mod reach;
 pub(crate) mod remote;
 pub(crate) mod typed;
 pub(crate) mod vmm;
+
+pub use self::device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
+pub use self::growable::GrowableBuffer;
+pub use self::pool::{
+    MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
+};
+pub use self::pool_tuning::{PoolUsage, ReusePolicy};
+pub use self::reach::AccessGuard;
+pub use self::typed::{DeviceBuffer, Elements};
+pub use self::vmm::{
+    AddressReservation, AddressReservationBox, AddressReservationHandle, AddressReservationWeak,
+    FabricHandle, Mapping, MappingBox, MappingHandle, MappingWeak, PhysicalAllocation,
+    PhysicalAllocationBox, PhysicalAllocationHandle, PhysicalAllocationWeak, Sharing, granularity,
+};
+/// Plain-old-data element types of [`DeviceBuffer`] (`bytemuck`'s traits; derive them with
+/// `bytemuck`'s `derive` feature).
+pub use bytemuck::{Pod, Zeroable};

@@ -199,7 +199,7 @@ impl SuiteRun<'_> {
     /// Report policy: the child process's own report must have no violation and no leak.
     /// The one exception is `primary_context`, at most one retain per device: a thread-local
     /// primary-context cache of a thread still alive at exit holds one retain per device it
-    /// used (the library's documented caching; `handles_cuda::clear_primary_cache` drops it).
+    /// used (the library's documented caching; `handles_cuda::exec::clear_primary_cache` drops it).
     /// Tests that start processes of their own (IPC importers, exit tests) give those
     /// grandchildren reports of their own (`%p` in the path); they are printed, not checked
     /// here: some leave handles alive or show a driver bug on purpose, and their tests assert

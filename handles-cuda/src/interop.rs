@@ -1,6 +1,17 @@
 //! Interoperation with cudarc's safe types: wrap a `CudaContext`, `CudaStream` or `CudaSlice`
 //! as a handle that keeps the cudarc object alive, and hand handles back to cudarc where its
 //! API allows.
+//!
+//! # Guide
+//!
+//! | to | use |
+//! |---|---|
+//! | use a cudarc context or stream with this crate | [`ContextHandle::from_cudarc`], [`StreamHandle::from_cudarc`] (`unsafe`: see its contract on captures) |
+//! | take over a `CudaSlice` | [`DevicePtrHandle::from_cudarc_slice`]: the handle keeps the slice, and frees it once, after its uses |
+//! | give cudarc a handle's context or stream | [`ContextHandle::to_cudarc`], [`StreamHandle::to_cudarc`]: the handle stays alive while cudarc's wrapper does |
+//! | name the exact cudarc this crate was built with | [`cudarc`] |
+//!
+//! The caller's current context is left as it was by every conversion.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -15,6 +26,9 @@ use crate::exec::context::{Context, ContextHandle};
 use crate::exec::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::sync::lock;
+
+/// The cudarc this crate is built on, for matching versions in code that uses both.
+pub use cudarc;
 
 /// cudarc streams this crate knows about, by raw stream: those wrapped by
 /// [`StreamHandle::from_cudarc`] (`keep: None`: cudarc owns them) and those lent to cudarc by
