@@ -50,8 +50,10 @@ for step in "${steps[@]}"; do
       done
       ;;
     tour)
-      .gpu/tour 2>&1 | tee "$logs/tour.log" || status=1
-      .gpu/ipc 2>&1 | tee "$logs/ipc.log" || status=1
+      # handles-cuda's examples: the tour, then IPC, the inference pipeline and the memory server.
+      for example in tour ipc pipeline memory_server; do
+        ".gpu/$example" 2>&1 | tee "$logs/$example.log" || status=1
+      done
       ;;
     sanitizer)
       # API errors are not reported: the suites provoke them on purpose (bad sizes, bad IPC
@@ -63,10 +65,12 @@ for step in "${steps[@]}"; do
           --test-threads=1 >>"$logs/sanitizer.log" 2>&1 || status=1
         grep -E "ERROR SUMMARY|LEAK SUMMARY|test result" "$logs/sanitizer.log" | tail -n 3
       done
-      echo "== compute-sanitizer .gpu/tour" | tee -a "$logs/sanitizer.log"
-      compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --target-processes all \
-        .gpu/tour >>"$logs/sanitizer.log" 2>&1 || status=1
-      grep -E "ERROR SUMMARY|LEAK SUMMARY|^done" "$logs/sanitizer.log" | tail -n 3
+      for example in tour pipeline memory_server; do
+        echo "== compute-sanitizer .gpu/$example" | tee -a "$logs/sanitizer.log"
+        compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --target-processes all \
+          ".gpu/$example" >>"$logs/sanitizer.log" 2>&1 || status=1
+        grep -E "ERROR SUMMARY|LEAK SUMMARY|done$" "$logs/sanitizer.log" | tail -n 3
+      done
       ;;
     libs)
       # The downstream crate's examples: a cuBLAS GEMM, then an NCCL all-reduce over every GPU

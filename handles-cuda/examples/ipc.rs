@@ -2,8 +2,8 @@
 //! IPC-capable pool and fills it, then sends the pool's descriptor and the buffer's export
 //! token to a child process over a Unix socket; the child imports both and reads the bytes.
 //!
-//! Run with `cargo run -p handles-cuda --example ipc`. Without an NVIDIA driver it says so
-//! and exits with status 0.
+//! Run with `cargo run -p handles-cuda --example ipc`. Without an NVIDIA driver it runs itself
+//! on the checking simulator (strict mode) and ends with its verdict.
 
 use std::error::Error;
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,13 +21,10 @@ fn pattern() -> Vec<u8> {
     (0..LEN).map(|i| (i % 251) as u8).collect()
 }
 
+mod common;
+
 fn main() {
-    if !handles_cuda::driver::is_available() {
-        println!(
-            "No NVIDIA driver was found on this machine, so the IPC example has nothing to run."
-        );
-        return;
-    }
+    common::driver_or_simulator("IPC example");
     let result = match std::env::args().nth(1).as_deref() {
         Some("--child") => child(),
         _ => parent(),
@@ -41,6 +38,7 @@ fn main() {
 /// Allocates and fills a buffer, starts the child with one end of a socket pair as its
 /// standard input, and sends it the pool's descriptor and the buffer's token.
 fn parent() -> Result<(), Box<dyn Error>> {
+    common::simulated_note();
     let context = ContextHandle::primary(0)?;
     let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
     let pool = MemoryPoolHandle::create(&PoolProps {

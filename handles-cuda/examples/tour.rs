@@ -4,7 +4,7 @@
 //!
 //! Run with `cargo run -p handles-cuda --example tour`. Without an NVIDIA driver it runs itself
 //! on the checking simulator (`tests/cuda-sim`, strict mode), says so first, and ends with the
-//! simulator's verdict. Where a driver exists it never loads the simulator.
+//! simulator's verdict (`examples/common`). Where a driver exists it never loads the simulator.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::process::Command;
@@ -23,90 +23,24 @@ const PTX: &str = include_str!("../../tests/kernels/test_kernels.ptx");
 
 const SIZE: usize = 64 << 20;
 
-/// Set in the tour's own run on the simulator, so that it never starts itself again.
-const ON_THE_SIMULATOR: &str = "HANDLES_TOUR_ON_THE_SIMULATOR";
+mod common;
 
 fn main() {
-    let importing = std::env::args().nth(1).as_deref() == Some("--import");
-    if !importing
-        && std::env::var_os(ON_THE_SIMULATOR).is_none()
-        && matches!(
-            handles_cuda::driver::ensure_loaded(),
-            Err(Error::DriverNotFound)
-        )
-    {
-        std::process::exit(on_the_simulator());
-    }
-    let result = if importing { child() } else { parent() };
-    match result {
-        Ok(()) => {}
-        Err(Error::DriverNotFound) => {
-            println!(
-                "No NVIDIA driver and no simulator was found, so the tour has nothing to run."
-            );
-        }
-        Err(error) => {
-            eprintln!("tour failed: {error}");
-            std::process::exit(1);
-        }
-    }
-}
-
-/// No driver here: runs this program again on the checking simulator, in strict mode (the first
-/// violation aborts it), and prints the simulator's verdict over every process it started.
-fn on_the_simulator() -> i32 {
-    use cuda_sim::{Report, SimCommand};
-    println!(
-        "No NVIDIA driver on this machine: the tour runs on the checking simulator (tests/cuda-sim), \
-         strict mode."
-    );
-    if !cuda_sim::is_built() {
-        println!("The simulator is not built; `cargo build -p cuda-sim` builds it.");
-        return 1;
-    }
-    let reports = std::env::temp_dir().join(format!("handles-tour-{}", std::process::id()));
-    if let Err(error) = std::fs::create_dir_all(&reports) {
-        eprintln!("tour: {}: {error}", reports.display());
-        return 1;
-    }
-    let status = cuda_sim::command(std::env::current_exe().expect("own path"))
-        .sim_strict()
-        .sim_report(reports.join("%p.json"))
-        .env(ON_THE_SIMULATOR, "1")
-        .status();
-    let mut merged = Report::default();
-    for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
-        if let Ok(report) = Report::read(entry.path()) {
-            merged.merge(report);
-        }
-    }
-    let _ = std::fs::remove_dir_all(&reports);
-    let leaks = merged.leaks_without_primary();
-    let leaks = if leaks.is_empty() {
-        "none".to_string()
+    common::driver_or_simulator("tour");
+    let result = if std::env::args().nth(1).as_deref() == Some("--import") {
+        child()
     } else {
-        format!("{leaks:?}")
+        parent()
     };
-    let violations = match merged.violations.len() {
-        0 => "no violations".to_string(),
-        n => format!("{n} violations"),
-    };
-    println!("simulator: {violations}; leaks: {leaks}");
-    match status {
-        Ok(status) if status.success() && merged.violations.is_empty() => 0,
-        Ok(status) => status.code().unwrap_or(1).max(1),
-        Err(error) => {
-            eprintln!("tour: cannot run on the simulator: {error}");
-            1
-        }
+    if let Err(error) = result {
+        eprintln!("tour failed: {error}");
+        std::process::exit(1);
     }
 }
 
 fn parent() -> handles_cuda::Result<()> {
     handles_cuda::driver::ensure_loaded()?;
-    if std::env::var_os(ON_THE_SIMULATOR).is_some() {
-        println!("(simulated driver: kernels run on the CPU, and times are logical, not measured)");
-    }
+    common::simulated_note();
     println!("devices: {}", handles_cuda::driver::device_count()?);
     let context = ContextHandle::primary(0)?;
     println!("context   {context:?}");

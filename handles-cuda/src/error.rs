@@ -51,20 +51,45 @@ pub enum Error {
         /// The size of what they must lie in.
         size: usize,
     },
-    /// The elements `start..end` are not within a typed buffer of `len` elements, or the range
-    /// is reversed (`start > end`).
-    #[error("invalid argument: {}", if start > end {
-        format!("the range {start}..{end} is reversed")
-    } else {
-        format!("elements {start}..{end} are outside the {len} of the buffer")
-    })]
+    /// `count` elements from element `start` are not within a typed buffer of `len` elements
+    /// (a copy, or a slice). `start + count` may overflow: it is never computed.
+    #[error(
+        "invalid argument: {count} elements from element {start} are not within the buffer's {len} elements"
+    )]
     ElementsOutOfRange {
         /// The first element asked for.
         start: usize,
-        /// One past the last element asked for.
-        end: usize,
+        /// How many elements were asked for.
+        count: usize,
         /// The buffer's length in elements.
         len: usize,
+    },
+    /// A range whose end comes before its start.
+    #[error("invalid argument: the range {start}..{end} ends before it starts")]
+    ReversedRange {
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+    },
+    /// Memory whose address is not a multiple of the element type's alignment: a kernel that
+    /// reads `element`s from it would fault (`CUDA_ERROR_MISALIGNED_ADDRESS`).
+    #[error(
+        "invalid argument: address {address:#x} is not aligned for {element} (a multiple of {align} bytes)"
+    )]
+    MisalignedElements {
+        /// The memory's device address.
+        address: u64,
+        /// The element type.
+        element: &'static str,
+        /// The element type's alignment in bytes.
+        align: usize,
+    },
+    /// A typed buffer of a zero-sized type, which holds no bytes to allocate or copy.
+    #[error("invalid argument: {element} is zero-sized: a device buffer of it holds nothing")]
+    ZeroSizedElement {
+        /// The element type.
+        element: &'static str,
     },
     /// A copy between typed buffers of different lengths.
     #[error("invalid argument: copying {src} elements into a buffer of {dst}")]
@@ -100,6 +125,23 @@ pub enum Error {
         count: usize,
         /// The element type (`u8` for a size in bytes).
         element: &'static str,
+    },
+    /// More of something than the interface can pass (`count` against `max`).
+    #[error("invalid argument: {count} {what} are more than the {max} that can be passed")]
+    TooMany {
+        /// How many were given.
+        count: usize,
+        /// What they are, in words (plural).
+        what: &'static str,
+        /// The most that can be passed.
+        max: usize,
+    },
+    /// A mapping that starts inside its physical allocation: the driver maps physical memory
+    /// only from its start.
+    #[error("invalid argument: the driver maps physical memory only from offset 0, not {offset}")]
+    PhysicalOffset {
+        /// The offset asked for.
+        offset: usize,
     },
     /// A size, a count or a list that must not be zero or empty was.
     #[error("invalid argument: {what}")]
@@ -184,9 +226,11 @@ pub enum Error {
         count: usize,
     },
     /// An object of one device used where one of another device is needed.
-    #[error("invalid argument: only a pool located on device {expected} can be its current pool{}",
-        match found { Some(found) => format!(" (this one is on device {found})"), None => " (this one is not on a device)".into() })]
+    #[error("invalid argument: {what} must be on device {expected}, and this one is {}",
+        match found { Some(found) => format!("on device {found}"), None => "not on a device".into() })]
     WrongDevice {
+        /// What must be on the device, in words ("a device's current pool").
+        what: &'static str,
         /// The device needed.
         expected: usize,
         /// The device of what was passed, if it is on one.
@@ -241,7 +285,7 @@ pub enum Error {
     /// A device's access to a pool is being revoked, and work from it on the pool's memory is
     /// refused until the revocation ends.
     #[error(
-        "invalid argument: a device's access to this pool is being revoked; work from another device on its memory is refused until the revocation ends"
+        "a device's access to this pool is being revoked; work from another device on its memory is refused until the revocation ends"
     )]
     Revoking,
     /// No context is current on this thread, and the operation needs one.
@@ -280,21 +324,31 @@ pub enum Error {
     /// The stream is being captured into a graph by other code: stream-ordered work through
     /// handles is refused on it until the capture ends.
     #[error(
-        "invalid argument: the stream is being captured into a graph by other code; stream-ordered work through handles is refused on it until the capture ends (capture with `GraphHandle::capture`)"
+        "the stream is being captured into a graph by other code; stream-ordered work through handles is refused on it until the capture ends (capture with `GraphHandle::capture`)"
     )]
     Capturing,
     /// Work on a resource could not be ordered before, or waited for before, its release: the
     /// resource is leaked rather than released while that work may still run.
-    #[error("invalid argument: {what}")]
+    #[error("{what}")]
     Unordered {
         /// What could not be ordered, in words.
         what: &'static str,
     },
     /// A driver call succeeded but made nothing (no graph, no pointer).
-    #[error("invalid argument: {what}")]
+    #[error("{what}")]
     NothingMade {
         /// What was not made, in words.
         what: &'static str,
+    },
+    /// The driver answered something that cannot be true (a device id that is not among the
+    /// machine's devices, a kernel with more parameters than a launch can pass). Nothing was
+    /// done with the answer.
+    #[error("{call} answered something impossible: {what}")]
+    DriverAnomaly {
+        /// The driver function that answered.
+        call: &'static str,
+        /// What it answered, in words.
+        what: String,
     },
     /// An argument was rejected before any driver call, for a reason no other variant names
     /// (and the error of user-written checks, such as a kernel's bounds check).

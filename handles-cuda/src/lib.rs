@@ -74,6 +74,20 @@
 //! - `tracing`: a `tracing` event for every handle created and destroyed.
 #![deny(missing_docs)]
 
+// cudarc takes exactly one linking mode, and this crate's driver probing follows the same
+// choice: without one of the two, a downstream build would get cudarc's run-time loading
+// (through its fallback feature) with this crate's link-time probing, which misses functions.
+#[cfg(not(any(feature = "dynamic-loading", feature = "dynamic-linking")))]
+compile_error!(
+    "handles-cuda needs exactly one of its features `dynamic-loading` (the default) or \
+     `dynamic-linking`; with `default-features = false`, add one of them"
+);
+#[cfg(all(feature = "dynamic-loading", feature = "dynamic-linking"))]
+compile_error!(
+    "handles-cuda's features `dynamic-loading` and `dynamic-linking` exclude each other: \
+     choose one"
+);
+
 pub mod code;
 pub mod driver;
 pub mod exec;

@@ -141,3 +141,76 @@ fn nvrtc_calls_return_nvrtc_not_found_or_work() {
         Err(other) => panic!("neither NvrtcNotFound nor a program: {other}"),
     }
 }
+
+/// Errors that are not about the caller's arguments do not say "invalid argument"; those that
+/// are do, and each message carries its values.
+#[test]
+fn error_messages_say_what_kind_of_error_they_are() {
+    let not_arguments = [
+        Error::Unordered {
+            what: "a use of this memory on another stream could not be ordered",
+        },
+        Error::NothingMade {
+            what: "the allocation made no pointer",
+        },
+        Error::Revoking,
+        Error::Capturing,
+        Error::DriverAnomaly {
+            call: "cuKernelGetParamInfo",
+            what: "more than 4096 parameters".into(),
+        },
+    ];
+    for error in &not_arguments {
+        assert!(
+            !error.to_string().starts_with("invalid argument"),
+            "{error}"
+        );
+    }
+    let arguments = [
+        (
+            Error::ElementsOutOfRange {
+                start: usize::MAX,
+                count: 2,
+                len: 4,
+            },
+            format!(
+                "2 elements from element {} are not within the buffer's 4 elements",
+                usize::MAX
+            ),
+        ),
+        (
+            Error::ReversedRange { start: 5, end: 3 },
+            "the range 5..3 ends before it starts".into(),
+        ),
+        (
+            Error::MisalignedElements {
+                address: 0x1004,
+                element: "f64",
+                align: 8,
+            },
+            "address 0x1004 is not aligned for f64 (a multiple of 8 bytes)".into(),
+        ),
+        (
+            Error::WrongDevice {
+                what: "a device's current pool",
+                expected: 1,
+                found: Some(0),
+            },
+            "a device's current pool must be on device 1, and this one is on device 0".into(),
+        ),
+        (
+            Error::TooMany {
+                count: 3_000_000_000,
+                what: "compiler options",
+                max: i32::MAX as usize,
+            },
+            format!(
+                "3000000000 compiler options are more than the {} that can be passed",
+                i32::MAX
+            ),
+        ),
+    ];
+    for (error, text) in &arguments {
+        assert_eq!(error.to_string(), format!("invalid argument: {text}"));
+    }
+}

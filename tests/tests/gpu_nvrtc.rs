@@ -634,11 +634,55 @@ extern "C" __global__ void saxpy(float a, const float *x, float *y, unsigned n) 
     );
     assert!(bigger.is_err(), "200 elements of a 100-element view");
     // Element ranges outside the buffer are errors, and nothing is copied.
-    assert!(xd.slice(n - 1..n + 1).is_err());
-    assert!(xd.copy_from_at(n - 1, &[1.0, 2.0], &stream).is_err());
+    assert!(matches!(
+        xd.slice(n - 1..n + 1),
+        Err(Error::ElementsOutOfRange { start, count: 2, len }) if start == n - 1 && len == n
+    ));
+    assert!(matches!(
+        xd.slice(std::ops::Range { start: 5, end: 3 }),
+        Err(Error::ReversedRange { start: 5, end: 3 })
+    ));
+    assert!(matches!(
+        xd.copy_from_at(usize::MAX, &[1.0, 2.0], &stream),
+        Err(Error::ElementsOutOfRange {
+            start: usize::MAX,
+            count: 2,
+            ..
+        })
+    ));
     let mut two = [0f32; 2];
-    assert!(xd.copy_to_at(n - 1, &mut two, &stream).is_err());
-    assert!(DeviceBuffer::<f64>::from_bytes(xd.slice(0..3).unwrap().into_bytes()).is_err());
+    assert!(matches!(
+        xd.copy_to_at(n - 1, &mut two, &stream),
+        Err(Error::ElementsOutOfRange { count: 2, .. })
+    ));
+    // Three f32 are not a whole number of f64; one f32 in, two are, but misaligned for f64. A
+    // refused `from_bytes` leaves the caller's handle as it was.
+    let three = xd.slice(0..3).unwrap().into_bytes();
+    assert!(matches!(
+        DeviceBuffer::<f64>::from_bytes(&three),
+        Err(Error::NotWholeElements {
+            size: 12,
+            element_size: 8,
+            ..
+        })
+    ));
+    let odd = xd.slice(1..3).unwrap().into_bytes();
+    assert!(matches!(
+        DeviceBuffer::<f64>::from_bytes(&odd),
+        Err(Error::MisalignedElements { align: 8, .. })
+    ));
+    assert_eq!(odd.size(), 8, "the refused handle is still the caller's");
+    assert_eq!(
+        DeviceBuffer::<f32>::from_bytes(&odd)
+            .unwrap()
+            .to_vec(&stream)
+            .unwrap(),
+        x[1..3]
+    );
+    assert!(matches!(
+        DeviceBuffer::<()>::alloc_async(4, &stream),
+        Err(Error::ZeroSizedElement { .. })
+    ));
     let zeros = DeviceBuffer::<u64>::zeroed(7, &stream).unwrap();
     assert_eq!(zeros.to_vec(&stream).unwrap(), [0u64; 7]);
     let copy = DeviceBuffer::<f32>::alloc_async(n, &stream).unwrap();

@@ -241,9 +241,10 @@ fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
         }
         if sizes.len() > 4096 {
             // The driver caps a kernel's parameters at 32 KiB; a list this long is not real.
-            return Err(Error::InvalidArgument(
-                "cuKernelGetParamInfo reported more than 4096 parameters".into(),
-            ));
+            return Err(Error::DriverAnomaly {
+                call: "cuKernelGetParamInfo",
+                what: "more than 4096 parameters".into(),
+            });
         }
     }
 }

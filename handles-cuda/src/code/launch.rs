@@ -222,10 +222,14 @@ impl KernelHandle {
     /// launch's own checks accept, any argument values):
     ///
     /// - The kernel's parameters are exactly `P`, in order: each scalar parameter of that
-    ///   scalar type, and each [`Buffer`](crate::code::Buffer) a pointer that the kernel uses as a device address.
+    ///   scalar type, each [`Buffer`](crate::code::Buffer) a pointer that the kernel uses as a
+    ///   device address, and each [`Elements<T>`](crate::code::Elements) a pointer to `T` (a
+    ///   `T*` in the kernel, read and written as `T` values, never as a wider or more aligned
+    ///   type). Nothing checks the element type: the driver reports only sizes.
     /// - Whenever `bounds(args, config)` returns `Ok`, the kernel reads and writes device
-    ///   memory only inside the `size()` bytes of each [`Buffer`](crate::code::Buffer) argument (or memory it owns
-    ///   itself), and does nothing else that is undefined behaviour on the device (no
+    ///   memory only inside the `size()` bytes of each [`Buffer`](crate::code::Buffer) argument
+    ///   and the `len()` elements of each [`Elements<T>`](crate::code::Elements) argument (or
+    ///   memory it owns itself), and does nothing else that is undefined behaviour on the device (no
     ///   out-of-bounds shared-memory access, no trap-free infinite loop that is relied on to
     ///   end, no use of a buffer's memory after the kernel returns).
     pub unsafe fn typed<P: KernelParams>(&self, bounds: BoundsCheck<P>) -> Result<TypedKernel<P>> {
@@ -251,10 +255,12 @@ impl KernelHandle {
     ///
     /// # Safety
     ///
-    /// The kernel's parameters are exactly `P`, in order, and with these arguments and this
+    /// The kernel's parameters are exactly `P`, in order, as [`typed`](Self::typed) states it
+    /// (an [`Elements<T>`](crate::code::Elements) is a `T*`), and with these arguments and this
     /// configuration the kernel reads and writes device memory only inside the `size()` bytes
-    /// of each [`Buffer`](crate::code::Buffer) argument (or memory it owns), with no other undefined behaviour on
-    /// the device.
+    /// of each [`Buffer`](crate::code::Buffer) argument and the `len()` elements of each
+    /// `Elements<T>` argument (or memory it owns), with no other undefined behaviour on the
+    /// device.
     pub unsafe fn launch_unchecked<P: KernelParams>(
         &self,
         stream: &StreamHandle,

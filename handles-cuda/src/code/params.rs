@@ -99,8 +99,8 @@ impl<T: bytemuck::Pod> KernelParam for Elements<T> {
     message = "`{Self}` is not a kernel parameter list",
     label = "not a tuple of up to 12 kernel parameter types",
     note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
-            f64, and `Buffer` for a device pointer; a list is a tuple of them, such as \
-            `(Buffer, u32)`"
+            f64, `Buffer` for a device pointer and `Elements<T>` for a typed buffer; a list is \
+            a tuple of them, such as `(Buffer, u32)` or `(Elements<f32>, u32)`"
 )]
 pub trait KernelParams: sealed::Sealed {
     /// The arguments a launch passes: the tuple of each parameter's [`KernelParam::Arg`].

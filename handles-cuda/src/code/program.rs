@@ -131,8 +131,11 @@ impl ProgramHandle {
             .map(|option| c_string("option", option))
             .collect::<Result<Vec<_>>>()?;
         let pointers: Vec<*const c_char> = options.iter().map(|option| option.as_ptr()).collect();
-        let count = i32::try_from(pointers.len())
-            .map_err(|_| Error::InvalidArgument("too many compiler options".into()))?;
+        let count = i32::try_from(pointers.len()).map_err(|_| Error::TooMany {
+            count: pointers.len(),
+            what: "compiler options",
+            max: i32::MAX as usize,
+        })?;
         let _exclusive = self.exclusive();
         // SAFETY: the program is alive and no other call runs on it (the lock); `pointers`
         // holds `count` NUL-terminated strings that outlive the call.

@@ -159,9 +159,10 @@ pub(crate) fn ordinal_of(device: sys::CUdevice) -> Result<usize> {
             return Ok(ordinal);
         }
     }
-    Err(Error::InvalidArgument(format!(
-        "the driver's device {device} is not among this machine's devices"
-    )))
+    Err(Error::DriverAnomaly {
+        call: "cuCtxGetDevice",
+        what: format!("device {device}, which is not among this machine's devices"),
+    })
 }
 
 /// Free and total memory of the current context's device, in bytes.

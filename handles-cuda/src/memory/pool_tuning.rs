@@ -115,6 +115,7 @@ impl MemoryPoolHandle {
         let device = load::device(ordinal)?;
         if self.owning_device() != Some(ordinal) {
             return Err(Error::WrongDevice {
+                what: "a device's current pool",
                 expected: ordinal,
                 found: self.owning_device(),
             });

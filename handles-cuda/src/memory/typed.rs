@@ -47,8 +47,9 @@ impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
     }
 }
 
-/// The bytes of `n` elements of `T`, or an error naming the overflow.
+/// The bytes of `n` elements of `T`, or an error naming the overflow (or the zero-sized type).
 fn bytes_of<T>(n: usize) -> Result<usize> {
+    refuse_zero_sized::<T>()?;
     n.checked_mul(std::mem::size_of::<T>())
         .ok_or_else(|| Error::TooLarge {
             count: n,
@@ -56,16 +57,41 @@ fn bytes_of<T>(n: usize) -> Result<usize> {
         })
 }
 
+fn refuse_zero_sized<T>() -> Result<()> {
+    if std::mem::size_of::<T>() == 0 {
+        return Err(Error::ZeroSizedElement {
+            element: std::any::type_name::<T>(),
+        });
+    }
+    Ok(())
+}
+
 impl<T: Pod> DeviceBuffer<T> {
-    /// Wraps `memory` as elements of `T`: its size must be a whole number of elements (zero
-    /// elements is not an allocation).
-    pub fn from_bytes(memory: DevicePtrHandle) -> Result<Self> {
-        let size = std::mem::size_of::<T>();
-        if size == 0 || !memory.size().is_multiple_of(size) {
+    /// The elements of `memory` (another handle of the same memory, or a view of it): its size
+    /// must be a whole number of elements, possibly none, and its address a multiple of `T`'s
+    /// alignment. On `Err`, `memory` is untouched.
+    pub fn from_bytes(memory: &DevicePtrHandle) -> Result<Self> {
+        Self::wrap(memory.clone())
+    }
+
+    /// The one check of every typed buffer: whole elements of a sized `T` at an address
+    /// aligned for it (a kernel reading a `T` from a misaligned address faults). `size_of` is a
+    /// multiple of `align_of`, so every slice of an aligned buffer is aligned too.
+    fn wrap(memory: DevicePtrHandle) -> Result<Self> {
+        refuse_zero_sized::<T>()?;
+        let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+        if !memory.size().is_multiple_of(size) {
             return Err(Error::NotWholeElements {
                 size: memory.size(),
                 element: std::any::type_name::<T>(),
                 element_size: size,
+            });
+        }
+        if !memory.as_cu().is_multiple_of(align as u64) {
+            return Err(Error::MisalignedElements {
+                address: memory.as_cu(),
+                element: std::any::type_name::<T>(),
+                align,
             });
         }
         Ok(DeviceBuffer {
@@ -77,13 +103,13 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// `n` elements with `cuMemAlloc` in `context` (contents unspecified).
     pub fn alloc(context: &ContextHandle, n: usize) -> Result<Self> {
-        Self::from_bytes(DevicePtrHandle::alloc(context, bytes_of::<T>(n)?)?)
+        Self::wrap(DevicePtrHandle::alloc(context, bytes_of::<T>(n)?)?)
     }
 
     /// `n` elements from the current pool of `stream`'s device, ordered on `stream`
     /// (contents unspecified).
     pub fn alloc_async(n: usize, stream: &StreamHandle) -> Result<Self> {
-        Self::from_bytes(DevicePtrHandle::alloc_async(bytes_of::<T>(n)?, stream)?)
+        Self::wrap(DevicePtrHandle::alloc_async(bytes_of::<T>(n)?, stream)?)
     }
 
     /// `n` elements from `pool`, ordered on `stream` (contents unspecified).
@@ -92,11 +118,20 @@ impl<T: Pod> DeviceBuffer<T> {
         n: usize,
         stream: &StreamHandle,
     ) -> Result<Self> {
-        Self::from_bytes(DevicePtrHandle::alloc_from_pool(
+        Self::wrap(DevicePtrHandle::alloc_from_pool(
             pool,
             bytes_of::<T>(n)?,
             stream,
         )?)
+    }
+
+    /// `n` elements of pinned host memory in `context` (`cuMemHostAlloc`; contents
+    /// unspecified): the staging side of asynchronous copies, which [`copy_to_device`] to and
+    /// from device buffers runs on a stream without the host waiting.
+    ///
+    /// [`copy_to_device`]: DeviceBuffer::copy_to_device
+    pub fn alloc_host(context: &ContextHandle, n: usize) -> Result<Self> {
+        Self::wrap(DevicePtrHandle::alloc_host(context, bytes_of::<T>(n)?)?)
     }
 
     /// `n` zeroed elements from the current pool of `stream`'s device (all-zero bytes are a
@@ -185,10 +220,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// (a view: no copy).
     pub fn slice(&self, range: Range<usize>) -> Result<DeviceBuffer<T>> {
         if range.start > range.end {
-            return Err(Error::ElementsOutOfRange {
+            return Err(Error::ReversedRange {
                 start: range.start,
                 end: range.end,
-                len: self.len,
             });
         }
         let count = range.end - range.start;
@@ -207,7 +241,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if start.checked_add(count).is_none_or(|end| end > self.len) {
             return Err(Error::ElementsOutOfRange {
                 start,
-                end: start.saturating_add(count),
+                count,
                 len: self.len,
             });
         }

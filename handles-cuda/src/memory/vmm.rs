@@ -356,9 +356,9 @@ impl MappingHandle {
             |start: usize, total: usize| start.checked_add(size).is_some_and(|end| end <= total);
         if physical_offset != 0 {
             // The driver maps an allocation only from its start ("currently must be zero").
-            return Err(Error::InvalidArgument(
-                "the driver maps physical memory only from offset 0".into(),
-            ));
+            return Err(Error::PhysicalOffset {
+                offset: physical_offset,
+            });
         }
         if size == 0 || !aligned(offset) || !aligned(size) {
             return Err(Error::Misaligned {
