@@ -11,7 +11,10 @@ use crate::error::LibError;
 pub(crate) fn f32_bytes(rows: usize, cols: usize) -> Result<usize, LibError> {
     rows.checked_mul(cols)
         .and_then(|n| n.checked_mul(4))
-        .ok_or_else(|| LibError::InvalidArgument(format!("a {rows}x{cols} matrix is too large")))
+        .ok_or(LibError::TooLarge {
+            what: "element count",
+            value: rows.saturating_mul(cols),
+        })
 }
 
 /// `Err` unless `buffer` holds at least `bytes` bytes; `what` names the argument and its
@@ -22,11 +25,11 @@ pub(crate) fn require_fits(
     what: impl FnOnce() -> String,
 ) -> Result<(), LibError> {
     if bytes > buffer.size() {
-        return Err(LibError::InvalidArgument(format!(
-            "{} needs {bytes} bytes; the buffer has {}",
-            what(),
-            buffer.size()
-        )));
+        return Err(LibError::TooSmall {
+            what: what(),
+            needs: bytes,
+            has: buffer.size(),
+        });
     }
     Ok(())
 }
@@ -47,7 +50,7 @@ pub(crate) fn device_of(context: &ContextHandle) -> Result<usize, LibError> {
     context
         .run(|| ContextHandle::current().map_err(LibError::from))?
         .and_then(|current| current.device())
-        .ok_or_else(|| LibError::InvalidArgument("the context's device is unknown".into()))
+        .ok_or(LibError::UnknownDevice { what: "context" })
 }
 
 /// `Err` unless each buffer can be used by work queued on `stream` (see

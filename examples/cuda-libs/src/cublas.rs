@@ -90,7 +90,7 @@ impl CublasHandle {
         let c_bytes = f32_bytes(m, n)?;
         require_fits(c, c_bytes, || format!("C ({m}x{n} f32)"))?;
         if !disjoint(c, a) || !disjoint(c, b) {
-            return Err(LibError::InvalidArgument("C overlaps A or B".into()));
+            return Err(LibError::Overlap { output: "C" });
         }
         // Held until the multiplication is queued.
         let _reach = require_reachable([a, b, c], self.stream())?;
@@ -103,8 +103,10 @@ impl CublasHandle {
         }
         loaded()?;
         let dim = |value: usize| {
-            i32::try_from(value)
-                .map_err(|_| LibError::InvalidArgument(format!("dimension {value} exceeds i32")))
+            i32::try_from(value).map_err(|_| LibError::TooLarge {
+                what: "dimension",
+                value,
+            })
         };
         let (mi, ni, ki) = (dim(m)?, dim(n)?, dim(k)?);
         // cuBLAS requires each leading dimension to be at least max(1, rows).

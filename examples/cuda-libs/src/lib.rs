@@ -36,9 +36,8 @@ pub use nccl::{
 fn context_of(
     stream: &handles_cuda::StreamHandle,
 ) -> Result<handles_cuda::ContextHandle, LibError> {
-    stream.context().clone().ok_or_else(|| {
-        LibError::InvalidArgument(
-            "the stream's context is unknown; use a stream made by StreamHandle::create".into(),
-        )
-    })
+    stream
+        .context()
+        .clone()
+        .ok_or(LibError::UnknownDevice { what: "stream" })
 }

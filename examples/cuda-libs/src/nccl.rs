@@ -128,12 +128,14 @@ impl NcclCommHandle {
         unique.sort_unstable();
         unique.dedup();
         if unique.len() != devices.len() || devices.is_empty() {
-            return Err(LibError::InvalidArgument(
-                "ncclCommInitAll needs one stream per distinct device".into(),
-            ));
+            return Err(LibError::Mismatched {
+                what: "ncclCommInitAll needs one stream per distinct device",
+            });
         }
-        let count = i32::try_from(devices.len())
-            .map_err(|_| LibError::InvalidArgument("too many devices".into()))?;
+        let count = i32::try_from(devices.len()).map_err(|_| LibError::TooLarge {
+            what: "device count",
+            value: devices.len(),
+        })?;
         let mut raws = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `raws` has room for `count` communicators, `devices` lists `count` device
         // ordinals; NCCL makes each device's context current itself.
@@ -164,13 +166,13 @@ impl NcclCommHandle {
     ) -> Result<Self, LibError> {
         loaded()?;
         if rank >= world_size {
-            return Err(LibError::InvalidArgument(format!(
-                "rank {rank} is not below the world size {world_size}"
-            )));
+            return Err(LibError::BadRank { rank, world_size });
         }
         let (ranks, this) = (
-            i32::try_from(world_size)
-                .map_err(|_| LibError::InvalidArgument("world size too large".into()))?,
+            i32::try_from(world_size).map_err(|_| LibError::TooLarge {
+                what: "world size",
+                value: world_size,
+            })?,
             rank as i32,
         );
         let context = crate::context_of(stream)?;
@@ -241,9 +243,9 @@ pub fn all_reduce_sum_f32(
     count: usize,
 ) -> Result<(), LibError> {
     if comms.len() != sends.len() || comms.len() != recvs.len() || comms.is_empty() {
-        return Err(LibError::InvalidArgument(
-            "one send and one receive buffer per communicator".into(),
-        ));
+        return Err(LibError::Mismatched {
+            what: "one send and one receive buffer per communicator",
+        });
     }
     // The communicators are locked in a fixed order (by address), so two groups over the
     // same communicators cannot deadlock; one listed twice would wait for itself.
@@ -251,9 +253,7 @@ pub fn all_reduce_sum_f32(
     let mut order: Vec<usize> = (0..comms.len()).collect();
     order.sort_by_key(|&i| raw(i));
     if order.windows(2).any(|pair| raw(pair[0]) == raw(pair[1])) {
-        return Err(LibError::InvalidArgument(
-            "a communicator is listed more than once".into(),
-        ));
+        return Err(LibError::DuplicateComm);
     }
     let bytes = f32_bytes(count, 1)?;
     // Held until the group is queued.

@@ -106,10 +106,7 @@ fn all_reduce_with_a_communicator_listed_twice_is_an_error() {
             let result = result
                 .recv_timeout(Duration::from_secs(5))
                 .expect("all_reduce_sum_f32 did not return within 5 s: it deadlocked");
-            assert!(
-                matches!(result, Err(LibError::InvalidArgument(ref m)) if m.contains("more than once")),
-                "{result:?}"
-            );
+            assert!(matches!(result, Err(LibError::DuplicateComm)), "{result:?}");
             call.join().unwrap();
         },
     );
@@ -157,6 +154,41 @@ fn all_reduce_refuses_memory_its_device_cannot_reach() {
                 is_unreachable(all_reduce_sum_f32(&comm, &[&near], &[&far], 4)),
                 "far receive"
             );
+        },
+    );
+}
+
+#[test]
+fn sgemm_refuses_small_and_overlapping_buffers_with_their_values() {
+    on_simulator(
+        "sgemm_refuses_small_and_overlapping_buffers_with_their_values",
+        1,
+        || {
+            let stream = stream_of(0);
+            let cublas = cublas_on(&stream, stream.context().clone().unwrap());
+            let (m, n, k) = (4, 3, 2);
+            let a = buffer(&stream, m * k * 4);
+            let b = buffer(&stream, k * n * 4);
+            let small = buffer(&stream, m * n * 4 - 4);
+            match cublas.sgemm((m, n, k), &a, &b, &small) {
+                Err(LibError::TooSmall { what, needs, has }) => {
+                    assert_eq!((what.as_str(), needs, has), ("C (4x3 f32)", 48, 44));
+                }
+                other => panic!("expected TooSmall, got {other:?}"),
+            }
+            // C is A itself (big enough for both): refused before cuBLAS.
+            let both = buffer(&stream, m * n * 4);
+            assert!(matches!(
+                cublas.sgemm((m, n, k), &both, &b, &both),
+                Err(LibError::Overlap { output: "C" })
+            ));
+            assert!(matches!(
+                cublas.sgemm((usize::MAX, 2, 2), &a, &b, &both),
+                Err(LibError::TooLarge {
+                    what: "element count",
+                    ..
+                })
+            ));
         },
     );
 }
