@@ -56,6 +56,36 @@ pub fn reset_report_hook() {
     drop(previous);
 }
 
+/// Reports a panic caught where no caller can receive it, such as a callback that a C library
+/// runs on a thread of its own, through the same hook as deleter failures: `type_name` names
+/// what panicked, `raw` the value it was running for, and the error says "panicked: " and the
+/// payload's message. Never unwinds, and drops the payload without letting its `Drop` unwind.
+pub fn report_panic(type_name: &'static str, raw: isize, payload: Box<dyn std::any::Any + Send>) {
+    let message = match DeleteError::from_panic(payload) {
+        DeleteError::Panicked(message) => message,
+        DeleteError::Failed(error) => error.to_string(),
+    };
+    let error = DeleteError::new(CaughtPanic(message));
+    report(&DeleteFailure {
+        type_name,
+        raw,
+        raw_value: &format_args!("{raw:#x}"),
+        error: &error,
+    });
+}
+
+/// A panic caught outside a deleter, as [`report_panic`] reports it.
+#[derive(Debug)]
+struct CaughtPanic(String);
+
+impl std::fmt::Display for CaughtPanic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "panicked: {}", self.0)
+    }
+}
+
+impl std::error::Error for CaughtPanic {}
+
 /// Hands a failure to the installed hook, or prints it. Never unwinds: a panicking hook is
 /// caught and the failure is printed instead, and a panic while printing (the error's `Display`
 /// is user code) is caught too, so nothing aborts a thread that is already unwinding.

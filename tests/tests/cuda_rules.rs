@@ -374,3 +374,44 @@ fn revocation_waits_for_a_use(
     drop(buffer);
     home.synchronize().unwrap();
 }
+
+// Host functions must not call CUDA: the simulator reports a call made from one.
+
+#[test]
+fn a_host_function_that_calls_cuda_is_a_violation() {
+    let name = "a_host_function_that_calls_cuda_is_a_violation";
+    let report = run_scenario(name, &[], &[]);
+    // Every call the closure made is one (the first, making the context current, fails, and
+    // naming its error is a call too); nothing else is.
+    assert!(!report.violations.is_empty());
+    assert!(
+        report
+            .violations
+            .iter()
+            .all(|v| v.kind == "call-from-host-function"),
+        "{:?}",
+        report.violations
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_host_function_that_calls_cuda_is_a_violation() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let (sent, received) = std::sync::mpsc::channel();
+    let inside = context.clone();
+    stream
+        .launch_host(move || {
+            let made = EventHandle::create(&inside, EventFlags::default()).map(|_| ());
+            let _ = sent.send(made);
+        })
+        .unwrap();
+    stream.synchronize().unwrap();
+    let made = received.recv().unwrap();
+    assert!(
+        matches!(made, Err(Error::Driver { code, .. }) if code == sys::CUresult::CUDA_ERROR_NOT_PERMITTED),
+        "{made:?}"
+    );
+}

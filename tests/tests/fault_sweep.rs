@@ -333,6 +333,47 @@ fn graph_nodes_and_update() -> Result<()> {
     stream.synchronize()
 }
 
+fn host_functions() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let ran = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = ran.clone();
+    stream.launch_host(move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    })?;
+    let graph = GraphHandle::create(&context)?;
+    let seen = ran.clone();
+    graph.add_host_node(&[], move || {
+        seen.fetch_add(1, Ordering::SeqCst);
+    })?;
+    let exec = graph.instantiate()?;
+    drop(graph);
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()
+}
+
+fn event_completed() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let event = EventHandle::create(&context, EventFlags::default())?;
+    let buffer = DevicePtrHandle::alloc_async(1 << 20, &stream)?;
+    buffer.memset_async(1, 1 << 20, &stream)?;
+    event.record(&stream)?;
+    let completed = event.completed();
+    let outcome = completed.map(|mut future| {
+        // Polled with a waker that does nothing, until the host function marks it done.
+        let mut task = std::task::Context::from_waker(std::task::Waker::noop());
+        let start = std::time::Instant::now();
+        while std::future::Future::poll(std::pin::Pin::new(&mut future), &mut task).is_pending() {
+            assert!(start.elapsed().as_secs() < 10, "the completion never came");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    handles_cuda::exec::clear_notifiers();
+    outcome
+}
+
 fn vmm_growable_buffer() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
@@ -445,6 +486,9 @@ scenarios! {
         graph_capture_instantiate_launch;
     graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,
         graph_nodes_and_update;
+    host_function_faults: "StreamHandle::launch_host+GraphHandle::add_host_node", 1 devices,
+        host_functions;
+    event_completed_faults: "EventHandle::completed", 1 devices, event_completed;
     vmm_growable_faults: "GrowableBuffer::new+grow_to+slice", 1 devices, vmm_growable_buffer;
     vmm_share_faults: "PhysicalAllocationHandle::export_posix_fd+import_posix_fd+MappingHandle::map",
         1 devices, vmm_export_import;

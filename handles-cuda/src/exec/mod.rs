@@ -10,6 +10,8 @@
 //! | reuse events or streams in a hot loop | [`EventRecycler`], [`StreamRecycler`]: each hands out an object indistinguishable from a fresh one |
 //! | run on a share of the SMs | [`GreenContextHandle::create`] |
 //! | call another library in a context | [`ContextHandle::run`]: current for the call, the caller's restored after |
+//! | run a Rust closure when a stream gets there | [`StreamHandle::launch_host`] (no CUDA calls inside; a panic is caught and reported) |
+//! | await work from async code | [`EventHandle::completed`]: a [`Completion`] future for any executor, woken by a host function, no thread spinning |
 //!
 //! ```no_run
 //! use handles_cuda::{ContextHandle, EventHandle, StreamFlags, StreamHandle};
@@ -70,13 +72,17 @@
 //! `tests/cuda-sim` is a simulated driver that is also a checker (vector clocks per stream); CI
 //! runs the GPU suite on it, and its README lists what it models.
 
+pub(crate) mod completion;
+pub(crate) mod completion_protocol;
 pub(crate) mod context;
 pub(crate) mod event;
 pub(crate) mod event_recycler;
 pub(crate) mod green;
+pub(crate) mod host;
 pub(crate) mod stream;
 pub(crate) mod stream_recycler;
 
+pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers};
 pub use self::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use self::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
 pub use self::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};

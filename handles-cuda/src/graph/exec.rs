@@ -103,6 +103,10 @@ impl GraphExecHandle {
                         .library()
                         .note_launch(context.as_cu(), || Ok(context.clone())),
                     Attachment::Event(_) => Ok(()),
+                    Attachment::Host(function) => function
+                        .record()
+                        .launched_in
+                        .note(context.as_cu(), || Ok(context.clone())),
                 };
                 status = status.and(noted);
             }

@@ -5,7 +5,7 @@
 //! | to | use |
 //! |---|---|
 //! | record a sequence of launches and copies once | [`GraphHandle::capture`]: the closure's [`Capture`] queues work on a private stream |
-//! | build a graph node by node | [`GraphHandle::create`], `add_kernel_node`, `add_memset_node`, `add_copy_node`, `add_event_record_node`, `add_empty_node` |
+//! | build a graph node by node | [`GraphHandle::create`], `add_kernel_node`, `add_memset_node`, `add_copy_node`, `add_event_record_node`, `add_host_node`, `add_empty_node` |
 //! | replay it | [`GraphHandle::instantiate`], then [`GraphExecHandle::launch`] on any stream |
 //! | change its parameters | [`GraphExecHandle::update`] from a graph of the same shape |
 //!
@@ -43,6 +43,7 @@
 
 pub(crate) mod capture;
 pub(crate) mod exec;
+pub(crate) mod host;
 pub(crate) mod nodes;
 
 pub use self::capture::{Capture, CaptureMode};

@@ -14,6 +14,7 @@
 //!
 //! Captures are in `capture.rs`, executable graphs in `exec.rs`.
 
+use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
+use crate::graph::host::HostFunctionHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::sync::lock;
 
@@ -39,6 +41,8 @@ pub(crate) enum Attachment {
     Kernel(KernelHandle),
     /// Held only to keep the event alive.
     Event(#[allow(dead_code)] EventHandle),
+    /// A host node's closure, which notes every launch's context.
+    Host(HostFunctionHandle),
 }
 
 /// A graph being built.
@@ -127,7 +131,7 @@ impl GraphHandle {
 
     /// Adds a node through `add` (the driver call) and attaches `attachments` to the graph,
     /// under the graph's lock.
-    fn add_node(
+    pub(crate) fn add_node(
         &self,
         dependencies: &[GraphNode],
         attachments: impl IntoIterator<Item = Attachment>,
@@ -362,6 +366,44 @@ impl GraphHandle {
     /// The number of handles the graph keeps alive for its nodes.
     pub fn attachment_count(&self) -> usize {
         lock(&self.record().attachments).len()
+    }
+}
+
+impl GraphHandle {
+    /// Adds a node that calls `f` on a driver thread, after `dependencies`, at every launch
+    /// of an executable graph made from this graph (`cuGraphAddHostNode`). The graph and its
+    /// executable graphs keep `f`; it is dropped only after every launch that could call it has
+    /// finished. As for `StreamHandle::launch_host`, `f` must not call CUDA, and a panic is
+    /// caught and reported at each launch.
+    pub fn add_host_node<F: Fn() + Send + Sync + 'static>(
+        &self,
+        dependencies: &[GraphNode],
+        f: F,
+    ) -> Result<GraphNode> {
+        let function = HostFunctionHandle::new(Box::new(f));
+        let params = cudarc::driver::sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(crate::graph::host::run_repeated),
+            userData: function.address() as *mut c_void,
+        };
+        let graph = self.as_cu();
+        self.add_node(
+            dependencies,
+            [Attachment::Host(function.clone())],
+            |node, deps| {
+                // SAFETY: the graph is alive; `deps` are nodes of this graph; `params` names a
+                // closure that the graph keeps alive through its attachment (and each
+                // executable graph through its copy) until every launch that calls it ends.
+                unsafe {
+                    driver!(cuGraphAddHostNode(
+                        node,
+                        graph,
+                        deps.as_ptr(),
+                        deps.len(),
+                        &params
+                    ))
+                }
+            },
+        )
     }
 }
 

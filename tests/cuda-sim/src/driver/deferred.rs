@@ -22,6 +22,19 @@ use super::types::{CuResult, Raw};
 use super::work::{HostCall, Op};
 use super::{Sim, notify_idle, with_sim};
 
+std::thread_local! {
+    /// Set while this thread runs a program's host function.
+    static IN_HOST_FUNCTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running a program's host function, from which the driver forbids
+/// CUDA calls ("host functions must not make any CUDA API calls").
+pub fn in_host_function() -> bool {
+    IN_HOST_FUNCTION
+        .try_with(std::cell::Cell::get)
+        .unwrap_or(false)
+}
+
 /// One queued piece of work, with the stream it was submitted to.
 #[derive(Debug)]
 pub enum Queued {
@@ -288,10 +301,12 @@ impl Sim {
 pub fn start_hosts(calls: Vec<(usize, HostCall)>) {
     for (timeline, (function, data)) in calls {
         std::thread::spawn(move || {
+            IN_HOST_FUNCTION.with(|flag| flag.set(true));
             // SAFETY: the program's host function with the program's data, from
             // `cuLaunchHostFunc` or a host node; called once, outside the simulator's lock,
             // as the driver calls it from a thread of its own.
             unsafe { function(data as *mut c_void) };
+            IN_HOST_FUNCTION.with(|flag| flag.set(false));
             let more = with_sim(|sim| {
                 sim.host_finished(timeline);
                 Ok(sim.pump())

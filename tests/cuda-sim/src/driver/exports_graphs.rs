@@ -268,6 +268,12 @@ export_fns! {
         })
     }
 
+    fn cuGraphAddHostNode(node: *mut Raw, graph: Raw, deps: *const Raw, count: usize, params: *const HostNodeParams) {
+        let params = get(params)?;
+        let function = params.function.ok_or(INVALID_VALUE)?;
+        add_node(node, graph, deps, count, |_| Ok(Op::Host(function, params.data as usize)))
+    }
+
     fn cuGraphAddEmptyNode(node: *mut Raw, graph: Raw, deps: *const Raw, count: usize) {
         add_node(node, graph, deps, count, |_| Ok(Op::Empty))
     }

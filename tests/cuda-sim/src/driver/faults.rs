@@ -87,6 +87,18 @@ pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> 
         });
         return errors::NOT_PERMITTED;
     }
+    if super::deferred::in_host_function() {
+        // The driver forbids CUDA calls from a host function; the real one may fail or
+        // deadlock, this one reports the call and fails it.
+        let _ = super::with_sim(|sim| {
+            sim.checker.violation(
+                "call-from-host-function",
+                format!("{name} called from a host function (cuLaunchHostFunc or a host node)"),
+            );
+            Ok(())
+        });
+        return errors::NOT_PERMITTED;
+    }
     if let Some((_, _, code)) = plan().iter().find(|(f, at, _)| f == name && *at == n) {
         return *code;
     }

@@ -139,6 +139,14 @@ pub struct KernelNodeParams {
     pub ctx: Raw,
 }
 
+/// `CUDA_HOST_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct HostNodeParams {
+    pub function: HostFn,
+    pub data: *mut c_void,
+}
+
 /// `CUDA_MEMSET_NODE_PARAMS` (v1).
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -1,0 +1,141 @@
+//! An event's completion as a `Future`, for any executor and without a thread that spins.
+//!
+//! [`EventHandle::completed`] makes a small private *notifier* stream of the event's context
+//! wait for the event (`cuStreamWaitEvent`: its most recent record at that moment) and then run
+//! a host function that marks the shared state done and wakes the task. A notifier is picked
+//! among the context's notifiers that are idle, so a pending completion does not hold back
+//! another; a context keeps at most [`NOTIFIERS_PER_CONTEXT`] of them, and beyond that many
+//! pending completions, new ones queue behind earlier ones (each still resolves no earlier than
+//! its event). An event already complete resolves at once, with no driver call but a query.
+//!
+//! The host function calls `Waker::wake` on the driver's thread. Wakers of the usual executors
+//! (tokio, async-std, `futures`' executors) only schedule the task; a waker that calls CUDA
+//! itself breaks the host-function rule (see `StreamHandle::launch_host`).
+//!
+//! Dropping the future early is safe: the host function still runs later and finds no waker.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+
+use crate::driver::call::driver;
+use crate::error::{Error, Result};
+use crate::exec::completion_protocol::Shared;
+use crate::exec::context::ContextHandle;
+use crate::exec::event::EventHandle;
+use crate::exec::stream::{StreamFlags, StreamHandle};
+use crate::sync::lock;
+
+/// The most notifier streams one context keeps.
+pub const NOTIFIERS_PER_CONTEXT: usize = 16;
+
+/// The notifier streams, by context. Cleared by [`clear_notifiers`].
+static NOTIFIERS: Mutex<Vec<(ContextHandle, Vec<StreamHandle>)>> = Mutex::new(Vec::new());
+
+/// A future that resolves when the record of an event that was the most recent when
+/// [`EventHandle::completed`] was called has completed. Its output is `Ok(())`; the error of
+/// the driver calls that set it up is returned by `completed` itself.
+#[must_use = "a future does nothing unless awaited"]
+pub struct Completion {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("done", &self.shared.is_done())
+            .finish()
+    }
+}
+
+impl Future for Completion {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, task: &mut TaskContext<'_>) -> Poll<()> {
+        if self.shared.ready_or_register(task.waker()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        // The host function may still run; it finds no waker.
+        self.shared.forget_waker();
+    }
+}
+
+impl EventHandle {
+    /// A future that resolves once the event's most recent record (at the time of this call)
+    /// has completed, or at once if it has (or the event was never recorded). No thread waits
+    /// or spins: a host function on a notifier stream of the event's context wakes the task.
+    /// Works with any executor; dropping the future early is safe.
+    pub fn completed(&self) -> Result<Completion> {
+        if self.query()? {
+            return Ok(Completion {
+                shared: Arc::new(Shared::new(true)),
+            });
+        }
+        let shared = Arc::new(Shared::new(false));
+        let context = match self.context() {
+            Some(context) => context.clone(),
+            None => ContextHandle::current()?.ok_or(Error::NoCurrentContext {
+                what: "an event made without a context handle needs a current context to be \
+                       awaited",
+            })?,
+        };
+        let notifier = notifier(&context)?;
+        notifier.refuse_if_captured()?;
+        notifier
+            .queue(|raw_stream| {
+                // SAFETY: the stream and the event are alive (handles held).
+                unsafe { driver!(cuStreamWaitEvent(raw_stream, self.as_cu(), 0)) }
+            })
+            .status?;
+        let wake = Arc::clone(&shared);
+        notifier.launch_host(move || wake.complete())?;
+        Ok(Completion { shared })
+    }
+}
+
+/// An idle notifier stream of `context`, or a new one while there are fewer than
+/// [`NOTIFIERS_PER_CONTEXT`], or else the next in turn.
+fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
+    let mut all = lock(&NOTIFIERS);
+    let index = match all.iter().position(|(c, _)| c == context) {
+        Some(index) => index,
+        None => {
+            all.push((context.keep_alive()?, Vec::new()));
+            all.len() - 1
+        }
+    };
+    let streams = &mut all[index].1;
+    for (i, stream) in streams.iter().enumerate() {
+        if stream.query()? {
+            // Idle: it goes to the back, so that the next search tries the others first.
+            let stream = streams.remove(i);
+            streams.push(stream.clone());
+            return Ok(stream);
+        }
+    }
+    if streams.len() < NOTIFIERS_PER_CONTEXT {
+        let stream = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
+        streams.push(stream.clone());
+        return Ok(stream);
+    }
+    // All busy: the one used longest ago, which is likely to finish first.
+    let stream = streams.remove(0);
+    streams.push(stream.clone());
+    Ok(stream)
+}
+
+/// Destroys the notifier streams of every context (after their pending completions) and
+/// releases the contexts they kept; returns how many streams there were. For programs and tests
+/// that check for leaks at exit; later completions make new ones.
+pub fn clear_notifiers() -> usize {
+    let all = std::mem::take(&mut *lock(&NOTIFIERS));
+    all.iter().map(|(_, streams)| streams.len()).sum()
+}

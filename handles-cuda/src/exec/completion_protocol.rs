@@ -1,0 +1,73 @@
+//! The state a completion future shares with the host function that ends it, and the protocol
+//! that loses no wake-up: the host function sets `done` and then takes the waker; a poll stores
+//! its waker and then checks `done` again. Whichever order the two run in, either the poll sees
+//! `done` or the host function finds the waker. On its own so that
+//! `tests/loom_completion.rs` can model-check it with loom.
+
+use std::task::Waker;
+
+#[cfg(handles_cuda_loom)]
+use loom::sync::atomic::{AtomicBool, Ordering};
+#[cfg(handles_cuda_loom)]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(handles_cuda_loom))]
+use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(not(handles_cuda_loom))]
+use std::sync::{Mutex, MutexGuard};
+
+/// Whether the awaited work is complete, and the waker of the task waiting for it.
+pub(crate) struct Shared {
+    done: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Shared {
+    pub(crate) fn new(done: bool) -> Self {
+        Shared {
+            done: AtomicBool::new(done),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// Poisoning is ignored: the critical sections only move a waker in or out.
+    fn waker(&self) -> MutexGuard<'_, Option<Waker>> {
+        self.waker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The work is complete: marks it, then wakes the waiting task if there is one.
+    pub(crate) fn complete(&self) {
+        self.done.store(true, Ordering::Release);
+        let waker = self.waker().take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// `true` if complete; otherwise stores `waker` to be woken by [`Self::complete`].
+    pub(crate) fn ready_or_register(&self, waker: &Waker) -> bool {
+        if self.is_done() {
+            return true;
+        }
+        *self.waker() = Some(waker.clone());
+        // `complete` may have run between the check and the store, and found no waker.
+        if self.is_done() {
+            let stored = self.waker().take();
+            drop(stored);
+            return true;
+        }
+        false
+    }
+
+    /// The task no longer waits: its waker is dropped here, on the task's thread, not later on
+    /// the driver's.
+    pub(crate) fn forget_waker(&self) {
+        let stored = self.waker().take();
+        drop(stored);
+    }
+}

@@ -1,0 +1,332 @@
+//! Host functions (`StreamHandle::launch_host`, graph host nodes) and event completions as
+//! futures (`EventHandle::completed`), on a GPU; `on_the_simulator` runs them all again on the
+//! simulated driver, which runs host functions on threads of their own, as the driver does,
+//! and reports any CUDA call made from one. None of them returns early.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use handles_cuda::exec::EventFlags;
+use handles_cuda::graph::GraphHandle;
+use handles_cuda::{ContextHandle, DevicePtrHandle, EventHandle, StreamHandle};
+use handles_tests::{Failures, serial, stream};
+
+mod simulator;
+
+/// A busy stretch of work on `stream`: host functions queued after it really wait for it.
+fn busy(context: &ContextHandle, stream: &StreamHandle) -> DevicePtrHandle {
+    let size = 64 << 20;
+    let buffer = DevicePtrHandle::alloc(context, size).unwrap();
+    for value in 0..4 {
+        buffer.memset_async(value, size, stream).unwrap();
+    }
+    buffer
+}
+
+/// Waits up to 10 s for `done`; panics with `what` otherwise (a hang is a failure, not a skip).
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn host_functions_run_in_stream_order_after_the_work_before_them() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let _busy = busy(&context, &stream);
+    for i in 0..100 {
+        let order = Arc::clone(&order);
+        stream
+            .launch_host(move || order.lock().unwrap().push(i))
+            .unwrap();
+    }
+    // The last one must see the first 99 already done: work after a host function waits.
+    stream.synchronize().unwrap();
+    assert_eq!(*order.lock().unwrap(), (0..100).collect::<Vec<_>>());
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_panicking_host_function_is_reported_and_the_stream_goes_on() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let after = Arc::new(AtomicUsize::new(0));
+    stream
+        .launch_host(|| panic!("a host function panicked on purpose"))
+        .unwrap();
+    let seen = Arc::clone(&after);
+    stream
+        .launch_host(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    let buffer = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    buffer.memset_async(7, 4096, &stream).unwrap();
+    let mut host = [0u8; 4096];
+    buffer.copy_to_host(&mut host, &stream).unwrap();
+    assert!(host.iter().all(|&b| b == 7), "work after the panic ran");
+    assert_eq!(
+        after.load(Ordering::SeqCst),
+        1,
+        "the next host function ran"
+    );
+    let seen = failures.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].starts_with("host function") && seen[0].contains("panicked on purpose"),
+        "{seen:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn captured_handles_are_released_after_the_host_function_off_the_driver_thread() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let before = DevicePtrHandle::live_count().unwrap();
+    let buffer = busy(&context, &stream);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&ran);
+    // The closure holds the last handle of the buffer: it is freed after the host function,
+    // not inside it (a CUDA call there is a violation on the simulator, strict mode).
+    stream
+        .launch_host(move || {
+            assert!(buffer.size() > 0);
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    wait_until("the captured buffer is released", || {
+        DevicePtrHandle::live_count().unwrap() == before
+    });
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_graph_host_node_runs_at_every_launch_and_outlives_every_handle() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let count = Arc::new(AtomicUsize::new(0));
+    let graph = GraphHandle::create(&context).unwrap();
+    let seen = Arc::clone(&count);
+    let first = graph
+        .add_host_node(&[], move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    let seen = Arc::clone(&count);
+    graph
+        .add_host_node(&[first], move || {
+            seen.fetch_add(1000, Ordering::SeqCst);
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    drop(graph);
+    let _busy = busy(&context, &stream);
+    for _ in 0..100 {
+        exec.launch(&stream).unwrap();
+    }
+    // Every handle goes while the launches may still run: the closures stay until they end.
+    drop(exec);
+    stream.synchronize().unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 100 * 1001);
+    assert_eq!(Arc::strong_count(&count), 1, "the closures were released");
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_panicking_graph_host_node_is_reported_at_each_launch() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let graph = GraphHandle::create(&context).unwrap();
+    graph
+        .add_host_node(&[], || panic!("a host node panicked on purpose"))
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    let seen = failures.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(
+        seen.iter().all(|line| line.starts_with("graph host node")),
+        "{seen:?}"
+    );
+}
+
+/// The smallest executor: polls on this thread, parks between polls, counts its wake-ups.
+struct Parker {
+    thread: std::thread::Thread,
+    wakes: AtomicUsize,
+}
+
+impl Wake for Parker {
+    fn wake(self: Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+fn block_on<F: Future>(future: F) -> (F::Output, usize) {
+    let parker = Arc::new(Parker {
+        thread: std::thread::current(),
+        wakes: AtomicUsize::new(0),
+    });
+    let waker = Waker::from(Arc::clone(&parker));
+    let mut task = TaskContext::from_waker(&waker);
+    let mut future = pin!(future);
+    let start = Instant::now();
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut task) {
+            return (output, parker.wakes.load(Ordering::SeqCst));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the future never resolved"
+        );
+        std::thread::park_timeout(Duration::from_secs(1));
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_event_completion_wakes_a_minimal_executor() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    // Never recorded: complete at once.
+    let (_, wakes) = block_on(event.completed().unwrap());
+    assert_eq!(wakes, 0);
+    let buffer = busy(&context, &stream);
+    event.record(&stream).unwrap();
+    let future = event.completed().unwrap();
+    let ((), _) = block_on(future);
+    assert!(
+        event.query().unwrap(),
+        "resolved only once the record completed"
+    );
+    // A future dropped before its event completes is harmless.
+    buffer.memset_async(1, buffer.size(), &stream).unwrap();
+    event.record(&stream).unwrap();
+    drop(event.completed().unwrap());
+    stream.synchronize().unwrap();
+    handles_cuda::exec::clear_notifiers();
+    failures.assert_none();
+}
+
+/// CPU time of this process (user + system), for the no-spinning check.
+fn cpu_time() -> Duration {
+    // SAFETY: `getrusage` fills the struct it is given; RUSAGE_SELF is valid.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let streams: Vec<_> = (0..8).map(|_| stream(&context)).collect();
+    let buffers: Vec<_> = streams
+        .iter()
+        .map(|_| DevicePtrHandle::alloc(&context, 64 << 10).unwrap())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    let (wall, cpu) = (Instant::now(), cpu_time());
+    let completed = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for round in 0..1250 {
+            for (stream, buffer) in streams.iter().zip(&buffers) {
+                buffer
+                    .memset_async(round as u8, buffer.size(), stream)
+                    .unwrap();
+                let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+                event.record(stream).unwrap();
+                let completion = event.completed().unwrap();
+                tasks.push(tokio::spawn(async move {
+                    completion.await;
+                    event.query().unwrap()
+                }));
+            }
+        }
+        let mut completed = 0;
+        for task in tasks {
+            completed += usize::from(task.await.unwrap());
+        }
+        completed
+    });
+    let (wall, cpu) = (wall.elapsed(), cpu_time() - cpu);
+    println!(
+        "10000 completions on 8 streams: {wall:.2?} wall, {cpu:.2?} CPU ({:.0}% of one core)",
+        cpu.as_secs_f64() / wall.as_secs_f64() * 100.0
+    );
+    assert_eq!(
+        completed, 10_000,
+        "every event had completed when its future resolved"
+    );
+    // Spinning would burn about one core per spinning thread for the whole run; the tokio
+    // workers here park between wake-ups.
+    assert!(
+        cpu < wall.mul_f64(1.5) + Duration::from_millis(200),
+        "{cpu:?} of CPU in {wall:?}: something spins"
+    );
+    drop(runtime);
+    for stream in &streams {
+        stream.synchronize().unwrap();
+    }
+    handles_cuda::exec::clear_notifiers();
+    failures.assert_none();
+}
+
+const NOT_SIMULATED: &[(&str, &str)] = &[];
+
+#[test]
+fn on_the_simulator() {
+    simulator::SuiteRun {
+        label: "gpu_host",
+        filters: &[],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 1,
+        env: &[],
+    }
+    .run();
+}
