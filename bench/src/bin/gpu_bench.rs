@@ -573,6 +573,116 @@ const SCALING_OPS: usize = 20_000;
 
 /// Aggregate operations per second of `threads` threads each running `op` `SCALING_OPS`
 /// times after a common start (the median of 5 runs). `setup` makes each thread's state.
+/// Set by the raw host function below.
+static RAW_HOST_RAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+unsafe extern "C" fn raw_host_function(_: *mut std::ffi::c_void) {
+    RAW_HOST_RAN.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// Spins (yielding) until `ran` is set, then clears it.
+fn wait_and_clear(ran: &std::sync::atomic::AtomicBool) {
+    while !ran.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        std::thread::yield_now();
+    }
+}
+
+/// A host function on an idle stream, from the call until it has run (the caller polls a flag
+/// the function sets): the raw `cuLaunchHostFunc` with a C function, and `launch_host` with a
+/// Rust closure (caught panics, captures disposed off the driver's thread). cudarc has only the
+/// raw call (`result::stream::launch_host_function`, `unsafe`), the same as the first row.
+fn host_functions(stream: &StreamHandle) -> Measured {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ran = Arc::new(AtomicBool::new(false));
+    interleave(
+        &mut [
+            Variant::new("raw cuLaunchHostFunc (C function)", || {
+                // SAFETY: the stream is alive; the function only stores to a static.
+                unsafe {
+                    ok(sys::cuLaunchHostFunc(
+                        stream.as_cu(),
+                        Some(raw_host_function),
+                        std::ptr::null_mut(),
+                    ))
+                };
+                wait_and_clear(&RAW_HOST_RAN);
+            }),
+            Variant::new("handles-cuda launch_host (closure)", || {
+                let seen = Arc::clone(&ran);
+                stream
+                    .launch_host(move || seen.store(true, Ordering::Release))
+                    .unwrap();
+                wait_and_clear(&ran);
+            }),
+        ],
+        ROUNDS,
+        200,
+        || {},
+    )
+}
+
+/// Waits on a polled executor (parks between polls): the smallest `block_on`.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut task = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut task) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// An event recorded behind a short memset on an idle stream, then waited for: the driver's
+/// blocking `cuEventSynchronize`, cudarc's `CudaEvent::synchronize`, and awaiting
+/// `EventHandle::completed` on a parking executor (a host function wakes it: the wake-up
+/// latency of the future, against a thread that sits in the driver).
+fn completions(
+    context: &ContextHandle,
+    stream: &StreamHandle,
+    cudarc_context: &Arc<CudaContext>,
+    tracked: &Arc<cudarc::driver::CudaStream>,
+) -> Measured {
+    let event = EventHandle::create(context, EventFlags::default()).unwrap();
+    let buffer = DevicePtrHandle::alloc(context, 4096).unwrap();
+    let cudarc_event = cudarc_context.new_event(None).unwrap();
+    let mut cudarc_buffer = tracked.alloc_zeros::<u8>(4096).unwrap();
+    let measured = interleave(
+        &mut [
+            Variant::new("raw memset+cuEventRecord+cuEventSynchronize", || {
+                buffer.memset_async(1, 4096, stream).unwrap();
+                // SAFETY: the event and the stream are alive.
+                unsafe {
+                    ok(sys::cuEventRecord(event.as_cu(), stream.as_cu()));
+                    ok(sys::cuEventSynchronize(event.as_cu()));
+                }
+            }),
+            Variant::new("handles-cuda memset+record+completed().await", || {
+                buffer.memset_async(1, 4096, stream).unwrap();
+                event.record(stream).unwrap();
+                block_on(event.completed().unwrap());
+            }),
+            Variant::new("cudarc memset_zeros+record+synchronize", || {
+                tracked.memset_zeros(&mut cudarc_buffer).unwrap();
+                cudarc_event.record(tracked).unwrap();
+                cudarc_event.synchronize().unwrap();
+            }),
+        ],
+        ROUNDS,
+        200,
+        || {},
+    );
+    handles_cuda::exec::clear_notifiers();
+    measured
+}
+
 fn aggregate<S>(
     threads: usize,
     setup: impl Fn(usize) -> S + Sync,
@@ -846,5 +956,13 @@ fn main() {
         &graph_launches(&context, &stream, &untracked),
     );
     report("map+unmap 2 MiB", &vmm_map_unmap());
+    report(
+        "host function on an idle stream, until it ran",
+        &host_functions(&stream),
+    );
+    report(
+        "4 KiB memset, event record, wait for it",
+        &completions(&context, &stream, &cudarc_context, &tracked),
+    );
     scaling(&context, &pool);
 }
