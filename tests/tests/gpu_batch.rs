@@ -47,10 +47,13 @@ fn bytes_of(buffer: &DevicePtrHandle, stream: &StreamHandle) -> Vec<u8> {
     bytes
 }
 
+/// A piece of a round trip: offset in `a`, length, whether it goes to `c` (else `b`), offset there.
+type Piece = (usize, usize, bool, usize);
+
 /// The segments of a round trip: `count` pieces of random sizes (1 to 4096 bytes) cut from
 /// `a`, each placed somewhere in `b` or `c` (packed in a shuffled order). Returns the pieces
 /// as `(offset in a, length, into c?, offset there)` and the sizes `b` and `c` need.
-fn segments(random: &mut Random, count: usize) -> (Vec<(usize, usize, bool, usize)>, usize, usize) {
+fn segments(random: &mut Random, count: usize) -> (Vec<Piece>, usize, usize) {
     let lengths: Vec<usize> = (0..count).map(|_| 1 + random.below(4096)).collect();
     let mut order: Vec<usize> = (0..count).collect();
     for i in (1..count).rev() {
@@ -107,7 +110,11 @@ fn round_trip(stream: &StreamHandle, seed: u64) -> [Vec<u8>; 3] {
         let model = if into_c { &mut c_model } else { &mut b_model };
         model[to..to + len].copy_from_slice(&original[from..from + len]);
     }
-    let contents = [bytes_of(&a, stream), bytes_of(&b, stream), bytes_of(&c, stream)];
+    let contents = [
+        bytes_of(&a, stream),
+        bytes_of(&b, stream),
+        bytes_of(&c, stream),
+    ];
     assert!(contents[0] == original, "a came back changed");
     assert!(contents[1] == b_model, "b differs from the model");
     assert!(contents[2] == c_model, "c differs from the model");
@@ -124,7 +131,10 @@ fn sixty_four_copies_of_random_sizes_round_trip_exactly() {
     for seed in [1, 0x5eed, 0xdead_beef] {
         round_trip(&stream, seed);
     }
-    println!("3 round trips of 64 copies each way through {}", path(&stream));
+    println!(
+        "3 round trips of 64 copies each way through {}",
+        path(&stream)
+    );
     failures.assert_none();
 }
 
@@ -155,7 +165,9 @@ fn a_batch_longer_than_one_call_is_split_and_keeps_every_copy() {
     let stream = stream(&context);
     // 2 × 1024 + 7 copies: three calls of the batch function.
     let n = 2 * 1024 + 7;
-    let words: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let words: Vec<u32> = (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
     let src = DeviceBuffer::from_slice(&words, &stream).unwrap();
     let dst = DeviceBuffer::<u32>::zeroed(n, &stream).unwrap();
     let copies: Vec<BatchCopy> = (0..n)
@@ -341,7 +353,10 @@ fn frees_after_a_batch_on_another_stream_are_ordered() {
         // Copies 3, 7, ... all write the first 16 bytes of the view: refused as conflicting.
         assert!(matches!(
             other.copy_batch(&copies),
-            Err(Error::BatchConflict { first: 3, second: 7 })
+            Err(Error::BatchConflict {
+                first: 3,
+                second: 7
+            })
         ));
         let copies: Vec<BatchCopy> = copies
             .into_iter()
@@ -418,7 +433,9 @@ fn an_empty_batch_calls_nothing_and_a_captured_stream_is_refused() {
         let destroyed = unsafe { sys::cuGraphDestroy(graph) };
         assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
     }
-    stream.copy_batch(&[BatchCopy::bytes(&a, 0, &b, 0, 256)]).unwrap();
+    stream
+        .copy_batch(&[BatchCopy::bytes(&a, 0, &b, 0, 256)])
+        .unwrap();
     stream.synchronize().unwrap();
 }
 

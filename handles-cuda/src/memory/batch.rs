@@ -321,9 +321,8 @@ impl StreamHandle {
             })
             .collect::<Result<_>>()?;
         let raw_stream = self.as_cu();
-        let native = !raw_stream.is_null()
-            && raw_stream != LEGACY_STREAM
-            && batch_function().available();
+        let native =
+            !raw_stream.is_null() && raw_stream != LEGACY_STREAM && batch_function().available();
         let ordinal = if native { self.device_ordinal()? } else { 0 };
         let mut queued = 0;
         let status = self.run_bound(|raw| {

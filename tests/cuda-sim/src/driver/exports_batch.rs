@@ -136,8 +136,9 @@ fn first_conflict(ops: &[Op]) -> Option<(usize, usize)> {
         }
     }
     ranges.sort_unstable_by_key(|&(start, _, i, _)| (start, i));
-    let (mut farthest, mut farthest_write): (Option<(u64, usize)>, Option<(u64, usize)>) =
-        (None, None);
+    // The farthest end so far, of any range and of destinations, with its copy.
+    let mut farthest: Option<(u64, usize)> = None;
+    let mut farthest_write: Option<(u64, usize)> = None;
     for (start, end, i, writes) in ranges {
         let before = if writes { farthest } else { farthest_write };
         if let Some((other_end, other)) = before
@@ -175,11 +176,12 @@ unsafe fn batch(
 ) -> Result<(), CuResult> {
     *failed = NO_COPY;
     // SAFETY: forwarded from the caller.
-    let ops = unsafe { parse(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs) }
-        .map_err(|(status, at)| {
+    let ops = unsafe { parse(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs) }.map_err(
+        |(status, at)| {
             *failed = at;
             status
-        })?;
+        },
+    )?;
     if stream == 0 || stream == STREAM_LEGACY {
         return Err(INVALID_VALUE);
     }
