@@ -105,6 +105,28 @@ pub enum Error {
         /// The length of the copy.
         len: usize,
     },
+    /// Copy `index` of a batch ([`crate::exec::StreamHandle::copy_batch`]) was refused for
+    /// `cause` (a range outside its buffer, a source overlapping its destination, memory the
+    /// stream's device cannot reach); nothing of the batch was queued.
+    #[error("copy {index} of the batch: {cause}")]
+    InBatch {
+        /// The copy's position in the batch.
+        index: usize,
+        /// Why it was refused.
+        cause: Box<Error>,
+    },
+    /// Two copies of one batch touch the same bytes, and at least one of them writes them:
+    /// copies in a batch run in no particular order, so the result would depend on the order
+    /// the driver picks. Nothing of the batch was queued.
+    #[error(
+        "invalid argument: copies {first} and {second} of the batch touch the same bytes and one of them writes them; copies in a batch run in no particular order"
+    )]
+    BatchConflict {
+        /// The lower position of the two copies.
+        first: usize,
+        /// The higher position.
+        second: usize,
+    },
     /// Memory that is not a whole number of elements of the type asked for.
     #[error(
         "invalid argument: {size} bytes are not a whole number of {element} ({element_size} bytes each)"

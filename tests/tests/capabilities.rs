@@ -134,6 +134,17 @@ fn scenario_entry_points_on_an_old_driver() {
         "{count:?}"
     );
 
+    // Batched copies: the batch function, or a loop of cuMemcpyAsync without it.
+    let words: Vec<u32> = (0..64).collect();
+    let src = handles_cuda::DeviceBuffer::from_slice(&words, &stream).unwrap();
+    let dst = handles_cuda::DeviceBuffer::<u32>::zeroed(64, &stream).unwrap();
+    let copies: Vec<_> = (0..64)
+        .map(|i| handles_cuda::memory::BatchCopy::elements(&src, i, &dst, 63 - i, 1).unwrap())
+        .collect();
+    stream.copy_batch(&copies).unwrap();
+    let reversed: Vec<u32> = words.iter().rev().copied().collect();
+    assert_eq!(dst.to_vec(&stream).unwrap(), reversed);
+
     // Green contexts: creation needs the 12.4 family, a stream also cuGreenCtxStreamCreate.
     let create = GreenContextHandle::create(0, 16);
     let needs_for_create = [

@@ -200,6 +200,34 @@ fn alloc_from_pool() -> Result<()> {
     stream.synchronize()
 }
 
+/// A batch of three calls' worth of copies (2 × 1024 + 8) on a second stream between buffers of
+/// the first: a failure of any call, the second batch call included (after the first chunk was
+/// queued), must leave every free ordered after what was queued.
+fn copy_batch() -> Result<()> {
+    let context = primary()?;
+    let home = new_stream(&context)?;
+    let other = new_stream(&context)?;
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    let a = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &home)?;
+    let b = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &home)?;
+    let c = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &home)?;
+    a.memset_async(1, 1 << 16, &home)?;
+    home.synchronize()?;
+    let copies: Vec<handles_cuda::memory::BatchCopy> = (0..2 * 1024 + 8)
+        .map(|i| {
+            // The first 1024 copies write `b`, the rest `c`: the free of `c` is ordered only
+            // if the later calls were queued.
+            let (dst, at) = if i < 1024 { (&b, i) } else { (&c, i - 1024) };
+            handles_cuda::memory::BatchCopy::bytes(&a, i * 16, dst, at * 16, 16)
+        })
+        .collect();
+    let batched = other.copy_batch(&copies);
+    drop(copies);
+    drop((a, b, c));
+    batched?;
+    other.synchronize()
+}
+
 fn alloc_async() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
@@ -473,6 +501,7 @@ scenarios! {
         pool_peer_access_two_devices;
     alloc_from_pool_faults: "DevicePtrHandle::alloc_from_pool", 1 devices, alloc_from_pool;
     alloc_async_faults: "DevicePtrHandle::alloc_async", 1 devices, alloc_async;
+    copy_batch_faults: "StreamHandle::copy_batch", 1 devices, copy_batch;
     alloc_synchronous_faults: "DevicePtrHandle::alloc", 1 devices, alloc_synchronous;
     alloc_host_faults: "DevicePtrHandle::alloc_host", 1 devices, alloc_host;
     pointer_ipc_faults: "DevicePtrHandle::export_ipc+import_ipc", 1 devices,

@@ -233,7 +233,7 @@ impl Capability {
 }
 
 macro_rules! capabilities {
-    ($($symbol:ident = $needs:literal,)*) => {
+    ($($(#[$only:meta])* $symbol:ident = $needs:literal,)*) => {
         /// The driver functions newer than CUDA 12.0 that this crate calls, each with the
         /// version that brought it.
         #[allow(non_upper_case_globals)]
@@ -241,13 +241,14 @@ macro_rules! capabilities {
             use super::Capability;
             $(
                 #[doc = concat!("`", stringify!($symbol), "`")]
+                $(#[$only])*
                 pub(crate) static $symbol: Capability =
                     Capability::new(stringify!($symbol), concat!(stringify!($symbol), "\0"), $needs);
             )*
         }
 
         /// Every entry of [`newer`], for the tests that walk the table.
-        pub(crate) static CAPABILITIES: &[&Capability] = &[$(&newer::$symbol),*];
+        pub(crate) static CAPABILITIES: &[&Capability] = &[$($(#[$only])* &newer::$symbol),*];
     };
 }
 
@@ -262,13 +263,21 @@ capabilities! {
     cuGreenCtxStreamCreate = 12050,
     cuKernelGetParamInfo = 12040,
     cuLibraryGetKernelCount = 12040,
+    // Batched copies: the bindings of CUDA 12.8 and 12.9 declare the first form (with a
+    // `failIdx` out-parameter); those of 13.0 on declare only `_v2`, without it, which drivers
+    // of 13.0 and newer export.
+    #[cfg(any(feature = "cuda-12080", feature = "cuda-12090"))]
+    cuMemcpyBatchAsync = 12080,
+    #[cfg(not(any(feature = "cuda-12080", feature = "cuda-12090")))]
+    cuMemcpyBatchAsync_v2 = 13000,
 }
 
 /// The driver functions newer than [`MIN_DRIVER_VERSION`] that this crate calls, each with the
 /// CUDA version that brought it (1000 × major + 10 × minor). On a driver that is older, or that
 /// does not export one of them, every call that needs it returns [`Error::NotSupported`]
-/// naming it (or uses a fallback: `elapsed_ms` falls back to `cuEventElapsedTime`, and a
-/// kernel's parameter sizes are then unknown).
+/// naming it (or uses a fallback: `elapsed_ms` falls back to `cuEventElapsedTime`, a
+/// kernel's parameter sizes are then unknown, and `StreamHandle::copy_batch` queues one
+/// `cuMemcpyAsync` per copy).
 pub fn newer_functions() -> impl Iterator<Item = (&'static str, i32)> {
     CAPABILITIES
         .iter()

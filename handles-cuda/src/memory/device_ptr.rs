@@ -364,6 +364,16 @@ impl DevicePtrHandle {
         Ok(unsafe { DevicePtrHandle::from_raw_borrowed(start, record) })
     }
 
+    /// The handle whose record keeps this memory's ordering: the allocation a view is part of
+    /// (through views of views), else this handle. A view's uses, reach and ordering are its
+    /// root's, so code that reports each buffer once reports roots.
+    pub(crate) fn ordering_root(&self) -> &DevicePtrHandle {
+        match &self.record().release {
+            Release::View(parent) => parent.ordering_root(),
+            _ => self,
+        }
+    }
+
     /// The record of memory another library frees on `home` when `owner` drops.
     pub(crate) fn foreign_record(
         size: usize,

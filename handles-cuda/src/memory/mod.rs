@@ -8,6 +8,7 @@
 //! | allocate untyped bytes | [`DevicePtrHandle`]: `alloc` (synchronous), `alloc_async` (stream-ordered), `alloc_from_pool` |
 //! | allocate from a pool you configure | [`MemoryPoolHandle::create`] with [`PoolProps`] (device, NUMA host, IPC-capable); [`ReusePolicy`] and [`PoolUsage`] tune and observe it |
 //! | allocate pinned host memory | [`DevicePtrHandle::alloc_host`] |
+//! | queue many copies in one call | [`BatchCopy`] (bytes or elements) and [`StreamHandle::copy_batch`](crate::StreamHandle::copy_batch): `cuMemcpyBatchAsync`, or a loop on older drivers |
 //! | reserve address space and map physical memory | [`PhysicalAllocationHandle`], [`AddressReservationHandle`], [`MappingHandle`]; [`GrowableBuffer`] grows in place |
 //! | share memory with another process | a pool with `PoolProps { ipc: true, .. }` and [`crate::ipc`] |
 //!
@@ -42,12 +43,20 @@
 //! - **Pool tuning** (`pool_tuning.rs`): attributes, usage, and `set_device_current`, which keeps
 //!   an owned pool alive in a process-wide table while it is the device's current pool.
 //!
+//! - **Batched copies** (`batch.rs`): every copy is checked as a single copy is
+//!   (`copy_ranges`), then the batch as a whole (no copy writes bytes another touches: the
+//!   driver orders nothing inside a batch), then capture state and reach, with the guards held
+//!   until the copies are queued; each allocation is reported once, however many copies and
+//!   views name it. `cuMemcpyBatchAsync` takes up to 1024 copies a call; older drivers and the
+//!   legacy stream get one `cuMemcpyAsync` per copy, with the same checks.
+//!
 //! - **Reach.** Memory of a pool on another device is used only while that device has peer
 //!   access (`DevicePtrHandle::check_accessible_on`, called by every safe method that queues
 //!   work, and by graph launches for each buffer); each such use holds an `AccessGuard` until
 //!   its work is queued and notes its context in the pool, and revoking the access first waits
 //!   for the guards (new uses are refused meanwhile), then for those contexts.
 
+pub(crate) mod batch;
 pub(crate) mod copy;
 pub(crate) mod device_ptr;
 pub(crate) mod growable;
@@ -58,6 +67,7 @@ pub(crate) mod remote;
 pub(crate) mod typed;
 pub(crate) mod vmm;
 
+pub use self::batch::BatchCopy;
 pub use self::device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
 pub use self::growable::GrowableBuffer;
 pub use self::pool::{

@@ -237,7 +237,7 @@ impl<T: Pod> DeviceBuffer<T> {
         })
     }
 
-    fn check_range(&self, start: usize, count: usize) -> Result<()> {
+    pub(crate) fn check_range(&self, start: usize, count: usize) -> Result<()> {
         if start.checked_add(count).is_none_or(|end| end > self.len) {
             return Err(Error::ElementsOutOfRange {
                 start,

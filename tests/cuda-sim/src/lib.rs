@@ -185,7 +185,7 @@ impl SimCommand for Command {
 pub struct Violation {
     /// `unordered-free`, `unordered-unmap`, `use-after-free`, `destroyed-handle`,
     /// `double-destroy`, `wrong-context`, `out-of-bounds`, `no-access`, `misaligned`,
-    /// `free-while-mapped`, `call-from-destructor` or `call-from-host-function`.
+    /// `free-while-mapped`, `call-from-destructor`, `call-from-host-function` or `batch-conflict`.
     pub kind: String,
     /// What happened, naming the calls involved and their sequence numbers.
     pub message: String,

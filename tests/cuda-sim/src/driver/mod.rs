@@ -33,6 +33,7 @@ mod devices;
 mod errors;
 mod events;
 mod exports;
+mod exports_batch;
 mod exports_cudarc;
 mod exports_graphs;
 mod exports_green;
