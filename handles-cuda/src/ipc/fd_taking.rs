@@ -36,7 +36,8 @@ use crate::error::{Error, Result};
 /// [`Error::FdTake`] with the failing call and its errno: `ENOSYS` (Linux older than 5.6),
 /// `EPERM` (no ptrace-attach rights over `pid`: see the [module docs](self) for who may take
 /// from whom, and [`allow_fd_taking_by`] for the exporter's opt-in), `ESRCH` (no such process),
-/// `EBADF` (no such descriptor in it), `EINVAL` (`pid` is 0 or above `i32::MAX`).
+/// `EBADF` (no such descriptor in it, or `fd` is negative), `EINVAL` (`pid` is 0 or above
+/// `i32::MAX`).
 pub fn take_fd(pid: u32, fd: i32) -> Result<OwnedFd> {
     let failed = |call, errno: rustix::io::Errno| Error::FdTake {
         call,
@@ -53,8 +54,13 @@ pub fn take_fd(pid: u32, fd: i32) -> Result<OwnedFd> {
             fd,
             errno: libc::EINVAL,
         })?;
-    let pidfd =
-        rustix::process::pidfd_open(target, PidfdFlags::empty()).map_err(|e| failed("pidfd_open", e))?;
+    let pidfd = rustix::process::pidfd_open(target, PidfdFlags::empty())
+        .map_err(|e| failed("pidfd_open", e))?;
+    if fd < 0 {
+        // The kernel's answer for a negative number, given without the call (rustix takes
+        // only descriptor numbers that can exist).
+        return Err(failed("pidfd_getfd", rustix::io::Errno::BADF));
+    }
     rustix::process::pidfd_getfd(&pidfd, fd, PidfdGetfdFlags::empty())
         .map_err(|e| failed("pidfd_getfd", e))
 }
