@@ -190,7 +190,8 @@ fn device_properties_are_read_once_per_device() {
         &[],
         &[("CUDA_SIM_DEVICES", "2"), (READS, "100"), (UNKNOWN, "0")],
     );
-    let calls = |report: &cuda_sim::Report, name: &str| report.calls.get(name).copied().unwrap_or(0);
+    let calls =
+        |report: &cuda_sim::Report, name: &str| report.calls.get(name).copied().unwrap_or(0);
     for name in [
         "cuDeviceGetAttribute",
         "cuDeviceGetName",
@@ -200,8 +201,14 @@ fn device_properties_are_read_once_per_device() {
     ] {
         let (one, hundred) = (calls(&once, name), calls(&many, name));
         assert!(one > 0, "{name} was not called");
-        assert_eq!(hundred, 2 * one, "{name}: 100 reads of 2 devices against 1 of 1");
-        say(format!("{name}: {one} call(s) for one read; {hundred} for 100 reads of 2 devices"));
+        assert_eq!(
+            hundred,
+            2 * one,
+            "{name}: 100 reads of 2 devices against 1 of 1"
+        );
+        say(format!(
+            "{name}: {one} call(s) for one read; {hundred} for 100 reads of 2 devices"
+        ));
     }
 }
 
@@ -223,12 +230,18 @@ fn an_attribute_the_driver_does_not_know_is_none() {
             &[("cuDeviceGetAttribute", n, "CUDA_ERROR_INVALID_VALUE")],
             &[("CUDA_SIM_DEVICES", "1"), (READS, "1"), (UNKNOWN, "1")],
         );
-        say(format!("attribute query {n} of {attributes} unknown: that field is None"));
+        say(format!(
+            "attribute query {n} of {attributes} unknown: that field is None"
+        ));
     }
     run_scenario(
         "device_properties",
         &[("cuDeviceGetAttribute", 1, "CUDA_ERROR_INVALID_VALUE")],
-        &[("CUDA_SIM_DEVICES", "1"), (READS, "1"), (UNKNOWN, "anomaly")],
+        &[
+            ("CUDA_SIM_DEVICES", "1"),
+            (READS, "1"),
+            (UNKNOWN, "anomaly"),
+        ],
     );
     say("the compute capability unknown: Error::DriverAnomaly");
 }
@@ -243,7 +256,13 @@ fn scenario_device_properties() {
         let first = device.properties();
         if unknown == "anomaly" {
             assert!(
-                matches!(first, Err(Error::DriverAnomaly { call: "cuDeviceGetAttribute", .. })),
+                matches!(
+                    first,
+                    Err(Error::DriverAnomaly {
+                        call: "cuDeviceGetAttribute",
+                        ..
+                    })
+                ),
                 "{first:?}"
             );
             println!("refused: {}", first.unwrap_err());

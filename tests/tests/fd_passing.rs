@@ -309,10 +309,7 @@ fn start_child(test: &str, role: &str) -> std::process::Child {
 }
 
 /// The first line of `child`'s stdout that starts with `tag`, split after it.
-fn announced(
-    lines: &mut impl Iterator<Item = std::io::Result<String>>,
-    tag: &str,
-) -> Vec<String> {
+fn announced(lines: &mut impl Iterator<Item = std::io::Result<String>>, tag: &str) -> Vec<String> {
     let line = lines
         .map(Result::unwrap)
         .find_map(|line| line.find(tag).map(|at| line[at + tag.len()..].to_owned()))
@@ -351,13 +348,29 @@ fn take_fd_takes_a_descriptor_of_a_child_process() {
     File::from(taken.try_clone().unwrap())
         .write_all_at(b"WRITTEN", 0)
         .unwrap();
-    expect_fd_take(handles_cuda::ipc::take_fd(pid, 4093), "pidfd_getfd", libc::EBADF);
-    expect_fd_take(handles_cuda::ipc::take_fd(pid, -1), "pidfd_getfd", libc::EBADF);
-    expect_fd_take(handles_cuda::ipc::take_fd(0, fd), "pidfd_open", libc::EINVAL);
+    expect_fd_take(
+        handles_cuda::ipc::take_fd(pid, 4093),
+        "pidfd_getfd",
+        libc::EBADF,
+    );
+    expect_fd_take(
+        handles_cuda::ipc::take_fd(pid, -1),
+        "pidfd_getfd",
+        libc::EBADF,
+    );
+    expect_fd_take(
+        handles_cuda::ipc::take_fd(0, fd),
+        "pidfd_open",
+        libc::EINVAL,
+    );
 
     drop(child.stdin.take()); // the child reads its memfd back, prints it and exits
     let back = announced(&mut lines, "BACK ");
-    assert_eq!(back.join(" "), "WRITTEN by the child", "the parent's write reached the child");
+    assert_eq!(
+        back.join(" "),
+        "WRITTEN by the child",
+        "the parent's write reached the child"
+    );
     lines.for_each(drop);
     assert!(child.wait().unwrap().success());
     // Our copy outlives the exporter: the open file is still there.
@@ -366,7 +379,9 @@ fn take_fd_takes_a_descriptor_of_a_child_process() {
     expect_fd_take(gone, "pidfd_open", libc::ESRCH);
     let message = handles_cuda::ipc::take_fd(pid, fd).unwrap_err().to_string();
     assert!(
-        message.starts_with(&format!("taking descriptor {fd} of process {pid} failed: pidfd_open: no such process")),
+        message.starts_with(&format!(
+            "taking descriptor {fd} of process {pid} failed: pidfd_open: no such process"
+        )),
         "{message}"
     );
 }
@@ -374,13 +389,21 @@ fn take_fd_takes_a_descriptor_of_a_child_process() {
 #[test]
 #[ignore = "a child process, started by take_fd_takes_a_descriptor_of_a_child_process"]
 fn fd_holder() {
-    assert_eq!(std::env::var(ROLE).as_deref(), Ok("holder"), "run by the parent");
+    assert_eq!(
+        std::env::var(ROLE).as_deref(),
+        Ok("holder"),
+        "run by the parent"
+    );
     let file = memfd(b"written by the child");
     // The parent is an ancestor, which Yama's ptrace_scope 1 allows anyway; naming it shows
     // the opt-in works (`false` on a kernel without Yama).
     let parent = std::os::unix::process::parent_id();
     let registered = handles_cuda::ipc::allow_fd_taking_by(parent).unwrap();
-    println!("HOLD {} {} (PR_SET_PTRACER registered: {registered})", std::process::id(), file.as_raw_fd());
+    println!(
+        "HOLD {} {} (PR_SET_PTRACER registered: {registered})",
+        std::process::id(),
+        file.as_raw_fd()
+    );
     std::io::stdout().flush().unwrap();
     let mut rest = String::new();
     std::io::stdin().read_to_string(&mut rest).unwrap();
@@ -411,7 +434,12 @@ fn take_fd_without_the_right_is_eperm() {
         1
     };
     let output = Command::new(std::env::current_exe().unwrap())
-        .args(["unprivileged_taker", "--exact", "--include-ignored", "--nocapture"])
+        .args([
+            "unprivileged_taker",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+        ])
         .env(ROLE, "taker")
         .env("HANDLES_TAKE_FROM", target.to_string())
         .stdin(Stdio::null())
@@ -425,14 +453,21 @@ fn take_fd_without_the_right_is_eperm() {
     );
     say(format!(
         "take_fd EPERM: {}",
-        stdout.lines().find(|line| line.starts_with("refused")).unwrap_or("")
+        stdout
+            .lines()
+            .find(|line| line.starts_with("refused"))
+            .unwrap_or("")
     ));
 }
 
 #[test]
 #[ignore = "a child process, started by take_fd_without_the_right_is_eperm"]
 fn unprivileged_taker() {
-    assert_eq!(std::env::var(ROLE).as_deref(), Ok("taker"), "run by the parent");
+    assert_eq!(
+        std::env::var(ROLE).as_deref(),
+        Ok("taker"),
+        "run by the parent"
+    );
     let target: u32 = std::env::var("HANDLES_TAKE_FROM").unwrap().parse().unwrap();
     // SAFETY: plain system calls that change only this process's credentials.
     unsafe {
@@ -443,10 +478,14 @@ fn unprivileged_taker() {
         }
     }
     let refused = handles_cuda::ipc::take_fd(target, 0);
-    expect_fd_take(refused.map_err(|error| {
-        println!("refused: {error}");
-        error
-    }), "pidfd_getfd", libc::EPERM);
+    expect_fd_take(
+        refused.map_err(|error| {
+            println!("refused: {error}");
+            error
+        }),
+        "pidfd_getfd",
+        libc::EPERM,
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,7 +64,10 @@ fn device_properties_agree_with_the_driver_and_are_read_once() {
             .unwrap()
             .run(handles_cuda::driver::mem_get_info)
             .unwrap();
-        assert_eq!(context_total, properties.total_memory, "cuMemGetInfo's total");
+        assert_eq!(
+            context_total, properties.total_memory,
+            "cuMemGetInfo's total"
+        );
         assert!(free <= context_total);
         assert_eq!(
             PciLocation::parse(&properties.pci_bus_id),
@@ -93,15 +96,19 @@ fn device_properties_agree_with_the_driver_and_are_read_once() {
         assert!(known(properties.max_block_dim_x, "block x") <= per_block);
         assert!(known(properties.max_grid_dim_x, "grid x") >= 65535);
         let shared = known(properties.max_shared_memory_per_block, "shared per block");
-        let optin = known(properties.max_shared_memory_per_block_optin, "opt-in shared");
+        let optin = known(
+            properties.max_shared_memory_per_block_optin,
+            "opt-in shared",
+        );
         let per_sm = known(
             properties.max_shared_memory_per_multiprocessor,
             "shared per SM",
         );
-        assert!(shared <= optin && optin <= per_sm, "{shared} {optin} {per_sm}");
         assert!(
-            known(properties.max_threads_per_multiprocessor, "threads per SM") >= per_block
+            shared <= optin && optin <= per_sm,
+            "{shared} {optin} {per_sm}"
         );
+        assert!(known(properties.max_threads_per_multiprocessor, "threads per SM") >= per_block);
         assert!(known(properties.global_memory_bus_width, "bus width") > 0);
         assert_eq!(properties.unified_addressing, Some(true));
         assert_eq!(properties.memory_pools_supported, Some(true));

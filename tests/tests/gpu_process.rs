@@ -610,8 +610,13 @@ fn ipc_pool_imported_from_a_process_by_pid_and_descriptor() {
     let buffer = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
     let mut back = vec![0u8; SIZE];
     buffer.copy_to_host(&mut back, &stream).unwrap();
-    assert!(back == pattern(SIZE), "the importer reads what the exporter wrote");
-    println!("parent: imported the pool of process {pid} (descriptor {fd}) with pidfd_getfd and read {SIZE} bytes");
+    assert!(
+        back == pattern(SIZE),
+        "the importer reads what the exporter wrote"
+    );
+    println!(
+        "parent: imported the pool of process {pid} (descriptor {fd}) with pidfd_getfd and read {SIZE} bytes"
+    );
     let wrong = MemoryPoolHandle::import_from_process(pid, 4093, 0);
     assert!(
         matches!(wrong, Err(handles_cuda::Error::FdTake { call: "pidfd_getfd", errno, .. }) if errno == libc::EBADF),

@@ -189,7 +189,11 @@ impl PciLocation {
 impl fmt::Display for PciLocation {
     /// `domain:bus:device`, as in a bus id without its function (`0000:18:00`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:02x}:{:02x}", self.domain, self.bus, self.device)
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}",
+            self.domain, self.bus, self.device
+        )
     }
 }
 
@@ -676,7 +680,14 @@ mod tests {
         assert_eq!(PciLocation::parse("0000:18:00.0"), Some(expected));
         assert_eq!(PciLocation::parse("00000000:18:00.0"), Some(expected));
         assert_eq!(expected.to_string(), "0000:18:00");
-        for bad in ["", "18:00.0", "0000:18:00", "0000:18:00.0:1", "zz:18:00.0", "0:1:2."] {
+        for bad in [
+            "",
+            "18:00.0",
+            "0000:18:00",
+            "0000:18:00.0:1",
+            "zz:18:00.0",
+            "0:1:2.",
+        ] {
             assert_eq!(PciLocation::parse(bad), None, "{bad:?}");
         }
     }

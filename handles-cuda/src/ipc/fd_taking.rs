@@ -1,24 +1,7 @@
 //! Taking a descriptor from another process without a socket: `pidfd_open` on the process,
 //! then `pidfd_getfd` for the descriptor number it announced (Linux 5.6 or newer).
 //!
-//! # Who may take from whom
-//!
-//! `pidfd_getfd` asks the kernel for the same rights as a debugger attaching to the process
-//! (`PTRACE_MODE_ATTACH_REALCREDS`): the caller must have the exporter's user and group ids
-//! (real ones) and at least its capabilities, or `CAP_SYS_PTRACE`, and the exporter must be
-//! dumpable. On top of that, Yama's `kernel.yama.ptrace_scope` decides:
-//!
-//! | `ptrace_scope` | who may take |
-//! |---|---|
-//! | 0 | any process of the same user |
-//! | 1 (most distributions) | an ancestor of the exporter (a server that started its workers, say), or the one process the exporter named with [`allow_fd_taking_by`], or a holder of `CAP_SYS_PTRACE` |
-//! | 2 | only holders of `CAP_SYS_PTRACE` |
-//! | 3 | nobody |
-//!
-//! A refusal is [`Error::FdTake`] with `EPERM`; a kernel without the calls gives `ENOSYS`, a
-//! process that has exited `ESRCH`, and a descriptor number it has not open `EBADF`. Nothing
-//! changes in the exporter: the taker gets a new descriptor for the same open file (as
-//! `SCM_RIGHTS` would give), close-on-exec, and the exporter's stays open.
+//! Who may take from whom is in [`take_fd`]'s documentation, the public face of this file.
 
 use std::os::fd::OwnedFd;
 
@@ -31,13 +14,32 @@ use crate::error::{Error, Result};
 /// other means than a Unix socket. The new descriptor is close-on-exec; the exporter's is
 /// untouched and must stay open until this returns.
 ///
+/// # Who may take from whom
+///
+/// `pidfd_getfd` asks the kernel for the same rights as a debugger attaching to the process
+/// (`PTRACE_MODE_ATTACH_REALCREDS`): the caller's real user and group ids must equal each of
+/// the exporter's (real, effective and saved), its permitted capabilities must include the
+/// exporter's, and the exporter must be dumpable; a caller with `CAP_SYS_PTRACE` passes all
+/// three. On top of that, Yama's `kernel.yama.ptrace_scope` decides:
+///
+/// | `ptrace_scope` | who may take |
+/// |---|---|
+/// | 0 | any process of the same user |
+/// | 1 (most distributions) | an ancestor of the exporter (a server that started its workers, say), or the one process the exporter named with [`allow_fd_taking_by`], or a holder of `CAP_SYS_PTRACE` |
+/// | 2 | only holders of `CAP_SYS_PTRACE` |
+/// | 3 | nobody |
+///
+/// A refusal is [`Error::FdTake`] with `EPERM`; a kernel without the calls gives `ENOSYS`, a
+/// process that has exited `ESRCH`, and a descriptor number it has not open `EBADF`. Nothing
+/// changes in the exporter: the taker gets a new descriptor for the same open file (as
+/// `SCM_RIGHTS` would give), close-on-exec, and the exporter's stays open.
+///
 /// # Errors
 ///
 /// [`Error::FdTake`] with the failing call and its errno: `ENOSYS` (Linux older than 5.6),
-/// `EPERM` (no ptrace-attach rights over `pid`: see the [module docs](self) for who may take
-/// from whom, and [`allow_fd_taking_by`] for the exporter's opt-in), `ESRCH` (no such process),
-/// `EBADF` (no such descriptor in it, or `fd` is negative), `EINVAL` (`pid` is 0 or above
-/// `i32::MAX`).
+/// `EPERM` (no ptrace-attach rights over `pid`: see above for who may take from whom, and
+/// [`allow_fd_taking_by`] for the exporter's opt-in), `ESRCH` (no such process), `EBADF` (no
+/// such descriptor in it, or `fd` is negative), `EINVAL` (`pid` is 0 or above `i32::MAX`).
 pub fn take_fd(pid: u32, fd: i32) -> Result<OwnedFd> {
     let failed = |call, errno: rustix::io::Errno| Error::FdTake {
         call,

@@ -23,7 +23,7 @@
 //! Descriptors travel between processes with `send_fd`/`receive_fd` (a length-prefixed
 //! payload and one `SCM_RIGHTS` descriptor per message, received close-on-exec), or are taken
 //! with `take_fd` (`pidfd_open` + `pidfd_getfd`): the kernel grants that to whoever may
-//! ptrace-attach to the exporter (`fd_taking.rs` has the table of who may take from whom), and
+//! ptrace-attach to the exporter (`take_fd`'s docs have the table of who may take from whom), and
 //! a refusal is `Error::FdTake` with its errno.
 
 pub(crate) mod event;
