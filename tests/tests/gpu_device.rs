@@ -64,9 +64,11 @@ fn device_properties_agree_with_the_driver_and_are_read_once() {
             .unwrap()
             .run(handles_cuda::driver::mem_get_info)
             .unwrap();
-        assert_eq!(
-            context_total, properties.total_memory,
-            "cuMemGetInfo's total"
+        // Equal on the GPUs measured; never more than the device has.
+        assert!(
+            context_total <= properties.total_memory,
+            "cuMemGetInfo's total {context_total} > {}",
+            properties.total_memory
         );
         assert!(free <= context_total);
         assert_eq!(
