@@ -372,6 +372,22 @@ pub enum Error {
         /// What it answered, in words.
         what: String,
     },
+    /// Taking descriptor `fd` of process `pid` (`pidfd_open`, then `pidfd_getfd`) failed with
+    /// `errno`: `ENOSYS`, a kernel without the call (`pidfd_getfd` needs Linux 5.6); `EPERM`,
+    /// not permitted (the caller may not ptrace-attach to `pid`: see
+    /// [`ipc::take_fd`](crate::ipc::take_fd)); `ESRCH`, no such process (it exited); `EBADF`,
+    /// the process has no descriptor `fd` open; `EINVAL`, a pid of 0 or above `i32::MAX`.
+    #[error("taking descriptor {fd} of process {pid} failed: {call}: {}", fd_take_reason(*.errno))]
+    FdTake {
+        /// The system call that failed: `"pidfd_open"` or `"pidfd_getfd"`.
+        call: &'static str,
+        /// The process asked.
+        pid: u32,
+        /// The descriptor number in that process.
+        fd: i32,
+        /// The error number (`libc::EPERM`, ...).
+        errno: i32,
+    },
     /// An argument was rejected before any driver call, for a reason no other variant names
     /// (and the error of user-written checks, such as a kernel's bounds check).
     #[error("invalid argument: {0}")]
@@ -451,6 +467,28 @@ pub enum LaunchProblem {
         /// The cluster's blocks.
         blocks: u64,
     },
+}
+
+/// What an `errno` of [`Error::FdTake`] means there.
+fn fd_take_reason(errno: i32) -> String {
+    let meaning = match errno {
+        libc::ENOSYS => "the kernel lacks pidfd_open or pidfd_getfd (Linux 5.6 or newer needed)",
+        libc::EPERM => {
+            "not permitted: taking a descriptor needs ptrace-attach rights over the process \
+             (with Yama's ptrace_scope 1, only an ancestor, or a process the exporter named \
+             with ipc::allow_fd_taking_by)"
+        }
+        libc::ESRCH => "no such process (it has exited)",
+        libc::EBADF => "the process has no such descriptor open",
+        libc::EINVAL => "not a valid process id",
+        _ => "",
+    };
+    let os = std::io::Error::from_raw_os_error(errno);
+    if meaning.is_empty() {
+        os.to_string()
+    } else {
+        format!("{meaning} ({os})")
+    }
 }
 
 /// The crate's result type.

@@ -14,10 +14,10 @@
 //! | module | for | main types |
 //! |---|---|---|
 //! | [`memory`] | allocating, copying, pools, virtual memory | [`DeviceBuffer`], [`DevicePtrHandle`], [`MemoryPoolHandle`], [`memory::MappingHandle`] |
-//! | [`exec`] | contexts, streams, events, recyclers, green contexts | [`ContextHandle`], [`StreamHandle`], [`EventHandle`], [`exec::EventRecycler`] |
+//! | [`exec`] | devices, contexts, streams, events, recyclers, green contexts | [`exec::Device`], [`ContextHandle`], [`StreamHandle`], [`EventHandle`], [`exec::EventRecycler`] |
 //! | [`code`] | NVRTC, libraries, kernels, typed launches | [`code::ProgramHandle`], [`LibraryHandle`], [`KernelHandle`], [`code::Elements`] |
 //! | [`graph`] | captured and hand-built graphs, replays | [`graph::GraphHandle`], [`graph::GraphExecHandle`], [`graph::Capture`] |
-//! | [`ipc`] | pools, buffers and events shared between processes | [`ipc::IpcPointer`], [`ipc::send_fd`] |
+//! | [`ipc`] | pools, buffers and events shared between processes | [`ipc::IpcPointer`], [`ipc::send_fd`], [`ipc::take_fd`] |
 //! | [`interop`] | handing objects to and from cudarc | `from_cudarc`, `to_cudarc` |
 //! | [`driver`] | loading the driver, versions, the raw API | [`driver::device_count`], [`driver::sys`] |
 //!

@@ -180,3 +180,116 @@ fn scenario_entry_points_on_an_old_driver() {
     stream.synchronize().unwrap();
     println!("entry points checked; missing: {missing:?}");
 }
+
+/// How many times the device-properties scenario reads each device's properties.
+const READS: &str = "HANDLES_PROPERTY_READS";
+/// How many attributes the device-properties scenario expects the driver not to know, or
+/// `anomaly` for an `Err` (a required attribute unknown).
+const UNKNOWN: &str = "HANDLES_UNKNOWN_ATTRIBUTES";
+
+/// Device properties are read once per device: on two devices, a hundred reads each make
+/// exactly twice the driver calls of one read on one device (the simulator counts them).
+#[test]
+fn device_properties_are_read_once_per_device() {
+    let once = run_scenario(
+        "device_properties",
+        &[],
+        &[("CUDA_SIM_DEVICES", "1"), (READS, "1"), (UNKNOWN, "0")],
+    );
+    let many = run_scenario(
+        "device_properties",
+        &[],
+        &[("CUDA_SIM_DEVICES", "2"), (READS, "100"), (UNKNOWN, "0")],
+    );
+    let calls =
+        |report: &cuda_sim::Report, name: &str| report.calls.get(name).copied().unwrap_or(0);
+    for name in [
+        "cuDeviceGetAttribute",
+        "cuDeviceGetName",
+        "cuDeviceGetUuid_v2",
+        "cuDeviceGetPCIBusId",
+        "cuDeviceTotalMem_v2",
+    ] {
+        let (one, hundred) = (calls(&once, name), calls(&many, name));
+        assert!(one > 0, "{name} was not called");
+        assert_eq!(
+            hundred,
+            2 * one,
+            "{name}: 100 reads of 2 devices against 1 of 1"
+        );
+        say(format!(
+            "{name}: {one} call(s) for one read; {hundred} for 100 reads of 2 devices"
+        ));
+    }
+}
+
+/// An attribute an older driver does not know (`CUDA_ERROR_INVALID_VALUE`) is `None`, and the
+/// rest is read; a required one (the compute capability) unknown is an `Err`, not a panic.
+#[test]
+fn an_attribute_the_driver_does_not_know_is_none() {
+    let clean = run_scenario(
+        "device_properties",
+        &[],
+        &[("CUDA_SIM_DEVICES", "1"), (READS, "1"), (UNKNOWN, "0")],
+    );
+    let attributes = clean.calls["cuDeviceGetAttribute"];
+    // The first queries are the required ones (compute capability, SMs, PCI location); the
+    // 10th and the last are attribute fields.
+    for n in [10, attributes] {
+        run_scenario(
+            "device_properties",
+            &[("cuDeviceGetAttribute", n, "CUDA_ERROR_INVALID_VALUE")],
+            &[("CUDA_SIM_DEVICES", "1"), (READS, "1"), (UNKNOWN, "1")],
+        );
+        say(format!(
+            "attribute query {n} of {attributes} unknown: that field is None"
+        ));
+    }
+    run_scenario(
+        "device_properties",
+        &[("cuDeviceGetAttribute", 1, "CUDA_ERROR_INVALID_VALUE")],
+        &[
+            ("CUDA_SIM_DEVICES", "1"),
+            (READS, "1"),
+            (UNKNOWN, "anomaly"),
+        ],
+    );
+    say("the compute capability unknown: Error::DriverAnomaly");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_device_properties() {
+    in_scenario();
+    let reads: usize = std::env::var(READS).unwrap().parse().unwrap();
+    let unknown = std::env::var(UNKNOWN).unwrap();
+    for device in handles_cuda::exec::Device::all().unwrap() {
+        let first = device.properties();
+        if unknown == "anomaly" {
+            assert!(
+                matches!(
+                    first,
+                    Err(Error::DriverAnomaly {
+                        call: "cuDeviceGetAttribute",
+                        ..
+                    })
+                ),
+                "{first:?}"
+            );
+            println!("refused: {}", first.unwrap_err());
+            return;
+        }
+        let first = first.unwrap();
+        let expected: usize = unknown.parse().unwrap();
+        assert_eq!(
+            first.unknown_attributes().len(),
+            expected,
+            "{:?}",
+            first.unknown_attributes()
+        );
+        println!("unknown: {:?}", first.unknown_attributes());
+        for _ in 1..reads {
+            assert!(std::ptr::eq(first, device.properties().unwrap()));
+        }
+    }
+}

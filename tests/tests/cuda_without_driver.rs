@@ -21,6 +21,14 @@ fn entry_points_return_driver_not_found_or_work() {
             );
             assert_eq!(ContextHandle::current().unwrap_err(), Error::DriverNotFound);
             assert_eq!(
+                handles_cuda::exec::Device::new(0).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
+                MemoryPoolHandle::import_from_process(std::process::id(), 0, 0).unwrap_err(),
+                Error::DriverNotFound
+            );
+            assert_eq!(
                 EventHandle::create_in_current(EventFlags::default()).unwrap_err(),
                 Error::DriverNotFound
             );
@@ -158,6 +166,12 @@ fn error_messages_say_what_kind_of_error_they_are() {
         Error::DriverAnomaly {
             call: "cuKernelGetParamInfo",
             what: "more than 4096 parameters".into(),
+        },
+        Error::FdTake {
+            call: "pidfd_getfd",
+            pid: 4242,
+            fd: 7,
+            errno: libc::EPERM,
         },
     ];
     for error in &not_arguments {

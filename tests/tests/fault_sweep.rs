@@ -30,7 +30,7 @@ use handles_cuda::{
     MemoryPoolHandle, PoolProps, Result, StreamFlags, StreamHandle,
     code::KernelAttribute,
     driver::sys,
-    exec::{EventFlags, GreenContextHandle},
+    exec::{Device, EventFlags, GreenContextHandle},
     graph::{CaptureMode, GraphHandle},
     memory::{
         AddressReservationHandle, GrowableBuffer, MappingHandle, PhysicalAllocationHandle,
@@ -156,6 +156,32 @@ fn pool_device_ipc_fd_export_import() -> Result<()> {
     let fd = pool.export_posix_fd()?;
     let imported = MemoryPoolHandle::import_posix_fd(fd.as_fd(), 0)?;
     imported.used_bytes()?;
+    Ok(())
+}
+
+/// The pool's descriptor taken back by pid and number (`pidfd_getfd` on this very process,
+/// which its own rights allow), then imported.
+fn pool_import_from_process() -> Result<()> {
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        ipc: true,
+        ..PoolProps::device(0)
+    })?;
+    let fd = pool.export_posix_fd()?;
+    let imported = MemoryPoolHandle::import_from_process(
+        std::process::id(),
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        0,
+    )?;
+    imported.used_bytes()?;
+    Ok(())
+}
+
+/// Every device's properties, read twice (the second read is the cache's).
+fn device_properties() -> Result<()> {
+    for device in Device::all()? {
+        let first = device.properties()?;
+        assert!(std::ptr::eq(first, device.properties()?));
+    }
     Ok(())
 }
 
@@ -493,6 +519,9 @@ scenarios! {
     pool_device_faults: "MemoryPoolHandle::create(device)", 1 devices, pool_device;
     pool_ipc_fd_faults: "MemoryPoolHandle::create(device, ipc)+export_posix_fd+import_posix_fd",
         1 devices, pool_device_ipc_fd_export_import;
+    pool_import_from_process_faults: "MemoryPoolHandle::import_from_process", 1 devices,
+        pool_import_from_process;
+    device_properties_faults: "Device::properties", 1 devices, device_properties;
     pool_host_faults: "MemoryPoolHandle::create(host)", 1 devices, pool_host;
     pool_host_ipc_faults: "MemoryPoolHandle::create(host, ipc)", 1 devices, pool_host_ipc;
     pool_device_refs_faults: "MemoryPoolHandle::device_current+device_default", 1 devices,

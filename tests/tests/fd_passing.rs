@@ -293,6 +293,202 @@ fn child_reads_the_memfd() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Taking a descriptor by pid and number (`take_fd`: pidfd_open + pidfd_getfd), no socket.
+
+/// Starts this binary's ignored test `test` as a child playing `role`, with piped stdin and
+/// stdout.
+fn start_child(test: &str, role: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--include-ignored", "--nocapture"])
+        .env(ROLE, role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The first line of `child`'s stdout that starts with `tag`, split after it.
+fn announced(lines: &mut impl Iterator<Item = std::io::Result<String>>, tag: &str) -> Vec<String> {
+    let line = lines
+        .map(Result::unwrap)
+        .find_map(|line| line.find(tag).map(|at| line[at + tag.len()..].to_owned()))
+        .unwrap_or_else(|| panic!("the child never printed {tag:?}"));
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+fn expect_fd_take(result: handles_cuda::Result<OwnedFd>, call: &str, errno: i32) {
+    match result {
+        Err(handles_cuda::Error::FdTake {
+            call: found,
+            errno: got,
+            ..
+        }) if found == call && got == errno => {}
+        other => panic!("expected FdTake {{ call: {call}, errno: {errno} }}, got {other:?}"),
+    }
+}
+
+/// A child holds a memfd and announces its pid and descriptor number; the parent takes the
+/// descriptor with `take_fd`, reads what the child wrote and writes through it (the child reads
+/// that back). A descriptor the child has not open is `EBADF`, a process that has exited
+/// `ESRCH`, a pid of 0 `EINVAL`: each an `Error::FdTake` naming the call.
+#[test]
+fn take_fd_takes_a_descriptor_of_a_child_process() {
+    use std::io::BufRead;
+    let _forks = no_fork_meanwhile();
+    let mut child = start_child("fd_holder", "holder");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let fields = announced(&mut lines, "HOLD ");
+    let (pid, fd): (u32, i32) = (fields[0].parse().unwrap(), fields[1].parse().unwrap());
+    assert_eq!(pid, child.id());
+
+    let taken = handles_cuda::ipc::take_fd(pid, fd).unwrap();
+    assert!(is_cloexec(taken.as_raw_fd()), "taken close-on-exec");
+    assert_eq!(read_all_at_zero(&taken), b"written by the child");
+    File::from(taken.try_clone().unwrap())
+        .write_all_at(b"WRITTEN", 0)
+        .unwrap();
+    expect_fd_take(
+        handles_cuda::ipc::take_fd(pid, 4093),
+        "pidfd_getfd",
+        libc::EBADF,
+    );
+    expect_fd_take(
+        handles_cuda::ipc::take_fd(pid, -1),
+        "pidfd_getfd",
+        libc::EBADF,
+    );
+    expect_fd_take(
+        handles_cuda::ipc::take_fd(0, fd),
+        "pidfd_open",
+        libc::EINVAL,
+    );
+
+    drop(child.stdin.take()); // the child reads its memfd back, prints it and exits
+    let back = announced(&mut lines, "BACK ");
+    assert_eq!(
+        back.join(" "),
+        "WRITTEN by the child",
+        "the parent's write reached the child"
+    );
+    lines.for_each(drop);
+    assert!(child.wait().unwrap().success());
+    // Our copy outlives the exporter: the open file is still there.
+    assert_eq!(read_all_at_zero(&taken), b"WRITTEN by the child");
+    let gone = handles_cuda::ipc::take_fd(pid, fd);
+    expect_fd_take(gone, "pidfd_open", libc::ESRCH);
+    let message = handles_cuda::ipc::take_fd(pid, fd).unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!(
+            "taking descriptor {fd} of process {pid} failed: pidfd_open: no such process"
+        )),
+        "{message}"
+    );
+}
+
+#[test]
+#[ignore = "a child process, started by take_fd_takes_a_descriptor_of_a_child_process"]
+fn fd_holder() {
+    assert_eq!(
+        std::env::var(ROLE).as_deref(),
+        Ok("holder"),
+        "run by the parent"
+    );
+    let file = memfd(b"written by the child");
+    // The parent is an ancestor, which Yama's ptrace_scope 1 allows anyway; naming it shows
+    // the opt-in works (`false` on a kernel without Yama).
+    let parent = std::os::unix::process::parent_id();
+    let registered = handles_cuda::ipc::allow_fd_taking_by(parent).unwrap();
+    println!(
+        "HOLD {} {} (PR_SET_PTRACER registered: {registered})",
+        std::process::id(),
+        file.as_raw_fd()
+    );
+    std::io::stdout().flush().unwrap();
+    let mut rest = String::new();
+    std::io::stdin().read_to_string(&mut rest).unwrap();
+    let mut back = vec![0u8; 20];
+    file.read_exact_at(&mut back, 0).unwrap();
+    println!("BACK {}", String::from_utf8_lossy(&back));
+    handles_cuda::ipc::disallow_fd_taking().unwrap();
+}
+
+/// A process without ptrace rights over another is refused with `EPERM`: a child drops to
+/// user `nobody` and tries to take a descriptor of this (root) process. Run as another user,
+/// the target is process 1 if it belongs to someone else.
+#[test]
+fn take_fd_without_the_right_is_eperm() {
+    use std::os::unix::fs::MetadataExt;
+    let _forks = no_fork_meanwhile();
+    // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
+    let target = if root {
+        std::process::id()
+    } else {
+        let owner = std::fs::metadata("/proc/1").map(|meta| meta.uid());
+        // SAFETY: as above.
+        if owner.ok() == Some(unsafe { libc::getuid() }) {
+            say("take_fd EPERM: not root, and process 1 is ours: no process to be refused by");
+            return;
+        }
+        1
+    };
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "unprivileged_taker",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env(ROLE, "taker")
+        .env("HANDLES_TAKE_FROM", target.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the taker failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    say(format!(
+        "take_fd EPERM: {}",
+        stdout
+            .lines()
+            .find(|line| line.starts_with("refused"))
+            .unwrap_or("")
+    ));
+}
+
+#[test]
+#[ignore = "a child process, started by take_fd_without_the_right_is_eperm"]
+fn unprivileged_taker() {
+    assert_eq!(
+        std::env::var(ROLE).as_deref(),
+        Ok("taker"),
+        "run by the parent"
+    );
+    let target: u32 = std::env::var("HANDLES_TAKE_FROM").unwrap().parse().unwrap();
+    // SAFETY: plain system calls that change only this process's credentials.
+    unsafe {
+        if libc::getuid() == 0 {
+            assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+            assert_eq!(libc::setresgid(65534, 65534, 65534), 0);
+            assert_eq!(libc::setresuid(65534, 65534, 65534), 0);
+        }
+    }
+    let refused = handles_cuda::ipc::take_fd(target, 0);
+    expect_fd_take(
+        refused.map_err(|error| {
+            println!("refused: {error}");
+            error
+        }),
+        "pidfd_getfd",
+        libc::EPERM,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // The README's IPC example, on the simulated driver.
 
 const PATTERN_LEN: usize = 1 << 16;

@@ -495,10 +495,14 @@ fn export_until_released() {
     })
     .unwrap();
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
-    buffer.memset_async(7, SIZE, &stream).unwrap();
+    buffer.copy_from_host(&pattern(SIZE), &stream).unwrap();
     stream.synchronize().unwrap();
     let pointer = buffer.export_ipc().unwrap();
     let fd = pool.export_posix_fd().unwrap();
+    // The parent is an ancestor, which Yama's ptrace_scope 1 allows already; naming it is the
+    // opt-in a process that is not an ancestor would need (false: a kernel without Yama).
+    let named = handles_cuda::ipc::allow_fd_taking_by(std::os::unix::process::parent_id()).unwrap();
+    println!("exporter: PR_SET_PTRACER for the parent registered: {named}");
     println!(
         "EXPORT {} {} {}",
         std::process::id(),
@@ -510,47 +514,22 @@ fn export_until_released() {
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest).unwrap();
 }
 
-/// A duplicate of descriptor `fd` of process `pid` (pidfd_getfd), for tests that need another
-/// process's descriptor without a socket.
-fn take_fd(pid: i32, fd: i32) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain system calls; the returned descriptors are checked and owned here.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-        assert!(
-            pidfd >= 0,
-            "pidfd_open: {}",
-            std::io::Error::last_os_error()
-        );
-        let taken = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
-        let error = std::io::Error::last_os_error();
-        libc::close(pidfd);
-        assert!(taken >= 0, "pidfd_getfd: {error}");
-        std::os::fd::OwnedFd::from_raw_fd(taken)
-    }
-}
-
-/// An export from a process that has since exited. Driver 580 still imports it when this
-/// process holds the imported pool (the pool keeps the memory), so no layer above the driver
-/// can return `Err` for it; what must hold is that importing it and dropping the import is
-/// clean: no crash and no deleter failure. The driver's answer is printed.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn ipc_payload_from_an_exited_process_is_safe() {
+/// The exporter child of `test`, started, and what it announced: its pid, the pool's
+/// descriptor number there, and the pointer.
+fn start_exporter(
+    test: &str,
+) -> (
+    std::process::Child,
+    impl Iterator<Item = std::io::Result<String>>,
+    u32,
+    i32,
+    IpcPointer,
+) {
     use std::io::BufRead;
-    use std::os::fd::AsFd;
     use std::process::{Command, Stdio};
-    if child::role().as_deref() == Some("exporter") {
-        return export_until_released();
-    }
     let exe = std::env::current_exe().unwrap();
     let mut exporter = Command::new(exe)
-        .args([
-            "ipc_payload_from_an_exited_process_is_safe",
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-        ])
+        .args([test, "--exact", "--include-ignored", "--nocapture"])
         .env(child::ROLE, "exporter")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -565,20 +544,41 @@ fn ipc_payload_from_an_exited_process_is_safe() {
     let fields: Vec<&str> = line[line.find("EXPORT ").unwrap()..].split(' ').collect();
     let (pid, fd) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
     let pointer = IpcPointer::from_bytes(&child::from_hex(fields[3]).unwrap()).unwrap();
+    (exporter, lines, pid, fd, pointer)
+}
 
-    let pool = MemoryPoolHandle::import_posix_fd(take_fd(pid, fd).as_fd(), 0).unwrap();
+/// Lets the exporter return, reads its last output and checks that it exited cleanly.
+fn release_exporter(
+    mut exporter: std::process::Child,
+    lines: impl Iterator<Item = std::io::Result<String>>,
+) {
+    drop(exporter.stdin.take()); // the exporter returns and exits
+    lines.for_each(drop); // read its last output, so it never writes to a closed pipe
+    assert!(exporter.wait().unwrap().success());
+}
+
+/// An export from a process that has since exited. Driver 580 still imports it when this
+/// process holds the imported pool (the pool keeps the memory), so no layer above the driver
+/// can return `Err` for it; what must hold is that importing it and dropping the import is
+/// clean: no crash and no deleter failure. The driver's answer is printed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ipc_payload_from_an_exited_process_is_safe() {
+    if child::role().as_deref() == Some("exporter") {
+        return export_until_released();
+    }
+    let (exporter, lines, pid, fd, pointer) =
+        start_exporter("ipc_payload_from_an_exited_process_is_safe");
+    let pool = MemoryPoolHandle::import_from_process(pid, fd, 0).unwrap();
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let live = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
     let mut first = vec![0u8; 16];
     live.copy_to_host(&mut first, &stream).unwrap();
-    assert_eq!(first, vec![7u8; 16], "imported while the exporter lives");
+    assert_eq!(first, pattern(16), "imported while the exporter lives");
     drop(live);
     stream.synchronize().unwrap();
-
-    drop(exporter.stdin.take()); // the exporter returns and exits
-    lines.for_each(drop); // read its last output, so it never writes to a closed pipe
-    assert!(exporter.wait().unwrap().success());
+    release_exporter(exporter, lines);
     let failures = Failures::watch();
     let after = DevicePtrHandle::import_ipc(&pool, &pointer, &stream);
     println!(
@@ -589,6 +589,49 @@ fn ipc_payload_from_an_exited_process_is_safe() {
     stream.synchronize().unwrap();
     drop(pool);
     failures.assert_none();
+}
+
+/// Socket-less IPC: a child exports a pool and a pointer and announces its pid, the pool's
+/// descriptor number and the pointer's 64 bytes on stdout; the parent imports the pool with
+/// `import_from_process` (`pidfd_getfd`), then the pointer, and reads what the child wrote. A
+/// descriptor number the child has not open is `Error::FdTake` with `EBADF`, and once the child
+/// has exited, `ESRCH`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ipc_pool_imported_from_a_process_by_pid_and_descriptor() {
+    if child::role().as_deref() == Some("exporter") {
+        return export_until_released();
+    }
+    let (exporter, lines, pid, fd, pointer) =
+        start_exporter("ipc_pool_imported_from_a_process_by_pid_and_descriptor");
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::import_from_process(pid, fd, 0).unwrap();
+    let buffer = DevicePtrHandle::import_ipc(&pool, &pointer, &stream).unwrap();
+    let mut back = vec![0u8; SIZE];
+    buffer.copy_to_host(&mut back, &stream).unwrap();
+    assert!(
+        back == pattern(SIZE),
+        "the importer reads what the exporter wrote"
+    );
+    println!(
+        "parent: imported the pool of process {pid} (descriptor {fd}) with pidfd_getfd and read {SIZE} bytes"
+    );
+    let wrong = MemoryPoolHandle::import_from_process(pid, 4093, 0);
+    assert!(
+        matches!(wrong, Err(handles_cuda::Error::FdTake { call: "pidfd_getfd", errno, .. }) if errno == libc::EBADF),
+        "{wrong:?}"
+    );
+    drop(buffer);
+    stream.synchronize().unwrap();
+    drop(pool);
+    release_exporter(exporter, lines);
+    let gone = MemoryPoolHandle::import_from_process(pid, fd, 0);
+    assert!(
+        matches!(gone, Err(handles_cuda::Error::FdTake { call: "pidfd_open", errno, .. }) if errno == libc::ESRCH),
+        "{gone:?}"
+    );
+    println!("parent: a descriptor it has not open: EBADF; after it exited: ESRCH");
 }
 
 /// GPU tests that cannot run on the simulator, with the reason; the launcher skips them by

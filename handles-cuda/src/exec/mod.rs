@@ -4,6 +4,7 @@
 //!
 //! | to | use |
 //! |---|---|
+//! | know a device: name, UUID, compute capability, SMs, memory, PCI location, every attribute | [`Device::new`], [`Device::properties`] (read once per device, then cached) |
 //! | get a device's context | [`ContextHandle::primary`] (cached: a second call costs a lookup) |
 //! | queue work in order | [`StreamHandle::create`]; [`StreamHandle::legacy`] and [`StreamHandle::per_thread`] are the default streams |
 //! | order one stream after another, or time work | [`EventHandle::create`], `record`, [`StreamHandle::wait_event`]; [`EventFlags::timing`] and `elapsed_ms` |
@@ -75,6 +76,7 @@
 pub(crate) mod completion;
 pub(crate) mod completion_protocol;
 pub(crate) mod context;
+pub(crate) mod device;
 pub(crate) mod event;
 pub(crate) mod event_recycler;
 pub(crate) mod green;
@@ -84,6 +86,7 @@ pub(crate) mod stream_recycler;
 
 pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers};
 pub use self::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
+pub use self::device::{Device, DeviceProperties, DeviceUuid, PciLocation};
 pub use self::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
 pub use self::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
 pub use self::green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};

@@ -1,6 +1,6 @@
 //! Interprocess pools: exporting a pool as a POSIX file descriptor, and importing one.
 
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use cudarc::driver::sys;
 
@@ -9,6 +9,7 @@ use crate::driver::current::in_context;
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+use crate::ipc::fd_taking::take_fd;
 use crate::memory::pool::{MemoryPool, MemoryPoolHandle};
 
 const POSIX_FILE_DESCRIPTOR: sys::CUmemAllocationHandleType =
@@ -61,5 +62,24 @@ impl MemoryPoolHandle {
             // SAFETY: the imported pool is ours to destroy with `cuMemPoolDestroy`.
             Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
         })
+    }
+
+    /// Imports a pool that process `pid` exported with
+    /// [`MemoryPoolHandle::export_posix_fd`] and whose descriptor number there is `fd`, with no
+    /// socket between the processes: the descriptor is taken with [`take_fd`] (`pidfd_getfd`),
+    /// imported on device `ordinal` as [`MemoryPoolHandle::import_posix_fd`] does, and closed
+    /// again (the imported pool does not need it). The exporter must keep its descriptor open
+    /// until this returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FdTake`] where the kernel or the permissions refuse the descriptor (see
+    /// [`take_fd`] for who may take from whom); otherwise those of `import_posix_fd`.
+    ///
+    /// [`take_fd`]: crate::ipc::take_fd
+    pub fn import_from_process(pid: u32, fd: i32, ordinal: usize) -> Result<Self> {
+        ensure_loaded()?;
+        let taken = take_fd(pid, fd)?;
+        MemoryPoolHandle::import_posix_fd(taken.as_fd(), ordinal)
     }
 }

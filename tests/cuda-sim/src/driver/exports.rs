@@ -177,6 +177,26 @@ export_fns! {
         Ok(())
     }
 
+    /// `domain:bus:device.function` in hex, from the device's PCI attributes, as the driver
+    /// writes it (`0000:18:06.0`); a buffer too small for it is `CUDA_ERROR_INVALID_VALUE`
+    /// (the driver documents 13 bytes as enough).
+    fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, device: CuDevice) {
+        let (domain, bus, slot) = with_sim(|sim| {
+            Ok((sim.attribute(50, device)?, sim.attribute(33, device)?, sim.attribute(34, device)?))
+        })?;
+        let text = format!("{domain:04x}:{bus:02x}:{slot:02x}.0");
+        if bus_id.is_null() || len <= 0 || (len as usize) < 13.min(text.len() + 1) {
+            return Err(INVALID_VALUE);
+        }
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: `bus_id` is valid for `len` bytes by the API's contract; we write `n + 1`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), bus_id.cast::<u8>(), n);
+            bus_id.add(n).write(0);
+        }
+        Ok(())
+    }
+
     fn cuDeviceGetUuid(uuid: *mut [u8; 16], device: CuDevice) {
         with_sim(|sim| sim.device(device).map(|_| ()))?;
         let mut bytes = *b"cuda-sim-device-";
