@@ -134,6 +134,20 @@ impl<T: Pod> DeviceBuffer<T> {
         Self::wrap(DevicePtrHandle::alloc_host(context, bytes_of::<T>(n)?)?)
     }
 
+    /// `n` elements of managed memory in `context` ([`DevicePtrHandle::alloc_managed`];
+    /// contents unspecified).
+    pub fn alloc_managed(
+        context: &ContextHandle,
+        n: usize,
+        attach: crate::memory::managed::Attach,
+    ) -> Result<Self> {
+        Self::wrap(DevicePtrHandle::alloc_managed(
+            context,
+            bytes_of::<T>(n)?,
+            attach,
+        )?)
+    }
+
     /// `n` zeroed elements from the current pool of `stream`'s device (all-zero bytes are a
     /// value of every `Pod` type).
     pub fn zeroed(n: usize, stream: &StreamHandle) -> Result<Self> {
