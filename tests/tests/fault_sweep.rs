@@ -631,7 +631,9 @@ fn handle_type_of_leak(kind: &str) -> Option<&'static str> {
         "stream" => Some("Stream"),
         "event" => Some("Event"),
         "pool" => Some("MemoryPool"),
-        "allocation" | "sync_allocation" | "host_allocation" | "import" => Some("DevicePtr"),
+        "allocation" | "sync_allocation" | "host_allocation" | "managed_allocation" | "import" => {
+            Some("DevicePtr")
+        }
         "primary_context" | "context" => Some("Context"),
         "library" => Some("Library"),
         "graph" => Some("Graph"),
