@@ -16,7 +16,7 @@ use crate::driver::current::{KeepCurrent, in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
-use crate::memory::host_view::HostAccess;
+use crate::memory::host_access::HostAccess;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 use crate::memory::vmm::MappingHandle;
 use crate::order::contexts_used::ContextsUsed;
@@ -201,7 +201,7 @@ fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>
     in_context_of(allocation.context.as_ref().map(ContextHandle::as_cu), call)
 }
 
-fn check_size(size: usize) -> Result<()> {
+pub(crate) fn check_size(size: usize) -> Result<()> {
     if size == 0 {
         return Err(Error::ZeroSize {
             what: "an allocation needs a size of at least one byte",
@@ -337,37 +337,7 @@ impl DevicePtrHandle {
         })
     }
 
-    /// Allocates `size` bytes of managed memory in `context` (`cuMemAllocManaged`), reachable
-    /// from the host and from every device; `attach` says which streams may use it at first
-    /// ([`Attach::Global`] or [`Attach::Host`]; [`Attach::Single`] is refused here, as by the
-    /// driver: attach to one stream with [`Self::attach`]). Freed synchronously after every
-    /// context the safe methods used it in; prefetch, advise and attach it with the methods of
-    /// `memory/managed.rs`, and read or write it on the host with [`Self::host_view`].
-    ///
-    /// [`Attach::Global`]: crate::memory::Attach::Global
-    /// [`Attach::Host`]: crate::memory::Attach::Host
-    /// [`Attach::Single`]: crate::memory::Attach::Single
-    pub fn alloc_managed(
-        context: &ContextHandle,
-        size: usize,
-        attach: crate::memory::managed::Attach,
-    ) -> Result<Self> {
-        check_size(size)?;
-        let flags = attach.alloc_flags()?;
-        let context = &context.keep_alive()?;
-        let device = match context.device() {
-            Some(device) => device,
-            None => StreamHandle::legacy_in(context)?.device_ordinal()?,
-        };
-        in_context(context.as_cu(), || {
-            // SAFETY: the context is current; `raw` is a valid out-pointer.
-            let raw = out(|raw| unsafe { driver!(cuMemAllocManaged(raw, size, flags)) })?;
-            let release = Release::Managed(Arc::new(HostAccess::managed(device)));
-            Ok(Self::context_bound(raw, size, context, release))
-        })
-    }
-
-    fn context_bound(
+    pub(crate) fn context_bound(
         raw: CUdeviceptr,
         size: usize,
         context: &ContextHandle,

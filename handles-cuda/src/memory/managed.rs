@@ -13,15 +13,19 @@
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 
-use crate::driver::call::{check, driver};
+use crate::driver::call::{check, driver, out};
 use crate::driver::current::in_context_of;
 use crate::driver::load::{self, newer, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
-use crate::memory::device_ptr::{DevicePtrHandle, Release};
+use std::sync::Arc;
+
+use crate::driver::current::in_context;
+use crate::memory::device_ptr::{DevicePtrHandle, Release, check_size};
+use crate::memory::host_access::HostAccess;
 use crate::memory::pool::{PoolLocation, raw_location};
-use crate::memory::typed::DeviceBuffer;
+use crate::memory::typed::{DeviceBuffer, bytes_of};
 
 /// Which streams may use managed memory (`CU_MEM_ATTACH_*`), at allocation and through
 /// [`DevicePtrHandle::attach`]. On devices with concurrent managed access (Linux, Pascal and
@@ -108,6 +112,32 @@ fn legacy_device(location: PoolLocation, needs: &'static load::Capability) -> Re
 }
 
 impl DevicePtrHandle {
+    /// Allocates `size` bytes of managed memory in `context` (`cuMemAllocManaged`), reachable
+    /// from the host and from every device; `attach` says which streams may use it at first
+    /// ([`Attach::Global`] or [`Attach::Host`]; [`Attach::Single`] is refused here, as by the
+    /// driver: attach to one stream with [`Self::attach`]). Freed synchronously after every
+    /// context the safe methods used it in; prefetch, advise and attach it with the methods of
+    /// `memory/managed.rs`, and read or write it on the host with [`Self::host_view`].
+    ///
+    /// [`Attach::Global`]: crate::memory::Attach::Global
+    /// [`Attach::Host`]: crate::memory::Attach::Host
+    /// [`Attach::Single`]: crate::memory::Attach::Single
+    pub fn alloc_managed(context: &ContextHandle, size: usize, attach: Attach) -> Result<Self> {
+        check_size(size)?;
+        let flags = attach.alloc_flags()?;
+        let context = &context.keep_alive()?;
+        let device = match context.device() {
+            Some(device) => device,
+            None => StreamHandle::legacy_in(context)?.device_ordinal()?,
+        };
+        in_context(context.as_cu(), || {
+            // SAFETY: the context is current; `raw` is a valid out-pointer.
+            let raw = out(|raw| unsafe { driver!(cuMemAllocManaged(raw, size, flags)) })?;
+            let release = Release::Managed(Arc::new(HostAccess::managed(device)));
+            Ok(Self::context_bound(raw, size, context, release))
+        })
+    }
+
     /// The managed allocation this memory is (or is a view of), if it is managed.
     fn managed_root(&self) -> Option<&DevicePtrHandle> {
         match &self.record().release {
@@ -238,6 +268,16 @@ fn legacy_advise(
 }
 
 impl<T: bytemuck::Pod> DeviceBuffer<T> {
+    /// `n` elements of managed memory in `context` ([`DevicePtrHandle::alloc_managed`];
+    /// contents unspecified).
+    pub fn alloc_managed(context: &ContextHandle, n: usize, attach: Attach) -> Result<Self> {
+        Self::wrap(DevicePtrHandle::alloc_managed(
+            context,
+            bytes_of::<T>(n)?,
+            attach,
+        )?)
+    }
+
     /// [`DevicePtrHandle::prefetch`] of the elements.
     pub fn prefetch(&self, location: PoolLocation, stream: &StreamHandle) -> Result<()> {
         self.as_bytes().prefetch(location, stream)

@@ -58,6 +58,7 @@
 pub(crate) mod copy;
 pub(crate) mod device_ptr;
 pub(crate) mod growable;
+pub(crate) mod host_access;
 pub(crate) mod host_view;
 pub(crate) mod managed;
 pub(crate) mod pool;

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{DevicePtrHandle, Release};
-use crate::memory::host_view::UseIn;
+use crate::memory::host_access::UseIn;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 use crate::memory::remote::{self, RemoteAccess};
 
