@@ -58,7 +58,7 @@ for step in "${steps[@]}"; do
     sanitizer)
       # API errors are not reported: the suites provoke them on purpose (bad sizes, bad IPC
       # payloads). The exit test is skipped: it leaves memory allocated at exit by design.
-      for test in .gpu/test-test-gpu .gpu/test-test-gpu_kernels .gpu/test-test-gpu_nvrtc .gpu/test-test-gpu_vmm .gpu/test-test-gpu_process .gpu/test-test-soak .gpu/test-cudarc_app; do
+      for test in .gpu/test-test-gpu .gpu/test-test-gpu_kernels .gpu/test-test-gpu_nvrtc .gpu/test-test-gpu_vmm .gpu/test-test-gpu_managed .gpu/test-test-gpu_process .gpu/test-test-soak .gpu/test-cudarc_app; do
         echo "== compute-sanitizer $test" | tee -a "$logs/sanitizer.log"
         HANDLES_SOAK_SECS=10 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
           --target-processes all "$test" --include-ignored --skip two_gpus --skip process_exit --skip on_the_simulator \

@@ -310,6 +310,30 @@ pub enum Error {
         "a device's access to this pool is being revoked; work from another device on its memory is refused until the revocation ends"
     )]
     Revoking,
+    /// The memory is lent to the host through a view (`host_view`, `host_view_mut`): while the
+    /// view lives, work on the memory is refused, and so is a view that would conflict with it
+    /// (any view while a mutable one lives, a mutable one while any lives).
+    #[error(
+        "the memory is lent to the host through a {} view; work on it, and conflicting views, are refused until the view drops",
+        if *mutable { "mutable" } else { "shared" }
+    )]
+    HostAccessActive {
+        /// Whether the view in the way is mutable.
+        mutable: bool,
+    },
+    /// Host views are only for memory the host can address and this crate tracks: managed
+    /// memory (on a device with concurrent managed access) and owned pinned host memory
+    /// (`alloc_host`, a host pool's allocations), or views of them.
+    #[error("invalid argument: {what}")]
+    NotHostAccessible {
+        /// Why this memory has no host view, in words.
+        what: &'static str,
+    },
+    /// Prefetches, advice and stream attachment are only for managed memory (`alloc_managed`).
+    #[error(
+        "invalid argument: only managed memory (alloc_managed) can be prefetched, advised or attached"
+    )]
+    NotManaged,
     /// No context is current on this thread, and the operation needs one.
     #[error("invalid argument: {what}")]
     NoCurrentContext {

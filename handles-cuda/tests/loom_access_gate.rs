@@ -65,3 +65,81 @@ fn two_revocations_never_run_at_once() {
         gate.leave();
     });
 }
+
+/// Host views (`memory/host_view.rs`): once a view is open, no use is in flight and none can
+/// enter until it closes; a use that entered first is complete (left) before the view opens.
+#[test]
+fn no_use_is_in_flight_while_a_host_view_is_open() {
+    loom::model(|| {
+        let gate = Arc::new(AccessGate::new());
+        // Uses between enter and leave: the device work a view must never overlap.
+        let in_use = Arc::new(AtomicUsize::new(0));
+        let user = {
+            let (gate, in_use) = (gate.clone(), in_use.clone());
+            loom::thread::spawn(move || {
+                if gate.enter() {
+                    in_use.fetch_add(1, Ordering::SeqCst);
+                    in_use.fetch_sub(1, Ordering::SeqCst);
+                    gate.leave();
+                }
+            })
+        };
+        let viewer = {
+            let (gate, in_use) = (gate.clone(), in_use.clone());
+            loom::thread::spawn(move || {
+                gate.open_view(true).unwrap();
+                assert_eq!(in_use.load(Ordering::SeqCst), 0, "a use overlaps the view");
+                assert!(!gate.enter(), "a use entered while the view is open");
+                gate.close_view(true);
+            })
+        };
+        user.join().unwrap();
+        viewer.join().unwrap();
+        assert!(gate.enter());
+        gate.leave();
+    });
+}
+
+/// A mutable view and a shared one never overlap, whichever comes first (two shared views
+/// coexist: checked at the end, in one thread).
+#[test]
+fn a_mutable_host_view_excludes_every_other() {
+    loom::model(|| {
+        let gate = Arc::new(AccessGate::new());
+        let writers = Arc::new(AtomicUsize::new(0));
+        let readers = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = [true, false]
+            .into_iter()
+            .map(|mutable| {
+                let (gate, writers, readers) = (gate.clone(), writers.clone(), readers.clone());
+                loom::thread::spawn(move || {
+                    if gate.open_view(mutable).is_ok() {
+                        let (mine, other) = if mutable {
+                            (&writers, &readers)
+                        } else {
+                            (&readers, &writers)
+                        };
+                        mine.fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(other.load(Ordering::SeqCst), 0);
+                        if mutable {
+                            assert_eq!(writers.load(Ordering::SeqCst), 1);
+                        }
+                        mine.fetch_sub(1, Ordering::SeqCst);
+                        gate.close_view(mutable);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(gate.enter());
+        gate.leave();
+        gate.open_view(false).unwrap();
+        gate.open_view(false).unwrap();
+        assert_eq!(gate.open_view(true), Err(false));
+        assert!(!gate.enter());
+        gate.close_view(false);
+        gate.close_view(false);
+    });
+}

@@ -9,8 +9,10 @@ mod simulator;
 use std::collections::BTreeSet;
 
 use handles_cuda::{
-    ContextHandle, Error, EventHandle, StreamFlags, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps, StreamFlags,
+    StreamHandle,
     exec::{EventFlags, GreenContextHandle},
+    memory::{Advice, Attach, PoolLocation},
 };
 use handles_tests::kernels::TestKernels;
 use simulator::{Scratch, in_scenario, run_scenario, say};
@@ -176,6 +178,43 @@ fn scenario_entry_points_on_an_old_driver() {
         }
         // Dropping the green context without its destroy function reports, never panics.
         drop((as_context, green));
+    }
+    // Managed memory: the _v2 prefetch and advice (CUDA 12.2) fall back to the CUDA 12.0
+    // forms, except for a host NUMA node, which only the _v2 forms name.
+    let managed = DevicePtrHandle::alloc_managed(&context, 1 << 16, Attach::Global).unwrap();
+    managed.prefetch(PoolLocation::Device(0), &stream).unwrap();
+    managed.prefetch(PoolLocation::Host, &stream).unwrap();
+    managed
+        .advise(Advice::SetPreferredLocation(PoolLocation::Host))
+        .unwrap();
+    managed
+        .advise(Advice::SetAccessedBy(PoolLocation::Device(0)))
+        .unwrap();
+    let numa = managed.prefetch(PoolLocation::HostNuma(0), &stream);
+    let named = allowed("prefetch to a NUMA node", &numa, &missing);
+    assert_eq!(named.is_some(), lacks("cuMemPrefetchAsync_v2"), "{numa:?}");
+    let numa = managed.advise(Advice::SetPreferredLocation(PoolLocation::HostNuma(0)));
+    let named = allowed("advice for a NUMA node", &numa, &missing);
+    assert_eq!(named.is_some(), lacks("cuMemAdvise_v2"), "{numa:?}");
+    assert_eq!(managed.host_view().unwrap().len(), 1 << 16);
+    // Host pools: CUDA 12.6 without a NUMA node, 12.2 on one; NotSupported before.
+    let version = handles_cuda::driver::driver_version().unwrap();
+    for (location, needs) in [
+        (PoolLocation::Host, 12060),
+        (PoolLocation::HostNuma(0), 12020),
+    ] {
+        let pool = MemoryPoolHandle::create(&PoolProps {
+            location,
+            ..PoolProps::device(0)
+        });
+        match pool {
+            Ok(_) => assert!(version >= needs, "a {location:?} pool on {version}"),
+            Err(Error::NotSupported { needs: said, .. }) => {
+                assert_eq!(said, needs);
+                assert!(version < needs, "{location:?} refused on {version}");
+            }
+            Err(other) => panic!("a {location:?} pool: {other:?}"),
+        }
     }
     stream.synchronize().unwrap();
     println!("entry points checked; missing: {missing:?}");

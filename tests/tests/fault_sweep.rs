@@ -33,8 +33,8 @@ use handles_cuda::{
     exec::{Device, EventFlags, GreenContextHandle},
     graph::{CaptureMode, GraphHandle},
     memory::{
-        AddressReservationHandle, GrowableBuffer, MappingHandle, PhysicalAllocationHandle,
-        PoolLocation, ReusePolicy, Sharing,
+        AddressReservationHandle, Advice, Attach, GrowableBuffer, MappingHandle,
+        PhysicalAllocationHandle, PoolLocation, ReusePolicy, Sharing,
     },
 };
 use handles_tests::kernels::TestKernels;
@@ -274,6 +274,44 @@ fn alloc_host() -> Result<()> {
     let context = primary()?;
     let buffer = DevicePtrHandle::alloc_host(&context, 4096)?;
     drop(buffer);
+    Ok(())
+}
+
+fn alloc_managed() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let buffer = DevicePtrHandle::alloc_managed(&context, 4096, Attach::Global)?;
+    buffer.advise(Advice::SetPreferredLocation(PoolLocation::Device(0)))?;
+    buffer.prefetch(PoolLocation::Device(0), &stream)?;
+    buffer.memset_async(1, 4096, &stream)?;
+    buffer.attach(&stream, Attach::Single)?;
+    buffer.prefetch(PoolLocation::Host, &stream)?;
+    let view = buffer.host_view()?;
+    let first = view[0];
+    drop(view);
+    if first != 1 {
+        return Err(Error::InvalidArgument(format!(
+            "read {first} through the view"
+        )));
+    }
+    Ok(())
+}
+
+fn host_pool_alloc_and_view() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        location: PoolLocation::Host,
+        ..PoolProps::device(0)
+    })?;
+    let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream)?;
+    buffer.memset_async(2, 4096, &stream)?;
+    let first = buffer.host_view_mut()?[0];
+    if first != 2 {
+        return Err(Error::InvalidArgument(format!(
+            "read {first} through the view"
+        )));
+    }
     Ok(())
 }
 
@@ -533,6 +571,10 @@ scenarios! {
     copy_batch_faults: "StreamHandle::copy_batch", 1 devices, copy_batch;
     alloc_synchronous_faults: "DevicePtrHandle::alloc", 1 devices, alloc_synchronous;
     alloc_host_faults: "DevicePtrHandle::alloc_host", 1 devices, alloc_host;
+    alloc_managed_faults: "DevicePtrHandle::alloc_managed+advise+prefetch+attach+host_view",
+        1 devices, alloc_managed;
+    host_pool_faults: "MemoryPoolHandle::create(host)+alloc_from_pool+host_view_mut", 1 devices,
+        host_pool_alloc_and_view;
     pointer_ipc_faults: "DevicePtrHandle::export_ipc+import_ipc", 1 devices,
         pointer_ipc_export_import;
     set_deallocation_stream_faults: "DevicePtrHandle::set_deallocation_stream", 1 devices,
@@ -691,7 +733,9 @@ fn handle_type_of_leak(kind: &str) -> Option<&'static str> {
         "stream" => Some("Stream"),
         "event" => Some("Event"),
         "pool" => Some("MemoryPool"),
-        "allocation" | "sync_allocation" | "host_allocation" | "import" => Some("DevicePtr"),
+        "allocation" | "sync_allocation" | "host_allocation" | "managed_allocation" | "import" => {
+            Some("DevicePtr")
+        }
         "primary_context" | "context" => Some("Context"),
         "library" => Some("Library"),
         "graph" => Some("Graph"),

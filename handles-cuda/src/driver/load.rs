@@ -270,6 +270,30 @@ capabilities! {
     cuMemcpyBatchAsync = 12080,
     #[cfg(not(any(feature = "cuda-12080", feature = "cuda-12090")))]
     cuMemcpyBatchAsync_v2 = 13000,
+    cuMemAdvise_v2 = 12020,
+    cuMemPrefetchAsync_v2 = 12020,
+}
+
+/// Arguments of CUDA 12.0 functions that only newer drivers accept, each with the version that
+/// brought it: on an older driver the call is refused with [`Error::NotSupported`] naming it,
+/// and nothing is called.
+pub(crate) mod newer_uses {
+    /// A memory pool of pinned host memory on no particular NUMA node (CUDA 12.6).
+    pub(crate) const HOST_POOL: (&str, i32) = ("cuMemPoolCreate with a host location", 12060);
+    /// A memory pool of pinned host memory on a NUMA node (CUDA 12.2).
+    pub(crate) const HOST_NUMA_POOL: (&str, i32) =
+        ("cuMemPoolCreate with a host NUMA location", 12020);
+}
+
+/// `Ok` if the driver is at least `use_.1`; else [`Error::NotSupported`] naming `use_.0`.
+pub(crate) fn require_version(use_: (&'static str, i32)) -> Result<()> {
+    if driver_version()? >= use_.1 {
+        return Ok(());
+    }
+    Err(Error::NotSupported {
+        function: use_.0,
+        needs: use_.1,
+    })
 }
 
 /// The driver functions newer than [`MIN_DRIVER_VERSION`] that this crate calls, each with the

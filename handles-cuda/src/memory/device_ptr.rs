@@ -6,6 +6,8 @@
 //! streams: work queued through the raw pointer (`as_cu`) is the caller's to order, as every
 //! use of a raw pointer is.
 
+use std::sync::Arc;
+
 use cudarc::driver::sys::CUdeviceptr;
 use handles_core::{CacheSlot, ResourceHandle};
 
@@ -14,7 +16,8 @@ use crate::driver::current::{KeepCurrent, in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
-use crate::memory::pool::MemoryPoolHandle;
+use crate::memory::host_access::HostAccess;
+use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 use crate::memory::vmm::MappingHandle;
 use crate::order::contexts_used::ContextsUsed;
 use crate::order::stream_order::StreamOrder;
@@ -34,6 +37,9 @@ pub enum AllocKind {
     Synchronous,
     /// `cuMemHostAlloc` (pinned host memory): freed with `cuMemFreeHost` in its context.
     PinnedHost,
+    /// `cuMemAllocManaged` (managed memory, reachable from the host and every device): freed
+    /// with `cuMemFree` in its context.
+    Managed,
     /// Memory this handle does not own (a reference or a with-owner wrapper): never freed
     /// through it.
     Unowned,
@@ -101,12 +107,18 @@ pub(crate) enum Release {
         order: StreamOrder,
         /// Imported from another process rather than allocated here.
         imported: bool,
+        /// Memory of a host pool allocated here: its host views' gate and the contexts of its
+        /// uses (`memory/host_view.rs`).
+        host: Option<Arc<HostAccess>>,
     },
     /// `cuMemFree` in the owning context, once every context the memory was used in through
     /// a stream has finished its work.
     Synchronous(ContextsUsed),
-    /// `cuMemFreeHost` in the owning context, after the same wait.
-    PinnedHost(ContextsUsed),
+    /// `cuMemFreeHost` in the owning context, after the same wait (for the contexts its host
+    /// views wait for too).
+    PinnedHost(Arc<HostAccess>),
+    /// `cuMemFree` of managed memory in the owning context, after the same wait.
+    Managed(Arc<HostAccess>),
     /// Memory another library frees (a cudarc slice, kept here): see [`ForeignFree`].
     Foreign(ForeignFree),
     /// Part of the allocation `parent`, which the view keeps alive; frees nothing.
@@ -148,8 +160,8 @@ impl ForeignFree {
 
 /// Where stream-ordered memory came from.
 pub(crate) enum Origin {
-    /// Allocated by this process.
-    Allocated,
+    /// Allocated by this process; with the host access of host-pool memory.
+    Allocated(Option<Arc<HostAccess>>),
     /// Imported from another process; the import cache's entry, unless the cache is bypassed.
     Imported(Option<CacheSlot<[u8; 64], DevicePtrHandle>>),
 }
@@ -167,7 +179,14 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
                 unsafe { driver!(cuMemFree_v2(raw)) }
             })
         }),
-        Release::PinnedHost(used) => used.wait_for_all().and_then(|()| {
+        Release::Managed(host) => host.uses.wait_for_all().and_then(|()| {
+            with_owning_context(allocation, || {
+                // SAFETY: the handle owns `raw`, allocated by `cuMemAllocManaged` in this
+                // context; every stream it was used on has finished that work.
+                unsafe { driver!(cuMemFree_v2(raw)) }
+            })
+        }),
+        Release::PinnedHost(host) => host.uses.wait_for_all().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns the host allocation at `raw`, made by
                 // `cuMemHostAlloc`; every stream it was used on has finished that work.
@@ -182,7 +201,7 @@ fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>
     in_context_of(allocation.context.as_ref().map(ContextHandle::as_cu), call)
 }
 
-fn check_size(size: usize) -> Result<()> {
+pub(crate) fn check_size(size: usize) -> Result<()> {
     if size == 0 {
         return Err(Error::ZeroSize {
             what: "an allocation needs a size of at least one byte",
@@ -202,6 +221,17 @@ impl DevicePtrHandle {
         check_size(size)?;
         stream.refuse_if_captured()?;
         let mut order = StreamOrder::new(stream.bound()?)?;
+        // Host-pool memory can be viewed from the host: its allocation, queued on `stream`, is
+        // its first use, noted before it is queued.
+        let host = match pool.location() {
+            Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => {
+                let host = HostAccess::pinned();
+                let context = order.home().owning_context()?;
+                host.uses.note(context.as_cu(), || Ok(context.clone()))?;
+                Some(Arc::new(host))
+            }
+            _ => None,
+        };
         let mut raw = 0;
         let allocated = order.home_while_creating().queue(|raw_stream| {
             // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
@@ -215,7 +245,13 @@ impl DevicePtrHandle {
             }
         });
         Self::own_allocated(allocated, || {
-            Self::stream_ordered(raw, size, Some(pool.clone()), order, Origin::Allocated)
+            Self::stream_ordered(
+                raw,
+                size,
+                Some(pool.clone()),
+                order,
+                Origin::Allocated(host),
+            )
         })
     }
 
@@ -249,15 +285,19 @@ impl DevicePtrHandle {
         order: StreamOrder,
         origin: Origin,
     ) -> Self {
-        let (imported, import_slot) = match origin {
-            Origin::Allocated => (false, None),
-            Origin::Imported(slot) => (true, slot),
+        let (imported, import_slot, host) = match origin {
+            Origin::Allocated(host) => (false, None, host),
+            Origin::Imported(slot) => (true, slot, None),
         };
         let record = DevicePtr {
             pool,
             context: None,
             size,
-            release: Release::StreamOrdered { order, imported },
+            release: Release::StreamOrdered {
+                order,
+                imported,
+                host,
+            },
             import_slot,
         };
         // SAFETY: fresh memory (or an import the cache guarantees is the only one of its
@@ -287,7 +327,7 @@ impl DevicePtrHandle {
         in_context(context.as_cu(), || {
             // SAFETY: the context is current; `host` is a valid out-pointer.
             let host = out(|host| unsafe { driver!(cuMemHostAlloc(host, size, 0)) })?;
-            let release = Release::PinnedHost(ContextsUsed::new());
+            let release = Release::PinnedHost(Arc::new(HostAccess::pinned()));
             Ok(Self::context_bound(
                 host as usize as CUdeviceptr,
                 size,
@@ -297,7 +337,7 @@ impl DevicePtrHandle {
         })
     }
 
-    fn context_bound(
+    pub(crate) fn context_bound(
         raw: CUdeviceptr,
         size: usize,
         context: &ContextHandle,
@@ -341,6 +381,7 @@ impl DevicePtrHandle {
             Release::StreamOrdered { imported: true, .. } => AllocKind::IpcImport,
             Release::Synchronous(_) => AllocKind::Synchronous,
             Release::PinnedHost(_) => AllocKind::PinnedHost,
+            Release::Managed(_) => AllocKind::Managed,
         }
     }
 
@@ -392,8 +433,9 @@ impl DevicePtrHandle {
     pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {
         match &self.record().release {
             Release::StreamOrdered { order, .. } if self.is_owning() => order.record_use(stream),
-            Release::Synchronous(used) | Release::PinnedHost(used) if self.is_owning() => {
-                used.note_stream(stream)
+            Release::Synchronous(used) if self.is_owning() => used.note_stream(stream),
+            Release::PinnedHost(host) | Release::Managed(host) if self.is_owning() => {
+                host.uses.note_stream(stream)
             }
             Release::Foreign(foreign) => foreign.order.record_use(stream),
             Release::View(parent) => parent.record_use(stream),

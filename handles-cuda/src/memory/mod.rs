@@ -9,6 +9,9 @@
 //! | allocate from a pool you configure | [`MemoryPoolHandle::create`] with [`PoolProps`] (device, NUMA host, IPC-capable); [`ReusePolicy`] and [`PoolUsage`] tune and observe it |
 //! | allocate pinned host memory | [`DevicePtrHandle::alloc_host`] |
 //! | queue many copies in one call | [`BatchCopy`] (bytes or elements) and [`StreamHandle::copy_batch`](crate::StreamHandle::copy_batch): `cuMemcpyBatchAsync`, or a loop on older drivers |
+//! | allocate pinned host memory | [`DevicePtrHandle::alloc_host`], or a pool at [`PoolLocation::Host`] / [`PoolLocation::HostNuma`] (CUDA 12.6 / 12.2) with `alloc_from_pool` |
+//! | share memory between the host and the devices | managed memory: [`DevicePtrHandle::alloc_managed`], [`DeviceBuffer::alloc_managed`]; `prefetch`, `advise` ([`Advice`]), `attach` ([`Attach`]) |
+//! | read or write host-accessible memory on the host | `host_view` / `host_view_mut`: a [`HostView`] / [`HostViewMut`] slice, once the memory's uses are complete; work on it is refused while the view lives |
 //! | reserve address space and map physical memory | [`PhysicalAllocationHandle`], [`AddressReservationHandle`], [`MappingHandle`]; [`GrowableBuffer`] grows in place |
 //! | share memory with another process | a pool with `PoolProps { ipc: true, .. }` and [`crate::ipc`] |
 //!
@@ -55,11 +58,19 @@
 //!   work, and by graph launches for each buffer); each such use holds an `AccessGuard` until
 //!   its work is queued and notes its context in the pool, and revoking the access first waits
 //!   for the guards (new uses are refused meanwhile), then for those contexts.
+//!
+//! - **Host views** (`host_view.rs`, with the soundness argument). Managed and pinned memory has a
+//!   gate of its own: each use enters it in the same reach check and notes its context; a view
+//!   refuses new uses, waits for those in flight, synchronises the noted contexts, and only then
+//!   lends the slice. Plain device memory has no gate.
 
 pub(crate) mod batch;
 pub(crate) mod copy;
 pub(crate) mod device_ptr;
 pub(crate) mod growable;
+pub(crate) mod host_access;
+pub(crate) mod host_view;
+pub(crate) mod managed;
 pub(crate) mod pool;
 pub(crate) mod pool_tuning;
 pub(crate) mod reach;
@@ -70,6 +81,8 @@ pub(crate) mod vmm;
 pub use self::batch::BatchCopy;
 pub use self::device_ptr::{AllocKind, DevicePtr, DevicePtrBox, DevicePtrHandle, DevicePtrWeak};
 pub use self::growable::GrowableBuffer;
+pub use self::host_view::{HostView, HostViewMut};
+pub use self::managed::{Advice, Attach};
 pub use self::pool::{
     MemoryPool, MemoryPoolBox, MemoryPoolHandle, MemoryPoolWeak, PoolLocation, PoolProps,
 };

@@ -199,6 +199,14 @@ impl MemoryPoolHandle {
 
     fn create_with(props: &PoolProps, handle_type: sys::CUmemAllocationHandleType) -> Result<Self> {
         ensure_loaded()?;
+        match props.location {
+            PoolLocation::Device(_) => {}
+            PoolLocation::Host if !props.ipc => load::require_version(load::newer_uses::HOST_POOL)?,
+            // An IPC host pool is made on a NUMA node (below).
+            PoolLocation::Host | PoolLocation::HostNuma(_) => {
+                load::require_version(load::newer_uses::HOST_NUMA_POOL)?
+            }
+        }
         let context = match props.location {
             PoolLocation::Device(ordinal) => ContextHandle::primary(ordinal)?,
             PoolLocation::Host | PoolLocation::HostNuma(_) => ContextHandle::primary(props.device)?,

@@ -2,6 +2,9 @@
 //! work on an allocation, every kernel launch and kernel node, and every graph launch checks
 //! here first; a use of another device's pool memory notes its context in the pool, so that
 //! revoking that device's access waits for the work (`MemoryPoolHandle::set_peer_access`).
+//! Memory with host access passes its own gate here too, so that a host view waits for the
+//! uses in flight and refuses new ones (`memory/host_view.rs`); plain device memory has no
+//! gate and pays nothing.
 
 use std::sync::Arc;
 
@@ -9,15 +12,26 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{DevicePtrHandle, Release};
+use crate::memory::host_access::UseIn;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 use crate::memory::remote::{self, RemoteAccess};
 
 /// A use of memory from another device's pool, from its reach check until its work is queued:
 /// while it lives, a revocation of peer access to that pool waits (and a use that begins while
 /// a revocation runs is refused). Hold it until the work that needs the access is queued, then
-/// drop it. For memory of the device's own pool it holds nothing and costs nothing.
+/// drop it. For memory with host access (managed, pinned) it likewise keeps a host view from
+/// opening until the work is queued. For memory of the device's own pool it holds nothing and
+/// costs nothing.
 #[must_use = "the access is guaranteed only while the guard lives: queue the work first"]
-pub struct AccessGuard(Option<Arc<RemoteAccess>>);
+pub struct AccessGuard(Held);
+
+/// What a guard holds.
+enum Held {
+    Nothing,
+    Remote(Arc<RemoteAccess>),
+    /// A use of memory with host access: the allocation (through a view, its parent's gate).
+    Host(DevicePtrHandle),
+}
 
 impl std::fmt::Debug for AccessGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -30,14 +44,20 @@ impl std::fmt::Debug for AccessGuard {
 impl AccessGuard {
     /// Whether the guard holds a use (memory of another device's pool).
     pub fn is_held(&self) -> bool {
-        self.0.is_some()
+        !matches!(self.0, Held::Nothing)
     }
 }
 
 impl Drop for AccessGuard {
     fn drop(&mut self) {
-        if let Some(remote) = self.0.take() {
-            remote.end();
+        match std::mem::replace(&mut self.0, Held::Nothing) {
+            Held::Nothing => {}
+            Held::Remote(remote) => remote.end(),
+            Held::Host(memory) => {
+                if let Some(host) = memory.host_access() {
+                    host.leave();
+                }
+            }
         }
     }
 }
@@ -52,7 +72,9 @@ impl DevicePtrHandle {
     #[inline]
     pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<AccessGuard> {
         let ordinal = stream.device_ordinal()?;
-        self.reach(ordinal, |remote| remote.note_stream(stream))
+        self.reach(ordinal, UseIn::Stream(stream), |remote| {
+            remote.note_stream(stream)
+        })
     }
 
     /// [`Self::check_accessible_on`] for work that runs in `context`, on device `ordinal`,
@@ -62,23 +84,33 @@ impl DevicePtrHandle {
         context: &ContextHandle,
         ordinal: usize,
     ) -> Result<AccessGuard> {
-        self.reach(ordinal, |remote| remote.note_context(context))
+        self.reach(ordinal, UseIn::Context(context), |remote| {
+            remote.note_context(context)
+        })
     }
 
-    /// The one reach rule: begin a remote use (refused during a revocation), check, note.
+    /// The one reach rule: begin a remote use (refused during a revocation) or a use of memory
+    /// with host access (refused while a host view is open; `at` is noted), check, note.
     #[inline]
     fn reach(
         &self,
         ordinal: usize,
+        at: UseIn<'_>,
         note: impl FnOnce(&RemoteAccess) -> Result<()>,
     ) -> Result<AccessGuard> {
         let Some(pool) = self.remote_pool(ordinal) else {
+            if let Some(host) = self.host_access() {
+                host.enter(at)?;
+                let guard = AccessGuard(Held::Host(self.clone()));
+                self.check_accessible_from(ordinal)?;
+                return Ok(guard);
+            }
             self.check_accessible_from(ordinal)?;
-            return Ok(AccessGuard(None));
+            return Ok(AccessGuard(Held::Nothing));
         };
         let remote = remote::of(pool.as_cu());
         remote.begin()?;
-        let guard = AccessGuard(Some(remote.clone()));
+        let guard = AccessGuard(Held::Remote(remote.clone()));
         self.check_accessible_from(ordinal)?;
         note(&remote)?;
         Ok(guard)

@@ -48,7 +48,7 @@ impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
 }
 
 /// The bytes of `n` elements of `T`, or an error naming the overflow (or the zero-sized type).
-fn bytes_of<T>(n: usize) -> Result<usize> {
+pub(crate) fn bytes_of<T>(n: usize) -> Result<usize> {
     refuse_zero_sized::<T>()?;
     n.checked_mul(std::mem::size_of::<T>())
         .ok_or_else(|| Error::TooLarge {
@@ -77,7 +77,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// The one check of every typed buffer: whole elements of a sized `T` at an address
     /// aligned for it (a kernel reading a `T` from a misaligned address faults). `size_of` is a
     /// multiple of `align_of`, so every slice of an aligned buffer is aligned too.
-    fn wrap(memory: DevicePtrHandle) -> Result<Self> {
+    pub(crate) fn wrap(memory: DevicePtrHandle) -> Result<Self> {
         refuse_zero_sized::<T>()?;
         let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
         if !memory.size().is_multiple_of(size) {

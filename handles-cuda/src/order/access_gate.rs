@@ -4,6 +4,13 @@
 //! change runs. A change waits for the changes before it, then until no use is in flight, and
 //! runs with new uses refused. So no use can pass its check before a revocation and be queued
 //! after it. On its own so that `tests/loom_access_gate.rs` can model-check it with loom.
+//!
+//! The same gate lends host-accessible memory to the host (`memory/host_view.rs`): a *view* is
+//! an exclusive side that lasts as long as the view, not a closure. Opening one never waits for
+//! another view (a conflicting view is refused at once), marks the gate so that new uses are
+//! refused, and then waits until no use is in flight. Shared views count as readers and may
+//! coexist; a mutable view excludes every other view. A gate serves either revocations or
+//! views, never both.
 
 #[cfg(handles_cuda_loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
@@ -19,6 +26,10 @@ pub(crate) struct AccessGate {
 struct State {
     in_flight: usize,
     changing: bool,
+    /// Shared views open (or opening).
+    readers: usize,
+    /// A mutable view open (or opening).
+    writer: bool,
 }
 
 impl AccessGate {
@@ -27,6 +38,8 @@ impl AccessGate {
             state: Mutex::new(State {
                 in_flight: 0,
                 changing: false,
+                readers: 0,
+                writer: false,
             }),
             changed: Condvar::new(),
         }
@@ -45,10 +58,11 @@ impl AccessGate {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Enters a use; `false` (and nothing entered) while a change runs. Never blocks.
+    /// Enters a use; `false` (and nothing entered) while a change runs or a view is open (or
+    /// opening). Never blocks.
     pub(crate) fn enter(&self) -> bool {
         let mut state = self.state();
-        if state.changing {
+        if state.changing || state.readers != 0 || state.writer {
             return false;
         }
         state.in_flight += 1;
@@ -78,6 +92,44 @@ impl AccessGate {
         drop(state);
         let _open = Open(self);
         change()
+    }
+
+    /// Opens a view (`mutable` or shared): refused at once, with whether the view in the way is
+    /// mutable, if a mutable view is open or a mutable one is asked for while any view is open.
+    /// Otherwise new uses are refused from now on, and this returns once no use is in flight.
+    /// Every `Ok` is closed by [`Self::close_view`] with the same `mutable`.
+    pub(crate) fn open_view(&self, mutable: bool) -> Result<(), bool> {
+        let mut state = self.state();
+        if state.writer {
+            return Err(true);
+        }
+        if mutable && state.readers != 0 {
+            return Err(false);
+        }
+        if mutable {
+            state.writer = true;
+        } else {
+            state.readers += 1;
+        }
+        while state.in_flight != 0 {
+            state = self.wait(state);
+        }
+        Ok(())
+    }
+
+    /// Whether a mutable view is open (or opening), to say why a use was refused.
+    pub(crate) fn has_writer(&self) -> bool {
+        self.state().writer
+    }
+
+    /// Closes a view that [`Self::open_view`] opened; uses enter again once no view is open.
+    pub(crate) fn close_view(&self, mutable: bool) {
+        let mut state = self.state();
+        if mutable {
+            state.writer = false;
+        } else {
+            state.readers -= 1;
+        }
     }
 }
 

@@ -131,11 +131,7 @@ export_fns! {
     fn cuDriverGetVersion(version: *mut c_int) {
         // `CUDA_SIM_DRIVER_VERSION` plays an older driver (read on every call: the real call
         // needs no `cuInit` either).
-        let reported = std::env::var("CUDA_SIM_DRIVER_VERSION")
-            .ok()
-            .and_then(|value| value.parse().ok())
-            .unwrap_or(13000);
-        put(version, reported)
+        put(version, simulated_version())
     }
 
     fn cuGetErrorName(error: CuResult, out: *mut *const c_char) {
@@ -792,4 +788,12 @@ export_fns! {
     fn cuMemsetD32Async(dst: CuDevicePtr, value: u32, count: usize, stream: Raw) {
         memset(dst, value, 4, count, Some(stream))
     }
+}
+
+/// The driver version the simulator plays: `CUDA_SIM_DRIVER_VERSION`, else 13000.
+pub fn simulated_version() -> i32 {
+    std::env::var("CUDA_SIM_DRIVER_VERSION")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(13000)
 }

@@ -118,6 +118,17 @@ impl Sim {
             HANDLE_TYPE_POSIX_FD => true,
             _ => return Err(NOT_SUPPORTED),
         };
+        // Host pools came with CUDA 12.6, host NUMA pools with 12.2: an older driver rejects
+        // the location type.
+        let version = super::exports::simulated_version();
+        let too_old = match props.location.kind {
+            LOCATION_HOST => version < 12060,
+            LOCATION_HOST_NUMA => version < 12020,
+            _ => false,
+        };
+        if too_old {
+            return Err(INVALID_VALUE);
+        }
         let device = match props.location.kind {
             LOCATION_DEVICE => Some(self.device(props.location.id)?.ordinal),
             LOCATION_HOST if !ipc => None,
