@@ -22,7 +22,7 @@ for step in "${steps[@]}"; do
         # The ignored tests of these binaries are children that their own (not ignored) tests
         # start on the simulator; they are not GPU tests.
         case $test in
-          *-selftest | *-kernels | *-vmm | *-memory_model | *-fidelity | *-runner | *-cudarc_coverage | *-interpreter | *-fault_sweep | *-cuda_soundness | *-fd_passing | *-interop | *-cuda_rules | *-cuda_attacks | *-capabilities) ignored=() ;;
+          *-selftest | *-kernels | *-vmm | *-batch | *-memory_model | *-fidelity | *-runner | *-cudarc_coverage | *-interpreter | *-fault_sweep | *-cuda_soundness | *-fd_passing | *-interop | *-cuda_rules | *-cuda_attacks | *-capabilities) ignored=() ;;
           *) ignored=(--include-ignored) ;;
         esac
         "$test" ${ignored[@]+"${ignored[@]}"} --skip two_gpus --skip soak --test-threads=1 --nocapture >>"$logs/tests.log" 2>&1 || status=1

@@ -683,6 +683,69 @@ fn completions(
     measured
 }
 
+/// 256 MiB of managed memory prefetched to device 0 and back to the host, then the stream
+/// synchronised (one round trip per op; the bandwidth is 2 × 256 MiB over the time): the raw
+/// `cuMemPrefetchAsync_v2` calls against `prefetch`. cudarc has no managed-memory prefetch in
+/// its safe layer.
+fn managed_prefetch(context: &ContextHandle, stream: &StreamHandle) -> Measured {
+    use handles_cuda::memory::{Attach, PoolLocation};
+    const SIZE: usize = 256 << 20;
+    let ours = DevicePtrHandle::alloc_managed(context, SIZE, Attach::Global).unwrap();
+    let mut raw: sys::CUdeviceptr = 0;
+    // SAFETY: the primary context is current; `raw` is a valid out-pointer.
+    unsafe {
+        ok(sys::cuMemAllocManaged(
+            &mut raw,
+            SIZE,
+            sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32,
+        ))
+    };
+    let location = |type_, id| sys::CUmemLocation { type_, id };
+    let device = location(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    let host = location(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, 0);
+    let measured = interleave(
+        &mut [
+            Variant::new("raw cuMemPrefetchAsync_v2 there and back", || {
+                // SAFETY: `raw` is a live managed allocation of SIZE bytes; the stream is alive.
+                unsafe {
+                    ok(sys::cuMemPrefetchAsync_v2(
+                        raw,
+                        SIZE,
+                        device,
+                        0,
+                        stream.as_cu(),
+                    ));
+                    ok(sys::cuMemPrefetchAsync_v2(
+                        raw,
+                        SIZE,
+                        host,
+                        0,
+                        stream.as_cu(),
+                    ));
+                    ok(sys::cuStreamSynchronize(stream.as_cu()));
+                }
+            }),
+            Variant::new("handles-cuda prefetch there and back", || {
+                ours.prefetch(PoolLocation::Device(0), stream).unwrap();
+                ours.prefetch(PoolLocation::Host, stream).unwrap();
+                stream.synchronize().unwrap();
+            }),
+        ],
+        9,
+        4,
+        || {},
+    );
+    // SAFETY: the allocation is idle (synchronised above) and freed once.
+    unsafe { ok(sys::cuMemFree_v2(raw)) };
+    for (name, ns) in measured.names.iter().zip(&measured.medians) {
+        println!(
+            "| managed prefetch 256 MiB there and back (GB/s, not ns) | {name} | {:.1} | |",
+            2.0 * SIZE as f64 / ns
+        );
+    }
+    measured
+}
+
 fn aggregate<S>(
     threads: usize,
     setup: impl Fn(usize) -> S + Sync,
@@ -959,6 +1022,10 @@ fn main() {
     report(
         "host function on an idle stream, until it ran",
         &host_functions(&stream),
+    );
+    report(
+        "managed prefetch 256 MiB to device 0 and back (ns per round trip)",
+        &managed_prefetch(&context, &stream),
     );
     report(
         "4 KiB memset, event record, wait for it",
