@@ -283,10 +283,15 @@ pub enum Error {
         available: u32,
     },
     /// Memory that the device of the work (a kernel, a copy) cannot reach. `owner` is the
-    /// memory's device (`None` for a virtual-memory mapping without access for `device`);
+    /// memory's device (`None` for a virtual-memory mapping or a host pool without access for
+    /// `device`);
     /// `pool` says whether it is pool memory, to which access can be granted.
     #[error("invalid argument: {}", match (owner, pool) {
-        (None, _) => format!("mapped memory without access for device {device}"),
+        (None, false) => format!("mapped memory without access for device {device}"),
+        (None, true) => format!(
+            "memory of a host pool is not accessible from device {device} (grant it with \
+             MemoryPoolHandle::set_peer_access)"
+        ),
         (Some(owner), true) => format!(
             "memory of device {owner}'s pool is not accessible from device {device} (grant it \
              with MemoryPoolHandle::set_peer_access)"

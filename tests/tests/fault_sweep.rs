@@ -304,6 +304,7 @@ fn host_pool_alloc_and_view() -> Result<()> {
         location: PoolLocation::Host,
         ..PoolProps::device(0)
     })?;
+    pool.set_peer_access(0, true)?;
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream)?;
     buffer.memset_async(2, 4096, &stream)?;
     let first = buffer.host_view_mut()?[0];

@@ -184,6 +184,20 @@ fn pinned_memory_from_a_host_pool_and_alloc_host_is_viewed_after_a_kernel() {
     })
     .unwrap();
     let pooled = DeviceBuffer::<u32>::alloc_from_pool(&pool, N as usize, &stream).unwrap();
+    // A host pool's memory is the host's until the device is granted access: a kernel on it
+    // would fault (CUDA_ERROR_ILLEGAL_ADDRESS on the H200), so the launch is refused first.
+    assert!(!pool.peer_access(0).unwrap());
+    assert!(matches!(
+        kernels
+            .fill
+            .launch(&stream, &config, (pooled.as_bytes(), 1, N)),
+        Err(Error::Unreachable {
+            device: 0,
+            owner: None,
+            pool: true
+        })
+    ));
+    pool.set_peer_access(0, true).unwrap();
     let host = DeviceBuffer::<u32>::alloc_host(&context, N as usize).unwrap();
     for (buffer, value) in [(&pooled, 5), (&host, 6)] {
         kernels

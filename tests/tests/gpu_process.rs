@@ -41,6 +41,10 @@ fn share_with_child(test: &str, location: PoolLocation) {
         device: 0,
     })
     .unwrap();
+    if !matches!(location, PoolLocation::Device(_)) {
+        // A host pool's memory is the host's until a device is granted access.
+        pool.set_peer_access(0, true).unwrap();
+    }
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, SIZE, &stream).unwrap();
     let data = pattern(SIZE);
     buffer.copy_from_host(&data, &stream).unwrap();

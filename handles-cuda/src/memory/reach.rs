@@ -124,6 +124,9 @@ impl DevicePtrHandle {
         let pool = self.pool().as_ref()?;
         match pool.location() {
             Some(PoolLocation::Device(device)) if device != ordinal => Some(pool),
+            // Pinned memory of a host pool is reachable from a device only once granted, like
+            // another device's pool, and a revocation must wait for its uses the same way.
+            Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => Some(pool),
             _ => None,
         }
     }
@@ -131,8 +134,8 @@ impl DevicePtrHandle {
     /// Refuses to let a kernel on device `ordinal` use this memory when it lives on another
     /// device that `ordinal` cannot access: a pool allocation needs the pool's peer access
     /// for `ordinal`, and a synchronous allocation is refused (its peer access is a context
-    /// setting this crate does not track). Pinned host memory and memory of unknown device
-    /// pass. A kernel touching inaccessible memory faults and poisons its context.
+    /// setting this crate does not track), and memory of a host pool needs the pool's access
+    /// for `ordinal` too. Other pinned host memory and memory of unknown device pass. A kernel touching inaccessible memory faults and poisons its context.
     ///
     /// Every safe method of this crate that queues work on this memory checks it; a library
     /// that hands the raw pointer to its own device code (cuBLAS, NCCL) calls it first with
@@ -161,6 +164,20 @@ impl DevicePtrHandle {
                         Err(Error::Unreachable {
                             device: ordinal,
                             owner: Some(device),
+                            pool: true,
+                        })
+                    }
+                }
+                // The driver makes a host pool's memory accessible from the host only:
+                // each device needs `cuMemPoolSetAccess` (measured on the H200: a kernel on
+                // it faulted with CUDA_ERROR_ILLEGAL_ADDRESS).
+                Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => {
+                    if pool.peer_access(ordinal)? {
+                        Ok(())
+                    } else {
+                        Err(Error::Unreachable {
+                            device: ordinal,
+                            owner: None,
                             pool: true,
                         })
                     }

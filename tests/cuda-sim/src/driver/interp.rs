@@ -118,9 +118,9 @@ impl Sim {
             return true;
         };
         match (pool.device, device) {
-            (Some(owner), Some(device)) if owner != device => {
-                pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE)
-            }
+            (Some(owner), Some(device)) if owner == device => true,
+            // Another device's pool, or a host pool: only with access granted.
+            (_, Some(device)) => pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE),
             _ => true,
         }
     }

@@ -394,7 +394,9 @@ impl Sim {
     }
 
     /// A touch by device work of pool memory owned by another device needs that device's
-    /// access to the pool (`cuMemPoolSetAccess`); without it the touch is **no access**.
+    /// access to the pool (`cuMemPoolSetAccess`); without it the touch is **no access**. Copies
+    /// of a host pool's memory pass without it (driver 580 copied an imported host pool's
+    /// memory with no access set); kernels do not (`interp.rs`: measured, they fault).
     fn check_pool_access(
         &mut self,
         start: u64,
