@@ -266,12 +266,18 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         .iter()
         .map(|_| DevicePtrHandle::alloc(&context, 64 << 10).unwrap())
         .collect();
-    // Every stream first waits for a gate that opens after 500 ms (a host function that
-    // sleeps), so the tasks spend most of the measured time waiting: a thread that spun would
-    // show as about a core of CPU time for the whole wait.
+    // Every stream first waits for a gate that the test opens 500 ms after the measurement
+    // starts (a host function that naps until then), so the tasks spend most of the measured
+    // time waiting: a thread that spun would show as about a core of CPU time for the wait.
     let gate = stream(&context);
-    gate.launch_host(|| std::thread::sleep(Duration::from_millis(500)))
-        .unwrap();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::clone(&open);
+    gate.launch_host(move || {
+        while !seen.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+    .unwrap();
     let opened = EventHandle::create(&context, EventFlags::default()).unwrap();
     opened.record(&gate).unwrap();
     for stream in &streams {
@@ -297,8 +303,12 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
             }));
         }
     }
-    // Measured from here: the work is queued and the tasks wait.
+    // Measured from here: the work is queued and the tasks wait for the gate.
     let (wall, cpu) = (Instant::now(), cpu_time());
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        open.store(true, Ordering::Release);
+    });
     let completed = runtime.block_on(async {
         let mut completed = 0;
         for task in tasks {
@@ -307,6 +317,7 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         completed
     });
     let (wall, cpu) = (wall.elapsed(), cpu_time() - cpu);
+    opener.join().unwrap();
     println!(
         "10000 completions on 8 streams, awaited: {wall:.2?} wall, {cpu:.2?} CPU ({:.0}% of one core)",
         cpu.as_secs_f64() / wall.as_secs_f64() * 100.0
