@@ -267,12 +267,12 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         .map(|_| DevicePtrHandle::alloc(&context, 64 << 10).unwrap())
         .collect();
     // Ten waves of 1000 completions (125 per stream). Each wave starts with a kernel that
-    // spins about 100 ms on every stream, so the tasks spend the measured time waiting for the
+    // spins for a while on every stream (longer than queueing the wave takes), so the tasks spend the measured time waiting for the
     // GPU: a thread that spun would show as about a core of CPU time. A wave stays well below a
     // stream's queue depth, beyond which queueing more work would block the host.
     let on_simulator = std::env::var_os("CUDA_SIM_STRICT").is_some();
     // The simulator runs kernels on the CPU at launch: a short spin there.
-    let spin = if on_simulator { 1_000 } else { 50_000_000 };
+    let spin = if on_simulator { 1_000 } else { 400_000_000 };
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
