@@ -396,7 +396,7 @@ impl<R: Resource> Drop for Handle<R> {
         // SAFETY: `drop` runs once and `self.inner` is not used after it, so the `Arc` is taken
         // exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
-        release(inner);
+        release(inner, core::mem::needs_drop::<R>());
     }
 }
 

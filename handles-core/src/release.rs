@@ -32,14 +32,13 @@ use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use crate::Resource;
 use crate::error::drop_without_unwinding;
-use crate::handle::HandleBox;
 
-/// A box of any resource type; dropping the `Arc` tears it down.
+/// A box of any resource type; dropping the `Arc` tears it down. Any type qualifies: this file
+/// needs nothing of the box but its drop, so it does not depend on the handle's file.
 trait ParkedBox {}
 
-impl<R: Resource> ParkedBox for HandleBox<R> {}
+impl<B: ?Sized> ParkedBox for B {}
 
 /// What a nested drop parks: the last reference to a box, or a with-owner value.
 enum Parked {
@@ -65,13 +64,14 @@ loom::thread_local! {
 }
 
 /// Drops one strong reference to a box, tearing down the box and, iteratively, everything it
-/// was the last owner of.
+/// was the last owner of. `record_has_drop_glue` is `needs_drop` of the box's record, a
+/// constant at the call site.
 #[inline(always)]
-pub(crate) fn release<R: Resource>(inner: Arc<HandleBox<R>>) {
+pub(crate) fn release<B: 'static>(inner: Arc<B>, record_has_drop_glue: bool) {
     // A box whose record has no drop glue (known at compile time) cannot drop another handle
     // here (a with-owner value goes through `release_value` by itself), and a reference that is
     // not the last (the common case) tears nothing down: a plain drop, with no bookkeeping.
-    if !core::mem::needs_drop::<R>() || Arc::strong_count(&inner) != 1 {
+    if !record_has_drop_glue || Arc::strong_count(&inner) != 1 {
         drop(inner);
         return;
     }
@@ -90,7 +90,7 @@ trait Releasable: Sized {
     fn park(self) -> Parked;
 }
 
-impl<R: Resource> Releasable for Arc<HandleBox<R>> {
+impl<B: 'static> Releasable for Arc<B> {
     #[inline(always)]
     fn park(self) -> Parked {
         Parked::Box(self)
