@@ -25,6 +25,7 @@ use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::load::{ensure_loaded, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::stream::StreamHandle;
 use crate::order::contexts_used::ContextsUsed;
 
 /// A loaded library of device code.
@@ -140,6 +141,11 @@ impl LibraryHandle {
         owning: impl FnOnce() -> Result<ContextHandle>,
     ) -> Result<()> {
         self.record().launched_in.note(context, owning)
+    }
+
+    /// Notes a launch queued on `stream`, in the stream's context (see `ContextsUsed`).
+    pub(crate) fn note_stream_launch(&self, stream: &StreamHandle) -> Result<()> {
+        self.record().launched_in.note_stream(stream)
     }
 
     /// The number of kernels the library holds (`cuLibraryGetKernelCount`).

@@ -8,7 +8,8 @@
 //! pending completions, new ones queue behind earlier ones (each still resolves no earlier than
 //! its event). An event already complete resolves at once, with no driver call but a query.
 //!
-//! The host function calls `Waker::wake` on the driver's thread. Wakers of the usual executors
+//! The host function calls `Waker::wake_by_ref` on the driver's thread and hands the waker to
+//! the disposal thread to be dropped. Wakers of the usual executors
 //! (tokio, async-std, `futures`' executors) only schedule the task; a waker that calls CUDA
 //! itself breaks the host-function rule (see `StreamHandle::launch_host`).
 //!
@@ -96,7 +97,17 @@ impl EventHandle {
             })
             .status?;
         let wake = Arc::clone(&shared);
-        notifier.launch_host(move || wake.complete())?;
+        // The event stays alive until the notifier has passed its wait (released afterwards,
+        // on the disposal thread), however early the program drops its handles.
+        let event = self.clone();
+        notifier.launch_host(move || {
+            let _ = &event;
+            if let Some(waker) = wake.complete() {
+                waker.wake_by_ref();
+                // Dropped on the disposal thread, never in the host function.
+                crate::exec::host::dispose(Box::new(waker));
+            }
+        })?;
         Ok(Completion { shared })
     }
 }
@@ -132,10 +143,19 @@ fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
     Ok(stream)
 }
 
-/// Destroys the notifier streams of every context (after their pending completions) and
+/// Destroys the notifier streams of every context, after waiting for their pending
+/// completions (so this blocks until the awaited events complete), and
 /// releases the contexts they kept; returns how many streams there were. For programs and tests
 /// that check for leaks at exit; later completions make new ones.
 pub fn clear_notifiers() -> usize {
     let all = std::mem::take(&mut *lock(&NOTIFIERS));
+    // Each stream's pending completions run first: destroying a busy stream is left to the
+    // driver's care otherwise, and the futures' promise is to resolve after their records.
+    // A stream that cannot be waited for is still released (its work stays queued).
+    for (_, streams) in &all {
+        for stream in streams {
+            let _ = stream.synchronize();
+        }
+    }
     all.iter().map(|(_, streams)| streams.len()).sum()
 }

@@ -40,13 +40,13 @@ impl Shared {
         self.done.load(Ordering::Acquire)
     }
 
-    /// The work is complete: marks it, then wakes the waiting task if there is one.
-    pub(crate) fn complete(&self) {
+    /// The work is complete: marks it, then returns the waiting task's waker, if there is one,
+    /// for the caller to wake by reference and then drop where dropping is allowed (the last
+    /// reference to an executor's task may own anything, CUDA handles included, and this runs
+    /// in a host function).
+    pub(crate) fn complete(&self) -> Option<Waker> {
         self.done.store(true, Ordering::Release);
-        let waker = self.waker().take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        self.waker().take()
     }
 
     /// `true` if complete; otherwise stores `waker` to be woken by [`Self::complete`].
@@ -54,7 +54,17 @@ impl Shared {
         if self.is_done() {
             return true;
         }
-        *self.waker() = Some(waker.clone());
+        // The waker a previous poll stored is dropped after the lock is released: its drop is
+        // the executor's code, and may do anything (release a handle that waits for a stream
+        // whose host function needs this lock).
+        let previous = {
+            let mut stored = self.waker();
+            match stored.as_ref() {
+                Some(stored) if stored.will_wake(waker) => None,
+                _ => stored.replace(waker.clone()),
+            }
+        };
+        drop(previous);
         // `complete` may have run between the check and the store, and found no waker.
         if self.is_done() {
             let stored = self.waker().take();

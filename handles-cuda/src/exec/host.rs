@@ -29,14 +29,14 @@ use crate::exec::stream::StreamHandle;
 type OneShot = Box<dyn FnMut() + Send + 'static>;
 
 /// Something to drop on the disposal thread.
-type Disposal = Box<dyn Send + 'static>;
+pub(crate) type Disposal = Box<dyn Send + 'static>;
 
 /// The disposal thread's channel; `None` if the thread could not be started.
 static DISPOSAL: OnceLock<Option<Mutex<Sender<Disposal>>>> = OnceLock::new();
 
 /// Drops `value` on the disposal thread, never in the calling host function. If the thread
 /// cannot be started (the system refuses a thread), the value is leaked and the leak reported.
-fn dispose(value: Disposal) {
+pub(crate) fn dispose(value: Disposal) {
     let sender = DISPOSAL.get_or_init(|| {
         let (sender, receiver) = channel::<Disposal>();
         std::thread::Builder::new()

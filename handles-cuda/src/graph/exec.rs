@@ -91,27 +91,37 @@ impl GraphExecHandle {
             // everything the graph's nodes reference.
             unsafe { driver!(cuGraphLaunch(self.as_cu(), raw_stream)) }
         });
-        drop(reach);
-        // Once the graph is queued, every use is reported whatever else fails.
-        queued.then(|| {
+        // Once the graph is queued, every use is reported whatever else fails. The launch is
+        // work of the stream's context as well as the graph's (they differ when the stream is
+        // another context's, a green context's say): both are noted, so that an unload, or the
+        // release of a host node's closure, waits for the launch whichever it is. The reach
+        // guards are held until the uses are reported, so no host view opens in between.
+        let reported = queued.then(|| {
             let context = self.context();
             let mut status = Ok(());
             for attachment in attachments.iter() {
                 let noted = match attachment {
                     Attachment::Buffer(buffer) => buffer.record_use(stream),
-                    Attachment::Kernel(kernel) => kernel
-                        .library()
-                        .note_launch(context.as_cu(), || Ok(context.clone())),
+                    Attachment::Kernel(kernel) => {
+                        let library = kernel.library();
+                        library
+                            .note_launch(context.as_cu(), || Ok(context.clone()))
+                            .and_then(|()| library.note_stream_launch(stream))
+                    }
                     Attachment::Event(_) => Ok(()),
-                    Attachment::Host(function) => function
-                        .record()
-                        .launched_in
-                        .note(context.as_cu(), || Ok(context.clone())),
+                    Attachment::Host(function) => {
+                        let launched_in = &function.record().launched_in;
+                        launched_in
+                            .note(context.as_cu(), || Ok(context.clone()))
+                            .and_then(|()| launched_in.note_stream(stream))
+                    }
                 };
                 status = status.and(noted);
             }
             status
-        })
+        });
+        drop(reach);
+        reported
     }
 
     /// Updates the executable graph to `graph`'s nodes (`cuGraphExecUpdate`). On success it
