@@ -135,7 +135,7 @@ fn r22_every_use_is_refused_while_a_view_of_a_part_lives() {
         let refused = match &r {
             Err(Error::HostAccessActive { .. }) => true,
             Err(Error::InBatch { cause, .. }) => matches!(**cause, Error::HostAccessActive { .. }),
-            Err(Error::Capturing { .. }) => false,
+            Err(Error::Capturing) => false,
             _ => false,
         };
         assert!(refused, "{what} while a view lives: {r:?}");
