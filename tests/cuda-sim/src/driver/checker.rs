@@ -1,8 +1,6 @@
 //! The race detector: a vector clock per timeline (the host, and every stream), the uses of
 //! each allocation, and the violations found.
 
-use super::faults;
-
 /// The host's timeline: what the program has synchronised with.
 pub const HOST: usize = 0;
 
@@ -40,14 +38,7 @@ pub struct Use {
     pub seq: u64,
 }
 
-/// A reported misuse.
-#[derive(Clone, Debug)]
-pub struct Violation {
-    pub kind: &'static str,
-    pub message: String,
-    pub call: &'static str,
-    pub seq: u64,
-}
+pub use super::verdict::Violation;
 
 /// Timelines and violations.
 pub struct Checker {
@@ -95,7 +86,7 @@ impl Checker {
         clock[timeline] += 1;
         let epoch = clock[timeline];
         self.timelines[timeline].clock = clock;
-        let (call, seq) = faults::current_call();
+        let (call, seq) = super::calls::current_call();
         Use {
             timeline,
             epoch,
@@ -135,7 +126,7 @@ impl Checker {
 
     /// Reports a violation: one line on stderr, kept for the report; aborts in strict mode.
     pub fn violation(&mut self, kind: &'static str, message: String) {
-        let (call, seq) = faults::current_call();
+        let (call, seq) = super::calls::current_call();
         let line = format!("cuda-sim: violation {kind}: {message} (in {call}, call #{seq})");
         eprintln!("{line}");
         self.violations.push(Violation {
@@ -145,7 +136,7 @@ impl Checker {
             seq,
         });
         if self.strict {
-            super::report::write_before_abort(&self.violations);
+            super::verdict::write_before_abort(&self.violations);
             std::process::abort();
         }
     }

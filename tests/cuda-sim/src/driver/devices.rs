@@ -2,7 +2,7 @@
 //! device's primary context, default pool and synchronous allocator.
 
 use super::errors::{INVALID_DEVICE, INVALID_VALUE};
-use super::memory::Arena;
+use super::memory::{Arena, arena_size};
 use super::types::{CuResult, Raw};
 use super::{Kind, Sim, contexts::Context, pools::Pool};
 
@@ -19,11 +19,6 @@ pub struct Device {
     pub host_arena: Arena,
     /// Peer access that the next pool created on this device inherits (nvbug 5698116).
     pub inherited_access: Option<Vec<u32>>,
-}
-
-/// The address space each arena reserves: room for fragmentation above the capacity.
-pub fn arena_size(capacity: u64) -> u64 {
-    (capacity.saturating_mul(4)).clamp(64 << 20, 1 << 40)
 }
 
 impl Sim {

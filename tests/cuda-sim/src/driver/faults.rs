@@ -1,10 +1,7 @@
 //! Call counting and fault injection (`CUDA_SIM_FAIL`): the single path every exported
 //! function goes through.
 
-use std::cell::Cell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use super::errors;
 use super::types::CuResult;
@@ -39,43 +36,12 @@ fn plan() -> &'static Vec<(String, u64, CuResult)> {
     })
 }
 
-static COUNTS: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static CURRENT: Cell<(&'static str, u64)> = const { Cell::new(("", 0)) };
-}
-
-/// The exported function this thread is executing and its process-wide sequence number.
-pub fn current_call() -> (&'static str, u64) {
-    CURRENT.try_with(Cell::get).unwrap_or(("", 0))
-}
-
-/// How many times each exported function was called.
-pub fn counts() -> Vec<(&'static str, u64)> {
-    let counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
-    let mut list: Vec<_> = counts
-        .as_ref()
-        .map(|map| map.iter().map(|(k, v)| (*k, *v)).collect())
-        .unwrap_or_default();
-    list.sort();
-    list
-}
+pub use super::calls::{counts, current_call};
 
 /// Counts the call, applies the fault plan, and runs `body`.
 pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> CuResult {
     super::report::register_exit_handler();
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed) + 1;
-    let n = {
-        let mut counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
-        let count = counts
-            .get_or_insert_with(HashMap::new)
-            .entry(name)
-            .or_insert(0);
-        *count += 1;
-        *count
-    };
-    let _ = CURRENT.try_with(|current| current.set((name, seq)));
+    let (seq, n) = super::calls::enter(name);
     if super::user_objects::in_destructor() {
         // The driver forbids CUDA calls from a user object's destructor.
         let _ = super::with_sim(|sim| {

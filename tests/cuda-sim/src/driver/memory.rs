@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::Sim;
 use super::checker::{Use, covers};
 use super::errors::{INVALID_VALUE, OUT_OF_MEMORY};
 use super::sys;
 use super::types::{ACCESS_NONE, CuResult, Raw};
-use super::{Sim, faults};
 
 /// Allocation granularity.
 pub const ALIGN: u64 = 512;
@@ -24,6 +24,11 @@ pub fn rounded(size: u64) -> Option<u64> {
 
 /// Page size of the host: trimming gives back only whole pages that hold no live byte.
 const PAGE: u64 = 4096;
+
+/// The address space each arena reserves: room for fragmentation above the capacity.
+pub fn arena_size(capacity: u64) -> u64 {
+    (capacity.saturating_mul(4)).clamp(64 << 20, 1 << 40)
+}
 
 /// A reserved address range that hands out blocks: bump allocation plus a best-fit list of
 /// free extents, which coalesce with their neighbours when freed (an extent that reaches the
@@ -333,7 +338,7 @@ impl Sim {
         if len == 0 {
             return Ok(false);
         }
-        let (call, seq) = faults::current_call();
+        let (call, seq) = super::calls::current_call();
         if let Some(alloc) = self.alloc_at(addr) {
             if alloc.kind == AllocKind::Mapping {
                 // Virtual memory: the range may span adjacent mappings, and needs access.
@@ -415,7 +420,7 @@ impl Sim {
         if device == owner || pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE) {
             return Ok(());
         }
-        let (call, seq) = faults::current_call();
+        let (call, seq) = super::calls::current_call();
         let message = format!(
             "{call} (call #{seq}) on {} (device {device}) touches [{addr:#x}, +{len}) of a pool of device {owner} that device {device} has no access to (cuMemPoolSetAccess)",
             self.checker.label(operation.timeline)

@@ -25,6 +25,7 @@ macro_rules! export_fns {
     )*};
 }
 
+mod calls;
 mod capture;
 mod checker;
 mod contexts;
@@ -57,6 +58,7 @@ mod streams;
 mod sys;
 mod types;
 mod user_objects;
+mod verdict;
 mod vmm;
 mod work;
 

@@ -5,9 +5,8 @@
 use std::collections::HashMap;
 
 use super::checker::Use;
-use super::devices::arena_size;
 use super::errors::{INVALID_DEVICE, INVALID_VALUE, NOT_SUPPORTED, OUT_OF_MEMORY};
-use super::memory::{Alloc, AllocKind, Arena, rounded};
+use super::memory::{Alloc, AllocKind, Arena, arena_size, rounded};
 use super::streams::Target;
 use super::types::{
     ACCESS_NONE, ACCESS_READWRITE, CuResult, HANDLE_TYPE_NONE, HANDLE_TYPE_POSIX_FD,

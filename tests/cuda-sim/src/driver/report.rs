@@ -5,26 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::checker::Violation;
-use super::{Sim, faults, shut_down};
-
-fn quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+use super::verdict::{render_parts, write};
+use super::{Sim, shut_down};
 
 /// Resources alive now that the program was expected to free, by type.
 pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
@@ -82,39 +64,6 @@ pub fn render(sim: Option<&Sim>) -> String {
     render_parts(violations, &leaks)
 }
 
-fn render_parts(violations: &[Violation], leaks: &BTreeMap<&'static str, u64>) -> String {
-    let mut out = String::from("{\"violations\":[");
-    for (i, v) in violations.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(
-            out,
-            "{{\"kind\":{},\"message\":{},\"call\":{},\"seq\":{}}}",
-            quote(v.kind),
-            quote(&v.message),
-            quote(v.call),
-            v.seq
-        );
-    }
-    out.push_str("],\"leaks\":{");
-    for (i, (key, n)) in leaks.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{}:{n}", quote(key));
-    }
-    out.push_str("},\"calls\":{");
-    for (i, (name, n)) in faults::counts().iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "{}:{n}", quote(name));
-    }
-    let _ = writeln!(out, "}},\"pid\":{}}}", std::process::id());
-    out
-}
-
 /// Registers [`at_exit`] once, on the first call of any exported function: a report is
 /// written even when `cuInit` itself failed (for instance by `CUDA_SIM_FAIL`).
 pub fn register_exit_handler() {
@@ -126,24 +75,4 @@ pub fn register_exit_handler() {
 pub extern "C" fn at_exit() {
     super::printf::flush();
     write(&shut_down(render));
-}
-
-/// In strict mode, just before the abort: the report of the violations so far (the abort
-/// runs no exit handler, so leaks are not counted).
-pub fn write_before_abort(violations: &[Violation]) {
-    write(&render_parts(violations, &BTreeMap::new()));
-}
-
-/// Writes `report` where `CUDA_SIM_REPORT` says.
-fn write(report: &str) {
-    let Ok(path) = std::env::var("CUDA_SIM_REPORT") else {
-        return;
-    };
-    if path.is_empty() {
-        return;
-    }
-    let path = path.replace("%p", &std::process::id().to_string());
-    if let Err(error) = std::fs::write(&path, report) {
-        eprintln!("cuda-sim: cannot write the report to {path}: {error}");
-    }
 }
