@@ -36,7 +36,7 @@ fn plan() -> &'static Vec<(String, u64, CuResult)> {
     })
 }
 
-pub use super::calls::{counts, current_call};
+pub use super::calls::current_call;
 
 /// Counts the call, applies the fault plan, and runs `body`.
 pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> CuResult {

@@ -3,7 +3,6 @@
 //! returns `CUDA_ERROR_DEINITIALIZED`, as the real driver does once its exit handler ran.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use super::verdict::{render_parts, write};
 use super::{Sim, shut_down};
