@@ -1,7 +1,8 @@
 //! The heap box and the generic strong and weak handles.
 //!
-//! A handle is an `Arc` of a [`HandleBox`]: one allocation per resource, one atomic increment
-//! per clone, one atomic decrement per drop. Whether the handle owns its resource is decided
+//! A handle is a counted reference ([`crate::counted`]) to a [`HandleBox`]: one allocation per
+//! resource, one atomic increment per clone, one atomic decrement per drop, the last one
+//! included. Whether the handle owns its resource is decided
 //! once, at construction, and stored in the box; clone and drop never branch on it. The last
 //! drop goes through [`crate::release`], which tears owner chains down iteratively.
 
@@ -10,7 +11,8 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Weak};
+
+use crate::counted::{Counted, CountedWeak};
 
 use crate::error::drop_without_unwinding;
 use crate::release::release;
@@ -170,22 +172,22 @@ impl<R: Resource> Drop for HandleBox<R> {
 pub struct Handle<R: Resource> {
     /// Taken out only by `Drop` (which hands it to [`release`]) and by the methods that consume
     /// the handle without dropping it (`close`, `into_ffi`), through [`Handle::into_inner`].
-    inner: ManuallyDrop<Arc<HandleBox<R>>>,
+    inner: ManuallyDrop<Counted<HandleBox<R>>>,
 }
 
 impl<R: Resource> Handle<R> {
     #[inline(always)]
-    fn new(inner: Arc<HandleBox<R>>) -> Self {
+    fn new(inner: Counted<HandleBox<R>>) -> Self {
         Handle {
             inner: ManuallyDrop::new(inner),
         }
     }
 
-    /// Moves the `Arc` out without running `Drop`.
+    /// Moves the reference out without running `Drop`.
     #[inline(always)]
-    fn into_inner(self) -> Arc<HandleBox<R>> {
+    fn into_inner(self) -> Counted<HandleBox<R>> {
         let mut this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again, so the `Arc` is taken exactly once.
+        // SAFETY: `this` is never used or dropped again, so the reference is taken exactly once.
         unsafe { ManuallyDrop::take(&mut this.inner) }
     }
 
@@ -200,7 +202,7 @@ impl<R: Resource> Handle<R> {
     ///   record's metadata (a length, a size, a device) rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
-        let handle = Handle::new(Arc::new(HandleBox::new(raw, Keep::Owned, record)));
+        let handle = Handle::new(Counted::new(HandleBox::new(raw, Keep::Owned, record)));
         if let Some(registry) = R::registry() {
             registry.register(&handle);
         }
@@ -219,7 +221,7 @@ impl<R: Resource> Handle<R> {
     ///   record's metadata rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned_unregistered(raw: R::Raw, record: R) -> Self {
-        Handle::new(Arc::new(HandleBox::new(raw, Keep::Owned, record)))
+        Handle::new(Counted::new(HandleBox::new(raw, Keep::Owned, record)))
     }
 
     /// A non-owning reference to `raw`: this call never makes anything delete it. For a type
@@ -239,7 +241,7 @@ impl<R: Resource> Handle<R> {
             }
             return canonical;
         }
-        Handle::new(Arc::new(HandleBox::new(raw, Keep::Borrowed, record)))
+        Handle::new(Counted::new(HandleBox::new(raw, Keep::Borrowed, record)))
     }
 
     /// A non-owning handle that keeps `owner` alive until the last clone drops; `owner` is
@@ -266,34 +268,34 @@ impl<R: Resource> Handle<R> {
                 Some(core::any::type_name::<O>()),
             );
         }
-        Handle::new(Arc::new(HandleBox::new(
+        Handle::new(Counted::new(HandleBox::new(
             raw,
             Keep::WithOwner(OwnerValue::new(owner)),
             record,
         )))
     }
 
-    /// The raw value. Compiles to one load through the `Arc` pointer.
+    /// The raw value. Compiles to one load through the box pointer.
     #[inline(always)]
     pub fn raw(&self) -> R::Raw {
-        self.inner.raw
+        self.inner.get().raw
     }
 
     /// The raw value as a signed pointer-sized integer.
     #[inline(always)]
     pub fn as_intptr(&self) -> isize {
-        self.inner.raw.to_intptr()
+        self.raw().to_intptr()
     }
 
     /// The record: owner handles and metadata.
     #[inline(always)]
     pub fn record(&self) -> &R {
-        &self.inner.record
+        &self.inner.get().record
     }
 
     /// How this handle relates to its resource.
     pub fn ownership(&self) -> Ownership {
-        self.inner.ownership()
+        self.inner.get().ownership()
     }
 
     /// Whether the resource is deleted when the last clone drops.
@@ -303,23 +305,23 @@ impl<R: Resource> Handle<R> {
 
     /// The number of strong handles to this box.
     pub fn strong_count(&self) -> usize {
-        Arc::strong_count(&self.inner)
+        self.inner.strong_count()
     }
 
     /// The number of weak handles to this box (a registry's entry counts as one).
     pub fn weak_count(&self) -> usize {
-        Arc::weak_count(&self.inner)
+        self.inner.weak_count()
     }
 
     /// Whether two handles share one box (not merely the same raw value).
     pub fn ptr_eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        core::ptr::eq(self.inner.as_ptr(), other.inner.as_ptr())
     }
 
     /// A weak handle that does not keep the resource alive.
     pub fn downgrade(&self) -> WeakHandle<R> {
         WeakHandle {
-            inner: Arc::downgrade(&self.inner),
+            inner: self.inner.downgrade(),
         }
     }
 
@@ -328,12 +330,12 @@ impl<R: Resource> Handle<R> {
     /// borrowed or with-owner handle that is the last one drops it and returns `Ok`. The report
     /// hook is not called: the error is returned instead.
     pub fn close(self) -> Result<(), CloseError<Self>> {
-        let inner = self.into_inner();
-        // The registry's weak entry still points at this allocation after `try_unwrap` moved
-        // the box out, so the allocation's address is what identifies our entry.
-        let identity = Arc::as_ptr(&inner);
-        match Arc::try_unwrap(inner) {
-            Ok(mut boxed) => {
+        match self.into_inner().try_last() {
+            Ok(mut last) => {
+                // The registry's weak entry points at this allocation, whose address is what
+                // identifies our entry.
+                let identity = last.as_ptr();
+                let boxed = last.get_mut();
                 let result = if matches!(boxed.keep, Keep::Owned) {
                     let result = boxed.delete_now();
                     if let Some(registry) = R::registry() {
@@ -343,7 +345,7 @@ impl<R: Resource> Handle<R> {
                 } else {
                     Ok(())
                 };
-                drop(boxed);
+                drop(last);
                 result.map_err(CloseError::Deleter)
             }
             Err(inner) => Err(CloseError::StillShared(Handle::new(inner))),
@@ -353,7 +355,7 @@ impl<R: Resource> Handle<R> {
     /// Transfers this strong reference into a raw pointer, for a C user-data slot. Nothing is
     /// dropped until [`Handle::from_ffi`] takes it back.
     pub fn into_ffi(self) -> *const core::ffi::c_void {
-        Arc::into_raw(self.into_inner()).cast()
+        self.into_inner().into_raw().cast()
     }
 
     /// Takes back a reference transferred by [`Handle::into_ffi`].
@@ -366,10 +368,10 @@ impl<R: Resource> Handle<R> {
     ///   `Send + Sync`), `from_ffi` must run on the thread that called `into_ffi`: otherwise the
     ///   pointer has carried a non-thread-safe handle to another thread.
     pub unsafe fn from_ffi(ptr: *const core::ffi::c_void) -> Self {
-        // SAFETY: the caller promises `ptr` came from `Arc::into_raw` of an `Arc<HandleBox<R>>`
-        // and is taken back once, which is `Arc::from_raw`'s contract, and that it did not cross
-        // threads unless the handle is `Send`.
-        let inner = unsafe { Arc::from_raw(ptr.cast::<HandleBox<R>>()) };
+        // SAFETY: the caller promises `ptr` came from `into_ffi`, that is `Counted::into_raw` of
+        // a `Counted<HandleBox<R>>`, and is taken back once, which is `Counted::from_raw`'s
+        // contract, and that it did not cross threads unless the handle is `Send`.
+        let inner = unsafe { Counted::from_raw(ptr.cast()) };
         Handle::new(inner)
     }
 
@@ -379,22 +381,22 @@ impl<R: Resource> Handle<R> {
     }
 
     pub(crate) fn box_ptr(&self) -> *const HandleBox<R> {
-        Arc::as_ptr(&self.inner)
+        self.inner.as_ptr()
     }
 }
 
 impl<R: Resource> Clone for Handle<R> {
     #[inline]
     fn clone(&self) -> Self {
-        Handle::new(Arc::clone(&self.inner))
+        Handle::new(Counted::clone(&self.inner))
     }
 }
 
 impl<R: Resource> Drop for Handle<R> {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: `drop` runs once and `self.inner` is not used after it, so the `Arc` is taken
-        // exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
+        // SAFETY: `drop` runs once and `self.inner` is not used after it, so the reference is
+        // taken exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
         release(inner, core::mem::needs_drop::<R>());
     }
@@ -402,7 +404,7 @@ impl<R: Resource> Drop for Handle<R> {
 
 impl<R: Resource> PartialEq for Handle<R> {
     fn eq(&self, other: &Self) -> bool {
-        self.inner.raw == other.inner.raw
+        self.raw() == other.raw()
     }
 }
 
@@ -410,14 +412,14 @@ impl<R: Resource> Eq for Handle<R> {}
 
 impl<R: Resource> Hash for Handle<R> {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.inner.raw.hash(state)
+        self.raw().hash(state)
     }
 }
 
 impl<R: Resource> fmt::Debug for Handle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(R::NAME)
-            .field("raw", &self.inner.raw)
+            .field("raw", &self.raw())
             .field("ownership", &self.ownership())
             .field("strong", &self.strong_count())
             .finish()
@@ -427,13 +429,15 @@ impl<R: Resource> fmt::Debug for Handle<R> {
 /// A weak reference to a handle's box: does not keep the resource alive, and upgrades only
 /// while some strong handle exists.
 pub struct WeakHandle<R: Resource> {
-    inner: Weak<HandleBox<R>>,
+    inner: CountedWeak<HandleBox<R>>,
 }
 
 impl<R: Resource> WeakHandle<R> {
     /// A weak handle that never upgrades.
     pub fn new() -> Self {
-        WeakHandle { inner: Weak::new() }
+        WeakHandle {
+            inner: CountedWeak::new(),
+        }
     }
 
     /// A strong handle, if the resource has not started being deleted. Once the last strong
@@ -450,7 +454,7 @@ impl<R: Resource> WeakHandle<R> {
     /// Whether two weak handles point at the same box. A weak handle keeps its box's
     /// allocation, so while both live, equal means the same resource, never a reused address.
     pub fn ptr_eq(&self, other: &Self) -> bool {
-        Weak::ptr_eq(&self.inner, &other.inner)
+        core::ptr::eq(self.inner.as_ptr(), other.inner.as_ptr())
     }
 
     pub(crate) fn points_to_box(&self, boxed: *const HandleBox<R>) -> bool {
@@ -467,7 +471,7 @@ impl<R: Resource> Default for WeakHandle<R> {
 impl<R: Resource> Clone for WeakHandle<R> {
     fn clone(&self) -> Self {
         WeakHandle {
-            inner: Weak::clone(&self.inner),
+            inner: self.inner.clone(),
         }
     }
 }

@@ -43,6 +43,7 @@
 extern crate self as handles_core;
 
 mod cache;
+mod counted;
 mod error;
 mod handle;
 mod live;

@@ -77,7 +77,7 @@ impl<R: Resource> Registry<R> {
     }
 
     /// Removes the entry of `raw` if it still belongs to the box at `boxed`, the address of the
-    /// box's `Arc` allocation (which the entry's weak handle keeps allocated, so it cannot have
+    /// box's allocation (which the entry's weak handle keeps allocated, so it cannot have
     /// been reused by another box).
     pub(crate) fn unregister(&self, raw: R::Raw, boxed: *const HandleBox<R>) {
         let mut map = lock(&self.map);

@@ -14,14 +14,12 @@
 //! thread runs, including while other thread-locals' destructors drop handles at thread exit:
 //! there is no state that can be gone, and no fallback that recurses.
 //!
-//! The fast path (a handle that is not the last) is one relaxed load of the strong count before
-//! the usual decrement; a last drop of a box whose record has no drop glue (so its teardown
-//! cannot drop another handle here; a with-owner value goes through `release_value` by itself)
-//! skips the bookkeeping too, and otherwise the bookkeeping is a few thread-local loads and
-//! stores. A racing `Weak::upgrade` or drop on another thread can make the count read here
-//! stale; both directions are harmless: a parked handle that is no longer the last is merely
-//! decremented later, and a box that becomes the last one after the check is dropped in place,
-//! which costs one extra frame, not unbounded depth.
+//! The fast path (a handle that is not the last) is the one decrement of the count, which also
+//! tells the last reference that it is the last ([`crate::counted::Counted::release`]): what is
+//! parked is a box no other reference can reach any more, never a reference that might still
+//! be shared. A last drop of a box whose record has no drop glue (so its teardown cannot drop
+//! another handle here; a with-owner value goes through `release_value` by itself) skips the
+//! bookkeeping, and otherwise the bookkeeping is a few thread-local loads and stores.
 //!
 //! If a record's `Drop` panics while the outermost drop empties the list, the list's remaining
 //! entries are dropped as the frame unwinds, each under `catch_unwind`, so that a second panic
@@ -30,19 +28,14 @@
 use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
 
+use crate::counted::{Counted, ErasedLast, Last};
 use crate::error::drop_without_unwinding;
 
-/// A box of any resource type; dropping the `Arc` tears it down. Any type qualifies: this file
-/// needs nothing of the box but its drop, so it does not depend on the handle's file.
-trait ParkedBox {}
-
-impl<B: ?Sized> ParkedBox for B {}
-
-/// What a nested drop parks: the last reference to a box, or a with-owner value.
+/// What a nested drop parks: the last reference to a box (of any type: this file needs nothing
+/// of the box but its drop, so it does not depend on the handle's file), or a with-owner value.
 enum Parked {
-    Box(#[allow(dead_code)] Arc<dyn ParkedBox>),
+    Box(#[allow(dead_code)] ErasedLast),
     Value(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
 }
 
@@ -67,15 +60,19 @@ loom::thread_local! {
 /// was the last owner of. `record_has_drop_glue` is `needs_drop` of the box's record, a
 /// constant at the call site.
 #[inline(always)]
-pub(crate) fn release<B: 'static>(inner: Arc<B>, record_has_drop_glue: bool) {
+pub(crate) fn release<B: 'static>(inner: Counted<B>, record_has_drop_glue: bool) {
+    // A reference that is not the last (the common case) tears nothing down: one decrement.
+    let Some(last) = inner.release() else {
+        return;
+    };
     // A box whose record has no drop glue (known at compile time) cannot drop another handle
-    // here (a with-owner value goes through `release_value` by itself), and a reference that is
-    // not the last (the common case) tears nothing down: a plain drop, with no bookkeeping.
-    if !record_has_drop_glue || Arc::strong_count(&inner) != 1 {
-        drop(inner);
+    // here (a with-owner value goes through `release_value` by itself): dropped in place, with
+    // no bookkeeping.
+    if !record_has_drop_glue {
+        drop(last);
         return;
     }
-    release_last(inner);
+    release_last(last);
 }
 
 /// Drops a with-owner value (any value, which may hold the last handle of anything) the same
@@ -90,10 +87,10 @@ trait Releasable: Sized {
     fn park(self) -> Parked;
 }
 
-impl<B: 'static> Releasable for Arc<B> {
+impl<B: 'static> Releasable for Last<B> {
     #[inline(always)]
     fn park(self) -> Parked {
-        Parked::Box(self)
+        Parked::Box(self.erase())
     }
 }
 

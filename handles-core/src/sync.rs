@@ -1,6 +1,6 @@
 //! The synchronisation primitives the runtime uses, switchable to loom's model-checked versions
-//! with `RUSTFLAGS="--cfg loom"`. Only the cache and registry paths lock; handles themselves use
-//! `Arc` from std (loom's `Arc` has no `Weak`, which the handles need).
+//! with `RUSTFLAGS="--cfg loom"`. Only the cache and registry paths lock; handles themselves
+//! count references with atomics of their own (`counted.rs`, also switched to loom's).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};

@@ -4,8 +4,9 @@
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test -p handles-core --test loom_cache --release`
 //!
-//! loom explores every interleaving of the cache's mutex and condition variable; the handles'
-//! reference counts are std atomics, which run in schedule order between those points.
+//! loom explores every interleaving of the cache's mutex and condition variable and of the
+//! handles' reference counts (loom atomics under `--cfg loom`; `loom_counted.rs` models them
+//! on their own).
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -20,9 +21,9 @@ struct Counters {
     deleted: AtomicUsize,
     /// Deletions that found another live resource under the same key.
     violations: AtomicUsize,
-    /// Touched just before each racing action. The handles' reference counts are std atomics,
-    /// which loom cannot see; announcing each action on a shared loom atomic makes the actions
-    /// conflict in loom's eyes, so it explores them in every order.
+    /// Touched just before each racing action: announcing each action on a shared loom atomic
+    /// makes the actions conflict in loom's eyes also where they touch no shared count, so it
+    /// explores them in every order.
     steps: AtomicUsize,
 }
 

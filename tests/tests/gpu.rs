@@ -940,6 +940,62 @@ fn recycled_streams_behave_like_fresh_ones() {
     failures.assert_none();
 }
 
+/// `bind_to_thread` leaves a context current on its thread and keeps it alive there: with
+/// every other handle of the context dropped, the thread still works in it (an event made in
+/// the current context resolves to the bound handle), and `unbind_thread` leaves no context
+/// current. Runs on a fresh thread, which starts with no context current.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_bound_context_stays_current_and_alive_on_its_thread() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    std::thread::spawn(|| {
+        // Loads and initialises the driver; makes nothing current.
+        let context = ContextHandle::primary(0).unwrap();
+        let raw_current = || {
+            let mut current = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            let status = unsafe { sys::cuCtxGetCurrent(&mut current) };
+            assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+            current
+        };
+        assert!(
+            raw_current().is_null(),
+            "a new thread starts with no context current"
+        );
+        let raw = context.as_cu();
+        // Without a binding, work in a context leaves the thread as it was.
+        drop(EventHandle::create(&context, EventFlags::default()).unwrap());
+        assert!(raw_current().is_null());
+        context.bind_to_thread().unwrap();
+        assert_eq!(raw_current(), raw);
+        drop(EventHandle::create(&context, EventFlags::default()).unwrap());
+        assert_eq!(
+            raw_current(),
+            raw,
+            "work in the bound context leaves it current"
+        );
+        let strong = context.strong_count();
+        handles_cuda::exec::clear_primary_cache();
+        drop(context);
+        let event = EventHandle::create_in_current(EventFlags::default()).unwrap();
+        let kept = event.context().clone().expect("made in a context");
+        assert_eq!(kept.as_cu(), raw);
+        assert!(strong >= 2, "the binding holds a handle of its own");
+        event.synchronize().unwrap();
+        drop((kept, event));
+        ContextHandle::unbind_thread().unwrap();
+        assert!(
+            raw_current().is_null(),
+            "unbinding leaves no context current"
+        );
+        ContextHandle::unbind_thread().unwrap();
+    })
+    .join()
+    .unwrap();
+    failures.assert_none();
+}
+
 #[test]
 fn on_the_simulator() {
     simulator::SuiteRun {

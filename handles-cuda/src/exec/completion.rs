@@ -119,7 +119,7 @@ fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
     let index = match all.iter().position(|(c, _)| c == context) {
         Some(index) => index,
         None => {
-            all.push((context.keep_alive()?, Vec::new()));
+            all.push((context.keep_alive()?.into_owned(), Vec::new()));
             all.len() - 1
         }
     };

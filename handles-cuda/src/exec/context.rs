@@ -68,6 +68,10 @@ thread_local! {
     /// one runs, work on "the current context" resolves to its handle (a green context's
     /// handle is not in the registry, and is not a primary context, yet keeps it alive).
     static RUNNING: RefCell<Vec<ContextHandle>> = const { RefCell::new(Vec::new()) };
+
+    /// The context [`ContextHandle::bind_to_thread`] made current on this thread, kept alive
+    /// for as long as it is bound.
+    static BOUND: RefCell<Option<ContextHandle>> = const { RefCell::new(None) };
 }
 
 /// An entry on this thread's [`RUNNING`] stack for the extent of a [`ContextHandle::run`] call,
@@ -174,6 +178,13 @@ impl ContextHandle {
         if let Some(running) = running {
             return Ok(running);
         }
+        let bound = with_cache(&BOUND, |bound| {
+            bound.as_ref().filter(|bound| bound.as_cu() == raw).cloned()
+        })
+        .flatten();
+        if let Some(bound) = bound {
+            return Ok(bound);
+        }
         // Nothing is asked of `raw` itself: it may be a context another library destroyed or
         // released while leaving it current. Only an active primary context can be `raw`, so
         // each device's primary state is asked first (which avoids creating a primary context,
@@ -201,15 +212,16 @@ impl ContextHandle {
     /// is a non-owning reference (made by the `unsafe` `from_raw_borrowed`); then the handle
     /// that manages the same context, or a retain of the device's primary context if that is
     /// what it is. Any other context is refused: nothing here could keep it alive, so an
-    /// object made in it could be destroyed after it.
-    pub(crate) fn keep_alive(&self) -> Result<ContextHandle> {
+    /// object made in it could be destroyed after it. This handle comes back borrowed, so a
+    /// caller that stores it pays one clone (`into_owned`), not a clone and a drop.
+    pub(crate) fn keep_alive(&self) -> Result<std::borrow::Cow<'_, ContextHandle>> {
         match self.ownership() {
             handles_core::Ownership::Borrowed => {
                 // Without a driver that is the error to report, whatever the reference holds.
                 ensure_loaded()?;
-                ContextHandle::owning(self.as_cu())
+                ContextHandle::owning(self.as_cu()).map(std::borrow::Cow::Owned)
             }
-            _ => Ok(self.clone()),
+            _ => Ok(std::borrow::Cow::Borrowed(self)),
         }
     }
 
@@ -239,6 +251,49 @@ impl ContextHandle {
             let _running = Running::enter(self);
             call()
         })
+    }
+
+    /// Makes this context current on the calling thread and leaves it current, as
+    /// `cudaSetDevice` or cudarc's `bind_to_thread` do: every later call of this crate that
+    /// needs this context then finds it current (one `cuCtxGetCurrent`) instead of making it
+    /// current and restoring the caller's context afterwards (two `cuCtxSetCurrent` more). For
+    /// a worker thread that makes many events, streams or allocations in one context.
+    ///
+    /// The thread keeps a handle of the context while it is bound, so the context outlives its
+    /// binding even if every other handle is dropped; binding another context, or
+    /// [`ContextHandle::unbind_thread`], or the thread's exit releases it. A non-owning
+    /// reference is resolved to the handle that manages its context, or refused (nothing
+    /// could keep it alive while current).
+    pub fn bind_to_thread(&self) -> Result<()> {
+        let context = self.keep_alive()?.into_owned();
+        let raw = context.as_cu();
+        // Kept first, made current second: a thread whose locals are being torn down cannot
+        // keep it, and is refused before anything changed.
+        let Some(replaced) = with_cache(&BOUND, |bound| bound.replace(context)) else {
+            return Err(Error::NothingMade {
+                what: "the thread is exiting: no context can be bound to it",
+            });
+        };
+        // Dropped outside the borrow: it may be the previous context's last handle.
+        drop(replaced);
+        // SAFETY: the context is alive, and stays so while bound: the thread keeps its handle.
+        unsafe { driver!(cuCtxSetCurrent(raw)) }
+    }
+
+    /// Undoes [`ContextHandle::bind_to_thread`] on the calling thread: if the bound context is
+    /// still current, no context is current afterwards; the thread's handle of it is dropped.
+    /// Does nothing if no context is bound.
+    pub fn unbind_thread() -> Result<()> {
+        let Some(bound) = with_cache(&BOUND, Option::take).flatten() else {
+            return Ok(());
+        };
+        ensure_loaded()?;
+        if current_raw()? == bound.as_cu() {
+            // SAFETY: making no context current is always allowed.
+            unsafe { driver!(cuCtxSetCurrent(std::ptr::null_mut())) }?;
+        }
+        drop(bound);
+        Ok(())
     }
 
     /// Blocks until all work in this context has completed.

@@ -117,13 +117,14 @@ impl EventHandle {
     /// resolved to a handle that does, or refused).
     pub fn create(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
         let raw_flags = flags.to_raw()?;
-        let context = &context.keep_alive()?;
+        let context = context.keep_alive()?.into_owned();
+        let raw_context = context.as_cu();
         let record = Event {
-            context: Some(context.clone()),
-            flags,
             device: context.device(),
+            context: Some(context),
+            flags,
         };
-        in_context(context.as_cu(), || {
+        in_context(raw_context, || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             let raw = out(|raw| unsafe { driver!(cuEventCreate(raw, raw_flags)) })?;
             // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.

@@ -287,7 +287,7 @@ impl EventRecycler {
         }
         Ok(EventRecycler {
             // Cached events outlive the caller's handles: the context must be kept alive.
-            context: context.keep_alive()?,
+            context: context.keep_alive()?.into_owned(),
             flags,
         })
     }

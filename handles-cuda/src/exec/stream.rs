@@ -82,16 +82,17 @@ impl StreamHandle {
         priority: i32,
         wrap: impl FnOnce(CUstream, Stream) -> StreamHandle,
     ) -> Result<Self> {
-        let context = &context.keep_alive()?;
+        let context = context.keep_alive()?.into_owned();
+        let raw_context = context.as_cu();
         let raw_flags = if flags.non_blocking {
             sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32
         } else {
             sys::CUstream_flags::CU_STREAM_DEFAULT as u32
         };
         let record = Stream {
-            context: Some(context.clone()),
+            context: Some(context),
         };
-        in_context(context.as_cu(), || {
+        in_context(raw_context, || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
                 .map(|raw| wrap(raw, record))
@@ -116,7 +117,7 @@ impl StreamHandle {
     /// reference is resolved to a handle that keeps the context alive, or refused.
     pub fn legacy_in(context: &ContextHandle) -> Result<Self> {
         let record = Stream {
-            context: Some(context.keep_alive()?),
+            context: Some(context.keep_alive()?.into_owned()),
         };
         // SAFETY: the built-in stream token is always valid and never destroyed.
         Ok(unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, record) })

@@ -56,7 +56,7 @@ impl StreamRecycler {
     /// reference is resolved to a handle that does, or refused).
     pub fn new(context: &ContextHandle, flags: StreamFlags, priority: i32) -> Result<Self> {
         Ok(StreamRecycler {
-            context: context.keep_alive()?,
+            context: context.keep_alive()?.into_owned(),
             flags,
             priority,
         })

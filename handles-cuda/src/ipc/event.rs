@@ -82,7 +82,7 @@ impl EventHandle {
             reserved: token.token.map(|byte| byte as std::ffi::c_char),
         };
         let record = Event {
-            context: Some(context.clone()),
+            context: Some(context.clone().into_owned()),
             flags: EventFlags {
                 timing: false,
                 blocking_sync: token.blocking_sync,

@@ -1,0 +1,419 @@
+//! The handle's heap allocation and its reference counts: an `Arc` cut to what the handles
+//! need, so that the last drop costs one atomic operation where `Arc`'s costs two.
+//!
+//! A [`Counted`] is one strong reference to an allocation holding two counts and a value; a
+//! [`CountedWeak`] is one weak reference. The counts follow `Arc`'s protocol: `strong` counts
+//! the strong references, `weak` the weak ones plus one that all strong references hold
+//! together. What differs is the end:
+//!
+//! - Dropping a strong reference that is not the last is one release decrement, as for `Arc`.
+//!   The last one is told so by that same decrement (an acquire fence follows) and comes back
+//!   as a [`Last`]: an owned, exclusive reference to a value no one else can reach, which the
+//!   iterative release (`release.rs`) drops in place or parks, without a second look at the
+//!   count. (`Arc` gives no such thing: the release had to load the count before dropping.)
+//! - When the value has been dropped, the allocation is freed at once if `weak` reads 1 (no
+//!   weak reference exists), else the strong side's share of `weak` is given up by a decrement,
+//!   as `Arc` always does. The load is enough: with no strong reference left (the count is 0,
+//!   so [`CountedWeak::upgrade`] fails) no weak reference can be made (a weak one is made only
+//!   from a strong one, or cloned from a weak one, and there is none), so a count of 1 cannot
+//!   grow; and the acquire load synchronises with the release decrement of the last weak
+//!   reference dropped, so nothing it did is still to come.
+//!
+//! The orderings are `Arc`'s: increments relaxed (a new reference is made from an existing one,
+//! which keeps the allocation), decrements release, and an acquire fence before the value or the
+//! allocation goes, so every use through another reference happens before. A count past
+//! `isize::MAX` aborts the process, as `Arc` does, before it could wrap.
+//!
+//! Under `--cfg loom` the counts are loom's atomics (`tests/loom_counted.rs` model-checks the
+//! protocol through the public handle API); miri runs the handle tests on the real ones.
+
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicUsize, Ordering, fence};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
+
+/// The most references a count may hold; one more aborts (as `Arc`), long before it wraps.
+const MAX_COUNT: usize = isize::MAX as usize;
+
+/// The allocation: the two counts, then the value (dropped in place by the last strong
+/// reference, before the allocation goes).
+struct Inner<T> {
+    counts: Counts,
+    value: ManuallyDrop<T>,
+}
+
+/// The two counts of an allocation.
+struct Counts {
+    strong: AtomicUsize,
+    weak: AtomicUsize,
+}
+
+/// One strong reference: keeps the value alive.
+pub(crate) struct Counted<T> {
+    ptr: NonNull<Inner<T>>,
+    /// Owns a `T` as far as the drop checker is concerned.
+    _owns: PhantomData<Inner<T>>,
+}
+
+// SAFETY: as for `Arc<T>`: a reference may move to and be dropped on another thread, which may
+// then drop the `T` (so `T: Send`) and share it meanwhile (so `T: Sync`); the counts are atomic.
+unsafe impl<T: Send + Sync> Send for Counted<T> {}
+// SAFETY: as for `Send`: `&Counted<T>` hands out `&T` and can be cloned into a `Counted<T>`.
+unsafe impl<T: Send + Sync> Sync for Counted<T> {}
+
+impl<T> std::panic::UnwindSafe for Counted<T> where T: std::panic::RefUnwindSafe {}
+
+/// One weak reference: keeps the allocation, not the value; upgrades while a strong one lives.
+/// `None` is a weak reference to nothing, which never upgrades.
+pub(crate) struct CountedWeak<T> {
+    ptr: Option<NonNull<Inner<T>>>,
+    _owns: PhantomData<Inner<T>>,
+}
+
+// SAFETY: as for `Weak<T>`: a weak reference can be upgraded on another thread into a strong one.
+unsafe impl<T: Send + Sync> Send for CountedWeak<T> {}
+// SAFETY: as for `Send`.
+unsafe impl<T: Send + Sync> Sync for CountedWeak<T> {}
+
+/// The last strong reference, after the count reached 0: it alone can reach the value. Dropping
+/// it drops the value in place, then gives up the allocation (see the module's notes).
+pub(crate) struct Last<T> {
+    ptr: NonNull<Inner<T>>,
+    _owns: PhantomData<Inner<T>>,
+}
+
+// SAFETY: it owns the value exclusively; moving it moves a `T`'s ownership (needs `T: Send`), and
+// no other thread can reach the value any more.
+unsafe impl<T: Send> Send for Last<T> {}
+
+#[cold]
+fn too_many_references() -> ! {
+    // The same policy as `Arc`: a count that could wrap would free a value still in use.
+    std::process::abort()
+}
+
+impl<T> Counted<T> {
+    /// A new allocation holding `value`, with one strong reference.
+    pub(crate) fn new(value: T) -> Self {
+        let inner = Box::new(Inner {
+            counts: Counts {
+                strong: AtomicUsize::new(1),
+                weak: AtomicUsize::new(1),
+            },
+            value: ManuallyDrop::new(value),
+        });
+        Counted {
+            ptr: NonNull::from(Box::leak(inner)),
+            _owns: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    fn counts(&self) -> &Counts {
+        // SAFETY: this strong reference keeps the allocation alive while `&self` lives.
+        unsafe { counts(self.ptr) }
+    }
+
+    /// The value.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> &T {
+        // SAFETY: a strong reference keeps the allocation and the value alive, and nothing
+        // mutates the value while one exists.
+        unsafe { &(*self.ptr.as_ptr()).value }
+    }
+
+    /// The number of strong references (a snapshot).
+    pub(crate) fn strong_count(&self) -> usize {
+        self.counts().strong.load(Ordering::Relaxed)
+    }
+
+    /// The number of weak references (a snapshot), not counting the strong side's share.
+    pub(crate) fn weak_count(&self) -> usize {
+        self.counts().weak.load(Ordering::Relaxed) - 1
+    }
+
+    /// The value's address: equal for every reference to one allocation (weak ones
+    /// included), and not reused while any of them lives.
+    #[inline(always)]
+    pub(crate) fn as_ptr(&self) -> *const T {
+        value_ptr(self.ptr)
+    }
+
+    /// Gives up this strong reference: `None` if others remain, else the [`Last`] reference.
+    #[inline(always)]
+    pub(crate) fn release(self) -> Option<Last<T>> {
+        let this = ManuallyDrop::new(self);
+        if this.counts().strong.fetch_sub(1, Ordering::Release) != 1 {
+            return None;
+        }
+        // Every use through the other strong references happened before their decrements,
+        // which this fence makes visible before the value is dropped.
+        fence(Ordering::Acquire);
+        Some(Last {
+            ptr: this.ptr,
+            _owns: PhantomData,
+        })
+    }
+
+    /// This reference as the [`Last`] one if no other strong reference exists; otherwise it is
+    /// handed back.
+    pub(crate) fn try_last(self) -> Result<Last<T>, Self> {
+        match self
+            .counts()
+            .strong
+            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => {
+                let this = ManuallyDrop::new(self);
+                Ok(Last {
+                    ptr: this.ptr,
+                    _owns: PhantomData,
+                })
+            }
+            Err(_) => Err(self),
+        }
+    }
+
+    /// A weak reference to this allocation.
+    pub(crate) fn downgrade(&self) -> CountedWeak<T> {
+        if self.counts().weak.fetch_add(1, Ordering::Relaxed) >= MAX_COUNT {
+            too_many_references();
+        }
+        CountedWeak {
+            ptr: Some(self.ptr),
+            _owns: PhantomData,
+        }
+    }
+
+    /// Transfers this reference into a pointer, for [`Counted::from_raw`].
+    pub(crate) fn into_raw(self) -> *const () {
+        let this = ManuallyDrop::new(self);
+        this.ptr.as_ptr().cast_const().cast()
+    }
+
+    /// Takes back a reference that [`Counted::into_raw`] transferred.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must come from `Counted::<T>::into_raw`, with this same `T`, and each such pointer
+    /// may be taken back only once.
+    pub(crate) unsafe fn from_raw(ptr: *const ()) -> Self {
+        Counted {
+            // SAFETY: the caller's contract: `ptr` is the non-null allocation `into_raw` gave.
+            ptr: unsafe { NonNull::new_unchecked(ptr.cast::<Inner<T>>().cast_mut()) },
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<T> Clone for Counted<T> {
+    #[inline(always)]
+    fn clone(&self) -> Self {
+        // Relaxed, as `Arc`: the new reference is made from this one, which keeps the
+        // allocation alive meanwhile, and passing it to another thread synchronises.
+        if self.counts().strong.fetch_add(1, Ordering::Relaxed) >= MAX_COUNT {
+            too_many_references();
+        }
+        Counted {
+            ptr: self.ptr,
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<T> Drop for Counted<T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let this = Counted {
+            ptr: self.ptr,
+            _owns: PhantomData,
+        };
+        drop(this.release());
+    }
+}
+
+impl<T> Last<T> {
+    /// The value, which this reference alone can reach.
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        // SAFETY: the strong count is 0 and this is the reference that brought it there (or
+        // the one that swapped 1 for 0): no other strong reference exists, no weak one can
+        // upgrade, and the value has not been dropped (that is this type's `Drop`).
+        unsafe { &mut self.ptr.as_mut().value }
+    }
+
+    /// The value's address (see [`Counted::as_ptr`]).
+    pub(crate) fn as_ptr(&self) -> *const T {
+        value_ptr(self.ptr)
+    }
+
+    /// This reference with its type erased, for a list of values of any type to drop.
+    pub(crate) fn erase(self) -> ErasedLast
+    where
+        T: 'static,
+    {
+        let this = ManuallyDrop::new(self);
+        ErasedLast {
+            ptr: this.ptr.cast(),
+            drop: drop_erased::<T>,
+        }
+    }
+}
+
+/// Drops the [`Last`] reference that `ptr` is.
+///
+/// # Safety
+///
+/// `ptr` is the allocation of a `Last<T>` of this `T` that was erased by [`Last::erase`], and
+/// this is the one call made for it.
+unsafe fn drop_erased<T>(ptr: NonNull<()>) {
+    drop(Last::<T> {
+        ptr: ptr.cast(),
+        _owns: PhantomData,
+    });
+}
+
+/// A [`Last`] reference of any type; dropping it drops that `Last`.
+pub(crate) struct ErasedLast {
+    ptr: NonNull<()>,
+    drop: unsafe fn(NonNull<()>),
+}
+
+impl Drop for ErasedLast {
+    fn drop(&mut self) {
+        // SAFETY: `erase` paired the pointer with the drop of its own type, and this `Drop`
+        // runs once.
+        unsafe { (self.drop)(self.ptr) }
+    }
+}
+
+/// The counts of the allocation at `ptr`. They are reached field by field, never through a
+/// reference to the whole allocation: the value may be borrowed mutably meanwhile (while the
+/// last strong reference drops it, a weak reference of the registry is dropped, and touches its
+/// count).
+///
+/// # Safety
+///
+/// `ptr` is an allocation made by `Counted::new`, and the returned reference is used only while
+/// the caller holds a reference to it (strong, weak or last) that keeps the allocation alive.
+#[inline(always)]
+unsafe fn counts<'a, T>(ptr: NonNull<Inner<T>>) -> &'a Counts {
+    // SAFETY: the caller's contract; only the counts' field is borrowed.
+    unsafe { &(*ptr.as_ptr()).counts }
+}
+
+/// The address of the value in the allocation at `ptr`, without reading anything.
+#[inline(always)]
+fn value_ptr<T>(ptr: NonNull<Inner<T>>) -> *const T {
+    // SAFETY: `ptr` is a live allocation (a reference to it is held); only an address is
+    // computed, nothing is read.
+    unsafe { (&raw const (*ptr.as_ptr()).value).cast::<T>() }
+}
+
+impl<T> Drop for Last<T> {
+    fn drop(&mut self) {
+        let ptr = self.ptr.as_ptr();
+        // SAFETY: as in `get_mut`: this reference alone reaches the value, which is dropped here
+        // once (a `Last` is made once per allocation: by the decrement that reached 0, or the
+        // swap of 1 for 0). If its drop unwinds, the allocation is left to leak, never freed
+        // under a value that is half dropped.
+        unsafe { ManuallyDrop::drop(&mut (*ptr).value) };
+        // SAFETY: the allocation lives until the strong side's share of `weak` is given up,
+        // which happens only below, after the last use of `weak`.
+        let weak = &unsafe { counts(self.ptr) }.weak;
+        // No weak reference exists and none can be made (see the module's notes): the
+        // allocation is ours alone. Otherwise give up the share; the last one out frees.
+        if weak.load(Ordering::Acquire) == 1 || weak.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            // SAFETY: no reference to the allocation remains; it came from `Box::leak` in
+            // `Counted::new`, and the value inside is already dropped (`ManuallyDrop`).
+            drop(unsafe { Box::from_raw(ptr) });
+        }
+    }
+}
+
+impl<T> CountedWeak<T> {
+    /// A weak reference to nothing: never upgrades.
+    pub(crate) const fn new() -> Self {
+        CountedWeak {
+            ptr: None,
+            _owns: PhantomData,
+        }
+    }
+
+    /// A strong reference, if one still exists (the value is then not being dropped).
+    pub(crate) fn upgrade(&self) -> Option<Counted<T>> {
+        let ptr = self.ptr?;
+        // SAFETY: this weak reference keeps the allocation (not the value) alive while `&self`
+        // lives.
+        let strong = &unsafe { counts(ptr) }.strong;
+        let mut count = strong.load(Ordering::Relaxed);
+        loop {
+            if count == 0 {
+                return None;
+            }
+            if count >= MAX_COUNT {
+                too_many_references();
+            }
+            // Acquire on success, as `Arc`: the value is used next.
+            match strong.compare_exchange_weak(
+                count,
+                count + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(Counted {
+                        ptr,
+                        _owns: PhantomData,
+                    });
+                }
+                Err(actual) => count = actual,
+            }
+        }
+    }
+
+    /// The value's address (see [`Counted::as_ptr`]), or null for a weak reference to
+    /// nothing. The value may already be dropped: the address is only to compare.
+    pub(crate) fn as_ptr(&self) -> *const T {
+        match self.ptr {
+            Some(ptr) => value_ptr(ptr),
+            None => std::ptr::null(),
+        }
+    }
+}
+
+impl<T> Clone for CountedWeak<T> {
+    fn clone(&self) -> Self {
+        if let Some(ptr) = self.ptr {
+            // SAFETY: this weak reference keeps the allocation alive while `&self` lives.
+            if unsafe { counts(ptr) }.weak.fetch_add(1, Ordering::Relaxed) >= MAX_COUNT {
+                too_many_references();
+            }
+        }
+        CountedWeak {
+            ptr: self.ptr,
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<T> Drop for CountedWeak<T> {
+    fn drop(&mut self) {
+        let Some(ptr) = self.ptr else {
+            return;
+        };
+        // SAFETY: this weak reference keeps the allocation alive until its decrement, the
+        // count's last use here.
+        if unsafe { counts(ptr) }.weak.fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            // SAFETY: the count reached 0, so the strong side gave up its share (the value is
+            // dropped) and no other weak reference remains; the allocation came from
+            // `Box::leak` in `Counted::new`.
+            drop(unsafe { Box::from_raw(ptr.as_ptr()) });
+        }
+    }
+}

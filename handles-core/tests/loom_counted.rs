@@ -1,0 +1,151 @@
+//! loom models of the handles' own reference counts (`counted.rs`): concurrent last drops,
+//! a weak upgrade racing the last strong drop, a weak drop racing it (the one place where the
+//! last strong reference frees the box by a load rather than a decrement), and `close` racing
+//! a weak upgrade. Run with:
+//!
+//! `RUSTFLAGS="--cfg loom" cargo test -p handles-core --test loom_counted --release`
+//!
+//! Under `--cfg loom` the counts are loom atomics, so loom explores every order of the
+//! increments, decrements, the fences and the load. Each model checks that the deleter and the
+//! record's drop run exactly once, and that no handle (an upgraded one included) ever sees its
+//! record dropped.
+#![cfg(loom)]
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread;
+
+use handles_core::ResourceHandle;
+
+struct Counters {
+    deleted: AtomicUsize,
+    dropped: AtomicUsize,
+}
+
+fn delete_item(_: u64, item: &Item) -> Result<(), std::io::Error> {
+    item.counters.deleted.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[derive(ResourceHandle)]
+#[handle(raw = u64, delete = delete_item)]
+struct Item {
+    counters: &'static Counters,
+    /// Gives the record drop glue, so the last drop goes through the iterative release.
+    guard: Guard,
+}
+// SAFETY: the raw value is plain data that any thread may use and delete.
+unsafe impl handles_core::ThreadSafe for Item {}
+
+struct Guard(&'static Counters);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.dropped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn make() -> (ItemHandle, &'static Counters) {
+    let counters: &'static Counters = Box::leak(Box::new(Counters {
+        deleted: AtomicUsize::new(0),
+        dropped: AtomicUsize::new(0),
+    }));
+    let record = Item {
+        counters,
+        guard: Guard(counters),
+    };
+    // SAFETY: a made-up raw value that nothing else deletes; `delete_item` only counts.
+    (unsafe { ItemHandle::from_raw(7, record) }, counters)
+}
+
+/// Asserts the record is still alive: a handle in hand must never see it dropped.
+fn alive(handle: &ItemHandle) {
+    let counters = handle.counters();
+    assert_eq!(counters.deleted.load(Ordering::SeqCst), 0);
+    assert_eq!(counters.dropped.load(Ordering::SeqCst), 0);
+}
+
+fn exactly_once(counters: &Counters) {
+    assert_eq!(counters.deleted.load(Ordering::SeqCst), 1);
+    assert_eq!(counters.dropped.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn two_last_drops_race() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let other = handle.clone();
+        let thread = thread::spawn(move || {
+            alive(&other);
+            drop(other);
+        });
+        alive(&handle);
+        drop(handle);
+        thread.join().unwrap();
+        exactly_once(counters);
+    });
+}
+
+#[test]
+fn weak_upgrade_races_the_last_drop() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let weak = handle.downgrade();
+        let thread = thread::spawn(move || {
+            if let Some(upgraded) = weak.upgrade() {
+                alive(&upgraded);
+                drop(upgraded);
+            }
+            drop(weak);
+        });
+        drop(handle);
+        thread.join().unwrap();
+        exactly_once(counters);
+    });
+}
+
+#[test]
+fn weak_drop_races_the_last_drop() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let weak = handle.downgrade();
+        let weak_too = weak.clone();
+        let thread = thread::spawn(move || {
+            drop(weak_too);
+        });
+        drop(handle);
+        assert!(weak.upgrade().is_none());
+        drop(weak);
+        thread.join().unwrap();
+        exactly_once(counters);
+    });
+}
+
+#[test]
+fn close_races_a_weak_upgrade() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let weak = handle.downgrade();
+        let thread = thread::spawn(move || {
+            let upgraded = weak.upgrade();
+            if let Some(upgraded) = &upgraded {
+                alive(upgraded);
+            }
+            upgraded
+        });
+        match handle.close() {
+            // Closed: the upgrade found no strong handle, or closed after it dropped.
+            Ok(()) => {
+                if let Some(upgraded) = thread.join().unwrap() {
+                    panic!("an upgrade succeeded after close: {upgraded:?}");
+                }
+            }
+            // Still shared: the upgraded handle is the other one; it drops last.
+            Err(handles_core::CloseError::StillShared(handle)) => {
+                drop(handle);
+                drop(thread.join().unwrap());
+            }
+            Err(other) => panic!("close failed: {other}"),
+        }
+        exactly_once(counters);
+    });
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Instructions per operation on the simulated driver, which do not drift: callgrind counts
+# `sim_count N OP` for two values of N, and the per-operation count is the difference divided
+# by the difference of N (the setup cancels out). Raw driver calls, handles-cuda and cudarc
+# side by side, as in gpu_bench (see bench/src/bin/sim_count.rs for the operations).
+#
+#   scripts/count-instructions.sh                 # every operation
+#   scripts/count-instructions.sh event event-raw # some
+#   ANNOTATE=1 scripts/count-instructions.sh event  # also keep callgrind.out.OP.N for
+#                                                   # callgrind_annotate --auto=yes
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ops=("$@")
+[ ${#ops[@]} -eq 0 ] && ops=(event-raw event event-cudarc pool-raw pool pool-cudarc
+  stream-raw stream stream-cudarc graph-raw graph graph-cudarc clone-arc clone)
+cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
+out=$(mktemp -d)
+count() { # OP N -> total instructions
+  LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind --callgrind-out-file="$out/$1.$2" \
+    target/release/sim_count "$2" "$1" >/dev/null 2>"$out/log.$1.$2" \
+    || { cat "$out/log.$1.$2" >&2; exit 1; }
+  grep -E '^(summary|totals):' "$out/$1.$2" | head -n 1 | awk '{print $2}'
+}
+printf '| op | instructions per op |\n|---|---|\n'
+for op in "${ops[@]}"; do
+  case $op in graph*) low=200 high=400 ;; clone*) low=20000 high=40000 ;; *) low=1000 high=2000 ;; esac
+  a=$(count "$op" $low)
+  b=$(count "$op" $high)
+  printf '| %s | %s |\n' "$op" "$(( (b - a) / (high - low) ))"
+  if [ -n "${ANNOTATE:-}" ]; then cp "$out/$op.$low" "callgrind.out.$op.$low"; cp "$out/$op.$high" "callgrind.out.$op.$high"; fi
+done
+rm -rf "$out"
