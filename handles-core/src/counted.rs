@@ -27,6 +27,7 @@
 //! Under `--cfg loom` the counts are loom's atomics (`tests/loom_counted.rs` model-checks the
 //! protocol through the public handle API); miri runs the handle tests on the real ones.
 
+use std::alloc::Layout;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -35,6 +36,8 @@ use std::ptr::NonNull;
 use loom::sync::atomic::{AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
+
+use crate::spare;
 
 /// The most references a count may hold; one more aborts (as `Arc`), long before it wraps.
 const MAX_COUNT: usize = isize::MAX as usize;
@@ -99,15 +102,26 @@ fn too_many_references() -> ! {
 impl<T> Counted<T> {
     /// A new allocation holding `value`, with one strong reference.
     pub(crate) fn new(value: T) -> Self {
-        let inner = Box::new(Inner {
+        let inner = Inner {
             counts: Counts {
                 strong: AtomicUsize::new(1),
                 weak: AtomicUsize::new(1),
             },
             value: ManuallyDrop::new(value),
-        });
+        };
+        let layout = Layout::new::<Inner<T>>();
+        let ptr = match spare::take(layout) {
+            Some(block) => {
+                let ptr = block.cast::<Inner<T>>();
+                // SAFETY: a spare block is allocated with this layout, owned by us and
+                // uninitialised; writing it whole makes it an `Inner<T>`.
+                unsafe { ptr.as_ptr().write(inner) };
+                ptr
+            }
+            None => NonNull::from(Box::leak(Box::new(inner))),
+        };
         Counted {
-            ptr: NonNull::from(Box::leak(inner)),
+            ptr,
             _owns: PhantomData,
         }
     }
@@ -290,6 +304,25 @@ impl Drop for ErasedLast {
     }
 }
 
+/// Frees the allocation at `ptr`: kept as this thread's spare (`spare.rs`) if there is room,
+/// else given back to the allocator.
+///
+/// # Safety
+///
+/// `ptr` was made by `Counted::new` (so allocated by the global allocator with the layout of
+/// `Inner<T>`), no reference to it remains, and its value has been dropped.
+#[inline(always)]
+unsafe fn free<T>(ptr: NonNull<Inner<T>>) {
+    let layout = Layout::new::<Inner<T>>();
+    // SAFETY: the caller's contract: an unreachable block of this layout, holding nothing to
+    // drop (the counts are plain atomics, the value is gone).
+    if let Some(block) = unsafe { spare::give(ptr.cast(), layout) } {
+        // SAFETY: allocated by the global allocator with `layout` (by `Box::new`, or as a
+        // spare of the same layout), and unreachable.
+        unsafe { std::alloc::dealloc(block.as_ptr(), layout) };
+    }
+}
+
 /// The counts of the allocation at `ptr`. They are reached field by field, never through a
 /// reference to the whole allocation: the value may be borrowed mutably meanwhile (while the
 /// last strong reference drops it, a weak reference of the registry is dropped, and touches its
@@ -328,9 +361,9 @@ impl<T> Drop for Last<T> {
         // allocation is ours alone. Otherwise give up the share; the last one out frees.
         if weak.load(Ordering::Acquire) == 1 || weak.fetch_sub(1, Ordering::Release) == 1 {
             fence(Ordering::Acquire);
-            // SAFETY: no reference to the allocation remains; it came from `Box::leak` in
-            // `Counted::new`, and the value inside is already dropped (`ManuallyDrop`).
-            drop(unsafe { Box::from_raw(ptr) });
+            // SAFETY: no reference to the allocation remains, and the value inside is already
+            // dropped (the counts are plain atomics).
+            unsafe { free(self.ptr) };
         }
     }
 }
@@ -411,9 +444,8 @@ impl<T> Drop for CountedWeak<T> {
         if unsafe { counts(ptr) }.weak.fetch_sub(1, Ordering::Release) == 1 {
             fence(Ordering::Acquire);
             // SAFETY: the count reached 0, so the strong side gave up its share (the value is
-            // dropped) and no other weak reference remains; the allocation came from
-            // `Box::leak` in `Counted::new`.
-            drop(unsafe { Box::from_raw(ptr.as_ptr()) });
+            // dropped) and no other weak reference remains.
+            unsafe { free(ptr) };
         }
     }
 }

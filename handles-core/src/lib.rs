@@ -52,6 +52,7 @@ mod registry;
 mod release;
 mod report;
 mod resource;
+mod spare;
 mod sync;
 #[cfg(feature = "tracing")]
 mod trace;

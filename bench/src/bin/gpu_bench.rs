@@ -1,7 +1,8 @@
 //! Raw driver calls, handles-cuda and cudarc's safe layer, interleaved in one process, with
 //! medians and ratios to raw. Run on a machine with a GPU:
 //! `cargo run --release -p handles-bench --bin gpu_bench` (or `.gpu/gpu_bench` after
-//! `scripts/gpu-collect.sh`). Prints a Markdown table.
+//! `scripts/gpu-collect.sh`). Prints a Markdown table; `gpu_bench core` prints only the rows
+//! of the handle layer's own costs.
 
 use std::sync::Arc;
 
@@ -846,6 +847,21 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
     );
     row(
         "event create+drop",
+        "handles-cuda, context bound to the thread",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| context.bind_to_thread().unwrap(),
+                |_| {
+                    drop(keep(
+                        EventHandle::create(context, EventFlags::default()).unwrap(),
+                    ));
+                },
+            )
+        }),
+    );
+    row(
+        "event create+drop",
         "cudarc",
         each(&|t| {
             aggregate(
@@ -951,6 +967,24 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
     );
     row(
         "pool alloc+free 1 KiB, a stream per thread",
+        "handles-cuda, context bound to the thread",
+        each(&|t| {
+            aggregate(
+                t,
+                |_| {
+                    context.bind_to_thread().unwrap();
+                    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
+                },
+                |stream| {
+                    drop(keep(
+                        DevicePtrHandle::alloc_from_pool(pool, 1024, stream).unwrap(),
+                    ));
+                },
+            )
+        }),
+    );
+    row(
+        "pool alloc+free 1 KiB, a stream per thread",
         "cudarc (tracking off)",
         each(&|t| {
             aggregate(
@@ -984,12 +1018,34 @@ fn main() {
     let stream = StreamHandle::create(&context, StreamFlags { non_blocking: true }, 0).unwrap();
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
 
+    // `gpu_bench core`: only the rows the handle layer's own costs show in (events, pool
+    // allocations, streams, clones, graph launches, their scaling), for quick before/after
+    // runs of two builds in one device call.
+    let core_only = std::env::args().nth(1).as_deref() == Some("core");
     println!("| op | variant | median ns/op | ratio to first row |");
     println!("|---|---|---|---|");
     report(
         "event create+drop (timing off)",
         &events(&context, &cudarc_context),
     );
+    if core_only {
+        report(
+            "pool alloc+free 1 KiB",
+            &pool_allocations(&stream, &pool, &tracked, &untracked),
+        );
+        report("stream create+drop", &streams(&context, &cudarc_context));
+        report("handle clone+drop", &clones(&stream));
+        report(
+            "floor parts (ns, ratio to first row)",
+            &floor_parts(&context),
+        );
+        report(
+            "graph launch (1 kernel node)",
+            &graph_launches(&context, &stream, &untracked),
+        );
+        scaling(&context, &pool);
+        return;
+    }
     report(
         "event create+record+drop (timing off)",
         &recorded_events(&context, &stream, &cudarc_context, &tracked),
