@@ -24,7 +24,7 @@ const CLASSES: usize = LARGEST / 8;
 /// The size class of `layout`, if blocks of it are kept.
 #[inline(always)]
 fn class(layout: Layout) -> Option<usize> {
-    (layout.align() == 8 && layout.size() <= LARGEST && layout.size() % 8 == 0)
+    (layout.align() == 8 && layout.size() <= LARGEST && layout.size().is_multiple_of(8))
         .then(|| layout.size() / 8 - 1)
 }
 
