@@ -82,8 +82,10 @@ unsafe impl<T: Send + Sync> Send for CountedWeak<T> {}
 // SAFETY: as for `Send`.
 unsafe impl<T: Send + Sync> Sync for CountedWeak<T> {}
 
-/// The last strong reference, after the count reached 0: it alone can reach the value. Dropping
-/// it drops the value in place, then gives up the allocation (see the module's notes).
+/// The last strong reference, after the count reached 0 (or, from `release(true)`, the only
+/// reference of any kind, with the count left at 1 that nothing can read any more): it alone
+/// can reach the value. Dropping it drops the value in place, then gives up the allocation (see
+/// the module's notes).
 pub(crate) struct Last<T> {
     ptr: NonNull<Inner<T>>,
     _owns: PhantomData<Inner<T>>,
@@ -158,10 +160,30 @@ impl<T> Counted<T> {
     }
 
     /// Gives up this strong reference: `None` if others remain, else the [`Last`] reference.
+    ///
+    /// With `unique_first`, a reference that is the only one of any kind (the weak count reads
+    /// 1, then the strong count reads 1) becomes the [`Last`] without a decrement: no weak
+    /// reference exists to upgrade, and no strong one to clone from but this, which its owner is
+    /// dropping, so nothing can make another reference. The weak count is read first: once it is
+    /// 1, a strong reference can only come from this one, so a strong count of 1 read after it
+    /// stays 1. Both reads acquire, so whatever was done through a reference given up before
+    /// (an upgraded one, its weak one: release decrements) happens before the value is dropped.
+    /// Worth it for handles that are made and dropped without ever being shared (an event, an
+    /// allocation); a handle that usually has weak references (a registered one) skips it.
     #[inline(always)]
-    pub(crate) fn release(self) -> Option<Last<T>> {
+    pub(crate) fn release(self, unique_first: bool) -> Option<Last<T>> {
         let this = ManuallyDrop::new(self);
-        if this.counts().strong.fetch_sub(1, Ordering::Release) != 1 {
+        let counts = this.counts();
+        if unique_first
+            && counts.weak.load(Ordering::Acquire) == 1
+            && counts.strong.load(Ordering::Acquire) == 1
+        {
+            return Some(Last {
+                ptr: this.ptr,
+                _owns: PhantomData,
+            });
+        }
+        if counts.strong.fetch_sub(1, Ordering::Release) != 1 {
             return None;
         }
         // Every use through the other strong references happened before their decrements,
@@ -246,7 +268,7 @@ impl<T> Drop for Counted<T> {
             ptr: self.ptr,
             _owns: PhantomData,
         };
-        drop(this.release());
+        drop(this.release(false));
     }
 }
 
@@ -254,8 +276,9 @@ impl<T> Last<T> {
     /// The value, which this reference alone can reach.
     pub(crate) fn get_mut(&mut self) -> &mut T {
         // SAFETY: the strong count is 0 and this is the reference that brought it there (or
-        // the one that swapped 1 for 0): no other strong reference exists, no weak one can
-        // upgrade, and the value has not been dropped (that is this type's `Drop`).
+        // the one that swapped 1 for 0, or found itself the only reference of any kind): no
+        // other strong reference exists, no weak one can upgrade, and the value has not been
+        // dropped (that is this type's `Drop`).
         unsafe { &mut self.ptr.as_mut().value }
     }
 
@@ -350,8 +373,8 @@ impl<T> Drop for Last<T> {
     fn drop(&mut self) {
         let ptr = self.ptr.as_ptr();
         // SAFETY: as in `get_mut`: this reference alone reaches the value, which is dropped here
-        // once (a `Last` is made once per allocation: by the decrement that reached 0, or the
-        // swap of 1 for 0). If its drop unwinds, the allocation is left to leak, never freed
+        // once (a `Last` is made once per allocation: by the decrement that reached 0, the swap
+        // of 1 for 0, or the unique reference's own drop). If its drop unwinds, the allocation is left to leak, never freed
         // under a value that is half dropped.
         unsafe { ManuallyDrop::drop(&mut (*ptr).value) };
         // SAFETY: the allocation lives until the strong side's share of `weak` is given up,

@@ -398,7 +398,9 @@ impl<R: Resource> Drop for Handle<R> {
         // SAFETY: `drop` runs once and `self.inner` is not used after it, so the reference is
         // taken exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
-        release(inner, core::mem::needs_drop::<R>());
+        // A type without a registry is usually dropped unshared (no weak handle), so its drop
+        // first checks for that; a registered one always has the registry's weak handle.
+        release(inner, core::mem::needs_drop::<R>(), R::registry().is_none());
     }
 }
 

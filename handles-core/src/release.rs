@@ -58,11 +58,17 @@ loom::thread_local! {
 
 /// Drops one strong reference to a box, tearing down the box and, iteratively, everything it
 /// was the last owner of. `record_has_drop_glue` is `needs_drop` of the box's record, a
-/// constant at the call site.
+/// constant at the call site, as is `unique_first`.
 #[inline(always)]
-pub(crate) fn release<B: 'static>(inner: Counted<B>, record_has_drop_glue: bool) {
+pub(crate) fn release<B: 'static>(
+    inner: Counted<B>,
+    record_has_drop_glue: bool,
+    unique_first: bool,
+) {
     // A reference that is not the last (the common case) tears nothing down: one decrement.
-    let Some(last) = inner.release() else {
+    // `unique_first` (a constant at the call site) first looks for the only reference of any
+    // kind, which needs no decrement (`Counted::release`).
+    let Some(last) = inner.release(unique_first) else {
         return;
     };
     // A box whose record has no drop glue (known at compile time) cannot drop another handle

@@ -149,3 +149,63 @@ fn close_races_a_weak_upgrade() {
         exactly_once(counters);
     });
 }
+
+/// The unique drop (`Counted::release(true)`): the last handle finds itself the only reference
+/// by two loads, while another thread upgrades a weak handle, uses the value and drops both the
+/// upgraded handle and the weak one. Whichever the drop sees, the value outlives every use.
+#[test]
+fn a_weak_upgrade_and_drop_race_the_unique_drop() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let weak = handle.downgrade();
+        let thread = thread::spawn(move || {
+            if let Some(upgraded) = weak.upgrade() {
+                alive(&upgraded);
+                drop(upgraded);
+            }
+            drop(weak);
+        });
+        drop(handle);
+        thread.join().unwrap();
+        exactly_once(counters);
+    });
+}
+
+/// A clone dropped on another thread while the original drops: at most one of them can see
+/// itself unique, and the value is dropped once, after both.
+#[test]
+fn a_clone_dropped_elsewhere_races_the_unique_drop() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let clone = handle.clone();
+        let thread = thread::spawn(move || {
+            alive(&clone);
+            drop(clone);
+        });
+        alive(&handle);
+        drop(handle);
+        thread.join().unwrap();
+        exactly_once(counters);
+    });
+}
+
+/// As `two_last_drops_race`, with a weak handle held throughout, so that neither drop can be
+/// the unique one: both decrement, and the one that reaches 0 drops the value (the path every
+/// registered handle takes, its registry entry being a weak handle).
+#[test]
+fn two_last_drops_race_with_a_weak_held() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let weak = handle.downgrade();
+        let other = handle.clone();
+        let thread = thread::spawn(move || {
+            alive(&other);
+            drop(other);
+        });
+        alive(&handle);
+        drop(handle);
+        thread.join().unwrap();
+        exactly_once(counters);
+        assert!(weak.upgrade().is_none());
+    });
+}
