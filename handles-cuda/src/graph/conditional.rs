@@ -24,19 +24,11 @@ use crate::code::params::KernelParams;
 use crate::driver::call::out;
 use crate::driver::load::{probed, require_version};
 use crate::error::{Error, Result};
-use crate::graph::nodes::{Graph, GraphHandle, GraphNode, NEXT_GRAPH_ID};
+use crate::graph::nodes::{Body, Graph, GraphHandle, GraphNode, NEXT_GRAPH_ID};
 
 /// The CUDA version that brought if/else and switch nodes (12.8); if and while came with
 /// conditional nodes themselves (12.3).
 const IF_ELSE_AND_SWITCH: (&str, i32) = ("a conditional node of type if/else or switch", 12080);
-
-/// What makes a graph a conditional node's body: the outermost graph, which keeps what the
-/// body's nodes reference (and, held here, keeps the body itself alive), and the ids of the
-/// graphs that enclose it, innermost last.
-pub(crate) struct Body {
-    pub(crate) home: GraphHandle,
-    pub(crate) enclosing: Vec<u64>,
-}
 
 /// The kind of a conditional node, with the bodies it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -45,6 +45,14 @@ pub(crate) enum Attachment {
     Host(HostFunctionHandle),
 }
 
+/// What makes a graph a conditional node's body: the outermost graph, which keeps what the
+/// body's nodes reference (and, held here, keeps the body itself alive), and the ids of the
+/// graphs that enclose it, innermost last.
+pub(crate) struct Body {
+    pub(crate) home: GraphHandle,
+    pub(crate) enclosing: Vec<u64>,
+}
+
 /// A graph being built.
 ///
 /// Ownership: [`GraphHandle::create`] and [`GraphHandle::capture`] own the graph and destroy
@@ -63,7 +71,7 @@ pub struct Graph {
     /// For a conditional node's body graph: the outermost graph, which keeps what the body's
     /// nodes reference, and the ids of the enclosing graphs (`conditional.rs`). `None` for a
     /// graph this crate created or captured, which it owns.
-    pub(crate) body: Option<crate::graph::conditional::Body>,
+    pub(crate) body: Option<Body>,
     /// Set once the graph has a node that conditional bodies cannot hold (host and event
     /// nodes), so that it is refused as a child graph inside a body.
     pub(crate) not_for_bodies: AtomicBool,
