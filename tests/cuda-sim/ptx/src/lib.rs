@@ -245,6 +245,9 @@ pub struct Outcome {
     pub touched: Vec<(usize, bool)>,
     /// Device printf output: by block, then by thread within a block.
     pub printf: String,
+    /// `cudaGraphSetConditional(handle, value)` calls, as `(handle, value)`: by block, then
+    /// by thread within a block, in each thread's order (the last one of a handle wins).
+    pub conditional_sets: Vec<(u64, u32)>,
 }
 
 /// Why a launch stopped.

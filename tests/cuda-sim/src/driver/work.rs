@@ -58,6 +58,11 @@ pub enum Op {
     /// A graph launched into a capture: its operations in order.
     Child(Vec<Op>),
     Empty,
+    /// A conditional node (`conditional`).
+    Conditional(Box<super::conditional::ConditionalOp>),
+    /// The start of a launch of this executable graph: its conditional handles take their
+    /// defaults. Not a node.
+    ResetConditionals(Raw),
 }
 
 impl Op {
@@ -71,7 +76,8 @@ impl Op {
             Op::EventWait(_) => NODE_WAIT_EVENT,
             Op::Host(..) => NODE_HOST,
             Op::Child(_) => NODE_GRAPH,
-            Op::Empty => NODE_EMPTY,
+            Op::Empty | Op::ResetConditionals(_) => NODE_EMPTY,
+            Op::Conditional(_) => super::conditional::NODE_CONDITIONAL,
         }
     }
 
@@ -187,6 +193,8 @@ impl Sim {
             Op::Empty => {
                 self.enqueue(target);
             }
+            Op::Conditional(conditional) => self.run_conditional(target, conditional)?,
+            &Op::ResetConditionals(exec) => self.reset_conditionals(exec),
         }
         Ok(Vec::new())
     }
