@@ -356,6 +356,16 @@ fn conditional_misuse_is_refused() {
     let plain = GraphHandle::create(&context).unwrap();
     plain.add_memset_node(&[], &selector, 0, 1, 4).unwrap();
     body.add_child_graph_node(&[], &plain).unwrap();
+    // A graph with a conditional node cannot be a child graph (nor can its bodies, which
+    // hold the nested one).
+    assert!(matches!(
+        other.add_child_graph_node(&[], &mine),
+        Err(Error::ConditionalInChild)
+    ));
+    assert!(matches!(
+        other.add_child_graph_node(&[], body),
+        Err(Error::ConditionalInChild)
+    ));
     // A body is not a graph of its own.
     assert!(matches!(
         body.instantiate(),

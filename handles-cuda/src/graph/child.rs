@@ -52,12 +52,16 @@ impl GraphHandle {
     /// Adds a node that runs a copy of `child` (`cuGraphAddChildGraphNode`), after
     /// `dependencies`. The driver copies `child` now; this graph keeps what `child`'s nodes
     /// reference now (nodes added to `child` later are not in the copy, and are not kept).
-    /// In a conditional body, a child holding a host or event node is refused.
+    /// A child with a conditional node is refused (the driver cannot copy one), and so is, in
+    /// a conditional body, a child holding a host or event node.
     pub fn add_child_graph_node(
         &self,
         dependencies: &[GraphNode],
         child: &GraphHandle,
     ) -> Result<GraphNode> {
+        if child.record().has_conditional.load(Ordering::Relaxed) {
+            return Err(Error::ConditionalInChild);
+        }
         let forbidden = child.record().not_for_bodies.load(Ordering::Relaxed);
         if forbidden {
             self.refuse_in_body("a child graph with host or event nodes")?;

@@ -161,6 +161,7 @@ impl GraphHandle {
                 what: "the driver returned no body graphs for the conditional node",
             });
         }
+        self.record().has_conditional.store(true, Ordering::Relaxed);
         let mut enclosing = self.enclosing().to_vec();
         enclosing.push(self.id());
         let bodies = (0..size as usize)
@@ -185,6 +186,7 @@ impl GraphHandle {
                 enclosing,
             }),
             not_for_bodies: AtomicBool::new(false),
+            has_conditional: AtomicBool::new(false),
         };
         // SAFETY: `raw` is a body graph the driver made for a node of this graph; it stays
         // valid while the outermost graph lives, which the record keeps; `destroy_graph`

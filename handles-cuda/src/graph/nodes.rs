@@ -75,6 +75,8 @@ pub struct Graph {
     /// Set once the graph has a node that conditional bodies cannot hold (host and event
     /// nodes), so that it is refused as a child graph inside a body.
     pub(crate) not_for_bodies: AtomicBool,
+    /// Set once the graph has a conditional node: the driver refuses it as a child graph.
+    pub(crate) has_conditional: AtomicBool,
 }
 // SAFETY: the CUDA driver API lets graphs be used and destroyed from any thread; adding nodes
 // is serialised by the attachments' lock.
@@ -126,6 +128,7 @@ impl GraphHandle {
             attachments: Mutex::new(attachments),
             body: None,
             not_for_bodies: AtomicBool::new(false),
+            has_conditional: AtomicBool::new(false),
         };
         // SAFETY: a fresh graph owned by nobody else; `destroy_graph` destroys it once.
         unsafe { GraphHandle::from_raw(raw, record) }

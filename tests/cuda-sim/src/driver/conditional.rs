@@ -15,7 +15,8 @@
 //!   into the node, and a launch runs them when the node executes: if (one body, or two with
 //!   else), while (the body again as long as the handle is non-zero, checked before each
 //!   run) and switch (body `n` for value `n`, none past the last).
-//! * **Child-graph nodes** (`cuGraphAddChildGraphNode`) copy the child when they are added.
+//! * **Child-graph nodes** (`cuGraphAddChildGraphNode`) copy the child when they are added;
+//!   a child with conditional nodes is refused (a violation), as the driver does.
 //! * **`cuGraphDebugDotPrint`** writes the graph, bodies nested, as Graphviz DOT.
 
 use std::collections::HashMap;
@@ -24,15 +25,13 @@ use std::fmt::Write as _;
 use super::errors::{INVALID_VALUE, NOT_SUPPORTED};
 use super::streams::Target;
 use super::types::{CuResult, Raw};
-use super::work::Op;
+use super::work::{ConditionalOp, Op};
 use super::{Kind, Sim};
 
 /// `CU_GRAPH_COND_TYPE_IF`, `_WHILE` and `_SWITCH`.
 pub const COND_IF: u32 = 0;
 pub const COND_WHILE: u32 = 1;
 pub const COND_SWITCH: u32 = 2;
-/// `CU_GRAPH_NODE_TYPE_CONDITIONAL`.
-pub const NODE_CONDITIONAL: u32 = 13;
 /// `CU_GRAPH_COND_ASSIGN_DEFAULT`.
 const ASSIGN_DEFAULT: u32 = 1;
 /// A while node stops after this many runs of its body, with a violation: on the GPU the
@@ -60,16 +59,6 @@ pub struct GraphNodeParams {
     pub conditional: ConditionalNodeParams,
     pub rest: [u64; 25],
     pub reserved2: i64,
-}
-
-/// A conditional node's operation: its handle, kind and body graphs, and (once the node is
-/// instantiated or copied into a child) the bodies' operations.
-#[derive(Clone, Debug)]
-pub struct ConditionalOp {
-    pub handle: u64,
-    pub kind: u32,
-    pub bodies: Vec<Raw>,
-    pub resolved: Option<Vec<Vec<Op>>>,
 }
 
 /// One conditional handle.
@@ -458,8 +447,14 @@ impl Sim {
     /// `cuGraphAddChildGraphNode`: the child's operations, copied now.
     pub fn child_graph_op(&mut self, child: Raw) -> Result<Op, CuResult> {
         let ops: Vec<Op> = self.graph(child)?.nodes.iter().map(|n| n.op.clone()).collect();
-        let mut handles = Vec::new();
-        Ok(Op::Child(self.resolve(ops, None, &mut handles)))
+        if ops.iter().any(|op| matches!(op, Op::Conditional(_))) {
+            self.checker.violation(
+                "child-graph",
+                format!("graph {child:#x} has conditional nodes, and cannot be a child graph"),
+            );
+            return Err(INVALID_VALUE);
+        }
+        Ok(Op::Child(ops))
     }
 
     /// `cuGraphDebugDotPrint`: the graph as DOT text.

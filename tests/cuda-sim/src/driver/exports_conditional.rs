@@ -6,11 +6,12 @@
 
 use std::ffi::{CStr, c_char, c_uint, c_void};
 
-use super::conditional::{GraphNodeParams, NODE_CONDITIONAL};
+use super::conditional::GraphNodeParams;
 use super::errors::{INVALID_VALUE, NOT_SUPPORTED, OPERATING_SYSTEM};
 use super::exports::{get, put};
 use super::exports_graphs::{add_node, dependencies};
 use super::types::*;
+use super::work::NODE_CONDITIONAL;
 use super::with_sim;
 
 export_fns! {

@@ -24,6 +24,17 @@ pub const NODE_GRAPH: u32 = 4;
 pub const NODE_EMPTY: u32 = 5;
 pub const NODE_WAIT_EVENT: u32 = 6;
 pub const NODE_EVENT_RECORD: u32 = 7;
+pub const NODE_CONDITIONAL: u32 = 13;
+
+/// A conditional node's operation: its handle, kind and body graphs, and (once the node is
+/// instantiated or copied into a child) the bodies' operations.
+#[derive(Clone, Debug)]
+pub struct ConditionalOp {
+    pub handle: u64,
+    pub kind: u32,
+    pub bodies: Vec<Raw>,
+    pub resolved: Option<Vec<Vec<Op>>>,
+}
 
 /// One stream operation, with its arguments captured by value.
 #[derive(Clone, Debug)]
@@ -59,7 +70,7 @@ pub enum Op {
     Child(Vec<Op>),
     Empty,
     /// A conditional node (`conditional`).
-    Conditional(Box<super::conditional::ConditionalOp>),
+    Conditional(Box<ConditionalOp>),
     /// The start of a launch of this executable graph: its conditional handles take their
     /// defaults. Not a node.
     ResetConditionals(Raw),
@@ -77,7 +88,7 @@ impl Op {
             Op::Host(..) => NODE_HOST,
             Op::Child(_) => NODE_GRAPH,
             Op::Empty | Op::ResetConditionals(_) => NODE_EMPTY,
-            Op::Conditional(_) => super::conditional::NODE_CONDITIONAL,
+            Op::Conditional(_) => NODE_CONDITIONAL,
         }
     }
 
