@@ -391,7 +391,9 @@ pub enum Error {
     ConditionalInChild,
     /// A conditional node's body graph used as a graph of its own (instantiated, or the source
     /// of an update): it belongs to its node, and runs only as part of its outermost graph.
-    #[error("invalid argument: {what} a conditional node's body graph, which runs only inside its node")]
+    #[error(
+        "invalid argument: {what} a conditional node's body graph, which runs only inside its node"
+    )]
     ConditionalBodyAlone {
         /// What was attempted.
         what: &'static str,

@@ -6,38 +6,12 @@
 
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, Error, KernelHandle, LaunchConfig, LibraryHandle, StreamHandle,
-    code::{Buffer, ProgramHandle, TypedKernel},
+    code::{Buffer, TypedKernel},
     graph::{Conditional, ConditionalHandle, ConditionalKind, DotFlags, GraphHandle},
 };
 use handles_tests::{Failures, serial, stream};
 
 mod simulator;
-
-/// The kernels. `cudaGraphSetConditional` is declared by hand: NVRTC has no runtime headers,
-/// and the call is an external function that the driver resolves when it loads the PTX.
-const SOURCE: &str = r#"
-extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
-
-// One more pass: counter[0] counts them; the k-th pass ends the loop.
-extern "C" __global__ void count_to(unsigned long long handle, unsigned int *counter,
-                                    unsigned int k) {
-    unsigned int passes = counter[0] + 1;
-    counter[0] = passes;
-    if (passes >= k) cudaGraphSetConditional(handle, 0);
-}
-
-// Sets the condition to selector[0].
-extern "C" __global__ void set_from(unsigned long long handle, const unsigned int *selector) {
-    cudaGraphSetConditional(handle, selector[0]);
-}
-
-extern "C" __global__ void put(unsigned int *out, unsigned int value) { out[0] = value; }
-
-extern "C" __global__ void add_one(unsigned int *xs, unsigned int n) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) xs[i] += 1;
-}
-"#;
 
 /// A word that no body writes.
 const UNTOUCHED: u32 = 0xdead_beef;
@@ -63,11 +37,7 @@ fn holds(buffer: &DevicePtrHandle, words: usize) -> handles_cuda::Result<()> {
 }
 
 fn compile() -> Kernels {
-    let program = ProgramHandle::new(SOURCE, "graph_nodes.cu").unwrap();
-    if let Err(error) = program.compile(&["--gpu-architecture=compute_90"]) {
-        panic!("{error}\n{}", program.log().unwrap_or_default());
-    }
-    let library = LibraryHandle::load_data(&program.ptx().unwrap()).unwrap();
+    let library = handles_tests::conditional_kernels::load().unwrap();
     let get = |name: &str| KernelHandle::get(&library, name).unwrap();
     // SAFETY (all four): the parameter lists are the kernels' own; each kernel touches only
     // the first word of each buffer (add_one: the first n words), which the checks require;
@@ -76,17 +46,20 @@ fn compile() -> Kernels {
     unsafe {
         Kernels {
             count_to: get("count_to")
-                .typed(|(_, counter, _): &(&ConditionalHandle, &DevicePtrHandle, u32), _| {
-                    holds(counter, 1)
-                })
+                .typed(
+                    |(_, counter, _): &(&ConditionalHandle, &DevicePtrHandle, u32), _| {
+                        holds(counter, 1)
+                    },
+                )
                 .unwrap(),
             set_from: get("set_from")
-                .typed(|(_, selector): &(&ConditionalHandle, &DevicePtrHandle), _| {
-                    holds(selector, 1)
-                })
+                .typed(
+                    |(_, selector): &(&ConditionalHandle, &DevicePtrHandle), _| holds(selector, 1),
+                )
                 .unwrap(),
             put: get("put")
-                .typed(|(out, _): &(&DevicePtrHandle, u32), _| holds(out, 1)).unwrap(),
+                .typed(|(out, _): &(&DevicePtrHandle, u32), _| holds(out, 1))
+                .unwrap(),
             add_one: get("add_one")
                 .typed(|(xs, n): &(&DevicePtrHandle, u32), _| holds(xs, *n as usize))
                 .unwrap(),
@@ -224,15 +197,22 @@ fn if_and_if_else() {
         .add_copy_node(&[empty], &twenty, 0, &else_out, 0, 4)
         .unwrap();
     let exec = graph.instantiate().unwrap();
-    for (value, then_expected, else_expected) in
-        [(1, 1, 10), (0, UNTOUCHED, 20), (5, 1, 10), (0, UNTOUCHED, 20)]
-    {
+    for (value, then_expected, else_expected) in [
+        (1, 1, 10),
+        (0, UNTOUCHED, 20),
+        (5, 1, 10),
+        (0, UNTOUCHED, 20),
+    ] {
         write(&selector, &stream, value);
         write(&then_out, &stream, UNTOUCHED);
         write(&else_out, &stream, UNTOUCHED);
         exec.launch(&stream).unwrap();
         assert_eq!(read(&then_out, &stream), then_expected, "if on {value}");
-        assert_eq!(read(&else_out, &stream), else_expected, "if/else on {value}");
+        assert_eq!(
+            read(&else_out, &stream),
+            else_expected,
+            "if/else on {value}"
+        );
     }
     failures.assert_none();
 }
@@ -254,7 +234,12 @@ fn a_child_graph_whose_buffers_outlive_every_user_handle() {
         let weak = xs.downgrade();
         let child = GraphHandle::create(&context).unwrap();
         let added = child
-            .add_kernel_node(&[], &kernels.add_one, &LaunchConfig::linear(n, 64), (&xs, n))
+            .add_kernel_node(
+                &[],
+                &kernels.add_one,
+                &LaunchConfig::linear(n, 64),
+                (&xs, n),
+            )
             .unwrap();
         child
             .add_copy_node(&[added], &xs, 0, &out, 0, n as usize * 4)
@@ -270,7 +255,10 @@ fn a_child_graph_whose_buffers_outlive_every_user_handle() {
         let exec = parent.instantiate().unwrap();
         // Every user handle of the buffer, kernels, library, child and parent goes now.
         drop((xs, kernels, child, parent));
-        assert!(weak.upgrade().is_some(), "the executable graph keeps the buffer");
+        assert!(
+            weak.upgrade().is_some(),
+            "the executable graph keeps the buffer"
+        );
         exec
     };
     for round in 1..=3u32 {
@@ -279,7 +267,11 @@ fn a_child_graph_whose_buffers_outlive_every_user_handle() {
         out.copy_to_host(&mut bytes, &stream).unwrap();
         for (i, chunk) in bytes.chunks_exact(4).enumerate() {
             let value = u32::from_ne_bytes(chunk.try_into().unwrap());
-            assert_eq!(value, i as u32 * 3 + round, "element {i} after {round} launches");
+            assert_eq!(
+                value,
+                i as u32 * 3 + round,
+                "element {i} after {round} launches"
+            );
         }
     }
     drop(exec);

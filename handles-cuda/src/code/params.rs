@@ -3,9 +3,9 @@
 
 use std::ffi::c_void;
 
+use crate::code::conditional::{Conditional, ConditionalHandle};
 use crate::error::{Error, Result};
 use crate::exec::stream::StreamHandle;
-use crate::code::conditional::{Conditional, ConditionalHandle};
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::memory::typed::{DeviceBuffer, Elements};
 
@@ -216,9 +216,7 @@ param_tuples! {
 
 /// Refuses a stream launch (or a capture) of a kernel with a [`Conditional`] argument: only a
 /// launch of the handle's own graph gives a set of the condition a meaning.
-pub(crate) fn refuse_on_streams<P: KernelParams>(
-    args: &P::Args<'_>,
-) -> Result<()> {
+pub(crate) fn refuse_on_streams<P: KernelParams>(args: &P::Args<'_>) -> Result<()> {
     let mut refused = Ok(());
     P::for_each_conditional(args, |handle| {
         refused = Err(Error::ForeignConditional {

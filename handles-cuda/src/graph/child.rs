@@ -120,6 +120,12 @@ impl GraphHandle {
         // The lock: no node is added while the driver walks the graph.
         let _attached = lock(&self.home().record().attachments);
         // SAFETY: the graph is alive; `path` is a NUL-terminated string that outlives the call.
-        unsafe { driver!(cuGraphDebugDotPrint(self.as_cu(), path.as_ptr(), flags.bits())) }
+        unsafe {
+            driver!(cuGraphDebugDotPrint(
+                self.as_cu(),
+                path.as_ptr(),
+                flags.bits()
+            ))
+        }
     }
 }

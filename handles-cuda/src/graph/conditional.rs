@@ -14,8 +14,8 @@
 //! can hold the conditional node that reads it (one node per handle), and only kernel nodes of
 //! the same outermost graph can take it as an argument.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{self, CUgraph};
 
@@ -47,6 +47,7 @@ pub enum ConditionalKind {
 }
 
 /// A conditional node and its body graphs, in the driver's order (see [`ConditionalKind`]).
+#[derive(Debug)]
 pub struct ConditionalNode {
     /// The node, to name as a dependency of later nodes.
     pub node: GraphNode,
@@ -107,7 +108,10 @@ impl GraphHandle {
             }
             ConditionalKind::Switch(n) => {
                 require_version(IF_ELSE_AND_SWITCH)?;
-                (sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH, n)
+                (
+                    sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
+                    n,
+                )
             }
         };
         if handle.graph_id() != self.id() && !self.enclosing().contains(&handle.graph_id()) {

@@ -61,6 +61,6 @@ pub(crate) mod nodes;
 pub use self::capture::{Capture, CaptureMode};
 pub use self::child::DotFlags;
 pub use self::conditional::{ConditionalKind, ConditionalNode};
-pub use crate::code::conditional::{Conditional, ConditionalHandle};
 pub use self::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
 pub use self::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};
+pub use crate::code::conditional::{Conditional, ConditionalHandle};

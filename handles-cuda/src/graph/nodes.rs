@@ -151,7 +151,10 @@ impl GraphHandle {
         }
     }
 
-    pub(crate) fn check_dependencies(&self, dependencies: &[GraphNode]) -> Result<Vec<CUgraphNode>> {
+    pub(crate) fn check_dependencies(
+        &self,
+        dependencies: &[GraphNode],
+    ) -> Result<Vec<CUgraphNode>> {
         let id = self.id();
         if let Some(foreign) = dependencies.iter().find(|node| node.graph != id) {
             return Err(Error::ForeignNode {

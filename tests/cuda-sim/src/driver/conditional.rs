@@ -370,7 +370,11 @@ impl Sim {
         match conditional.kind {
             COND_IF => {
                 let value = self.condition(conditional.handle);
-                let body = if value != 0 { bodies.first() } else { bodies.get(1) };
+                let body = if value != 0 {
+                    bodies.first()
+                } else {
+                    bodies.get(1)
+                };
                 if let Some(body) = body {
                     self.run_body(target, body)?;
                 }
@@ -446,7 +450,12 @@ impl Sim {
 
     /// `cuGraphAddChildGraphNode`: the child's operations, copied now.
     pub fn child_graph_op(&mut self, child: Raw) -> Result<Op, CuResult> {
-        let ops: Vec<Op> = self.graph(child)?.nodes.iter().map(|n| n.op.clone()).collect();
+        let ops: Vec<Op> = self
+            .graph(child)?
+            .nodes
+            .iter()
+            .map(|n| n.op.clone())
+            .collect();
         if ops.iter().any(|op| matches!(op, Op::Conditional(_))) {
             self.checker.violation(
                 "child-graph",
@@ -478,7 +487,9 @@ impl Sim {
                     launch.kernel, launch.grid, launch.block
                 ),
                 Op::Memset { dst, count, .. } => format!("memset {dst:#x} x{count}"),
-                Op::Memcpy { dst, src, len, .. } => format!("memcpy {src:#x} -> {dst:#x} ({len} bytes)"),
+                Op::Memcpy { dst, src, len, .. } => {
+                    format!("memcpy {src:#x} -> {dst:#x} ({len} bytes)")
+                }
                 Op::Conditional(c) => {
                     let kind = match c.kind {
                         COND_IF => "if",

@@ -11,8 +11,8 @@ use super::errors::{INVALID_VALUE, NOT_SUPPORTED, OPERATING_SYSTEM};
 use super::exports::{get, put};
 use super::exports_graphs::{add_node, dependencies};
 use super::types::*;
-use super::work::NODE_CONDITIONAL;
 use super::with_sim;
+use super::work::NODE_CONDITIONAL;
 
 export_fns! {
     fn cuGraphConditionalHandleCreate(handle: *mut u64, graph: Raw, context: Raw, default: c_uint, flags: c_uint) {
