@@ -403,15 +403,34 @@ pub mod conditional_kernels {
     }
     "#;
 
-    /// Compiles [`SOURCE`] with NVRTC (compute capability 9.0) and loads it.
+    /// Compiles [`SOURCE`] with NVRTC to PTX for compute capability 9.0 and loads it; if the
+    /// driver is older than the NVRTC and refuses its PTX version, compiles a cubin for sm_90
+    /// instead (a cubin runs on older drivers of the same major version).
     pub fn load() -> handles_cuda::Result<handles_cuda::LibraryHandle> {
+        let ptx = compile("--gpu-architecture=compute_90")?.ptx()?;
+        match handles_cuda::LibraryHandle::load_data(&ptx) {
+            Err(error)
+                if error.code()
+                    == Some(
+                        handles_cuda::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+                    ) =>
+            {
+                handles_cuda::LibraryHandle::load_data(
+                    &compile("--gpu-architecture=sm_90")?.cubin()?,
+                )
+            }
+            loaded => loaded,
+        }
+    }
+
+    fn compile(architecture: &str) -> handles_cuda::Result<handles_cuda::code::ProgramHandle> {
         let program = handles_cuda::code::ProgramHandle::new(SOURCE, "conditional_kernels.cu")?;
-        if let Err(error) = program.compile(&["--gpu-architecture=compute_90"]) {
-            return Err(handles_cuda::Error::InvalidArgument(format!(
+        match program.compile(&[architecture]) {
+            Ok(()) => Ok(program),
+            Err(error) => Err(handles_cuda::Error::InvalidArgument(format!(
                 "{error}\n{}",
                 program.log().unwrap_or_default()
-            )));
+            ))),
         }
-        handles_cuda::LibraryHandle::load_data(&program.ptx()?)
     }
 }
