@@ -39,7 +39,7 @@ fn holds(buffer: &DevicePtrHandle, words: usize) -> handles_cuda::Result<()> {
 fn compile() -> Kernels {
     let library = handles_tests::conditional_kernels::load().unwrap();
     let get = |name: &str| KernelHandle::get(&library, name).unwrap();
-    // SAFETY (all four): the parameter lists are the kernels' own; each kernel touches only
+    // SAFETY: (all four) the parameter lists are the kernels' own; each kernel touches only
     // the first word of each buffer (add_one: the first n words), which the checks require;
     // a grid's extra threads do the same (count_to, set_from and put are launched as one
     // thread by every test).

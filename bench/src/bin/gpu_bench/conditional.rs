@@ -89,22 +89,21 @@ fn word(buffer: &DevicePtrHandle) -> handles_cuda::Result<()> {
 /// The three loops, each a `Variant` that runs `ITERATIONS` kernels and waits for them.
 pub fn conditional_loops(context: &ContextHandle, stream: &StreamHandle) -> Measured {
     let library = LibraryHandle::load_ptx(PTX).unwrap();
-    // SAFETY (both): the parameter lists are the kernels'; each touches `counter[0]` only,
-    // which the checks require.
-    let (count_to, step): (
-        TypedKernel<(Conditional, Buffer, u32)>,
-        TypedKernel<(Buffer,)>,
-    ) = unsafe {
-        (
-            KernelHandle::get(&library, "count_to")
-                .unwrap()
-                .typed(|(_, c, _): &(&ConditionalHandle, &DevicePtrHandle, u32), _| word(c))
-                .unwrap(),
-            KernelHandle::get(&library, "step")
-                .unwrap()
-                .typed(|(c,): &(&DevicePtrHandle,), _| word(c))
-                .unwrap(),
-        )
+    // SAFETY: `(Conditional, Buffer, u32)` is count_to's parameter list; it touches
+    // `counter[0]` only, which the check requires.
+    let count_to: TypedKernel<(Conditional, Buffer, u32)> = unsafe {
+        KernelHandle::get(&library, "count_to")
+            .unwrap()
+            .typed(|(_, c, _): &(&ConditionalHandle, &DevicePtrHandle, u32), _| word(c))
+            .unwrap()
+    };
+    // SAFETY: `(Buffer,)` is step's parameter list; it touches `counter[0]` only, which the
+    // check requires.
+    let step: TypedKernel<(Buffer,)> = unsafe {
+        KernelHandle::get(&library, "step")
+            .unwrap()
+            .typed(|(c,): &(&DevicePtrHandle,), _| word(c))
+            .unwrap()
     };
     let counter = DevicePtrHandle::alloc(context, 4).unwrap();
     let one = LaunchConfig::linear(1, 1);

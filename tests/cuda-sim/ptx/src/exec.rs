@@ -1309,6 +1309,9 @@ struct WorkerResult {
     fault: Option<(u64, Fault)>,
 }
 
+// The fault comes with what the launch did before it (touched regions, printf, condition
+// sets), once per launch: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
 pub(crate) fn run(
     module: &Module,
     memory: &dyn Memory,

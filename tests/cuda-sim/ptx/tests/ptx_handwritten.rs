@@ -417,7 +417,14 @@ fn conditional_sets_are_reported_in_block_and_thread_order() {
             workers,
             ..launch1(3, 2)
         };
-        let outcome = go_ok(&m, &mem, &[], "set", &launch, &Params::default().u64(0xc0de));
+        let outcome = go_ok(
+            &m,
+            &mem,
+            &[],
+            "set",
+            &launch,
+            &Params::default().u64(0xc0de),
+        );
         assert_eq!(
             outcome.conditional_sets,
             [
