@@ -362,6 +362,42 @@ pub enum Error {
         /// The graph it was given to.
         graph: u64,
     },
+    /// A conditional handle used outside the graph it was made for: as the handle of a
+    /// conditional node of a graph other than its own or one nested in it, or as a kernel
+    /// argument in another graph (`graph` is 0 for a launch on a stream, which no graph runs).
+    #[error(
+        "invalid argument: the conditional handle belongs to graph {handle_graph}, and cannot be used {place} (graph {graph})"
+    )]
+    ForeignConditional {
+        /// The graph the handle was made for.
+        handle_graph: u64,
+        /// The graph it was given to (0: none).
+        graph: u64,
+        /// Where it was used.
+        place: &'static str,
+    },
+    /// A conditional handle given to a second conditional node: each handle drives one node.
+    #[error("invalid argument: the conditional handle already drives a conditional node")]
+    ConditionalInUse,
+    /// A node the driver does not allow in a conditional node's body graph (host, event and
+    /// memory nodes, or a child graph holding one).
+    #[error("invalid argument: {what} cannot be added to a conditional node's body graph")]
+    NotInConditionalBody {
+        /// The node refused.
+        what: &'static str,
+    },
+    /// A graph with a conditional node given as a child graph, which the driver cannot copy.
+    #[error("invalid argument: a graph with conditional nodes cannot be a child graph")]
+    ConditionalInChild,
+    /// A conditional node's body graph used as a graph of its own (instantiated, or the source
+    /// of an update): it belongs to its node, and runs only as part of its outermost graph.
+    #[error(
+        "invalid argument: {what} a conditional node's body graph, which runs only inside its node"
+    )]
+    ConditionalBodyAlone {
+        /// What was attempted.
+        what: &'static str,
+    },
     /// An executable graph that cannot be updated from a graph (`cuGraphExecUpdate`).
     #[error(
         "invalid argument: the executable graph cannot take this graph's nodes ({result}): {driver}"

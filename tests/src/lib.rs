@@ -372,3 +372,65 @@ pub mod kernels {
             .collect()
     }
 }
+
+/// Kernels that set graph conditions (`cudaGraphSetConditional`), for the conditional-node
+/// tests, the fault sweep and the capability scenario: `count_to(handle, counter, k)`,
+/// `set_from(handle, selector)`, `put(out, value)`, `add_one(xs, n)`.
+pub mod conditional_kernels {
+    /// The kernels. `cudaGraphSetConditional` is declared by hand: NVRTC has no runtime headers,
+    /// and the call is an external function that the driver resolves when it loads the PTX.
+    pub const SOURCE: &str = r#"
+    extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
+
+    // One more pass: counter[0] counts them; the k-th pass ends the loop.
+    extern "C" __global__ void count_to(unsigned long long handle, unsigned int *counter,
+                                        unsigned int k) {
+        unsigned int passes = counter[0] + 1;
+        counter[0] = passes;
+        if (passes >= k) cudaGraphSetConditional(handle, 0);
+    }
+
+    // Sets the condition to selector[0].
+    extern "C" __global__ void set_from(unsigned long long handle, const unsigned int *selector) {
+        cudaGraphSetConditional(handle, selector[0]);
+    }
+
+    extern "C" __global__ void put(unsigned int *out, unsigned int value) { out[0] = value; }
+
+    extern "C" __global__ void add_one(unsigned int *xs, unsigned int n) {
+        unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) xs[i] += 1;
+    }
+    "#;
+
+    /// Compiles [`SOURCE`] with NVRTC to PTX for compute capability 9.0 and loads it; if the
+    /// driver is older than the NVRTC and refuses its PTX version, compiles a cubin for sm_90
+    /// instead (a cubin runs on older drivers of the same major version).
+    pub fn load() -> handles_cuda::Result<handles_cuda::LibraryHandle> {
+        let ptx = compile("--gpu-architecture=compute_90")?.ptx()?;
+        match handles_cuda::LibraryHandle::load_data(&ptx) {
+            Err(error)
+                if error.code()
+                    == Some(
+                        handles_cuda::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+                    ) =>
+            {
+                handles_cuda::LibraryHandle::load_data(
+                    &compile("--gpu-architecture=sm_90")?.cubin()?,
+                )
+            }
+            loaded => loaded,
+        }
+    }
+
+    fn compile(architecture: &str) -> handles_cuda::Result<handles_cuda::code::ProgramHandle> {
+        let program = handles_cuda::code::ProgramHandle::new(SOURCE, "conditional_kernels.cu")?;
+        match program.compile(&[architecture]) {
+            Ok(()) => Ok(program),
+            Err(error) => Err(handles_cuda::Error::InvalidArgument(format!(
+                "{error}\n{}",
+                program.log().unwrap_or_default()
+            ))),
+        }
+    }
+}

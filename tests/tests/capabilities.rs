@@ -216,6 +216,29 @@ fn scenario_entry_points_on_an_old_driver() {
             Err(other) => panic!("a {location:?} pool: {other:?}"),
         }
     }
+    // Conditional nodes: the handle and the node call (12.3); if/else and switch (12.8).
+    let graph = handles_cuda::graph::GraphHandle::create(&context).unwrap();
+    let handle = graph.create_conditional(Some(0));
+    let named = allowed("GraphHandle::create_conditional", &handle, &missing);
+    assert_eq!(named.is_some(), lacks("cuGraphConditionalHandleCreate"));
+    if let Ok(handle) = handle {
+        use handles_cuda::graph::ConditionalKind;
+        let node = graph.add_conditional_node(&[], &handle, ConditionalKind::If);
+        let named = allowed("GraphHandle::add_conditional_node", &node, &missing);
+        assert_eq!(
+            named.is_some(),
+            lacks("cuGraphAddNode_v2"),
+            "{:?}",
+            node.err()
+        );
+        let other = graph.create_conditional(None).unwrap();
+        match graph.add_conditional_node(&[], &other, ConditionalKind::Switch(2)) {
+            Ok(_) => assert!(version >= 12080 && !lacks("cuGraphAddNode_v2")),
+            Err(Error::NotSupported { needs: 12080, .. }) => assert!(version < 12080),
+            Err(Error::NotSupported { function, .. }) => assert_eq!(function, "cuGraphAddNode_v2"),
+            Err(other) => panic!("a switch node: {other:?}"),
+        }
+    }
     stream.synchronize().unwrap();
     println!("entry points checked; missing: {missing:?}");
 }

@@ -426,6 +426,51 @@ fn graph_nodes_and_update() -> Result<()> {
     stream.synchronize()
 }
 
+/// A while loop that its body's kernel ends, a switch whose body holds a child graph, the
+/// DOT dump, then an instantiation and a launch.
+fn graph_conditional_and_child_nodes() -> Result<()> {
+    use handles_cuda::code::{Buffer, Conditional, ConditionalHandle};
+    use handles_cuda::graph::{ConditionalKind, DotFlags};
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let library = handles_tests::conditional_kernels::load()?;
+    // SAFETY: count_to(handle, counter, k) touches counter[0] only, which the check requires.
+    let count_to = unsafe {
+        KernelHandle::get(&library, "count_to")?.typed::<(Conditional, Buffer, u32)>(
+            |(_, counter, _): &(&ConditionalHandle, &DevicePtrHandle, u32), _| {
+                if counter.size() >= 4 {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidArgument("counter too small".into()))
+                }
+            },
+        )?
+    };
+    let counter = DevicePtrHandle::alloc(&context, 4)?;
+    let graph = GraphHandle::create(&context)?;
+    let handle = graph.create_conditional(Some(1))?;
+    let reset = graph.add_memset_node(&[], &counter, 0, 0, 4)?;
+    let looped = graph.add_conditional_node(&[reset], &handle, ConditionalKind::While)?;
+    looped.bodies[0].add_kernel_node(
+        &[],
+        &count_to,
+        &LaunchConfig::linear(1, 1),
+        (&handle, &counter, 3),
+    )?;
+    let choice = graph.create_conditional(Some(1))?;
+    let switch = graph.add_conditional_node(&[looped.node], &choice, ConditionalKind::Switch(2))?;
+    let child = GraphHandle::create(&context)?;
+    child.add_memset_node(&[], &counter, 0, 7, 1)?;
+    switch.bodies[1].add_child_graph_node(&[], &child)?;
+    let scratch = Scratch::new("dot");
+    graph.debug_dot(scratch.join("graph.dot"), DotFlags::VERBOSE)?;
+    let exec = graph.instantiate()?;
+    drop((graph, looped, switch, child, count_to, library));
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()
+}
+
 fn host_functions() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
@@ -587,6 +632,9 @@ scenarios! {
         graph_capture_instantiate_launch;
     graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,
         graph_nodes_and_update;
+    graph_conditional_faults:
+        "GraphHandle::create_conditional+add_conditional_node+add_child_graph_node+debug_dot",
+        1 devices, graph_conditional_and_child_nodes;
     host_function_faults: "StreamHandle::launch_host+GraphHandle::add_host_node", 1 devices,
         host_functions;
     event_completed_faults: "EventHandle::completed", 1 devices, event_completed;

@@ -6,6 +6,9 @@
 
 use std::sync::Arc;
 
+#[path = "gpu_bench/conditional.rs"]
+mod conditional;
+
 use cudarc::driver::{CudaContext, PushKernelArg, sys};
 use handles_bench::{Measured, Variant, interleave, keep};
 use handles_cuda::{
@@ -1086,6 +1089,10 @@ fn main() {
     report(
         "4 KiB memset, event record, wait for it",
         &completions(&context, &stream, &cudarc_context, &tracked),
+    );
+    report(
+        "a loop of 100 kernels, until done: host-driven vs a while node",
+        &conditional::conditional_loops(&context, &stream),
     );
     scaling(&context, &pool);
 }

@@ -370,6 +370,7 @@ fn queue<P: KernelParams>(
     options: Option<&LaunchOptions>,
     args: &P::Args<'_>,
 ) -> Result<(Queued, CUcontext)> {
+    crate::code::params::refuse_on_streams::<P>(args)?;
     let ordinal = stream.device_ordinal()?;
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;

@@ -9,6 +9,7 @@
 //! | find a kernel | [`KernelHandle::get`] |
 //! | launch it | [`KernelHandle::typed`] (the one `unsafe` promise: parameter types and a [`BoundsCheck`]), then [`TypedKernel::launch`] with a [`LaunchConfig`] |
 //! | pass memory | [`Elements<T>`] for a [`crate::DeviceBuffer<T>`] (bounds in elements), [`Buffer`] for bytes; scalars as themselves |
+//! | let a graph's kernel set a conditional node's condition | [`Conditional`] for a [`ConditionalHandle`] (kernel nodes of its graph only) |
 //!
 //! ```no_run
 //! use handles_cuda::code::{Elements, ProgramHandle};
@@ -56,6 +57,7 @@
 //!   allocations use the same context tracking: `cuMemFree` does not wait for streams. Work that
 //!   was queued before a failed context restore is still reported (`Queued::then`).
 
+pub(crate) mod conditional;
 pub(crate) mod image;
 pub(crate) mod kernel;
 pub(crate) mod launch;
@@ -63,6 +65,7 @@ pub(crate) mod library;
 pub(crate) mod params;
 pub(crate) mod program;
 
+pub use self::conditional::{Conditional, ConditionalHandle};
 pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
 pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
 pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};

@@ -3,7 +3,8 @@
 
 use std::ffi::c_void;
 
-use crate::error::Result;
+use crate::code::conditional::{Conditional, ConditionalHandle};
+use crate::error::{Error, Result};
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::memory::typed::{DeviceBuffer, Elements};
@@ -18,8 +19,9 @@ mod sealed {
     message = "`{Self}` is not a kernel parameter type",
     label = "not a kernel parameter type",
     note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
-            f64, `Buffer` for a device pointer (passed as `&DevicePtrHandle`), and \
-            `Elements<T>` for a typed buffer (passed as `&DeviceBuffer<T>`)"
+            f64, `Buffer` for a device pointer (passed as `&DevicePtrHandle`), \
+            `Elements<T>` for a typed buffer (passed as `&DeviceBuffer<T>`), and `Conditional` \
+            for a graph's conditional handle (passed as `&ConditionalHandle`)"
 )]
 pub trait KernelParam: sealed::Sealed {
     /// What a launch passes for this parameter.
@@ -34,6 +36,10 @@ pub trait KernelParam: sealed::Sealed {
     }
     /// The buffer a buffer argument passes, for a graph to keep.
     fn buffer<'a>(_arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        None
+    }
+    /// The conditional handle a [`Conditional`] argument passes, for its graph check.
+    fn conditional<'a>(_arg: &Self::Arg<'a>) -> Option<&'a ConditionalHandle> {
         None
     }
 }
@@ -94,6 +100,19 @@ impl<T: bytemuck::Pod> KernelParam for Elements<T> {
     }
 }
 
+impl sealed::Sealed for Conditional {}
+impl KernelParam for Conditional {
+    type Arg<'a> = &'a ConditionalHandle;
+    const SIZE: usize = 8;
+    #[inline]
+    fn bytes(arg: &&ConditionalHandle) -> [u8; 8] {
+        arg.as_cu().to_ne_bytes()
+    }
+    fn conditional<'a>(arg: &Self::Arg<'a>) -> Option<&'a ConditionalHandle> {
+        Some(*arg)
+    }
+}
+
 /// A kernel's parameter list: a tuple of [`KernelParam`] types, such as `(Buffer, u32, u32)`.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel parameter list",
@@ -114,6 +133,8 @@ pub trait KernelParams: sealed::Sealed {
     fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()>;
     /// Calls `each` with every buffer argument.
     fn for_each_buffer<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a DevicePtrHandle));
+    /// Calls `each` with every conditional-handle argument.
+    fn for_each_conditional<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a ConditionalHandle));
 }
 
 impl sealed::Sealed for () {}
@@ -129,6 +150,7 @@ impl KernelParams for () {
         Ok(())
     }
     fn for_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle)) {}
+    fn for_each_conditional<'a>(_: &(), _: impl FnMut(&'a ConditionalHandle)) {}
 }
 
 macro_rules! param_tuples {
@@ -164,6 +186,16 @@ macro_rules! param_tuples {
                     }
                 )+
             }
+            fn for_each_conditional<'a>(
+                args: &Self::Args<'a>,
+                mut each: impl FnMut(&'a ConditionalHandle),
+            ) {
+                $(
+                    if let Some(handle) = $param::conditional(&args.$index) {
+                        each(handle);
+                    }
+                )+
+            }
         }
     )*};
 }
@@ -180,4 +212,18 @@ param_tuples! {
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9)
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10)
     (A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11)
+}
+
+/// Refuses a stream launch (or a capture) of a kernel with a [`Conditional`] argument: only a
+/// launch of the handle's own graph gives a set of the condition a meaning.
+pub(crate) fn refuse_on_streams<P: KernelParams>(args: &P::Args<'_>) -> Result<()> {
+    let mut refused = Ok(());
+    P::for_each_conditional(args, |handle| {
+        refused = Err(Error::ForeignConditional {
+            handle_graph: handle.graph_id(),
+            graph: 0,
+            place: "in a launch on a stream",
+        });
+    });
+    refused
 }

@@ -258,6 +258,10 @@ capabilities! {
     cuDevSmResourceSplitByCount = 12040,
     cuDeviceGetDevResource = 12040,
     cuEventElapsedTime_v2 = 12080,
+    // Conditional nodes: the handle (12.3) and the generic node call (`_v2`, with edge data,
+    // 12.3), through which they are added.
+    cuGraphAddNode_v2 = 12030,
+    cuGraphConditionalHandleCreate = 12030,
     cuGreenCtxCreate = 12040,
     cuGreenCtxDestroy = 12040,
     cuGreenCtxStreamCreate = 12050,

@@ -41,6 +41,7 @@ impl GraphHandle {
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps
     /// what the graph's nodes reference now, and stays valid after this graph is dropped.
     pub fn instantiate(&self) -> Result<GraphExecHandle> {
+        self.refuse_body_alone("instantiating")?;
         // The lock is held across the driver call, so no node can be added between the copy
         // of what the nodes reference and the instantiation of the nodes.
         let attached = lock(&self.record().attachments);
@@ -129,6 +130,7 @@ impl GraphExecHandle {
     /// already queued were ordered before those releases when they were launched. A graph
     /// whose topology differs is an error, and the executable graph is unchanged.
     pub fn update(&self, graph: &GraphHandle) -> Result<()> {
+        graph.refuse_body_alone("updating an executable graph from")?;
         // Both locks across the driver call: no node can be added to `graph` between the copy
         // and the update, and no launch can run the new nodes while reporting the old ones.
         let source = lock(&graph.record().attachments);

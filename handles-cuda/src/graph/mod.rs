@@ -8,12 +8,22 @@
 //! | build a graph node by node | [`GraphHandle::create`], `add_kernel_node`, `add_memset_node`, `add_copy_node`, `add_event_record_node`, `add_host_node`, `add_empty_node` |
 //! | replay it | [`GraphHandle::instantiate`], then [`GraphExecHandle::launch`] on any stream |
 //! | change its parameters | [`GraphExecHandle::update`] from a graph of the same shape |
+//! | branch or loop on the device | [`GraphHandle::create_conditional`], then [`GraphHandle::add_conditional_node`] ([`ConditionalKind`]: if, if/else, while, switch); fill the returned bodies with the same node methods; kernels set the condition through a [`Conditional`] parameter |
+//! | nest a graph | [`GraphHandle::add_child_graph_node`] (a copy of the child, as of now) |
+//! | look at a graph | [`GraphHandle::debug_dot`] writes Graphviz DOT ([`DotFlags`]) |
 //!
 //! A graph keeps every handle its nodes use (buffers, kernels, events): dropping the user's handles
 //! while the graph lives, or while a replay runs, frees nothing early.
 //!
 //! # How it works
 //!
+//! - **Conditional bodies and child graphs.** A conditional node's body graphs belong to the
+//!   driver (never destroyed by us); their handles keep the outermost graph alive, and their
+//!   nodes attach what they reference to it, so its instantiation and launches keep it as for
+//!   its own nodes. Host and event nodes are refused in bodies; a body cannot be instantiated.
+//!   A conditional handle belongs to the graph it was made on: a node of another graph, a
+//!   second node, or a stream launch with it as an argument is an error. A child-graph node
+//!   is a copy of the child: the parent attaches the child's attachments as of that moment.
 //! - **Graphs.** A graph's nodes hold raw values, so the graph keeps their handles
 //!   (*attachments*: buffers, kernels, events); `instantiate` copies them into the `GraphExec`,
 //!   `update` swaps them, and `GraphExec::launch` reports the buffers on its stream and notes the
@@ -42,10 +52,15 @@
 //!   synchronisation its release needs is refused during a capture, in any capture mode.
 
 pub(crate) mod capture;
+pub(crate) mod child;
+pub(crate) mod conditional;
 pub(crate) mod exec;
 pub(crate) mod host;
 pub(crate) mod nodes;
 
 pub use self::capture::{Capture, CaptureMode};
+pub use self::child::DotFlags;
+pub use self::conditional::{ConditionalKind, ConditionalNode};
 pub use self::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
 pub use self::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};
+pub use crate::code::conditional::{Conditional, ConditionalHandle};

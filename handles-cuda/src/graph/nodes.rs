@@ -16,7 +16,7 @@
 
 use std::ffi::c_void;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode};
 use handles_core::ResourceHandle;
@@ -45,6 +45,14 @@ pub(crate) enum Attachment {
     Host(HostFunctionHandle),
 }
 
+/// What makes a graph a conditional node's body: the outermost graph, which keeps what the
+/// body's nodes reference (and, held here, keeps the body itself alive), and the ids of the
+/// graphs that enclose it, innermost last.
+pub(crate) struct Body {
+    pub(crate) home: GraphHandle,
+    pub(crate) enclosing: Vec<u64>,
+}
+
 /// A graph being built.
 ///
 /// Ownership: [`GraphHandle::create`] and [`GraphHandle::capture`] own the graph and destroy
@@ -60,12 +68,25 @@ pub struct Graph {
     #[handle(copy)]
     pub id: u64,
     pub(crate) attachments: Mutex<Vec<Attachment>>,
+    /// For a conditional node's body graph: the outermost graph, which keeps what the body's
+    /// nodes reference, and the ids of the enclosing graphs (`conditional.rs`). `None` for a
+    /// graph this crate created or captured, which it owns.
+    pub(crate) body: Option<Body>,
+    /// Set once the graph has a node that conditional bodies cannot hold (host and event
+    /// nodes), so that it is refused as a child graph inside a body.
+    pub(crate) not_for_bodies: AtomicBool,
+    /// Set once the graph has a conditional node: the driver refuses it as a child graph.
+    pub(crate) has_conditional: AtomicBool,
 }
 // SAFETY: the CUDA driver API lets graphs be used and destroyed from any thread; adding nodes
 // is serialised by the attachments' lock.
 unsafe impl handles_core::ThreadSafe for Graph {}
 
-fn destroy_graph(raw: CUgraph, _: &Graph) -> Result<()> {
+fn destroy_graph(raw: CUgraph, graph: &Graph) -> Result<()> {
+    if graph.body.is_some() {
+        // A body graph belongs to its conditional node: the driver destroys it with its graph.
+        return Ok(());
+    }
     // SAFETY: the handle owns `raw` and this deleter runs once.
     deleter_status(unsafe { driver!(cuGraphDestroy(raw)) })
 }
@@ -73,8 +94,8 @@ fn destroy_graph(raw: CUgraph, _: &Graph) -> Result<()> {
 /// A node of a graph, to name as a dependency of later nodes of the same graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GraphNode {
-    raw: CUgraphNode,
-    graph: u64,
+    pub(crate) raw: CUgraphNode,
+    pub(crate) graph: u64,
 }
 
 // SAFETY: a node is an identifier the driver hands out; it is only passed back to the driver
@@ -83,7 +104,7 @@ unsafe impl Send for GraphNode {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for GraphNode {}
 
-static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+pub(crate) static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
 impl GraphHandle {
     /// An empty graph whose nodes will run in `context` (`cuGraphCreate`).
@@ -105,6 +126,9 @@ impl GraphHandle {
             context: context.clone(),
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             attachments: Mutex::new(attachments),
+            body: None,
+            not_for_bodies: AtomicBool::new(false),
+            has_conditional: AtomicBool::new(false),
         };
         // SAFETY: a fresh graph owned by nobody else; `destroy_graph` destroys it once.
         unsafe { GraphHandle::from_raw(raw, record) }
@@ -118,7 +142,19 @@ impl GraphHandle {
         }
     }
 
-    fn check_dependencies(&self, dependencies: &[GraphNode]) -> Result<Vec<CUgraphNode>> {
+    /// The graph whose attachments keep what this graph's nodes reference: the graph itself,
+    /// or for a conditional body, the outermost graph.
+    pub(crate) fn home(&self) -> &GraphHandle {
+        match &self.record().body {
+            Some(body) => &body.home,
+            None => self,
+        }
+    }
+
+    pub(crate) fn check_dependencies(
+        &self,
+        dependencies: &[GraphNode],
+    ) -> Result<Vec<CUgraphNode>> {
         let id = self.id();
         if let Some(foreign) = dependencies.iter().find(|node| node.graph != id) {
             return Err(Error::ForeignNode {
@@ -138,7 +174,7 @@ impl GraphHandle {
         add: impl FnOnce(*mut CUgraphNode, &[CUgraphNode]) -> Result<()>,
     ) -> Result<GraphNode> {
         let raw_dependencies = self.check_dependencies(dependencies)?;
-        let mut attached = lock(&self.record().attachments);
+        let mut attached = lock(&self.home().record().attachments);
         let mut node: CUgraphNode = std::ptr::null_mut();
         add(&mut node, &raw_dependencies)?;
         attached.extend(attachments);
@@ -160,6 +196,7 @@ impl GraphHandle {
     ) -> Result<GraphNode> {
         let ordinal = self.device_ordinal()?;
         kernel.check_launch(config, &args, ordinal)?;
+        self.check_conditionals::<P>(&args)?;
         let mut attachments = vec![Attachment::Kernel(kernel.kernel().clone())];
         P::for_each_buffer(&args, |buffer| {
             attachments.push(Attachment::Buffer(buffer.clone()))
@@ -323,11 +360,15 @@ impl GraphHandle {
         event: &EventHandle,
         kind: EventNode,
     ) -> Result<GraphNode> {
+        self.refuse_in_body(match kind {
+            EventNode::Record => "an event record node",
+            EventNode::Wait => "an event wait node",
+        })?;
         if let EventNode::Record = kind {
             event.require_recordable_in(self.context().as_cu())?;
         }
         let (graph, raw_event) = (self.as_cu(), event.as_cu());
-        self.add_node(
+        let added = self.add_node(
             dependencies,
             [Attachment::Event(event.clone())],
             |node, deps| {
@@ -345,7 +386,9 @@ impl GraphHandle {
                     }
                 }
             },
-        )
+        )?;
+        self.record().not_for_bodies.store(true, Ordering::Relaxed);
+        Ok(added)
     }
 
     /// Adds a node that does nothing, to join dependencies.
@@ -365,7 +408,7 @@ impl GraphHandle {
 
     /// The number of handles the graph keeps alive for its nodes.
     pub fn attachment_count(&self) -> usize {
-        lock(&self.record().attachments).len()
+        lock(&self.home().record().attachments).len()
     }
 }
 
@@ -380,13 +423,14 @@ impl GraphHandle {
         dependencies: &[GraphNode],
         f: F,
     ) -> Result<GraphNode> {
+        self.refuse_in_body("a host node")?;
         let function = HostFunctionHandle::new(Box::new(f));
         let params = cudarc::driver::sys::CUDA_HOST_NODE_PARAMS {
             fn_: Some(crate::graph::host::run_repeated),
             userData: function.address() as *mut c_void,
         };
         let graph = self.as_cu();
-        self.add_node(
+        let added = self.add_node(
             dependencies,
             [Attachment::Host(function.clone())],
             |node, deps| {
@@ -403,7 +447,9 @@ impl GraphHandle {
                     ))
                 }
             },
-        )
+        )?;
+        self.record().not_for_bodies.store(true, Ordering::Relaxed);
+        Ok(added)
     }
 }
 

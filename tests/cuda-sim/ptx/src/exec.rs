@@ -60,6 +60,7 @@ pub(crate) struct Thread {
     pub(crate) tid: [u32; 3],
     pub(crate) lin: u32,
     pub(crate) printf: String,
+    pub(crate) conditional_sets: Vec<(u64, u32)>,
 }
 
 impl Thread {
@@ -79,6 +80,7 @@ impl Thread {
             tid: [0; 3],
             lin: 0,
             printf: String::new(),
+            conditional_sets: Vec::new(),
         }
     }
 }
@@ -1062,6 +1064,20 @@ impl<'m> W<'m> {
                                 message: text.trim_end_matches('\n').to_string(),
                             });
                         }
+                        Callee::SetConditional => {
+                            let at = |k: usize| {
+                                cs.args.get(k).map(|&o| th.pbase.saturating_add(o as usize))
+                            };
+                            let read = |at: Option<usize>, size: usize| {
+                                at.and_then(|o| th.pstack.get(o..o.checked_add(size)?))
+                                    .map(|b| rd_bytes(b, 0, size as u32))
+                            };
+                            let (Some(handle), Some(value)) = (read(at(0), 8), read(at(1), 4))
+                            else {
+                                fault!(self.trap(th));
+                            };
+                            th.conditional_sets.push((handle, value as u32));
+                        }
                         Callee::Named(n) => {
                             fault!(Fault::NotSupported(format!(
                                 "call to unresolved function {n}"
@@ -1185,6 +1201,7 @@ fn init_threads(
         t.tid = [i % bx, (i / bx) % by, i / (bx * by)];
         t.lin = i;
         t.printf.clear();
+        t.conditional_sets.clear();
     }
 }
 
@@ -1287,9 +1304,14 @@ fn run_block_spread(
 struct WorkerResult {
     touched: Vec<u8>,
     printf: Vec<(u64, String)>,
+    /// Conditional sets by block.
+    sets: Vec<(u64, Vec<(u64, u32)>)>,
     fault: Option<(u64, Fault)>,
 }
 
+// The fault comes with what the launch did before it (touched regions, printf, condition
+// sets), once per launch: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
 pub(crate) fn run(
     module: &Module,
     memory: &dyn Memory,
@@ -1298,6 +1320,7 @@ pub(crate) fn run(
     let empty = || Outcome {
         touched: Vec::new(),
         printf: String::new(),
+        conditional_sets: Vec::new(),
     };
     let Some(&entry_func) = module.entry_funcs.get(args.entry) else {
         return Err((
@@ -1407,6 +1430,7 @@ pub(crate) fn run(
         let mut res = WorkerResult {
             touched: Vec::new(),
             printf: Vec::new(),
+            sets: Vec::new(),
             fault: None,
         };
         for b in 0..nblocks {
@@ -1415,11 +1439,16 @@ pub(crate) fn run(
             let fault = run_block_spread(&mut ws, &mut threads, ctaid, b);
             let upto = fault.as_ref().map_or(u32::MAX, |(lin, _)| *lin);
             let mut text = String::new();
+            let mut sets = Vec::new();
             for t in threads.iter().filter(|t| t.lin <= upto) {
                 text.push_str(&t.printf);
+                sets.extend_from_slice(&t.conditional_sets);
             }
             if !text.is_empty() {
                 res.printf.push((b, text));
+            }
+            if !sets.is_empty() {
+                res.sets.push((b, sets));
             }
             if let Some((_, f)) = fault {
                 fault_at.fetch_min(b, Ordering::AcqRel);
@@ -1432,6 +1461,7 @@ pub(crate) fn run(
             all.push(WorkerResult {
                 touched: w.touched,
                 printf: Vec::new(),
+                sets: Vec::new(),
                 fault: None,
             });
         }
@@ -1448,6 +1478,7 @@ pub(crate) fn run(
             let mut res = WorkerResult {
                 touched: Vec::new(),
                 printf: Vec::new(),
+                sets: Vec::new(),
                 fault: None,
             };
             loop {
@@ -1465,11 +1496,16 @@ pub(crate) fn run(
                 init_threads(&mut threads, &entry_regs, ef, entry_func, args);
                 let r = w.run_block(&mut threads, &mut shared);
                 let mut text = String::new();
+                let mut sets = Vec::new();
                 for t in &threads {
                     text.push_str(&t.printf);
+                    sets.extend_from_slice(&t.conditional_sets);
                 }
                 if !text.is_empty() {
                     res.printf.push((b, text));
+                }
+                if !sets.is_empty() {
+                    res.sets.push((b, sets));
                 }
                 if let Err(f) = r {
                     fault_at.fetch_min(b, Ordering::AcqRel);
@@ -1493,6 +1529,7 @@ pub(crate) fn run(
     let limit = fault_at.load(Ordering::Acquire);
     let mut touched_bits = vec![0u8; memory.regions()];
     let mut printf: Vec<(u64, String)> = Vec::new();
+    let mut sets: Vec<(u64, Vec<(u64, u32)>)> = Vec::new();
     let mut fault: Option<(u64, Fault)> = None;
     for r in all {
         for (i, &t) in r.touched.iter().enumerate() {
@@ -1502,6 +1539,7 @@ pub(crate) fn run(
             touched_bits[i] |= t;
         }
         printf.extend(r.printf.into_iter().filter(|(b, _)| *b <= limit));
+        sets.extend(r.sets.into_iter().filter(|(b, _)| *b <= limit));
         if let Some((b, f)) = r.fault
             && fault.as_ref().is_none_or(|(fb, _)| b < *fb)
         {
@@ -1509,6 +1547,7 @@ pub(crate) fn run(
         }
     }
     printf.sort_by_key(|(b, _)| *b);
+    sets.sort_by_key(|(b, _)| *b);
     let outcome = Outcome {
         touched: touched_bits
             .iter()
@@ -1517,6 +1556,7 @@ pub(crate) fn run(
             .map(|(i, t)| (i, *t & 2 != 0))
             .collect(),
         printf: printf.into_iter().map(|(_, s)| s).collect(),
+        conditional_sets: sets.into_iter().flat_map(|(_, s)| s).collect(),
     };
     match fault {
         Some((_, f)) => Err((f, outcome)),

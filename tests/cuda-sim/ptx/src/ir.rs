@@ -573,6 +573,8 @@ pub(crate) enum Callee {
     Vprintf,
     /// `__assertfail(message, file, line, function, charSize)`: prints and traps.
     AssertFail,
+    /// `cudaGraphSetConditional(handle, value)`: recorded for the launch's graph.
+    SetConditional,
     /// Resolved after the whole module is read.
     Named(String),
 }

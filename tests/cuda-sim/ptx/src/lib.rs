@@ -245,6 +245,9 @@ pub struct Outcome {
     pub touched: Vec<(usize, bool)>,
     /// Device printf output: by block, then by thread within a block.
     pub printf: String,
+    /// `cudaGraphSetConditional(handle, value)` calls, as `(handle, value)`: by block, then
+    /// by thread within a block, in each thread's order (the last one of a handle wins).
+    pub conditional_sets: Vec<(u64, u32)>,
 }
 
 /// Why a launch stopped.
@@ -354,6 +357,9 @@ impl std::error::Error for Fault {}
 ///
 /// Integer division by zero does not fault (as on the GPU): the quotient is all ones, the
 /// remainder the dividend.
+// The fault comes with what the launch did before it (touched regions, printf, condition
+// sets), once per launch: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
 pub fn run(
     module: &Module,
     memory: &dyn Memory,

@@ -981,6 +981,7 @@ impl<'a> Parser<'a> {
                     }
                     _ if name == "vprintf" => Callee::Vprintf,
                     _ if name == "__assertfail" => Callee::AssertFail,
+                    _ if name == "cudaGraphSetConditional" => Callee::SetConditional,
                     _ => {
                         return Err(LoadError::NotSupported(format!(
                             "call to external function {name}"

@@ -377,3 +377,64 @@ fn a_thread_spinning_on_shared_memory_does_not_starve_the_writer() {
     );
     assert_eq!(mem.read::<u32>(b), [5]);
 }
+
+/// `cudaGraphSetConditional(handle, value)` (an external function NVRTC leaves to the driver)
+/// is reported in the outcome: by block, then by thread, in each thread's order.
+#[test]
+fn conditional_sets_are_reported_in_block_and_thread_order() {
+    let text = r#"
+.version 8.0
+.target sm_90
+.address_size 64
+.extern .func cudaGraphSetConditional
+(
+	.param .b64 cudaGraphSetConditional_param_0,
+	.param .b32 cudaGraphSetConditional_param_1
+)
+;
+.visible .entry set(.param .u64 set_param_0)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<2>;
+	ld.param.u64 %rd1, [set_param_0];
+	mov.u32 %r1, %ctaid.x;
+	mov.u32 %r2, %tid.x;
+	mad.lo.s32 %r3, %r1, 10, %r2;
+	{
+	.param .b64 param0;
+	st.param.b64 [param0+0], %rd1;
+	.param .b32 param1;
+	st.param.b32 [param1+0], %r3;
+	call.uni cudaGraphSetConditional, (param0, param1);
+	}
+	ret;
+}
+"#;
+    let m = load(text);
+    let mem = Mem::new();
+    for workers in [1, 4] {
+        let launch = Launch {
+            workers,
+            ..launch1(3, 2)
+        };
+        let outcome = go_ok(
+            &m,
+            &mem,
+            &[],
+            "set",
+            &launch,
+            &Params::default().u64(0xc0de),
+        );
+        assert_eq!(
+            outcome.conditional_sets,
+            [
+                (0xc0de, 0),
+                (0xc0de, 1),
+                (0xc0de, 10),
+                (0xc0de, 11),
+                (0xc0de, 20),
+                (0xc0de, 21)
+            ]
+        );
+    }
+}

@@ -16,7 +16,7 @@ use super::work::{HostCall, Op};
 use super::{Sim, with_sim};
 
 /// The dependency list of a node-adding call.
-fn dependencies(deps: *const Raw, count: usize) -> Result<Vec<Raw>, CuResult> {
+pub(super) fn dependencies(deps: *const Raw, count: usize) -> Result<Vec<Raw>, CuResult> {
     if count > 0 && deps.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -27,7 +27,7 @@ fn dependencies(deps: *const Raw, count: usize) -> Result<Vec<Raw>, CuResult> {
 }
 
 /// Adds a node made by `make` (which may check handles) to `graph`.
-fn add_node(
+pub(super) fn add_node(
     node: *mut Raw,
     graph: Raw,
     deps: *const Raw,

@@ -86,6 +86,14 @@ impl Sim {
         if let Some(graph) = self.graphs.remove(&raw) {
             self.bury(raw, Kind::Graph);
             self.drop_references(graph.user_objects);
+            // Conditional nodes' bodies go with their graph.
+            for node in &graph.nodes {
+                self.conditionals.arrays.remove(&node.raw);
+            }
+            for body in self.bodies_of(raw) {
+                self.conditionals.bodies.remove(&body);
+                self.remove_graph(body);
+            }
         }
     }
 
@@ -93,12 +101,14 @@ impl Sim {
         if !self.graphs.contains_key(&raw) {
             return Err(self.dead_handle(raw, Kind::Graph, true));
         }
+        self.refuse_body(raw, "destroying")?;
         self.remove_graph(raw);
         Ok(())
     }
 
     /// Adds a node depending on `deps`, which must be distinct nodes of the graph.
     pub fn add_node(&mut self, graph: Raw, deps: &[Raw], op: Op) -> Result<Raw, CuResult> {
+        self.check_body_node(graph, &op)?;
         let known = &self.graph(graph)?.nodes;
         for (i, dep) in deps.iter().enumerate() {
             if deps[..i].contains(dep) || !known.iter().any(|n| n.raw == *dep) {
@@ -124,8 +134,9 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         self.require_current("cuGraphInstantiateWithFlags")?;
+        self.refuse_body(graph, "instantiating")?;
         let graph = self.graph(graph)?;
-        let nodes = graph.nodes.clone();
+        let mut nodes = graph.nodes.clone();
         let user_objects = graph.user_objects.clone();
         for (&object, &count) in &user_objects {
             if let Some(object) = self.user_objects.get_mut(&object) {
@@ -133,6 +144,12 @@ impl Sim {
             }
         }
         let raw = self.new_raw(Kind::GraphExec);
+        let mut handles = Vec::new();
+        for node in &mut nodes {
+            let op = std::mem::replace(&mut node.op, Op::Empty);
+            node.op = self.resolve(vec![op], Some(raw), &mut handles).remove(0);
+        }
+        self.note_exec_handles(raw, handles);
         self.execs.insert(
             raw,
             GraphExec {
@@ -151,6 +168,7 @@ impl Sim {
             return Err(self.dead_handle(raw, Kind::GraphExec, true));
         };
         self.bury(raw, Kind::GraphExec);
+        self.conditionals.execs.remove(&raw);
         self.drop_references(exec.user_objects);
         Ok(())
     }
@@ -160,7 +178,8 @@ impl Sim {
     /// `(result, error node, error-from node)`; the exec keeps its user-object references.
     pub fn update_exec(&mut self, exec: Raw, graph: Raw) -> Result<(u32, Raw, Raw), CuResult> {
         self.graph_exec(exec)?;
-        let nodes = self.graph(graph)?.nodes.clone();
+        self.refuse_body(graph, "updating an executable graph from")?;
+        let mut nodes = self.graph(graph)?.nodes.clone();
         let current = &self.execs[&exec].nodes;
         if current.len() != nodes.len() {
             return Ok((UPDATE_ERROR_TOPOLOGY_CHANGED, 0, 0));
@@ -170,6 +189,12 @@ impl Sim {
                 return Ok((UPDATE_ERROR_NODE_TYPE_CHANGED, new.raw, old.raw));
             }
         }
+        let mut handles = Vec::new();
+        for node in &mut nodes {
+            let op = std::mem::replace(&mut node.op, Op::Empty);
+            node.op = self.resolve(vec![op], Some(exec), &mut handles).remove(0);
+        }
+        self.note_exec_handles(exec, handles);
         self.execs.get_mut(&exec).expect("checked").nodes = nodes;
         Ok((UPDATE_SUCCESS, 0, 0))
     }
@@ -178,11 +203,9 @@ impl Sim {
     /// expanded); while `target` captures, the launch is recorded as one child-graph node and
     /// nothing is returned.
     pub fn graph_launch_ops(&mut self, exec: Raw, target: Target) -> Result<Vec<Op>, CuResult> {
-        let ops: Vec<Op> = self
-            .graph_exec(exec)?
-            .nodes
-            .iter()
-            .map(|n| n.op.clone())
+        // The launch starts with its conditional handles at their defaults.
+        let ops: Vec<Op> = std::iter::once(Op::ResetConditionals(exec))
+            .chain(self.graph_exec(exec)?.nodes.iter().map(|n| n.op.clone()))
             .collect();
         if self.capturing.contains_key(&target.timeline) {
             self.capture_op(target, Op::Child(ops))?;

@@ -167,6 +167,9 @@ impl Sim {
             }
         }
         super::printf::keep(&outcome.printf);
+        for &(handle, value) in &outcome.conditional_sets {
+            self.set_conditional(launch.exec, &name, handle, value);
+        }
         match fault {
             None => Ok(()),
             Some(fault) => Err(self.kernel_fault(&name, fault, &snapshot, &module, op)),

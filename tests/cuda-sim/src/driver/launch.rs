@@ -31,6 +31,9 @@ pub struct Launch {
     pub shared: u32,
     /// The parameter buffer, laid out as the PTX signature says.
     pub args: Vec<u8>,
+    /// The executable graph whose launch runs it (`None`: a launch on a stream); set at
+    /// instantiation, for its conditional-handle sets.
+    pub exec: Option<Raw>,
 }
 
 impl Sim {
@@ -116,6 +119,7 @@ impl Sim {
             block,
             shared,
             args,
+            exec: None,
         })
     }
 

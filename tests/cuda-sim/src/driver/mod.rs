@@ -28,6 +28,7 @@ macro_rules! export_fns {
 mod calls;
 mod capture;
 mod checker;
+mod conditional;
 mod contexts;
 mod deferred;
 mod devices;
@@ -35,6 +36,7 @@ mod errors;
 mod events;
 mod exports;
 mod exports_batch;
+mod exports_conditional;
 mod exports_cudarc;
 mod exports_graphs;
 mod exports_green;
@@ -129,6 +131,7 @@ pub enum Kind {
     GreenContext,
     ResourceDesc,
     Module,
+    Conditional,
 }
 
 impl Kind {
@@ -149,6 +152,7 @@ impl Kind {
             Kind::GreenContext => 0x9c,
             Kind::ResourceDesc => 0xde,
             Kind::Module => 0x3d,
+            Kind::Conditional => 0xcd,
         }
     }
 
@@ -169,6 +173,7 @@ impl Kind {
             Kind::GreenContext => "green context",
             Kind::ResourceDesc => "resource descriptor",
             Kind::Module => "module",
+            Kind::Conditional => "conditional handle",
         }
     }
 }
@@ -214,6 +219,8 @@ pub struct Sim {
     pub ticks: u64,
     /// Modules, managed-memory advice, context limits (`exports_cudarc`).
     pub extra: exports_cudarc::Extra,
+    /// Conditional handles and nodes (`conditional`).
+    pub conditionals: conditional::Conditionals,
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -305,6 +312,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             next_id: 1,
             ticks: 0,
             extra: Default::default(),
+            conditionals: Default::default(),
             config,
         };
         for ordinal in 0..sim.config.devices {

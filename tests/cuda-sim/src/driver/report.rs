@@ -30,7 +30,11 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
         (sim.libraries.len() as u64).saturating_sub(sim.extra.modules.len() as u64),
     );
     add("module", sim.extra.modules.len() as u64);
-    add("graph", sim.graphs.len() as u64);
+    // Body graphs are their conditional node's, not the program's.
+    add(
+        "graph",
+        (sim.graphs.len() - sim.conditionals.bodies.len()) as u64,
+    );
     add("graph_exec", sim.execs.len() as u64);
     add("user_object", sim.user_objects.len() as u64);
     // A module variable goes with its library, which is counted itself.

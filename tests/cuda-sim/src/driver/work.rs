@@ -24,6 +24,17 @@ pub const NODE_GRAPH: u32 = 4;
 pub const NODE_EMPTY: u32 = 5;
 pub const NODE_WAIT_EVENT: u32 = 6;
 pub const NODE_EVENT_RECORD: u32 = 7;
+pub const NODE_CONDITIONAL: u32 = 13;
+
+/// A conditional node's operation: its handle, kind and body graphs, and (once the node is
+/// instantiated or copied into a child) the bodies' operations.
+#[derive(Clone, Debug)]
+pub struct ConditionalOp {
+    pub handle: u64,
+    pub kind: u32,
+    pub bodies: Vec<Raw>,
+    pub resolved: Option<Vec<Vec<Op>>>,
+}
 
 /// One stream operation, with its arguments captured by value.
 #[derive(Clone, Debug)]
@@ -58,6 +69,11 @@ pub enum Op {
     /// A graph launched into a capture: its operations in order.
     Child(Vec<Op>),
     Empty,
+    /// A conditional node (`conditional`).
+    Conditional(Box<ConditionalOp>),
+    /// The start of a launch of this executable graph: its conditional handles take their
+    /// defaults. Not a node.
+    ResetConditionals(Raw),
 }
 
 impl Op {
@@ -71,7 +87,8 @@ impl Op {
             Op::EventWait(_) => NODE_WAIT_EVENT,
             Op::Host(..) => NODE_HOST,
             Op::Child(_) => NODE_GRAPH,
-            Op::Empty => NODE_EMPTY,
+            Op::Empty | Op::ResetConditionals(_) => NODE_EMPTY,
+            Op::Conditional(_) => NODE_CONDITIONAL,
         }
     }
 
@@ -187,6 +204,8 @@ impl Sim {
             Op::Empty => {
                 self.enqueue(target);
             }
+            Op::Conditional(conditional) => self.run_conditional(target, conditional)?,
+            &Op::ResetConditionals(exec) => self.reset_conditionals(exec),
         }
         Ok(Vec::new())
     }
