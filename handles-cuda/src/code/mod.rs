@@ -59,12 +59,19 @@
 pub(crate) mod image;
 pub(crate) mod kernel;
 pub(crate) mod launch;
+pub mod launch_attributes;
 pub(crate) mod library;
+pub(crate) mod occupancy;
 pub(crate) mod params;
 pub(crate) mod program;
+pub(crate) mod tensor_map;
 
 pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
-pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
+pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, ProgrammaticEvent, TypedKernel};
+pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
+pub use self::tensor_map::{
+    L2Promotion, OobFill, Swizzle, TensorElement, TensorMap, TiledTensor,
+};
 pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use self::params::{Buffer, KernelParam, KernelParams};
 pub use self::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
