@@ -204,7 +204,7 @@ fn pointer_default(data: *mut c_void, attribute: c_uint) -> Result<(), CuResult>
 // Occupancy (Hopper, compute capability 9.0).
 
 /// Per-SM limits of an H200.
-const SMS: u64 = 132;
+pub(super) const SMS: u64 = 132;
 const MAX_WARPS_PER_SM: u64 = 64;
 const MAX_BLOCKS_PER_SM: u64 = 32;
 const REGS_PER_SM: u64 = 65536;
@@ -217,7 +217,7 @@ const SHARED_UNIT: u64 = 128;
 
 /// What occupancy needs to know about a kernel on a device.
 #[derive(Clone, Copy, Debug)]
-struct KernelLimits {
+pub(super) struct KernelLimits {
     max_threads: u64,
     regs: u64,
     static_shared: u64,
@@ -230,7 +230,7 @@ fn round_up(value: u64, unit: u64) -> u64 {
 }
 
 impl KernelLimits {
-    fn of(sim: &mut Sim, function: Raw, what: &str) -> Result<KernelLimits, CuResult> {
+    pub(super) fn of(sim: &mut Sim, function: Raw, what: &str) -> Result<KernelLimits, CuResult> {
         let callee = sim.callee(function)?;
         let device = sim.callee_device(callee, what)?;
         let mut attr = |a| {
@@ -248,7 +248,7 @@ impl KernelLimits {
 
     /// Resident blocks per SM for `block` threads and `dynamic` bytes of dynamic shared
     /// memory (0 when the block cannot run at all).
-    fn blocks_per_sm(&self, block: u64, dynamic: u64) -> u64 {
+    pub(super) fn blocks_per_sm(&self, block: u64, dynamic: u64) -> u64 {
         if block == 0 || block > self.max_threads || dynamic > self.max_dynamic {
             return 0;
         }

@@ -135,8 +135,8 @@ impl Sim {
     }
 
     /// The launch attributes of `cuLaunchKernelEx`. Cluster dimensions are checked against
-    /// the grid and the cluster size limit, priorities accepted; every other attribute
-    /// (cooperative launches, access policy windows, programmatic events…) is not modelled
+    /// the grid and the cluster size limit, priorities accepted, cooperative and programmatic attributes checked in `launch_attributes`; every
+    /// other attribute (access policy windows, memory sync domains…) is not modelled
     /// and refused with `CUDA_ERROR_INVALID_VALUE`, so a program never silently loses what it
     /// asked for.
     pub fn check_launch_attributes(
@@ -151,6 +151,10 @@ impl Sim {
             };
             match attribute.id {
                 ATTRIBUTE_IGNORE | ATTRIBUTE_PRIORITY => {}
+                // Checked in `launch_attributes`.
+                super::launch_attributes::ATTRIBUTE_COOPERATIVE
+                | super::launch_attributes::ATTRIBUTE_PROGRAMMATIC_SERIALIZATION
+                | super::launch_attributes::ATTRIBUTE_PROGRAMMATIC_EVENT => {}
                 ATTRIBUTE_CLUSTER_DIMENSION => {
                     let cluster = [word(0), word(1), word(2)];
                     if cluster.contains(&0)
