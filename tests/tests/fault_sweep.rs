@@ -381,7 +381,12 @@ fn launch_attributes_occupancy_tensor_map() -> Result<()> {
     let kernels = TestKernels::load()?;
     let fill = kernels.fill.kernel();
     fill.max_active_blocks_per_sm(&context, 256, 0, OccupancyFlags::Default)?;
-    fill.potential_block_size(&context, SharedPerBlock::PerBlock(|b| b as usize), 0, OccupancyFlags::Default)?;
+    fill.potential_block_size(
+        &context,
+        SharedPerBlock::PerBlock(|b| b as usize),
+        0,
+        OccupancyFlags::Default,
+    )?;
     fill.available_dynamic_shared(&context, 2, 256)?;
     fill.max_active_clusters(&context, &LaunchConfig::linear(1024, 256), [2, 1, 1])?;
     let buffer = handles_cuda::DeviceBuffer::<f32>::zeroed(32 * 32, &stream)?;
@@ -392,7 +397,12 @@ fn launch_attributes_occupancy_tensor_map() -> Result<()> {
         cooperative: true,
         ..LaunchOptions::default()
     };
-    kernels.fill.launch_ex(&stream, &LaunchConfig::linear(256, 64), &cooperative, (&words, 1, 256))?;
+    kernels.fill.launch_ex(
+        &stream,
+        &LaunchConfig::linear(256, 64),
+        &cooperative,
+        (&words, 1, 256),
+    )?;
     let event = EventHandle::create(&context, EventFlags::default())?;
     let dependent = LaunchOptions {
         programmatic_serialization: true,
@@ -402,7 +412,12 @@ fn launch_attributes_occupancy_tensor_map() -> Result<()> {
         }),
         ..LaunchOptions::default()
     };
-    kernels.fill.launch_ex(&stream, &LaunchConfig::linear(256, 64), &dependent, (&words, 2, 256))?;
+    kernels.fill.launch_ex(
+        &stream,
+        &LaunchConfig::linear(256, 64),
+        &dependent,
+        (&words, 2, 256),
+    )?;
     drop((map, words, dependent, kernels));
     stream.synchronize()
 }

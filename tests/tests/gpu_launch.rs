@@ -7,11 +7,11 @@
 use std::ffi::c_int;
 
 use cudarc::driver::sys;
+use handles_cuda::code::{Elements, KernelParams, OobFill, ProgramHandle};
 use handles_cuda::code::{
     LaunchOptions, OccupancyFlags, ProgrammaticEvent, SharedPerBlock, TensorMap, TiledTensor,
     TypedKernel,
 };
-use handles_cuda::code::{Elements, KernelParams, OobFill, ProgramHandle};
 use handles_cuda::exec::{Device, EventFlags};
 use handles_cuda::{
     ContextHandle, DeviceBuffer, Error, EventHandle, KernelHandle, LaunchConfig, LaunchProblem,
@@ -151,18 +151,25 @@ fn setup() -> (ContextHandle, StreamHandle, LibraryHandle) {
     (context, stream, library())
 }
 
-type CooperativeSum = (Elements<f32>, u32, Elements<f32>, Elements<u32>, Elements<f32>);
+type CooperativeSum = (
+    Elements<f32>,
+    u32,
+    Elements<f32>,
+    Elements<u32>,
+    Elements<f32>,
+);
 
 /// Blocks of 256 threads of `cooperative_sum` that fit on the device at once.
-fn cooperative_grid(
-    sum: &TypedKernel<CooperativeSum>,
-    context: &ContextHandle,
-) -> (u32, u32, u32) {
+fn cooperative_grid(sum: &TypedKernel<CooperativeSum>, context: &ContextHandle) -> (u32, u32, u32) {
     let per_sm = sum
         .kernel()
         .max_active_blocks_per_sm(context, 256, 0, OccupancyFlags::Default)
         .unwrap();
-    let sms = Device::new(0).unwrap().properties().unwrap().multiprocessor_count;
+    let sms = Device::new(0)
+        .unwrap()
+        .properties()
+        .unwrap()
+        .multiprocessor_count;
     assert!(per_sm >= 1, "{per_sm}");
     (per_sm, sms, per_sm * sms)
 }
@@ -250,7 +257,12 @@ fn a_cooperative_grid_beyond_occupancy_is_refused_before_the_driver() {
     big.grid = [most, 1, 1];
     big.shared_mem_bytes = 40 * 1024;
     refused!(
-        sum.launch_ex(&stream, &big, &options, (&xs, 256, &partials, &arrived, &total)),
+        sum.launch_ex(
+            &stream,
+            &big,
+            &options,
+            (&xs, 256, &partials, &arrived, &total)
+        ),
         Error::BadLaunch {
             what: LaunchProblem::CooperativeGrid { .. }
         }
@@ -277,7 +289,9 @@ fn a_dependent_launch_reads_what_its_predecessor_wrote() {
         let data = DeviceBuffer::<f32>::alloc_async(n as usize, &stream).unwrap();
         let out = DeviceBuffer::<f32>::alloc_async(n as usize, &stream).unwrap();
         let scratch = DeviceBuffer::<f32>::alloc_async(n as usize, &stream).unwrap();
-        first.launch(&stream, &config, (&data, &scratch, n)).unwrap();
+        first
+            .launch(&stream, &config, (&data, &scratch, n))
+            .unwrap();
         // The last handle of a buffer only the first kernel used, dropped between the two
         // launches: its free is queued after the first kernel, before the dependent one.
         drop(scratch);
@@ -352,7 +366,9 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
     let function = k.as_cu() as sys::CUfunction;
     let flags = OccupancyFlags::Default;
 
-    let per_sm = k.max_active_blocks_per_sm(&context, 256, 1024, flags).unwrap();
+    let per_sm = k
+        .max_active_blocks_per_sm(&context, 256, 1024, flags)
+        .unwrap();
     let potential = k
         .potential_block_size(&context, SharedPerBlock::PerBlock(staged_bytes), 0, flags)
         .unwrap();
@@ -361,12 +377,15 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
         .unwrap();
     let available = k.available_dynamic_shared(&context, 2, 256).unwrap();
     let config_256 = LaunchConfig::linear(256 * 264, 256);
-    let clusters = k.max_active_clusters(&context, &config_256, [2, 1, 1]).unwrap();
+    let clusters = k
+        .max_active_clusters(&context, &config_256, [2, 1, 1])
+        .unwrap();
 
     // The driver's own answers, asked directly in the same context.
     let raw = context
         .run(|| -> handles_cuda::Result<_> {
-            let (mut blocks, mut grid, mut block, mut grid_fixed, mut block_fixed) = (0, 0, 0, 0, 0);
+            let (mut blocks, mut grid, mut block, mut grid_fixed, mut block_fixed) =
+                (0, 0, 0, 0, 0);
             let mut bytes = 0usize;
             let mut raw_clusters = 0;
             // SAFETY: the kernel is alive and its context current; every out-pointer is
@@ -374,15 +393,34 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
             // its one attribute live for the call.
             unsafe {
                 assert_eq!(
-                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, function, 256, 1024),
+                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                        &mut blocks,
+                        function,
+                        256,
+                        1024
+                    ),
                     sys::CUresult::CUDA_SUCCESS
                 );
                 assert_eq!(
-                    sys::cuOccupancyMaxPotentialBlockSize(&mut grid, &mut block, function, Some(staged_bytes_raw), 0, 0),
+                    sys::cuOccupancyMaxPotentialBlockSize(
+                        &mut grid,
+                        &mut block,
+                        function,
+                        Some(staged_bytes_raw),
+                        0,
+                        0
+                    ),
                     sys::CUresult::CUDA_SUCCESS
                 );
                 assert_eq!(
-                    sys::cuOccupancyMaxPotentialBlockSize(&mut grid_fixed, &mut block_fixed, function, None, 0, 512),
+                    sys::cuOccupancyMaxPotentialBlockSize(
+                        &mut grid_fixed,
+                        &mut block_fixed,
+                        function,
+                        None,
+                        0,
+                        512
+                    ),
                     sys::CUresult::CUDA_SUCCESS
                 );
                 assert_eq!(
@@ -411,7 +449,15 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
                     sys::CUresult::CUDA_SUCCESS
                 );
             }
-            Ok((blocks, grid, block, grid_fixed, block_fixed, bytes, raw_clusters))
+            Ok((
+                blocks,
+                grid,
+                block,
+                grid_fixed,
+                block_fixed,
+                bytes,
+                raw_clusters,
+            ))
         })
         .unwrap();
     assert_eq!(
@@ -455,7 +501,12 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
         shared_mem_bytes: 1024,
     };
     staged
-        .launch_ex(&stream, &cluster_config, &options, (&xs, n.min(256 * 128), 1.0))
+        .launch_ex(
+            &stream,
+            &cluster_config,
+            &options,
+            (&xs, n.min(256 * 128), 1.0),
+        )
         .unwrap();
     // A panic in the shared-memory function reaches the caller, after the driver call.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -480,7 +531,10 @@ fn a_tma_kernel_copies_tiles_through_shared_memory() {
     let failures = Failures::watch();
     let (_context, stream, library) = setup();
     let copy = kernel::<TmaCopy>(&library, "tma_copy");
-    assert_eq!(copy.kernel().param_sizes().as_deref(), Some(&[128, 128][..]));
+    assert_eq!(
+        copy.kernel().param_sizes().as_deref(),
+        Some(&[128, 128][..])
+    );
     // 40 x 24 floats: the right and bottom tiles hang over the edge (clipped by the map).
     let (columns, rows) = (40u64, 24u64);
     let values: Vec<f32> = (0..columns * rows).map(|i| i as f32 * 0.5).collect();
@@ -524,7 +578,10 @@ fn tensor_maps_are_checked_at_encode_time() {
     };
     let mut d = good.clone();
     d.dims.clear();
-    assert_eq!(problem(&d, &buffer), TensorMapProblem::Rank { rank: 0, max: 5 });
+    assert_eq!(
+        problem(&d, &buffer),
+        TensorMapProblem::Rank { rank: 0, max: 5 }
+    );
     let mut d = good.clone();
     d.box_dims.push(1);
     assert_eq!(
@@ -560,7 +617,10 @@ fn tensor_maps_are_checked_at_encode_time() {
     );
     assert_eq!(
         problem(&TiledTensor::matrix(40, 24, 4, 3, 16), &buffer),
-        TensorMapProblem::BoxInner { bytes: 12, max: 2048 }
+        TensorMapProblem::BoxInner {
+            bytes: 12,
+            max: 2048
+        }
     );
     let mut d = good.clone();
     d.element_strides = vec![1, 9];

@@ -18,6 +18,9 @@ use handles_cuda::{
     },
 };
 
+#[path = "gpu_bench/occupancy.rs"]
+mod occupancy;
+
 const ROUNDS: usize = 31;
 
 fn ok(status: sys::CUresult) {
@@ -1031,5 +1034,6 @@ fn main() {
         "4 KiB memset, event record, wait for it",
         &completions(&context, &stream, &cudarc_context, &tracked),
     );
+    occupancy::report_all(&context, &stream);
     scaling(&context, &pool);
 }

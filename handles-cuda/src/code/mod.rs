@@ -68,11 +68,9 @@ pub(crate) mod tensor_map;
 
 pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
 pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, ProgrammaticEvent, TypedKernel};
-pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
-pub use self::tensor_map::{
-    L2Promotion, OobFill, Swizzle, TensorElement, TensorMap, TiledTensor,
-};
 pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
+pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
 pub use self::params::{Buffer, KernelParam, KernelParams};
 pub use self::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
+pub use self::tensor_map::{L2Promotion, OobFill, Swizzle, TensorElement, TensorMap, TiledTensor};
 pub use crate::memory::Elements;

@@ -65,9 +65,12 @@ pub struct PotentialBlockSize {
     pub min_grid: u32,
 }
 
+/// A Rust shared-memory function of [`SharedPerBlock::PerBlock`].
+type SharedFor = fn(u32) -> usize;
+
 thread_local! {
     /// The function [`trampoline`] calls, set for the duration of one driver call.
-    static SHARED_FOR_BLOCK: Cell<Option<fn(u32) -> usize>> = const { Cell::new(None) };
+    static SHARED_FOR_BLOCK: Cell<Option<SharedFor>> = const { Cell::new(None) };
     /// A panic caught in [`trampoline`], resumed once the driver call has returned.
     static PANIC: Cell<Option<Box<dyn std::any::Any + Send>>> = const { Cell::new(None) };
 }
@@ -93,7 +96,7 @@ extern "C" fn trampoline(block: c_int) -> usize {
 }
 
 /// Restores the previous function when the driver call is over (also on an error return).
-struct Installed(Option<fn(u32) -> usize>);
+struct Installed(Option<SharedFor>);
 
 impl Drop for Installed {
     fn drop(&mut self) {
@@ -109,7 +112,8 @@ fn positive(call: &'static str, value: c_int) -> Result<u32> {
 }
 
 fn int(value: u32, what: &str) -> Result<c_int> {
-    c_int::try_from(value).map_err(|_| Error::InvalidArgument(format!("{what} {value} is too large")))
+    c_int::try_from(value)
+        .map_err(|_| Error::InvalidArgument(format!("{what} {value} is too large")))
 }
 
 impl KernelHandle {
@@ -144,7 +148,10 @@ impl KernelHandle {
                 }
             })
         })?;
-        positive("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", value)
+        positive(
+            "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+            value,
+        )
     }
 
     /// The block size that gives this kernel the highest occupancy on `context`'s device, and
@@ -243,7 +250,13 @@ impl KernelHandle {
             out(|clusters| {
                 // SAFETY: the kernel is alive, the context is current; `raw` and its one
                 // attribute live for the call; `clusters` is a valid out-pointer.
-                unsafe { driver!(cuOccupancyMaxActiveClusters(clusters, self.as_function(), &raw)) }
+                unsafe {
+                    driver!(cuOccupancyMaxActiveClusters(
+                        clusters,
+                        self.as_function(),
+                        &raw
+                    ))
+                }
             })
         })?;
         positive("cuOccupancyMaxActiveClusters", value)

@@ -3,10 +3,10 @@
 
 use std::ffi::c_void;
 
+use crate::code::tensor_map::{TensorElement, TensorMap};
 use crate::error::Result;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
-use crate::code::tensor_map::{TensorElement, TensorMap};
 use crate::memory::typed::{DeviceBuffer, Elements};
 
 mod sealed {

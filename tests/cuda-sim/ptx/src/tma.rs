@@ -16,10 +16,10 @@
 //!   and no transaction byte is pending; then the pending count is reset and the parity flips.
 //!   A `try_wait` that finds its phase incomplete yields to the other threads of the block.
 
+use crate::Fault;
 use crate::exec::{Thread, W};
 use crate::ir::{Space, TensorSite};
 use crate::memory::{host_load, host_store, rd_bytes, wr_bytes};
-use crate::Fault;
 
 /// The first word of an encoded tensor map.
 const MAGIC: u32 = 0x544d_5353;
@@ -143,7 +143,13 @@ impl Mbar {
 
 impl<'m> W<'m> {
     /// The shared-memory offset of the 8-byte mbarrier at `addr`.
-    fn mbar_at(&mut self, th: &Thread, shared: &[u8], addr: u64, write: bool) -> Result<usize, Fault> {
+    fn mbar_at(
+        &mut self,
+        th: &Thread,
+        shared: &[u8],
+        addr: u64,
+        write: bool,
+    ) -> Result<usize, Fault> {
         match self.locate(th, shared.len(), Space::Shared, addr, 8, 8, write)? {
             crate::exec::Loc::Shared(o) => Ok(o),
             _ => Err(self.fault_oob(th, addr, 8, write)),
@@ -208,7 +214,12 @@ impl<'m> W<'m> {
     }
 
     /// The tensor map at generic address `addr` (a kernel parameter, or global memory).
-    fn tensor_map(&mut self, th: &Thread, shared: &[u8], addr: u64) -> Result<TensorMapDesc, Fault> {
+    fn tensor_map(
+        &mut self,
+        th: &Thread,
+        shared: &[u8],
+        addr: u64,
+    ) -> Result<TensorMapDesc, Fault> {
         let mut bytes = [0u8; 128];
         match self.locate(th, shared.len(), Space::Generic, addr, 128, 64, false)? {
             crate::exec::Loc::KParam(o) => bytes.copy_from_slice(&self.args.params[o..o + 128]),
@@ -224,7 +235,11 @@ impl<'m> W<'m> {
                 "a tensor map at {addr:#x} that cuTensorMapEncodeTiled of this simulator did not encode"
             ))
         })?;
-        if desc.swizzle != 0 || desc.element_strides[..desc.rank as usize].iter().any(|&s| s != 1) {
+        if desc.swizzle != 0
+            || desc.element_strides[..desc.rank as usize]
+                .iter()
+                .any(|&s| s != 1)
+        {
             return Err(Fault::NotSupported(
                 "a swizzled tensor map, or element strides other than 1".into(),
             ));
@@ -254,12 +269,26 @@ impl<'m> W<'m> {
         }
         let element = u64::from(desc.element_bytes);
         let box_dims: Vec<u64> = (0..5)
-            .map(|k| if k < rank { u64::from(desc.box_dims[k]) } else { 1 })
+            .map(|k| {
+                if k < rank {
+                    u64::from(desc.box_dims[k])
+                } else {
+                    1
+                }
+            })
             .collect();
         let box_elements: u64 = box_dims.iter().product();
         let box_bytes = box_elements * element;
         let shared_addr = regs[site.shared as usize];
-        let base = match self.locate(th, shared.len(), Space::Shared, shared_addr, box_bytes, 16, site.load)? {
+        let base = match self.locate(
+            th,
+            shared.len(),
+            Space::Shared,
+            shared_addr,
+            box_bytes,
+            16,
+            site.load,
+        )? {
             crate::exec::Loc::Shared(o) => o,
             _ => return Err(self.fault_oob(th, shared_addr, box_bytes, site.load)),
         };
@@ -292,13 +321,26 @@ impl<'m> W<'m> {
                         let row_base = base + row * (box_dims[0] * element) as usize;
                         if site.load {
                             for e in 0..box_dims[0] as usize {
-                                wr_bytes(shared, row_base + e * element as usize, element as u32, fill);
+                                wr_bytes(
+                                    shared,
+                                    row_base + e * element as usize,
+                                    element as u32,
+                                    fill,
+                                );
                             }
                         }
                         if inside && lo < hi {
                             let start = desc.address + offset + lo as u64 * element;
                             let len = (hi - lo) as u64 * element;
-                            let at = match self.locate(th, shared.len(), Space::Global, start, len, element, !site.load)? {
+                            let at = match self.locate(
+                                th,
+                                shared.len(),
+                                Space::Global,
+                                start,
+                                len,
+                                element,
+                                !site.load,
+                            )? {
                                 crate::exec::Loc::Host(a) => a,
                                 _ => return Err(self.fault_oob(th, start, len, !site.load)),
                             };
@@ -307,9 +349,18 @@ impl<'m> W<'m> {
                                 let s = row_base + (skip + e) * element as usize;
                                 let g = at + e as u64 * element;
                                 if site.load {
-                                    wr_bytes(shared, s, element as u32, host_load(g, element as u32));
+                                    wr_bytes(
+                                        shared,
+                                        s,
+                                        element as u32,
+                                        host_load(g, element as u32),
+                                    );
                                 } else {
-                                    host_store(g, element as u32, rd_bytes(shared, s, element as u32));
+                                    host_store(
+                                        g,
+                                        element as u32,
+                                        rd_bytes(shared, s, element as u32),
+                                    );
                                 }
                             }
                         }

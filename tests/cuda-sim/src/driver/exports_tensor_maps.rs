@@ -9,7 +9,6 @@ use std::ffi::{c_uint, c_void};
 use super::errors::INVALID_VALUE;
 use super::exports::put;
 use super::types::*;
-use super::with_sim;
 
 /// `count` values at `values`, refusing null.
 fn array<T: Copy>(values: *const T, count: usize) -> Result<Vec<T>, CuResult> {
@@ -42,4 +41,3 @@ export_fns! {
         put(map, bytes)
     }
 }
-

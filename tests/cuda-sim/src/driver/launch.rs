@@ -16,6 +16,10 @@ pub const INVALID_CLUSTER_SIZE: CuResult = 912;
 const ATTRIBUTE_IGNORE: u32 = 0;
 const ATTRIBUTE_CLUSTER_DIMENSION: u32 = 4;
 const ATTRIBUTE_PRIORITY: u32 = 8;
+/// Checked in `launch_attributes`.
+pub const ATTRIBUTE_COOPERATIVE: u32 = 2;
+pub const ATTRIBUTE_PROGRAMMATIC_SERIALIZATION: u32 = 6;
+pub const ATTRIBUTE_PROGRAMMATIC_EVENT: u32 = 7;
 /// Blocks per cluster without `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`, and with.
 const PORTABLE_CLUSTER: u64 = 8;
 const NON_PORTABLE_CLUSTER: u64 = 16;
@@ -152,9 +156,9 @@ impl Sim {
             match attribute.id {
                 ATTRIBUTE_IGNORE | ATTRIBUTE_PRIORITY => {}
                 // Checked in `launch_attributes`.
-                super::launch_attributes::ATTRIBUTE_COOPERATIVE
-                | super::launch_attributes::ATTRIBUTE_PROGRAMMATIC_SERIALIZATION
-                | super::launch_attributes::ATTRIBUTE_PROGRAMMATIC_EVENT => {}
+                ATTRIBUTE_COOPERATIVE
+                | ATTRIBUTE_PROGRAMMATIC_SERIALIZATION
+                | ATTRIBUTE_PROGRAMMATIC_EVENT => {}
                 ATTRIBUTE_CLUSTER_DIMENSION => {
                     let cluster = [word(0), word(1), word(2)];
                     if cluster.contains(&0)

@@ -14,13 +14,9 @@
 
 use super::Sim;
 use super::errors::INVALID_VALUE;
-use super::exports_cudarc::{COOPERATIVE_LAUNCH_TOO_LARGE, KernelLimits, SMS};
-use super::launch::Launch;
+use super::launch::{ATTRIBUTE_COOPERATIVE, ATTRIBUTE_PROGRAMMATIC_EVENT, Launch};
+use super::occupancy::{COOPERATIVE_LAUNCH_TOO_LARGE, KernelLimits, SMS};
 use super::types::{CuResult, LaunchAttribute, Raw};
-
-pub const ATTRIBUTE_COOPERATIVE: u32 = 2;
-pub const ATTRIBUTE_PROGRAMMATIC_SERIALIZATION: u32 = 6;
-pub const ATTRIBUTE_PROGRAMMATIC_EVENT: u32 = 7;
 
 impl Sim {
     /// The checks of the attributes of this file on a launch; returns the programmatic

@@ -28,7 +28,9 @@ pub struct Tiled {
 
 /// Validates a tiled description as the driver does; returns the encoded map.
 pub fn encode_tiled(t: &Tiled) -> Result<[u8; 128], CuResult> {
-    let element = *ELEMENT_BYTES.get(t.data_type as usize).ok_or(INVALID_VALUE)?;
+    let element = *ELEMENT_BYTES
+        .get(t.data_type as usize)
+        .ok_or(INVALID_VALUE)?;
     let rank = t.dims.len();
     let min_rank = if t.interleave == 0 { 1 } else { 3 };
     if !(min_rank..=5).contains(&rank) || t.interleave > 2 || t.swizzle > 3 {
@@ -38,13 +40,16 @@ pub fn encode_tiled(t: &Tiled) -> Result<[u8; 128], CuResult> {
         return Err(INVALID_VALUE);
     }
     let align = if t.interleave == 2 { 32 } else { 16 };
-    if t.address == 0 || t.address % align != 0 {
+    if t.address == 0 || !t.address.is_multiple_of(align) {
         return Err(INVALID_VALUE);
     }
     if t.dims.iter().any(|&d| d == 0 || d > 1 << 32) {
         return Err(INVALID_VALUE);
     }
-    if t.strides.iter().any(|&s| s % 16 != 0 || s >= 1 << 40) {
+    if t.strides
+        .iter()
+        .any(|&s| !s.is_multiple_of(16) || s >= 1 << 40)
+    {
         return Err(INVALID_VALUE);
     }
     if t.box_dims.iter().any(|&b| b == 0 || b > 256) {
@@ -54,7 +59,7 @@ pub fn encode_tiled(t: &Tiled) -> Result<[u8; 128], CuResult> {
         return Err(INVALID_VALUE);
     }
     let inner = u64::from(t.box_dims[0]) * u64::from(element);
-    if t.interleave == 0 && inner % 16 != 0 {
+    if t.interleave == 0 && !inner.is_multiple_of(16) {
         return Err(INVALID_VALUE);
     }
     let span = [u64::MAX, 32, 64, 128][t.swizzle as usize];
