@@ -9,6 +9,9 @@
 //! | find a kernel | [`KernelHandle::get`] |
 //! | launch it | [`KernelHandle::typed`] (the one `unsafe` promise: parameter types and a [`BoundsCheck`]), then [`TypedKernel::launch`] with a [`LaunchConfig`] |
 //! | pass memory | [`Elements<T>`] for a [`crate::DeviceBuffer<T>`] (bounds in elements), [`Buffer`] for bytes; scalars as themselves |
+//! | cooperative or programmatic dependent launches, clusters, priorities | [`TypedKernel::launch_ex`] with [`LaunchOptions`] (see [`launch_attributes`]) |
+//! | ask about occupancy | [`KernelHandle::max_active_blocks_per_sm`], [`KernelHandle::potential_block_size`], [`KernelHandle::available_dynamic_shared`], [`KernelHandle::max_active_clusters`] |
+//! | pass a TMA descriptor | [`TensorMap::tiled`] from a [`crate::DeviceBuffer<T>`] and a [`TiledTensor`]; the kernel takes a `const __grid_constant__ CUtensorMap` |
 //!
 //! ```no_run
 //! use handles_cuda::code::{Elements, ProgramHandle};
