@@ -13,6 +13,7 @@ use handles_cuda::code::{
     TypedKernel,
 };
 use handles_cuda::exec::{Device, EventFlags};
+use handles_cuda::graph::{CaptureMode, GraphHandle};
 use handles_cuda::{
     ContextHandle, DeviceBuffer, Error, EventHandle, KernelHandle, LaunchConfig, LaunchProblem,
     LibraryHandle, StreamHandle, TensorMapProblem,
@@ -524,12 +525,23 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
 
 type TmaCopy = (TensorMap<f32>, TensorMap<f32>);
 
+/// The bytes of `values`, for a copy from device memory.
+fn bytemuck_bytes(values: &mut [f32]) -> &mut [u8] {
+    // SAFETY: any bytes are a valid `f32`; the slice covers exactly the values' memory.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            values.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(values),
+        )
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_tma_kernel_copies_tiles_through_shared_memory() {
     let _serial = serial();
     let failures = Failures::watch();
-    let (_context, stream, library) = setup();
+    let (context, stream, library) = setup();
     let copy = kernel::<TmaCopy>(&library, "tma_copy");
     assert_eq!(
         copy.kernel().param_sizes().as_deref(),
@@ -556,7 +568,30 @@ fn a_tma_kernel_copies_tiles_through_shared_memory() {
         assert_eq!(got, x * 2.0 + 1.0, "element {i}");
     }
     assert_eq!(in_map.buffer().len(), values.len());
-    drop(in_map);
+    // Captured into a graph: the graph keeps both buffers after every map and handle is gone.
+    output
+        .as_bytes()
+        .memset_async(0, values.len() * 4, &stream)
+        .unwrap();
+    let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+        capture.launch(&copy, &config, (&in_map, &out_map))
+    })
+    .unwrap();
+    let exec = graph.instantiate().unwrap();
+    drop((graph, in_map, out_map));
+    let output_bytes = output.as_bytes().clone();
+    drop(output);
+    for _ in 0..2 {
+        exec.launch(&stream).unwrap();
+    }
+    let mut result = vec![0f32; values.len()];
+    output_bytes
+        .copy_to_host(bytemuck_bytes(&mut result), &stream)
+        .unwrap();
+    for (i, (&got, &x)) in result.iter().zip(&values).enumerate() {
+        assert_eq!(got, x * 2.0 + 1.0, "element {i}, from the graph");
+    }
+    drop((exec, output_bytes));
     stream.synchronize().unwrap();
     failures.assert_none();
 }
