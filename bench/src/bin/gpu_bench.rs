@@ -989,6 +989,7 @@ fn main() {
 
     println!("| op | variant | median ns/op | ratio to first row |");
     println!("|---|---|---|---|");
+    occupancy::report_all(&context, &stream);
     report(
         "event create+drop (timing off)",
         &events(&context, &cudarc_context),
@@ -1034,6 +1035,5 @@ fn main() {
         "4 KiB memset, event record, wait for it",
         &completions(&context, &stream, &cudarc_context, &tracked),
     );
-    occupancy::report_all(&context, &stream);
     scaling(&context, &pool);
 }

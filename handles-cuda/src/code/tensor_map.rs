@@ -17,13 +17,17 @@
 //! used on its stream like a buffer argument, and a graph that captures the launch attaches
 //! it. The descriptor lives in a box of the type's own alignment (64 bytes, 128 with CUDA 13
 //! bindings), and a launch passes a pointer to it: the driver copies the 128 bytes into the
-//! kernel's parameter space, whose `.align 64` the kernel declares.
+//! kernel's parameter space, whose `.align 64` the kernel declares. The driver encodes in a
+//! context (measured: `CUDA_ERROR_INVALID_CONTEXT` without one on driver 580): the caller's
+//! current one, or else the primary context of the buffer's device.
 
 use cudarc::driver::sys;
 
 use crate::driver::call::driver;
+use crate::driver::current::{current_raw, in_context};
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result, TensorMapProblem};
+use crate::exec::context::ContextHandle;
 use crate::memory::typed::DeviceBuffer;
 
 mod sealed {
@@ -226,6 +230,32 @@ impl TiledTensor {
     }
 }
 
+/// Runs `encode` with a context current, as `cuTensorMapEncodeTiled` needs
+/// (`CUDA_ERROR_INVALID_CONTEXT` without one): the caller's, or else the primary context of
+/// the device the memory at `address` belongs to (asked in device 0's primary context; host
+/// memory is encoded in device 0's).
+fn in_a_context(address: u64, encode: impl FnOnce() -> Result<()>) -> Result<()> {
+    if !current_raw()?.is_null() {
+        return encode();
+    }
+    let ordinal = ContextHandle::with_primary(0, |context| {
+        in_context(context.as_cu(), || {
+            let mut ordinal: std::ffi::c_int = 0;
+            // SAFETY: a context is current; `ordinal` is a valid out-pointer of the
+            // attribute's type (an int); the address is of a live allocation.
+            unsafe {
+                driver!(cuPointerGetAttribute(
+                    (&raw mut ordinal).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    address
+                ))
+            }?;
+            Ok(usize::try_from(ordinal).unwrap_or(0))
+        })
+    })??;
+    ContextHandle::with_primary(ordinal, |context| in_context(context.as_cu(), encode))?
+}
+
 /// An encoded tensor map over a typed buffer, passed to kernels as a `const __grid_constant__
 /// CUtensorMap` parameter (this type is its own [`KernelParam`](crate::code::KernelParam):
 /// a launch passes `&TensorMap<T>`).
@@ -289,25 +319,27 @@ impl<T: TensorElement> TensorMap<T> {
             OobFill::Nan => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
         };
         let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
-        // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank` entries
-        // (`rank - 1` for the strides), as checked; the address is the buffer's, alive while
-        // `buffer` is (and kept by the map).
-        unsafe {
-            driver!(cuTensorMapEncodeTiled(
-                &mut *map,
-                T::DATA_TYPE,
-                rank,
-                address as *mut std::ffi::c_void,
-                description.dims.as_ptr(),
-                description.strides.as_ptr(),
-                description.box_dims.as_ptr(),
-                element_strides.as_ptr(),
-                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle,
-                l2,
-                fill
-            ))
-        }?;
+        in_a_context(address, || {
+            // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank` entries
+            // (`rank - 1` for the strides), as checked; the address is the buffer's, alive
+            // while `buffer` is (and kept by the map); a context is current.
+            unsafe {
+                driver!(cuTensorMapEncodeTiled(
+                    &mut *map,
+                    T::DATA_TYPE,
+                    rank,
+                    address as *mut std::ffi::c_void,
+                    description.dims.as_ptr(),
+                    description.strides.as_ptr(),
+                    description.box_dims.as_ptr(),
+                    element_strides.as_ptr(),
+                    sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    swizzle,
+                    l2,
+                    fill
+                ))
+            }
+        })?;
         Ok(TensorMap {
             map,
             buffer: buffer.clone(),

@@ -37,6 +37,8 @@ export_fns! {
             l2_promotion,
             oob_fill,
         };
+        // The H200's driver (580) answers CUDA_ERROR_INVALID_CONTEXT without a current context.
+        super::with_sim(|sim| sim.require_current("cuTensorMapEncodeTiled").map(drop))?;
         let bytes = super::tensor_maps::encode_tiled(&tiled)?;
         put(map, bytes)
     }
