@@ -598,6 +598,45 @@ fn a_tma_kernel_copies_tiles_through_shared_memory() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn a_tensor_map_used_on_another_stream_is_freed_after_the_kernel() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (context, home, library) = setup();
+    let other = stream(&context);
+    let copy = kernel::<TmaCopy>(&library, "tma_copy");
+    let (columns, rows) = (64u64, 32u64);
+    let values: Vec<f32> = (0..columns * rows).map(|i| i as f32).collect();
+    let description = TiledTensor::matrix(columns, rows, 4, 16, 16);
+    let output = DeviceBuffer::<f32>::zeroed(values.len(), &home).unwrap();
+    let out_map = TensorMap::tiled(&output, &description).unwrap();
+    let config = LaunchConfig {
+        grid: [4, 2, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    home.synchronize().unwrap();
+    for round in 0..4 {
+        // Allocated on `home`, used by a kernel on `other`, and its last handle (the map's)
+        // dropped right after the launch: the free must wait for the kernel on `other`.
+        let input = DeviceBuffer::from_slice(&values, &home).unwrap();
+        home.synchronize().unwrap();
+        let in_map = TensorMap::tiled(&input, &description).unwrap();
+        drop(input);
+        copy.launch(&other, &config, (&in_map, &out_map)).unwrap();
+        drop(in_map);
+        let result = output.to_vec(&other).unwrap();
+        for (i, (&got, &x)) in result.iter().zip(&values).enumerate() {
+            assert_eq!(got, x * 2.0 + 1.0, "round {round}, element {i}");
+        }
+    }
+    drop((out_map, output));
+    other.synchronize().unwrap();
+    home.synchronize().unwrap();
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn tensor_maps_are_checked_at_encode_time() {
     let _serial = serial();
     let failures = Failures::watch();
