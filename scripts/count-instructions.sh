@@ -8,16 +8,19 @@
 #   scripts/count-instructions.sh event event-raw # some
 #   ANNOTATE=1 scripts/count-instructions.sh event  # also keep callgrind.out.OP.N for
 #                                                   # callgrind_annotate --auto=yes
+#   SIM_COUNT=/path/to/sim_count scripts/count-instructions.sh   # count another build of
+#                                   # sim_count (an older commit's) against this simulator
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -eq 0 ] && ops=(event-raw event event-cudarc pool-raw pool pool-cudarc
   stream-raw stream stream-cudarc graph-raw graph graph-cudarc clone-arc clone)
 cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
+sim_count=${SIM_COUNT:-target/release/sim_count}
 out=$(mktemp -d)
 count() { # OP N -> total instructions
   LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind --callgrind-out-file="$out/$1.$2" \
-    target/release/sim_count "$2" "$1" >/dev/null 2>"$out/log.$1.$2" \
+    "$sim_count" "$2" "$1" >/dev/null 2>"$out/log.$1.$2" \
     || { cat "$out/log.$1.$2" >&2; exit 1; }
   grep -E '^(summary|totals):' "$out/$1.$2" | head -n 1 | awk '{print $2}'
 }

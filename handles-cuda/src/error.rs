@@ -190,6 +190,13 @@ pub enum Error {
         /// Which limit the launch exceeds.
         what: LaunchProblem,
     },
+    /// A tensor map description that the driver would refuse, or that would let the tensor
+    /// memory accelerator reach past its buffer.
+    #[error("invalid argument: invalid tensor map: {what}")]
+    BadTensorMap {
+        /// What is wrong with it.
+        what: TensorMapProblem,
+    },
     /// A kernel's parameter list, as the driver reports it, differs from the one asked for.
     #[error(
         "invalid argument: kernel {kernel:?} takes parameters of {expected:?} bytes, not {found:?}"
@@ -532,6 +539,118 @@ pub enum LaunchProblem {
         /// The cluster's blocks.
         blocks: u64,
     },
+    /// A cooperative launch on a device that does not support them
+    /// (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH` is 0).
+    #[error("device {ordinal} does not support cooperative launches")]
+    CooperativeUnsupported {
+        /// The device of the launch's stream.
+        ordinal: usize,
+    },
+    /// A cooperative launch of more blocks than can be resident at once: every block of a
+    /// cooperative grid must run at the same time.
+    #[error(
+        "a cooperative grid of {blocks} blocks is more than the {max} that fit on the device at once ({per_sm} per multiprocessor x {multiprocessors} multiprocessors, for this kernel, block and shared memory)"
+    )]
+    CooperativeGrid {
+        /// The blocks asked for.
+        blocks: u64,
+        /// The most that can be resident at once.
+        max: u64,
+        /// Active blocks per multiprocessor (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+        per_sm: u32,
+        /// The device's multiprocessors.
+        multiprocessors: u32,
+    },
+}
+
+/// What is wrong with a tensor map's description ([`Error::BadTensorMap`]), found at encode
+/// time, before the driver is called.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TensorMapProblem {
+    /// A rank outside what the map kind allows.
+    #[error("a rank of {rank} is outside 1..={max}")]
+    Rank {
+        /// The rank asked for.
+        rank: usize,
+        /// The most the map kind allows.
+        max: usize,
+    },
+    /// The lists of a description do not all have the rank's length.
+    #[error("{what} has {len} entries, and the rank is {rank}")]
+    Length {
+        /// Which list.
+        what: &'static str,
+        /// Its entries.
+        len: usize,
+        /// The rank (the strides list has one entry fewer).
+        rank: usize,
+    },
+    /// A global dimension of 0 or above 2^32.
+    #[error("global dimension {axis} is {size}; it must be between 1 and 2^32")]
+    Dimension {
+        /// The dimension's index (0 is the innermost).
+        axis: usize,
+        /// Its size in elements.
+        size: u64,
+    },
+    /// A global stride that is not a multiple of 16 bytes, is 2^40 or more, or is smaller
+    /// than the dimension below it spans.
+    #[error(
+        "global stride {axis} is {stride} bytes; it must be a multiple of 16, below 2^40 and at least {at_least} (the extent of dimension {axis})"
+    )]
+    Stride {
+        /// The stride's index (stride 0 separates elements of dimension 1).
+        axis: usize,
+        /// The stride in bytes.
+        stride: u64,
+        /// The bytes that the dimensions below it span.
+        at_least: u64,
+    },
+    /// A box dimension of 0 or above 256.
+    #[error("box dimension {axis} is {size}; it must be between 1 and 256")]
+    BoxDimension {
+        /// The dimension's index.
+        axis: usize,
+        /// Its size in elements.
+        size: u32,
+    },
+    /// The box's innermost dimension is not a multiple of 16 bytes, or is wider than the
+    /// swizzle span.
+    #[error(
+        "the box's inner dimension is {bytes} bytes; it must be a multiple of 16 and at most {max}"
+    )]
+    BoxInner {
+        /// Its width in bytes.
+        bytes: u64,
+        /// The most the swizzle mode allows.
+        max: u64,
+    },
+    /// An element stride of 0 or above 8.
+    #[error("element stride {axis} is {stride}; it must be between 1 and 8")]
+    ElementStride {
+        /// The dimension's index.
+        axis: usize,
+        /// The stride asked for.
+        stride: u32,
+    },
+    /// A global address that is not 16-byte aligned.
+    #[error("the tensor's global address {address:#x} is not a multiple of 16")]
+    Alignment {
+        /// The address.
+        address: u64,
+    },
+    /// The described tensor reaches past the end of its buffer.
+    #[error("the tensor spans {needed} bytes, and its buffer holds {available}")]
+    Extent {
+        /// Bytes from the buffer's start to the end of the tensor's last element.
+        needed: u64,
+        /// Bytes in the buffer.
+        available: u64,
+    },
+    /// NaN fill requested for an integer element type.
+    #[error("NaN out-of-bounds fill needs a floating-point element type")]
+    NanFill,
 }
 
 /// What an `errno` of [`Error::FdTake`] means there.

@@ -373,6 +373,55 @@ fn kernel_launch() -> Result<()> {
     home.synchronize()
 }
 
+fn launch_attributes_occupancy_tensor_map() -> Result<()> {
+    use handles_cuda::code::{LaunchOptions, OccupancyFlags, ProgrammaticEvent, SharedPerBlock};
+    use handles_cuda::code::{TensorMap, TiledTensor};
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    let fill = kernels.fill.kernel();
+    fill.max_active_blocks_per_sm(&context, 256, 0, OccupancyFlags::Default)?;
+    fill.potential_block_size(
+        &context,
+        SharedPerBlock::PerBlock(|b| b as usize),
+        0,
+        OccupancyFlags::Default,
+    )?;
+    fill.available_dynamic_shared(&context, 2, 256)?;
+    fill.max_active_clusters(&context, &LaunchConfig::linear(1024, 256), [2, 1, 1])?;
+    let buffer = handles_cuda::DeviceBuffer::<f32>::zeroed(32 * 32, &stream)?;
+    let map = TensorMap::tiled(&buffer, &TiledTensor::matrix(32, 32, 4, 16, 16))?;
+    drop(buffer);
+    let words = DevicePtrHandle::alloc_async(256 * 4, &stream)?;
+    let cooperative = LaunchOptions {
+        cooperative: true,
+        ..LaunchOptions::default()
+    };
+    kernels.fill.launch_ex(
+        &stream,
+        &LaunchConfig::linear(256, 64),
+        &cooperative,
+        (&words, 1, 256),
+    )?;
+    let event = EventHandle::create(&context, EventFlags::default())?;
+    let dependent = LaunchOptions {
+        programmatic_serialization: true,
+        programmatic_event: Some(ProgrammaticEvent {
+            event,
+            trigger_at_block_start: false,
+        }),
+        ..LaunchOptions::default()
+    };
+    kernels.fill.launch_ex(
+        &stream,
+        &LaunchConfig::linear(256, 64),
+        &dependent,
+        (&words, 2, 256),
+    )?;
+    drop((map, words, dependent, kernels));
+    stream.synchronize()
+}
+
 fn graph_capture_instantiate_launch() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
@@ -628,6 +677,8 @@ scenarios! {
     library_faults: "LibraryHandle::load_ptx+KernelHandle::get", 1 devices,
         library_load_and_kernel_get;
     kernel_launch_faults: "TypedKernel::launch", 1 devices, kernel_launch;
+    launch_attributes_faults: "occupancy+TensorMap::tiled+TypedKernel::launch_ex(cooperative, programmatic)",
+        1 devices, launch_attributes_occupancy_tensor_map;
     graph_capture_faults: "GraphHandle::capture+instantiate+GraphExecHandle::launch", 1 devices,
         graph_capture_instantiate_launch;
     graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,

@@ -164,7 +164,7 @@ fn bad_launches_are_refused_before_the_driver() {
     // Clusters must divide the grid and stay portable.
     let options = LaunchOptions {
         cluster: Some([3, 1, 1]),
-        priority: None,
+        ..LaunchOptions::default()
     };
     refused!(
         kernels.fill.launch_ex(
@@ -482,6 +482,7 @@ fn launch_ex_takes_clusters_and_priorities() {
     let options = LaunchOptions {
         cluster: Some([2, 1, 1]),
         priority: Some(0),
+        ..LaunchOptions::default()
     };
     kernels
         .fill

@@ -22,6 +22,9 @@ use handles_cuda::{
     },
 };
 
+#[path = "gpu_bench/occupancy.rs"]
+mod occupancy;
+
 const ROUNDS: usize = 31;
 
 fn ok(status: sys::CUresult) {
@@ -1027,6 +1030,7 @@ fn main() {
     let core_only = std::env::args().nth(1).as_deref() == Some("core");
     println!("| op | variant | median ns/op | ratio to first row |");
     println!("|---|---|---|---|");
+    occupancy::report_all(&context, &stream);
     report(
         "event create+drop (timing off)",
         &events(&context, &cudarc_context),

@@ -24,6 +24,7 @@ use crate::driver::call::driver;
 use crate::driver::current::current_raw;
 use crate::error::{Error, LaunchProblem, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::event::EventHandle;
 use crate::exec::stream::{Queued, StreamHandle};
 
 /// The shape of a launch: grid and block dimensions and dynamic shared memory.
@@ -123,8 +124,9 @@ fn config_error(what: LaunchProblem) -> Error {
     Error::BadLaunch { what }
 }
 
-/// Extra launch attributes for [`TypedKernel::launch_ex`] (`cuLaunchKernelEx`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// Extra launch attributes for [`TypedKernel::launch_ex`] (`cuLaunchKernelEx`). Cooperative
+/// and programmatic dependent launches are explained in [`crate::code::launch_attributes`].
+#[derive(Clone, Debug, Default)]
 pub struct LaunchOptions {
     /// Thread-block cluster dimensions (compute capability 9.0 and later); each grid dimension
     /// must be a multiple of the cluster's, and a cluster holds at most 8 blocks (the portable
@@ -132,10 +134,23 @@ pub struct LaunchOptions {
     pub cluster: Option<[u32; 3]>,
     /// The launch's priority, overriding the stream's (lower numbers are higher priority).
     pub priority: Option<i32>,
+    /// A cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`): every block is resident at
+    /// once, so the grid may synchronise as a whole. The grid is checked against occupancy
+    /// before the driver is called.
+    pub cooperative: bool,
+    /// Programmatic stream serialization
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): this kernel may start
+    /// before the previous kernel of the stream has finished; it waits for it with
+    /// `griddepcontrol.wait` (`cudaGridDependencySynchronize`).
+    pub programmatic_serialization: bool,
+    /// An event that this launch records once every block has triggered
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`).
+    pub programmatic_event: Option<ProgrammaticEvent>,
 }
 
 impl LaunchOptions {
-    fn check(&self, config: &LaunchConfig) -> Result<()> {
+    pub(crate) fn check(&self, config: &LaunchConfig) -> Result<()> {
+        self.check_attributes()?;
         let Some(cluster) = self.cluster else {
             return Ok(());
         };
@@ -157,11 +172,12 @@ impl LaunchOptions {
         Ok(())
     }
 
-    fn attributes(&self) -> ([sys::CUlaunchAttribute; 2], u32) {
+    pub(crate) fn attributes(&self) -> ([sys::CUlaunchAttribute; MAX_ATTRIBUTES], u32) {
         // SAFETY: all zero bytes are a valid attribute: id 0 is `CU_LAUNCH_ATTRIBUTE_IGNORE`,
         // a variant of the id enum; the padding is bytes; the value is a union of integer
         // fields and plain structs of integers and pointers, for which zero is valid.
-        let mut attributes: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut attributes: [sys::CUlaunchAttribute; MAX_ATTRIBUTES] =
+            unsafe { std::mem::zeroed() };
         let mut count = 0;
         if let Some([x, y, z]) = self.cluster {
             let attribute = &mut attributes[count];
@@ -177,8 +193,23 @@ impl LaunchOptions {
             attribute.value.priority = priority;
             count += 1;
         }
+        count += self.fill_attributes(&mut attributes[count..]);
         (attributes, count as u32)
     }
+}
+
+/// Attributes a launch can carry: cluster, priority, and those of `launch_attributes.rs`.
+pub(crate) const MAX_ATTRIBUTES: usize = 5;
+
+/// The event of a programmatic dependent launch ([`LaunchOptions::programmatic_event`]).
+#[derive(Clone, Debug)]
+pub struct ProgrammaticEvent {
+    /// The event the launch records; it must have timing disabled, not be interprocess, and
+    /// belong to the launch stream's context.
+    pub event: EventHandle,
+    /// Trigger as each block starts, rather than when it calls
+    /// `griddepcontrol.launch_dependents` or exits (`triggerAtBlockStart`).
+    pub trigger_at_block_start: bool,
 }
 
 /// The check a [`TypedKernel`] runs on each launch's arguments and configuration before the
@@ -225,11 +256,15 @@ impl KernelHandle {
     ///   scalar type, each [`Buffer`](crate::code::Buffer) a pointer that the kernel uses as a
     ///   device address, and each [`Elements<T>`](crate::code::Elements) a pointer to `T` (a
     ///   `T*` in the kernel, read and written as `T` values, never as a wider or more aligned
-    ///   type). Nothing checks the element type: the driver reports only sizes.
+    ///   type), and each [`TensorMap<T>`](crate::code::TensorMap) a `const __grid_constant__
+    ///   CUtensorMap` used only as the tensor operand of tensor-memory-access instructions
+    ///   (`cp.async.bulk.tensor`, `prefetch.tensor`), never to read its bytes otherwise.
+    ///   Nothing checks the element type: the driver reports only sizes.
     /// - Whenever `bounds(args, config)` returns `Ok`, the kernel reads and writes device
     ///   memory only inside the `size()` bytes of each [`Buffer`](crate::code::Buffer) argument
-    ///   and the `len()` elements of each [`Elements<T>`](crate::code::Elements) argument (or
-    ///   memory it owns itself), and does nothing else that is undefined behaviour on the device (no
+    ///   and the `len()` elements of each [`Elements<T>`](crate::code::Elements) argument
+    ///   (and through each tensor map only what the map describes, which the hardware keeps
+    ///   to the map's buffer), or memory it owns itself, and does nothing else that is undefined behaviour on the device (no
     ///   out-of-bounds shared-memory access, no trap-free infinite loop that is relied on to
     ///   end, no use of a buffer's memory after the kernel returns).
     pub unsafe fn typed<P: KernelParams>(&self, bounds: BoundsCheck<P>) -> Result<TypedKernel<P>> {
@@ -320,8 +355,10 @@ impl<P: KernelParams> TypedKernel<P> {
         queue::<P>(&self.kernel, stream, config, None, args).and_then(|(queued, _)| queued.status)
     }
 
-    /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters and
-    /// a launch priority.
+    /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters, a
+    /// launch priority, cooperative and programmatic dependent launches (see
+    /// [`crate::code::launch_attributes`]). Every option is checked before the driver is
+    /// called.
     pub fn launch_ex(
         &self,
         stream: &StreamHandle,
@@ -374,6 +411,9 @@ fn queue<P: KernelParams>(
     let ordinal = stream.device_ordinal()?;
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;
+    if let Some(options) = options {
+        options.check_on_device(kernel, stream, config, ordinal)?;
+    }
     // Held until the launch is queued (memory of other devices' pools only; empty otherwise,
     // with no allocation).
     let mut reach = Vec::new();
@@ -425,6 +465,7 @@ fn queue<P: KernelParams>(
                 }
             }
             Some(options) => {
+                options.check_in_context(context)?;
                 let (mut attributes, count) = options.attributes();
                 let raw = config.raw(raw_stream, &mut attributes[..count as usize]);
                 // SAFETY: as for `cuLaunchKernel`; `raw` and its attributes live for the call.

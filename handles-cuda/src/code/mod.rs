@@ -10,6 +10,9 @@
 //! | launch it | [`KernelHandle::typed`] (the one `unsafe` promise: parameter types and a [`BoundsCheck`]), then [`TypedKernel::launch`] with a [`LaunchConfig`] |
 //! | pass memory | [`Elements<T>`] for a [`crate::DeviceBuffer<T>`] (bounds in elements), [`Buffer`] for bytes; scalars as themselves |
 //! | let a graph's kernel set a conditional node's condition | [`Conditional`] for a [`ConditionalHandle`] (kernel nodes of its graph only) |
+//! | cooperative or programmatic dependent launches, clusters, priorities | [`TypedKernel::launch_ex`] with [`LaunchOptions`] (see [`launch_attributes`]) |
+//! | ask about occupancy | [`KernelHandle::max_active_blocks_per_sm`], [`KernelHandle::potential_block_size`], [`KernelHandle::available_dynamic_shared`], [`KernelHandle::max_active_clusters`] |
+//! | pass a TMA descriptor | [`TensorMap::tiled`] from a [`crate::DeviceBuffer<T>`] and a [`TiledTensor`]; the kernel takes a `const __grid_constant__ CUtensorMap` |
 //!
 //! ```no_run
 //! use handles_cuda::code::{Elements, ProgramHandle};
@@ -61,14 +64,19 @@ pub(crate) mod conditional;
 pub(crate) mod image;
 pub(crate) mod kernel;
 pub(crate) mod launch;
+pub mod launch_attributes;
 pub(crate) mod library;
+pub(crate) mod occupancy;
 pub(crate) mod params;
 pub(crate) mod program;
+pub(crate) mod tensor_map;
 
 pub use self::conditional::{Conditional, ConditionalHandle};
 pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
-pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, TypedKernel};
+pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, ProgrammaticEvent, TypedKernel};
 pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
+pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
 pub use self::params::{Buffer, KernelParam, KernelParams};
 pub use self::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
+pub use self::tensor_map::{L2Promotion, OobFill, Swizzle, TensorElement, TensorMap, TiledTensor};
 pub use crate::memory::Elements;

@@ -4,6 +4,7 @@
 use std::ffi::c_void;
 
 use crate::code::conditional::{Conditional, ConditionalHandle};
+use crate::code::tensor_map::{TensorElement, TensorMap};
 use crate::error::{Error, Result};
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
@@ -20,16 +21,23 @@ mod sealed {
     label = "not a kernel parameter type",
     note = "kernel parameters are the scalars u8, i8, u16, i16, u32, i32, u64, i64, f32 and \
             f64, `Buffer` for a device pointer (passed as `&DevicePtrHandle`), \
-            `Elements<T>` for a typed buffer (passed as `&DeviceBuffer<T>`), and `Conditional` \
-            for a graph's conditional handle (passed as `&ConditionalHandle`)"
+            `Elements<T>` for a typed buffer (passed as `&DeviceBuffer<T>`), `TensorMap<T>` for \
+            a tensor map (passed as `&TensorMap<T>`), and `Conditional` for a graph's \
+            conditional handle (passed as `&ConditionalHandle`)"
 )]
 pub trait KernelParam: sealed::Sealed {
     /// What a launch passes for this parameter.
     type Arg<'a>;
     /// The parameter's size in bytes.
     const SIZE: usize;
-    /// The parameter's bytes, native-endian, in the first [`Self::SIZE`] bytes.
+    /// The parameter's bytes, native-endian, in the first [`Self::SIZE`] bytes (for a
+    /// parameter of at most 8 bytes).
     fn bytes(arg: &Self::Arg<'_>) -> [u8; 8];
+    /// For a parameter of more than 8 bytes: its [`Self::SIZE`] bytes, which live as long as
+    /// `arg` (the launch passes a pointer to them instead of [`Self::bytes`]).
+    fn large_bytes<'a>(_arg: &Self::Arg<'a>) -> Option<&'a [u8]> {
+        None
+    }
     /// Reports a buffer argument as used by work queued on `stream`.
     fn note_use(_arg: &Self::Arg<'_>, _stream: &StreamHandle) -> Result<()> {
         Ok(())
@@ -113,6 +121,27 @@ impl KernelParam for Conditional {
     }
 }
 
+impl<T: TensorElement> sealed::Sealed for TensorMap<T> {}
+impl<T: TensorElement> KernelParam for TensorMap<T> {
+    type Arg<'a> = &'a TensorMap<T>;
+    const SIZE: usize = 128;
+    #[inline]
+    fn bytes(_: &&TensorMap<T>) -> [u8; 8] {
+        [0; 8]
+    }
+    #[inline]
+    fn large_bytes<'a>(arg: &Self::Arg<'a>) -> Option<&'a [u8]> {
+        Some(arg.as_bytes())
+    }
+    #[inline]
+    fn note_use(arg: &&TensorMap<T>, stream: &StreamHandle) -> Result<()> {
+        arg.buffer().as_bytes().record_use(stream)
+    }
+    fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
+        Some(arg.buffer().as_bytes())
+    }
+}
+
 /// A kernel's parameter list: a tuple of [`KernelParam`] types, such as `(Buffer, u32, u32)`.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a kernel parameter list",
@@ -168,6 +197,12 @@ macro_rules! param_tuples {
             ) -> R {
                 let mut values = [$($param::bytes(&args.$index)),+];
                 let mut pointers = values.each_mut().map(|value| value.as_mut_ptr().cast::<c_void>());
+                $(
+                    if let Some(large) = $param::large_bytes(&args.$index) {
+                        // The driver only reads through the parameter pointers.
+                        pointers[$index] = large.as_ptr().cast_mut().cast::<c_void>();
+                    }
+                )+
                 launch(pointers.as_mut_ptr())
             }
             fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()> {

@@ -149,6 +149,9 @@ pub(crate) const KNOWN: &[&str] = &[
     "dp2a",
     "set",
     "match",
+    "mbarrier",
+    "cp",
+    "griddepcontrol",
 ];
 
 fn ns(op: &str) -> LoadError {
@@ -1476,6 +1479,150 @@ fn decode_op<'a>(
         }
         "exit" => Op::Exit,
         "trap" | "brkpt" => Op::Trap,
+        "griddepcontrol" => {
+            // Launches run one after another: the previous grid has completed, and its
+            // memory is visible, before a dependent one starts.
+            if !(take(m, "wait") || take(m, "launch_dependents")) {
+                return Err(ns(opcode));
+            }
+            cx.nops(ops, 0)?;
+            Op::Nop
+        }
+        "mbarrier" => decode_mbarrier(cx, m, ops)?,
+        "cp" => decode_bulk(cx, m, ops)?,
         _ => return Err(ns(opcode)),
+    })
+}
+
+/// The shared address of an mbarrier operand (`[reg]` or `[symbol]`, no offset).
+fn shared_addr<'a>(cx: &mut Cx<'_, 'a, '_>, o: &Opd<'a>) -> Result<R, LoadError> {
+    match cx.addr(o)? {
+        (r, 0) => Ok(r),
+        _ => Err(ns(&format!("{} (an address offset)", cx.op))),
+    }
+}
+
+/// `mbarrier.init`, `mbarrier.arrive[.expect_tx]`, `mbarrier.try_wait.parity` on
+/// `.shared::cta` (or `.shared`) 64-bit barriers.
+fn decode_mbarrier<'a>(
+    cx: &mut Cx<'_, 'a, '_>,
+    m: &mut Vec<&'a str>,
+    ops: &[Opd<'a>],
+) -> Result<Op, LoadError> {
+    let opcode = cx.op;
+    take_any(m, &["release", "acquire", "relaxed", "cta"]);
+    if !matches!(take_space(m), Space::Shared) || !take(m, "b64") {
+        return Err(ns(opcode));
+    }
+    if take(m, "init") {
+        cx.nops(ops, 2)?;
+        let addr = shared_addr(cx, &ops[0])?;
+        let count = cx.src(&ops[1], T::U32)?;
+        return Ok(Op::MbarInit { addr, count });
+    }
+    if take(m, "arrive") {
+        let expect = take(m, "expect_tx");
+        cx.nops(ops, if expect { 3 } else { 2 })?;
+        let d = cx.dst(&ops[0])?;
+        let addr = shared_addr(cx, &ops[1])?;
+        let tx = if expect {
+            cx.src(&ops[2], T::U32)?
+        } else {
+            cx.f.konst(0)
+        };
+        return Ok(Op::MbarArrive {
+            d,
+            addr,
+            tx,
+            expect,
+        });
+    }
+    if take(m, "try_wait") || take(m, "test_wait") {
+        if !take(m, "parity") {
+            return Err(ns(opcode));
+        }
+        cx.nops(ops, 3)?;
+        let p = cx.dst(&ops[0])?;
+        let addr = shared_addr(cx, &ops[1])?;
+        let parity = cx.src(&ops[2], T::U32)?;
+        return Ok(Op::MbarTryWait { p, addr, parity });
+    }
+    Err(ns(opcode))
+}
+
+/// `cp.async.bulk.tensor.Nd` (tile mode, global to `shared::cluster` with an mbarrier, or
+/// `shared::cta` to global with a bulk group), `cp.async.bulk.commit_group` and
+/// `cp.async.bulk.wait_group[.read]`.
+fn decode_bulk<'a>(
+    cx: &mut Cx<'_, 'a, '_>,
+    m: &mut Vec<&'a str>,
+    ops: &[Opd<'a>],
+) -> Result<Op, LoadError> {
+    let opcode = cx.op;
+    if !(take(m, "async") && take(m, "bulk")) {
+        return Err(ns(opcode));
+    }
+    if take(m, "commit_group") {
+        cx.nops(ops, 0)?;
+        // Copies complete when they are issued.
+        return Ok(Op::Nop);
+    }
+    if take(m, "wait_group") {
+        take(m, "read");
+        cx.nops(ops, 1)?;
+        return Ok(Op::Nop);
+    }
+    if !take(m, "tensor") {
+        return Err(ns(opcode));
+    }
+    let rank = ["1d", "2d", "3d", "4d", "5d"]
+        .iter()
+        .position(|w| take(m, w))
+        .ok_or_else(|| ns(opcode))?
+        + 1;
+    take(m, "tile");
+    let load = if take(m, "shared::cluster") {
+        if !(take(m, "global") && take(m, "mbarrier::complete_tx::bytes")) {
+            return Err(ns(opcode));
+        }
+        true
+    } else if take(m, "global") {
+        if !(take(m, "shared::cta") && take(m, "bulk_group")) {
+            return Err(ns(opcode));
+        }
+        false
+    } else {
+        return Err(ns(opcode));
+    };
+    let (tensor, shared, mbar) = match (load, ops) {
+        (true, [dst, tensor, mbar]) => (tensor, dst, Some(mbar)),
+        (false, [tensor, src]) => (tensor, src, None),
+        _ => return Err(cx.inv("unexpected operands")),
+    };
+    let Opd::Tensor(map, coords) = tensor else {
+        return Err(cx.inv("expected [tensor map, {coordinates}]"));
+    };
+    if coords.len() != rank {
+        return Err(cx.inv("coordinates do not match the dimension"));
+    }
+    let map = cx.src(&Opd::Name(map), T::U64)?;
+    let coords = coords
+        .iter()
+        .map(|c| cx.src(c, T::S32))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shared = shared_addr(cx, shared)?;
+    let mbar = match mbar {
+        Some(mbar) => shared_addr(cx, mbar)?,
+        None => cx.f.konst(0),
+    };
+    cx.f.f.tensor_sites.push(TensorSite {
+        load,
+        map,
+        coords,
+        shared,
+        mbar,
+    });
+    Ok(Op::Tensor {
+        site: (cx.f.f.tensor_sites.len() - 1) as u32,
     })
 }

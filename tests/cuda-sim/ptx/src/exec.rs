@@ -87,7 +87,7 @@ impl Thread {
 
 /// Where a checked access lands.
 #[derive(Clone, Copy)]
-enum Loc {
+pub(crate) enum Loc {
     Host(u64),
     Shared(usize),
     Local(usize),
@@ -148,7 +148,7 @@ impl RegionCache {
 }
 
 impl<'m> W<'m> {
-    fn fault_oob(&self, th: &Thread, addr: u64, len: u64, write: bool) -> Fault {
+    pub(crate) fn fault_oob(&self, th: &Thread, addr: u64, len: u64, write: bool) -> Fault {
         let f = &self.module.funcs[th.func as usize];
         Fault::OutOfBounds {
             block: self.ctaid,
@@ -181,7 +181,7 @@ impl<'m> W<'m> {
     }
 
     /// Checks an access of `len` bytes (aligned to `align`) in `space` at `addr`.
-    fn locate(
+    pub(crate) fn locate(
         &mut self,
         th: &Thread,
         shared_len: usize,
@@ -899,6 +899,49 @@ impl<'m> W<'m> {
                     th.pc = pc as u32;
                     th.state = St::Bar;
                     return Ok(());
+                }
+                Op::MbarInit { addr, count } => {
+                    let (at, n) = (regs[addr as usize], regs[count as usize] & 0xffff_ffff);
+                    th.pc = pc as u32;
+                    if let Err(e) = self.mbar_init(th, shared, at, n) {
+                        fault!(e);
+                    }
+                }
+                Op::MbarArrive {
+                    d,
+                    addr,
+                    tx,
+                    expect,
+                } => {
+                    let at = regs[addr as usize];
+                    let bytes = if expect { regs[tx as usize] } else { 0 };
+                    th.pc = pc as u32;
+                    match self.mbar_arrive(th, shared, at, bytes) {
+                        Ok(state) => th.regs[d as usize] = state,
+                        Err(e) => fault!(e),
+                    }
+                }
+                Op::MbarTryWait { p, addr, parity } => {
+                    let (at, parity) = (regs[addr as usize], regs[parity as usize]);
+                    th.pc = pc as u32;
+                    match self.mbar_test(th, shared, at, parity) {
+                        Ok(true) => th.regs[p as usize] = 1,
+                        Ok(false) => {
+                            // Not yet: let the other threads of the block run (the copy or
+                            // the arrival this thread waits for is theirs to make).
+                            th.regs[p as usize] = 0;
+                            th.pc = pc as u32 + 1;
+                            return Ok(());
+                        }
+                        Err(e) => fault!(e),
+                    }
+                }
+                Op::Tensor { site } => {
+                    th.pc = pc as u32;
+                    let site = &func.tensor_sites[site as usize];
+                    if let Err(e) = self.tensor_copy(th, shared, site) {
+                        fault!(e);
+                    }
                 }
                 Op::Shf {
                     left,

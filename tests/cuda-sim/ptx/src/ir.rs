@@ -268,6 +268,29 @@ pub(crate) enum Sreg {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Op {
     Nop,
+    /// `mbarrier.init`: the barrier at shared `addr` expects `count` arrivals.
+    MbarInit {
+        addr: R,
+        count: R,
+    },
+    /// `mbarrier.arrive[.expect_tx]`: one arrival (after raising the transaction count by
+    /// `tx` when `expect`), the state before it in `d`.
+    MbarArrive {
+        d: R,
+        addr: R,
+        tx: R,
+        expect: bool,
+    },
+    /// `mbarrier.try_wait.parity`: `p` = whether the phase of parity `parity` completed.
+    MbarTryWait {
+        p: R,
+        addr: R,
+        parity: R,
+    },
+    /// `cp.async.bulk.tensor` in either direction: `Func::tensor_sites[site]`.
+    Tensor {
+        site: u32,
+    },
     Mov {
         d: R,
         a: R,
@@ -608,4 +631,18 @@ pub(crate) struct Func {
     pub calls: Vec<CallSite>,
     /// Static shared variables (indices) this function references.
     pub shared_refs: Vec<usize>,
+    /// The operands of its `cp.async.bulk.tensor` instructions.
+    pub tensor_sites: Vec<TensorSite>,
+}
+
+/// One `cp.async.bulk.tensor`: a tile between global memory (through the tensor map at the
+/// generic address in `map`) and shared memory at `shared`.
+#[derive(Clone, Debug)]
+pub(crate) struct TensorSite {
+    /// Global to shared (completing `mbar`'s transactions), or shared to global.
+    pub load: bool,
+    pub map: R,
+    pub coords: Vec<R>,
+    pub shared: R,
+    pub mbar: R,
 }

@@ -29,7 +29,10 @@ mod lex;
 mod memory;
 mod parse;
 mod printf;
+mod tma;
 mod warp;
+
+pub use tma::TensorMapDesc;
 
 use std::collections::HashMap;
 

@@ -56,6 +56,8 @@ pub(crate) enum Opd<'a> {
     Paren(Vec<&'a str>),
     Pair(&'a str, &'a str),
     SymOff(&'a str, i64),
+    /// `[tensor, {c0, c1, ...}]`: a tensor map and coordinates (`cp.async.bulk.tensor`).
+    Tensor(&'a str, Vec<Opd<'a>>),
 }
 
 pub(crate) struct Parser<'a> {
@@ -731,6 +733,15 @@ impl<'a> Parser<'a> {
                 let mut base = None;
                 let mut off = 0i64;
                 match self.next()? {
+                    Tok::Id(s) if self.peek() == Some(Tok::P(b',')) => {
+                        self.i += 1;
+                        let coords = match self.operand()? {
+                            Opd::Vec(v) => v,
+                            _ => return Err(self.err("expected {coordinates}")),
+                        };
+                        self.expect(b']')?;
+                        return Ok(Opd::Tensor(s, coords));
+                    }
                     Tok::Id(s) => base = Some(s),
                     Tok::Num(s) => {
                         off = parse_int(s).ok_or_else(|| self.err("bad address"))? as i64

@@ -264,8 +264,15 @@ export_fns! {
             )?;
             sim.check_launch_context(&launch, context)?;
             sim.check_launch_attributes(&launch, &attributes, device)?;
-            Ok(Op::Kernel(launch))
+            let event = sim.check_dependent_attributes(&launch, &attributes, context)?;
+            Ok((Op::Kernel(launch), event))
         })?;
-        stream_work(Some(config.stream), "cuLaunchKernelEx", op)
+        let (op, event) = op;
+        stream_work(Some(config.stream), "cuLaunchKernelEx", op)?;
+        match event {
+            // Every block has triggered once the kernel has run.
+            Some(event) => with_sim(|sim| sim.record_event(event, config.stream)),
+            None => Ok(()),
+        }
     }
 }

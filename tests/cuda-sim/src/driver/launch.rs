@@ -16,6 +16,10 @@ pub const INVALID_CLUSTER_SIZE: CuResult = 912;
 const ATTRIBUTE_IGNORE: u32 = 0;
 const ATTRIBUTE_CLUSTER_DIMENSION: u32 = 4;
 const ATTRIBUTE_PRIORITY: u32 = 8;
+/// Checked in `launch_attributes`.
+pub const ATTRIBUTE_COOPERATIVE: u32 = 2;
+pub const ATTRIBUTE_PROGRAMMATIC_SERIALIZATION: u32 = 6;
+pub const ATTRIBUTE_PROGRAMMATIC_EVENT: u32 = 7;
 /// Blocks per cluster without `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`, and with.
 const PORTABLE_CLUSTER: u64 = 8;
 const NON_PORTABLE_CLUSTER: u64 = 16;
@@ -139,8 +143,8 @@ impl Sim {
     }
 
     /// The launch attributes of `cuLaunchKernelEx`. Cluster dimensions are checked against
-    /// the grid and the cluster size limit, priorities accepted; every other attribute
-    /// (cooperative launches, access policy windows, programmatic events…) is not modelled
+    /// the grid and the cluster size limit, priorities accepted, cooperative and programmatic attributes checked in `launch_attributes`; every
+    /// other attribute (access policy windows, memory sync domains…) is not modelled
     /// and refused with `CUDA_ERROR_INVALID_VALUE`, so a program never silently loses what it
     /// asked for.
     pub fn check_launch_attributes(
@@ -155,6 +159,10 @@ impl Sim {
             };
             match attribute.id {
                 ATTRIBUTE_IGNORE | ATTRIBUTE_PRIORITY => {}
+                // Checked in `launch_attributes`.
+                ATTRIBUTE_COOPERATIVE
+                | ATTRIBUTE_PROGRAMMATIC_SERIALIZATION
+                | ATTRIBUTE_PROGRAMMATIC_EVENT => {}
                 ATTRIBUTE_CLUSTER_DIMENSION => {
                     let cluster = [word(0), word(1), word(2)];
                     if cluster.contains(&0)

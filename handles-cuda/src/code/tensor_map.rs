@@ -1,0 +1,364 @@
+//! Tensor maps: the 128-byte descriptors (`CUtensorMap`) through which the tensor memory
+//! accelerator (TMA, compute capability 9.0 and later) copies tiles between global and shared
+//! memory, passed to a kernel as a `const __grid_constant__ CUtensorMap` parameter.
+//!
+//! A [`TensorMap<T>`] is encoded from a typed buffer ([`DeviceBuffer<T>`]; the element type
+//! gives the map's data type) and a [`TiledTensor`] description (`cuTensorMapEncodeTiled`).
+//! Everything the driver would refuse, and everything that would let the map reach past the
+//! buffer, is refused first as a [`TensorMapProblem`]: the rank, the dimensions, strides that
+//! are not multiples of 16 bytes or that overlap the dimension below, box dimensions above
+//! 256 or an inner box row that is not a multiple of 16 bytes (or wider than the swizzle
+//! span), element strides outside 1..=8, a global address that is not 16-byte aligned, and a
+//! described extent longer than the buffer. The hardware clips every TMA access to the global
+//! dimensions (loads outside them are filled, stores outside them dropped), so within that
+//! extent a kernel that uses the map only through TMA instructions stays in the buffer.
+//!
+//! The map keeps its buffer: it holds a clone of the handle, a launch reports the buffer as
+//! used on its stream like a buffer argument, and a graph that captures the launch attaches
+//! it. The descriptor lives in a box of the type's own alignment (64 bytes, 128 with CUDA 13
+//! bindings), and a launch passes a pointer to it: the driver copies the 128 bytes into the
+//! kernel's parameter space, whose `.align 64` the kernel declares. The driver encodes in a
+//! context (measured: `CUDA_ERROR_INVALID_CONTEXT` without one on driver 580): the caller's
+//! current one, or else the primary context of the buffer's device.
+
+use cudarc::driver::sys;
+
+use crate::driver::call::driver;
+use crate::driver::current::{current_raw, in_context};
+use crate::driver::load::ensure_loaded;
+use crate::error::{Error, Result, TensorMapProblem};
+use crate::exec::context::ContextHandle;
+use crate::memory::typed::DeviceBuffer;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// An element type a tensor map can describe: its `CUtensorMapDataType`.
+pub trait TensorElement: bytemuck::Pod + sealed::Sealed {
+    /// The map's data type for this element.
+    const DATA_TYPE: sys::CUtensorMapDataType;
+    /// Whether it is a floating-point type (NaN fill is allowed).
+    const FLOAT: bool;
+}
+
+macro_rules! elements {
+    ($($t:ty => $v:ident, $float:literal;)*) => {$(
+        impl sealed::Sealed for $t {}
+        impl TensorElement for $t {
+            const DATA_TYPE: sys::CUtensorMapDataType =
+                sys::CUtensorMapDataType::$v;
+            const FLOAT: bool = $float;
+        }
+    )*};
+}
+elements! {
+    u8 => CU_TENSOR_MAP_DATA_TYPE_UINT8, false;
+    u16 => CU_TENSOR_MAP_DATA_TYPE_UINT16, false;
+    u32 => CU_TENSOR_MAP_DATA_TYPE_UINT32, false;
+    i32 => CU_TENSOR_MAP_DATA_TYPE_INT32, false;
+    u64 => CU_TENSOR_MAP_DATA_TYPE_UINT64, false;
+    i64 => CU_TENSOR_MAP_DATA_TYPE_INT64, false;
+    f32 => CU_TENSOR_MAP_DATA_TYPE_FLOAT32, true;
+    f64 => CU_TENSOR_MAP_DATA_TYPE_FLOAT64, true;
+}
+
+/// How shared memory tiles are swizzled (`CUtensorMapSwizzle`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Swizzle {
+    /// Row-major tiles, unswizzled.
+    #[default]
+    None,
+    /// 32-byte swizzle (inner box row at most 32 bytes).
+    B32,
+    /// 64-byte swizzle (inner box row at most 64 bytes).
+    B64,
+    /// 128-byte swizzle (inner box row at most 128 bytes).
+    B128,
+}
+
+/// How far the L2 cache fetches beyond each access (`CUtensorMapL2promotion`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum L2Promotion {
+    /// No promotion.
+    #[default]
+    None,
+    /// 64 bytes.
+    B64,
+    /// 128 bytes.
+    B128,
+    /// 256 bytes.
+    B256,
+}
+
+/// What loads outside the tensor read (`CUtensorMapFloatOOBfill`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OobFill {
+    /// Zeros.
+    #[default]
+    Zero,
+    /// NaN (floating-point element types only; the FMA-ready quiet NaN).
+    Nan,
+}
+
+/// A tiled tensor: its shape in global memory and the box (tile) a TMA copy moves. Lists are
+/// innermost dimension first.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TiledTensor {
+    /// Elements in each dimension (rank 1 to 5).
+    pub dims: Vec<u64>,
+    /// Bytes between consecutive indices of dimensions 1 and up (rank - 1 entries), each a
+    /// multiple of 16.
+    pub strides: Vec<u64>,
+    /// The box: elements in each dimension, each 1 to 256.
+    pub box_dims: Vec<u32>,
+    /// Traversal stride in each dimension, 1 to 8 (empty: all 1).
+    pub element_strides: Vec<u32>,
+    /// Shared-memory swizzle.
+    pub swizzle: Swizzle,
+    /// L2 promotion.
+    pub l2_promotion: L2Promotion,
+    /// Out-of-bounds fill for loads.
+    pub oob_fill: OobFill,
+}
+
+impl TiledTensor {
+    /// A row-major matrix of `rows` rows of `columns` elements of `element_bytes` bytes, rows
+    /// packed (stride = `columns * element_bytes`), copied in boxes of `box_rows` x
+    /// `box_columns`.
+    pub fn matrix(
+        columns: u64,
+        rows: u64,
+        element_bytes: usize,
+        box_columns: u32,
+        box_rows: u32,
+    ) -> TiledTensor {
+        TiledTensor {
+            dims: vec![columns, rows],
+            strides: vec![columns.saturating_mul(element_bytes as u64)],
+            box_dims: vec![box_columns, box_rows],
+            element_strides: Vec::new(),
+            swizzle: Swizzle::None,
+            l2_promotion: L2Promotion::None,
+            oob_fill: OobFill::Zero,
+        }
+    }
+
+    /// Checks the description for elements of `element` bytes at `address`, in a buffer of
+    /// `available` bytes; returns the element strides to pass (all 1 when none are given).
+    fn check(
+        &self,
+        element: u64,
+        float: bool,
+        address: u64,
+        available: u64,
+    ) -> Result<Vec<u32>, TensorMapProblem> {
+        let rank = self.dims.len();
+        if !(1..=5).contains(&rank) {
+            return Err(TensorMapProblem::Rank { rank, max: 5 });
+        }
+        let length = |what, len, expected| {
+            if len == expected {
+                Ok(())
+            } else {
+                Err(TensorMapProblem::Length { what, len, rank })
+            }
+        };
+        length("strides", self.strides.len(), rank - 1)?;
+        length("box_dims", self.box_dims.len(), rank)?;
+        let element_strides = if self.element_strides.is_empty() {
+            vec![1; rank]
+        } else {
+            length("element_strides", self.element_strides.len(), rank)?;
+            self.element_strides.clone()
+        };
+        for (axis, &size) in self.dims.iter().enumerate() {
+            if size == 0 || size > 1 << 32 {
+                return Err(TensorMapProblem::Dimension { axis, size });
+            }
+        }
+        // Bytes spanned by dimensions below each stride: each stride must cover them.
+        let mut span = self.dims[0] * element;
+        for (axis, &stride) in self.strides.iter().enumerate() {
+            if !stride.is_multiple_of(16) || stride >= 1 << 40 || stride < span {
+                return Err(TensorMapProblem::Stride {
+                    axis,
+                    stride,
+                    at_least: span,
+                });
+            }
+            span = stride.saturating_mul(self.dims[axis + 1]);
+        }
+        for (axis, &size) in self.box_dims.iter().enumerate() {
+            if size == 0 || size > 256 {
+                return Err(TensorMapProblem::BoxDimension { axis, size });
+            }
+        }
+        let inner = u64::from(self.box_dims[0]) * element;
+        let max = match self.swizzle {
+            Swizzle::None => 256 * 8,
+            Swizzle::B32 => 32,
+            Swizzle::B64 => 64,
+            Swizzle::B128 => 128,
+        };
+        if !inner.is_multiple_of(16) || inner > max {
+            return Err(TensorMapProblem::BoxInner { bytes: inner, max });
+        }
+        for (axis, &stride) in element_strides.iter().enumerate() {
+            if !(1..=8).contains(&stride) {
+                return Err(TensorMapProblem::ElementStride { axis, stride });
+            }
+        }
+        if !address.is_multiple_of(16) {
+            return Err(TensorMapProblem::Alignment { address });
+        }
+        if self.oob_fill == OobFill::Nan && !float {
+            return Err(TensorMapProblem::NanFill);
+        }
+        // The last element's end: the farthest byte any in-bounds access can reach.
+        let needed = self
+            .strides
+            .iter()
+            .zip(&self.dims[1..])
+            .fold(self.dims[0] * element, |end, (&stride, &size)| {
+                end.saturating_add(stride.saturating_mul(size - 1))
+            });
+        if needed > available {
+            return Err(TensorMapProblem::Extent { needed, available });
+        }
+        Ok(element_strides)
+    }
+}
+
+/// Runs `encode` with a context current, as `cuTensorMapEncodeTiled` needs
+/// (`CUDA_ERROR_INVALID_CONTEXT` without one): the caller's, or else the primary context of
+/// the device the memory at `address` belongs to (asked in device 0's primary context; host
+/// memory is encoded in device 0's).
+fn in_a_context(address: u64, encode: impl FnOnce() -> Result<()>) -> Result<()> {
+    if !current_raw()?.is_null() {
+        return encode();
+    }
+    let ordinal = ContextHandle::with_primary(0, |context| {
+        in_context(context.as_cu(), || {
+            let mut ordinal: std::ffi::c_int = 0;
+            // SAFETY: a context is current; `ordinal` is a valid out-pointer of the
+            // attribute's type (an int); the address is of a live allocation.
+            unsafe {
+                driver!(cuPointerGetAttribute(
+                    (&raw mut ordinal).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    address
+                ))
+            }?;
+            Ok(usize::try_from(ordinal).unwrap_or(0))
+        })
+    })??;
+    ContextHandle::with_primary(ordinal, |context| in_context(context.as_cu(), encode))?
+}
+
+/// An encoded tensor map over a typed buffer, passed to kernels as a `const __grid_constant__
+/// CUtensorMap` parameter (this type is its own [`KernelParam`](crate::code::KernelParam):
+/// a launch passes `&TensorMap<T>`).
+///
+/// Ownership: owns the descriptor; keeps alive: the buffer (a clone of its handle), which
+/// every launch that passes the map reports as used on its stream.
+pub struct TensorMap<T: TensorElement> {
+    map: Box<sys::CUtensorMap>,
+    buffer: DeviceBuffer<T>,
+    description: TiledTensor,
+}
+
+impl<T: TensorElement> Clone for TensorMap<T> {
+    fn clone(&self) -> Self {
+        TensorMap {
+            map: self.map.clone(),
+            buffer: self.buffer.clone(),
+            description: self.description.clone(),
+        }
+    }
+}
+
+impl<T: TensorElement> std::fmt::Debug for TensorMap<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorMap")
+            .field("buffer", &self.buffer)
+            .field("description", &self.description)
+            .finish()
+    }
+}
+
+impl<T: TensorElement> TensorMap<T> {
+    /// Encodes a tiled map of `buffer` (`cuTensorMapEncodeTiled`), after checking the
+    /// description against the driver's rules and the buffer's length.
+    pub fn tiled(buffer: &DeviceBuffer<T>, description: &TiledTensor) -> Result<Self> {
+        ensure_loaded()?;
+        let element = std::mem::size_of::<T>() as u64;
+        let address = buffer.as_bytes().as_cu();
+        let available = buffer.len() as u64 * element;
+        let element_strides = description
+            .check(element, T::FLOAT, address, available)
+            .map_err(|what| Error::BadTensorMap { what })?;
+        let rank = description.dims.len() as u32;
+        use sys::CUtensorMapFloatOOBfill as Fill;
+        use sys::CUtensorMapL2promotion as L2;
+        use sys::CUtensorMapSwizzle as Sw;
+        let swizzle = match description.swizzle {
+            Swizzle::None => Sw::CU_TENSOR_MAP_SWIZZLE_NONE,
+            Swizzle::B32 => Sw::CU_TENSOR_MAP_SWIZZLE_32B,
+            Swizzle::B64 => Sw::CU_TENSOR_MAP_SWIZZLE_64B,
+            Swizzle::B128 => Sw::CU_TENSOR_MAP_SWIZZLE_128B,
+        };
+        let l2 = match description.l2_promotion {
+            L2Promotion::None => L2::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            L2Promotion::B64 => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+            L2Promotion::B128 => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            L2Promotion::B256 => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        };
+        let fill = match description.oob_fill {
+            OobFill::Zero => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            OobFill::Nan => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+        };
+        let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
+        in_a_context(address, || {
+            // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank` entries
+            // (`rank - 1` for the strides), as checked; the address is the buffer's, alive
+            // while `buffer` is (and kept by the map); a context is current.
+            unsafe {
+                driver!(cuTensorMapEncodeTiled(
+                    &mut *map,
+                    T::DATA_TYPE,
+                    rank,
+                    address as *mut std::ffi::c_void,
+                    description.dims.as_ptr(),
+                    description.strides.as_ptr(),
+                    description.box_dims.as_ptr(),
+                    element_strides.as_ptr(),
+                    sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    swizzle,
+                    l2,
+                    fill
+                ))
+            }
+        })?;
+        Ok(TensorMap {
+            map,
+            buffer: buffer.clone(),
+            description: description.clone(),
+        })
+    }
+
+    /// The buffer the map describes.
+    pub fn buffer(&self) -> &DeviceBuffer<T> {
+        &self.buffer
+    }
+
+    /// The description it was encoded from.
+    pub fn description(&self) -> &TiledTensor {
+        &self.description
+    }
+
+    /// The 128 bytes of the encoded descriptor.
+    pub fn as_bytes(&self) -> &[u8; 128] {
+        bytemuck::cast_ref(&self.map.opaque)
+    }
+}
