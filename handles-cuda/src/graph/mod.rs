@@ -44,8 +44,10 @@
 pub(crate) mod capture;
 pub(crate) mod exec;
 pub(crate) mod host;
+pub(crate) mod memory_nodes;
+pub(crate) mod node_update;
 pub(crate) mod nodes;
 
-pub use self::capture::{Capture, CaptureMode};
+pub use self::capture::{Capture, CaptureBranch, CaptureMode};
 pub use self::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
 pub use self::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};

@@ -31,6 +31,7 @@ use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
 use crate::graph::host::HostFunctionHandle;
+use crate::graph::memory_nodes::Book;
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::sync::lock;
 
@@ -60,6 +61,9 @@ pub struct Graph {
     #[handle(copy)]
     pub id: u64,
     pub(crate) attachments: Mutex<Vec<Attachment>>,
+    /// The nodes' dependencies, attachment spans and graph-owned memory (locked after
+    /// `attachments`).
+    pub(crate) book: Mutex<Book>,
 }
 // SAFETY: the CUDA driver API lets graphs be used and destroyed from any thread; adding nodes
 // is serialised by the attachments' lock.
@@ -73,8 +77,8 @@ fn destroy_graph(raw: CUgraph, _: &Graph) -> Result<()> {
 /// A node of a graph, to name as a dependency of later nodes of the same graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GraphNode {
-    raw: CUgraphNode,
-    graph: u64,
+    pub(crate) raw: CUgraphNode,
+    pub(crate) graph: u64,
 }
 
 // SAFETY: a node is an identifier the driver hands out; it is only passed back to the driver
@@ -105,6 +109,7 @@ impl GraphHandle {
             context: context.clone(),
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             attachments: Mutex::new(attachments),
+            book: Mutex::new(Book::default()),
         };
         // SAFETY: a fresh graph owned by nobody else; `destroy_graph` destroys it once.
         unsafe { GraphHandle::from_raw(raw, record) }
@@ -130,22 +135,57 @@ impl GraphHandle {
     }
 
     /// Adds a node through `add` (the driver call) and attaches `attachments` to the graph,
-    /// under the graph's lock.
+    /// under the graph's lock. Graph-owned memory among them is checked against its rules
+    /// (`memory_nodes.rs`) and recorded as used by the node instead of attached.
     pub(crate) fn add_node(
         &self,
         dependencies: &[GraphNode],
         attachments: impl IntoIterator<Item = Attachment>,
         add: impl FnOnce(*mut CUgraphNode, &[CUgraphNode]) -> Result<()>,
     ) -> Result<GraphNode> {
+        self.add_node_checked(dependencies, attachments, |_, _| Ok(()), add, |_| {})
+    }
+
+    /// [`Self::add_node`] with `check` run first and `record` run after the node was added,
+    /// both on the graph's book under its lock (the rules of free nodes).
+    pub(crate) fn add_node_checked(
+        &self,
+        dependencies: &[GraphNode],
+        attachments: impl IntoIterator<Item = Attachment>,
+        check: impl FnOnce(&Book, &[usize]) -> Result<()>,
+        add: impl FnOnce(*mut CUgraphNode, &[CUgraphNode]) -> Result<()>,
+        record: impl FnOnce(&mut Book),
+    ) -> Result<GraphNode> {
         let raw_dependencies = self.check_dependencies(dependencies)?;
+        let keys: Vec<usize> = raw_dependencies.iter().map(|&node| node as usize).collect();
         let mut attached = lock(&self.record().attachments);
+        let mut book = lock(&self.record().book);
+        let sorted = book.sort(self.id(), &keys, attachments)?;
+        check(&book, &keys)?;
         let mut node: CUgraphNode = std::ptr::null_mut();
         add(&mut node, &raw_dependencies)?;
-        attached.extend(attachments);
+        book.added(
+            node,
+            &keys,
+            attached.len(),
+            sorted.kept.len(),
+            &sorted.owned,
+        );
+        record(&mut book);
+        attached.extend(sorted.kept);
         Ok(GraphNode {
             raw: node,
             graph: self.id(),
         })
+    }
+
+    /// The reach check of a buffer a node of this graph uses: graph-owned memory is checked
+    /// by `add_node` against the node's dependencies instead (it lies on the graph's device).
+    pub(crate) fn check_node_buffer(buffer: &DevicePtrHandle, ordinal: usize) -> Result<()> {
+        match buffer.graph_owner() {
+            Some(_) => Ok(()),
+            None => buffer.check_accessible_from(ordinal),
+        }
     }
 
     /// Adds a kernel node: `kernel` launched with `config` and `args`, after `dependencies`.
@@ -159,7 +199,9 @@ impl GraphHandle {
         args: P::Args<'_>,
     ) -> Result<GraphNode> {
         let ordinal = self.device_ordinal()?;
-        kernel.check_launch(config, &args, ordinal)?;
+        kernel.check_launch(config, &args, ordinal, |buffer| {
+            Self::check_node_buffer(buffer, ordinal)
+        })?;
         let mut attachments = vec![Attachment::Kernel(kernel.kernel().clone())];
         P::for_each_buffer(&args, |buffer| {
             attachments.push(Attachment::Buffer(buffer.clone()))
@@ -208,15 +250,8 @@ impl GraphHandle {
         len: usize,
     ) -> Result<GraphNode> {
         let start = buffer.range(offset, len)?;
-        buffer.check_accessible_from(self.device_ordinal()?)?;
-        let params = sys::CUDA_MEMSET_NODE_PARAMS {
-            dst: start,
-            pitch: 0,
-            value: u32::from(value),
-            elementSize: 1,
-            width: len,
-            height: 1,
-        };
+        Self::check_node_buffer(buffer, self.device_ordinal()?)?;
+        let params = Self::memset_params(start, value, len);
         let attachments = [Attachment::Buffer(buffer.clone())];
         self.add_node(dependencies, attachments, |node, deps| {
             // SAFETY: the graph and context are alive; the range lies in the buffer, which
@@ -247,37 +282,9 @@ impl GraphHandle {
     ) -> Result<GraphNode> {
         let (from, to) = src.copy_ranges(src_offset, dst, dst_offset, len)?;
         let ordinal = self.device_ordinal()?;
-        src.check_accessible_from(ordinal)?;
-        dst.check_accessible_from(ordinal)?;
-        // Every field written out: the memory types are enums without a zero value.
-        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        let params = sys::CUDA_MEMCPY3D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcZ: 0,
-            srcLOD: 0,
-            srcMemoryType: device,
-            srcHost: std::ptr::null(),
-            srcDevice: from,
-            srcArray: std::ptr::null_mut(),
-            reserved0: std::ptr::null_mut(),
-            srcPitch: 0,
-            srcHeight: 0,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstZ: 0,
-            dstLOD: 0,
-            dstMemoryType: device,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: to,
-            dstArray: std::ptr::null_mut(),
-            reserved1: std::ptr::null_mut(),
-            dstPitch: 0,
-            dstHeight: 0,
-            WidthInBytes: len,
-            Height: 1,
-            Depth: 1,
-        };
+        Self::check_node_buffer(src, ordinal)?;
+        Self::check_node_buffer(dst, ordinal)?;
+        let params = Self::copy_params(from, to, len);
         let attachments = [
             Attachment::Buffer(src.clone()),
             Attachment::Buffer(dst.clone()),
@@ -404,6 +411,61 @@ impl GraphHandle {
                 }
             },
         )
+    }
+}
+
+impl GraphHandle {
+    /// The parameters of a memset node filling `len` bytes from `start` with `value`.
+    pub(crate) fn memset_params(
+        start: sys::CUdeviceptr,
+        value: u8,
+        len: usize,
+    ) -> sys::CUDA_MEMSET_NODE_PARAMS {
+        sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: start,
+            pitch: 0,
+            value: u32::from(value),
+            elementSize: 1,
+            width: len,
+            height: 1,
+        }
+    }
+
+    /// The parameters of a copy node copying `len` bytes from `from` to `to` (device memory).
+    pub(crate) fn copy_params(
+        from: sys::CUdeviceptr,
+        to: sys::CUdeviceptr,
+        len: usize,
+    ) -> sys::CUDA_MEMCPY3D {
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        // Every field written out: the memory types are enums without a zero value.
+        sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null(),
+            srcDevice: from,
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: 0,
+            srcHeight: 0,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: to,
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: 0,
+            dstHeight: 0,
+            WidthInBytes: len,
+            Height: 1,
+            Depth: 1,
+        }
     }
 }
 

@@ -78,7 +78,7 @@ impl Sim {
         Ok(())
     }
 
-    /// `cuEventRecord`: a stream operation (a node while the stream captures).
+    /// `cuEventRecord`: a stream operation (while the stream captures, a fork point: no node).
     pub fn record_event(&mut self, raw: Raw, stream: Raw) -> Result<(), CuResult> {
         self.event(raw)?;
         let target = self.stream(stream, "cuEventRecord")?;

@@ -4,7 +4,7 @@
 //! references to the graph's user objects. A launch executes the nodes in order, one stream
 //! operation per node on the launch stream, checking the handles and memory they use then.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::errors::INVALID_VALUE;
 use super::streams::Target;
@@ -48,6 +48,10 @@ pub struct GraphExec {
     pub raw: Raw,
     pub nodes: Vec<Node>,
     pub user_objects: BTreeMap<Raw, u32>,
+    /// The graph it was instantiated from (its nodes name the exec's nodes).
+    pub graph: Raw,
+    /// Nodes turned off by `cuGraphNodeSetEnabled`: launches run them as empty nodes.
+    pub disabled: BTreeSet<Raw>,
 }
 
 impl Sim {
@@ -86,6 +90,7 @@ impl Sim {
         if let Some(graph) = self.graphs.remove(&raw) {
             self.bury(raw, Kind::Graph);
             self.drop_references(graph.user_objects);
+            self.release_graph_memory(&graph.nodes);
         }
     }
 
@@ -124,21 +129,28 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         self.require_current("cuGraphInstantiateWithFlags")?;
+        let source = graph;
         let graph = self.graph(graph)?;
         let nodes = graph.nodes.clone();
         let user_objects = graph.user_objects.clone();
+        // The driver's one instantiation at a time of a graph with memory nodes: checked
+        // before anything is taken.
+        self.check_memory_instance(source)?;
         for (&object, &count) in &user_objects {
             if let Some(object) = self.user_objects.get_mut(&object) {
                 object.refs += u64::from(count);
             }
         }
         let raw = self.new_raw(Kind::GraphExec);
+        self.retain_graph_memory(source, raw, &nodes);
         self.execs.insert(
             raw,
             GraphExec {
                 raw,
                 nodes,
                 user_objects,
+                graph: source,
+                disabled: BTreeSet::new(),
             },
         );
         Ok(raw)
@@ -152,6 +164,8 @@ impl Sim {
         };
         self.bury(raw, Kind::GraphExec);
         self.drop_references(exec.user_objects);
+        self.forget_memory_instance(raw);
+        self.release_graph_memory(&exec.nodes);
         Ok(())
     }
 
@@ -178,12 +192,17 @@ impl Sim {
     /// expanded); while `target` captures, the launch is recorded as one child-graph node and
     /// nothing is returned.
     pub fn graph_launch_ops(&mut self, exec: Raw, target: Target) -> Result<Vec<Op>, CuResult> {
-        let ops: Vec<Op> = self
-            .graph_exec(exec)?
-            .nodes
-            .iter()
-            .map(|n| n.op.clone())
-            .collect();
+        let ops: Vec<Op> = {
+            let exec = self.graph_exec(exec)?;
+            exec.nodes
+                .iter()
+                .map(|n| match exec.disabled.contains(&n.raw) {
+                    true => Op::Empty,
+                    false => n.op.clone(),
+                })
+                .collect()
+        };
+        self.check_memory_launch(exec, &ops, target)?;
         if self.capturing.contains_key(&target.timeline) {
             self.capture_op(target, Op::Child(ops))?;
             return Ok(Vec::new());

@@ -41,6 +41,7 @@ mod exports_green;
 mod exports_kernels;
 mod exports_vmm;
 mod faults;
+mod graph_memory;
 mod graphs;
 mod green;
 mod interp;
@@ -214,6 +215,8 @@ pub struct Sim {
     pub ticks: u64,
     /// Modules, managed-memory advice, context limits (`exports_cudarc`).
     pub extra: exports_cudarc::Extra,
+    /// Graph-owned memory's reservations and the executable graphs of memory-node graphs.
+    pub graph_memory: graph_memory::GraphMemory,
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -305,6 +308,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             next_id: 1,
             ticks: 0,
             extra: Default::default(),
+            graph_memory: Default::default(),
             config,
         };
         for ordinal in 0..sim.config.devices {

@@ -24,6 +24,8 @@ pub const NODE_GRAPH: u32 = 4;
 pub const NODE_EMPTY: u32 = 5;
 pub const NODE_WAIT_EVENT: u32 = 6;
 pub const NODE_EVENT_RECORD: u32 = 7;
+pub const NODE_MEM_ALLOC: u32 = 10;
+pub const NODE_MEM_FREE: u32 = 11;
 
 /// One stream operation, with its arguments captured by value.
 #[derive(Clone, Debug)]
@@ -57,6 +59,15 @@ pub enum Op {
     Host(unsafe extern "C" fn(*mut c_void), usize),
     /// A graph launched into a capture: its operations in order.
     Child(Vec<Op>),
+    /// An allocation node: maps the graph-owned memory reserved at `addr` (`graph_memory`).
+    GraphAlloc {
+        addr: u64,
+        size: u64,
+    },
+    /// A free node of graph-owned memory at `addr`.
+    GraphFree {
+        addr: u64,
+    },
     Empty,
 }
 
@@ -72,6 +83,8 @@ impl Op {
             Op::Host(..) => NODE_HOST,
             Op::Child(_) => NODE_GRAPH,
             Op::Empty => NODE_EMPTY,
+            Op::GraphAlloc { .. } => NODE_MEM_ALLOC,
+            Op::GraphFree { .. } => NODE_MEM_FREE,
         }
     }
 
@@ -187,6 +200,8 @@ impl Sim {
             Op::Empty => {
                 self.enqueue(target);
             }
+            &Op::GraphAlloc { addr, size } => self.run_graph_alloc(target, addr, size)?,
+            &Op::GraphFree { addr } => self.run_graph_free(target, addr)?,
         }
         Ok(Vec::new())
     }
