@@ -18,6 +18,9 @@ use handles_cuda::{
     },
 };
 
+#[path = "gpu_bench/node_update.rs"]
+mod node_update;
+
 const ROUNDS: usize = 31;
 
 fn ok(status: sys::CUresult) {
@@ -1017,6 +1020,10 @@ fn main() {
     report(
         "graph launch (1 kernel node)",
         &graph_launches(&context, &stream, &untracked),
+    );
+    report(
+        "kernel node arguments changed, then a launch",
+        &node_update::node_updates(&context, &stream),
     );
     report("map+unmap 2 MiB", &vmm_map_unmap());
     report(

@@ -248,3 +248,11 @@ fn node_buffers<'a>(buffers: impl IntoIterator<Item = &'a DevicePtrHandle>) -> V
         .map(|buffer| Attachment::Buffer(buffer.clone()))
         .collect()
 }
+
+impl GraphNode {
+    /// The raw node, for driver calls this crate does not wrap (the caller keeps its graph
+    /// alive, and passes it only with that graph or an executable graph made from it).
+    pub fn as_cu(&self) -> CUgraphNode {
+        self.raw
+    }
+}
