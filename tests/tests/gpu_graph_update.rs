@@ -149,6 +149,7 @@ fn kernel_node_arguments_update_and_the_old_buffer_outlives_a_queued_replay() {
     let other = handles_tests::stream(&context);
     let kernels = TestKernels::load().unwrap();
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let seed = filled(&pool, &kernels, &stream, 4);
     let first_src = filled(&pool, &kernels, &stream, 5);
     let second_src = filled(&pool, &kernels, &stream, 6);
     let out = DevicePtrHandle::alloc_from_pool(&pool, BYTES, &stream).unwrap();
@@ -166,10 +167,14 @@ fn kernel_node_arguments_update_and_the_old_buffer_outlives_a_queued_replay() {
         })
         .unwrap();
     let copy = graph
-        .add_kernel_node(&[waiting], &kernels.copy, &config(), (&out, &first_src, N))
+        .add_kernel_node(&[waiting], &kernels.copy, &config(), (&out, &seed, N))
         .unwrap();
     let exec = graph.instantiate().unwrap();
     drop(graph);
+    // The executable graph keeps its source graph (whose nodes name its nodes), and so `seed`:
+    // the first update gives the node `first_src`, which then only the node keeps.
+    exec.set_kernel_node_params(copy, &kernels.copy, &config(), (&out, &first_src, N))
+        .unwrap();
     // The first replay waits behind the host node: queued, not run.
     exec.launch(&stream).unwrap();
     exec.set_kernel_node_params(copy, &kernels.copy, &config(), (&out, &second_src, N))
@@ -189,6 +194,7 @@ fn kernel_node_arguments_update_and_the_old_buffer_outlives_a_queued_replay() {
         4,
         "host node, kernel, out, second source"
     );
+    drop(seed);
 
     // A node of another graph names no node of this executable graph.
     let stranger = GraphHandle::create(&context).unwrap();

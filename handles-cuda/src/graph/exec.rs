@@ -20,8 +20,9 @@ use crate::sync::lock;
 /// An executable graph.
 ///
 /// Ownership: [`GraphHandle::instantiate`] owns it and destroys it when the last clone drops
-/// (the driver defers the destruction past a launch still running). Keeps alive: its context
-/// and the handles its nodes reference, as of the latest instantiation or update.
+/// (the driver defers the destruction past a launch still running). Keeps alive: its context,
+/// the graph it was instantiated from (whose nodes name its nodes, for node updates), and the
+/// handles its nodes reference, as of the latest instantiation or update.
 #[derive(ResourceHandle)]
 #[handle(raw = CUgraphExec, accessor = as_cu, delete = destroy_graph_exec)]
 pub struct GraphExec {
@@ -31,6 +32,10 @@ pub struct GraphExec {
     pub(crate) attachments: Mutex<Attached>,
     /// The id of the graph it was instantiated from, whose nodes name its nodes.
     pub(crate) graph: u64,
+    /// That graph, kept alive: the driver names an executable graph's nodes by the source
+    /// graph's nodes, which die with it (driver 580 answers `CUDA_ERROR_INVALID_VALUE` to a
+    /// node update once the source graph is destroyed: a dangling node handle).
+    _source: GraphHandle,
     /// Held while it lives, for a graph with memory nodes: one instantiation at a time.
     _instance: Option<Arc<()>>,
 }
@@ -87,7 +92,8 @@ fn destroy_graph_exec(raw: CUgraphExec, _: &GraphExec) -> Result<()> {
 
 impl GraphHandle {
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps
-    /// what the graph's nodes reference now, and stays valid after this graph is dropped.
+    /// what the graph's nodes reference now, and keeps this graph (whose nodes name its nodes
+    /// in node updates) while it lives.
     pub fn instantiate(&self) -> Result<GraphExecHandle> {
         // The lock is held across the driver call, so no node can be added between the copy
         // of what the nodes reference and the instantiation of the nodes.
@@ -109,6 +115,7 @@ impl GraphHandle {
                 context: context.clone(),
                 attachments: Mutex::new(kept),
                 graph,
+                _source: self.clone(),
                 _instance: instance,
             };
             // SAFETY: a fresh executable graph owned by nobody else; the record keeps alive

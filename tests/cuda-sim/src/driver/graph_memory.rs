@@ -13,6 +13,9 @@
 //! free) is still live fails; launches of one executable graph are ordered one after the
 //! other, whatever their streams (a launch here waits for the previous one's clock).
 //!
+//! A node of an executable graph is named by its source graph's node, which dies with that
+//! graph: every setter refuses, with a violation, once the source graph is destroyed.
+//!
 //! Not modelled: a second launch of the same executable graph on another stream while the first
 //! waits behind a host function (the second runs at once, not after the first).
 
@@ -217,6 +220,18 @@ impl Sim {
         Ok(())
     }
 
+    /// The check of every call that names a node of `exec` by its source graph's node: that
+    /// graph must be alive, since its nodes die with it (driver 580 answers
+    /// `CUDA_ERROR_INVALID_VALUE` then; here it is also a **destroyed-handle** violation).
+    fn check_exec_source(&mut self, exec: Raw) -> Result<(), CuResult> {
+        let source = self.graph_exec(exec)?.graph;
+        if !self.graphs.contains_key(&source) {
+            self.dead_handle(source, super::Kind::Graph, false);
+            return Err(INVALID_VALUE);
+        }
+        Ok(())
+    }
+
     /// Replaces the operation of `node` of `exec`, which must be a node of type `node_type`.
     fn set_exec_node(
         &mut self,
@@ -225,6 +240,7 @@ impl Sim {
         node_type: u32,
         op: Op,
     ) -> Result<(), CuResult> {
+        self.check_exec_source(exec)?;
         let exec = self.graph_exec(exec)?;
         let Some(slot) = exec.nodes.iter_mut().find(|n| n.raw == node) else {
             return Err(INVALID_VALUE);
@@ -303,6 +319,7 @@ export_fns! {
 
     fn cuGraphNodeSetEnabled(exec: Raw, node: Raw, enabled: u32) {
         with_sim(|sim| {
+            sim.check_exec_source(exec)?;
             let exec = sim.graph_exec(exec)?;
             let Some(found) = exec.nodes.iter().find(|n| n.raw == node) else {
                 return Err(INVALID_VALUE);
@@ -321,6 +338,7 @@ export_fns! {
 
     fn cuGraphNodeGetEnabled(exec: Raw, node: Raw, enabled: *mut u32) {
         let on = with_sim(|sim| {
+            sim.check_exec_source(exec)?;
             let exec = sim.graph_exec(exec)?;
             if !exec.nodes.iter().any(|n| n.raw == node) {
                 return Err(INVALID_VALUE);
