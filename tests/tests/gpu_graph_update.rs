@@ -358,8 +358,8 @@ fn driver_rules_of_memory_nodes() {
     let raw_stream = stream.as_cu();
     // The raw calls run with the context current.
     context.run(|| -> handles_cuda::Result<()> {
-    // SAFETY (whole block): raw driver calls on objects made here, with valid out-pointers;
-    // every object is destroyed at the end.
+        // SAFETY: raw driver calls on objects made here, with valid out-pointers; every
+        // object is destroyed at the end.
     unsafe {
         let mut graph = std::ptr::null_mut();
         assert_eq!(sys::cuGraphCreate(&mut graph, 0), sys::CUresult::CUDA_SUCCESS);

@@ -13,7 +13,7 @@ use crate::driver::current::in_context;
 use crate::error::{Error, GraphRule, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
-use crate::graph::memory_nodes::Span;
+use crate::graph::book::Span;
 use crate::graph::nodes::{Attachment, GraphHandle};
 use crate::sync::lock;
 

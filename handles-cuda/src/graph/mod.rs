@@ -5,13 +5,13 @@
 //! | to | use |
 //! |---|---|
 //! | record a sequence of launches and copies once | [`GraphHandle::capture`]: the closure's [`Capture`] queues work on a private stream |
-| capture on two streams at once | [`Capture::fork`] (a [`CaptureBranch`] on a second private stream), [`Capture::join`]; a branch never joined is joined at the end |
-| memory whose lifetime is the graph's | [`GraphHandle::add_mem_alloc_node`], then nodes after it, then [`GraphHandle::add_mem_free_node`] after them (the rules: `memory_nodes.rs`) |
+//! | capture on two streams at once | [`Capture::fork`] (a [`CaptureBranch`] on a second private stream), [`Capture::join`]; a branch never joined is joined at the end |
+//! | memory whose lifetime is the graph's | [`GraphHandle::add_mem_alloc_node`], then nodes after it, then [`GraphHandle::add_mem_free_node`] after them (the rules: `memory_nodes.rs`) |
 //! | build a graph node by node | [`GraphHandle::create`], `add_kernel_node`, `add_memset_node`, `add_copy_node`, `add_event_record_node`, `add_host_node`, `add_empty_node` |
 //! | replay it | [`GraphHandle::instantiate`], then [`GraphExecHandle::launch`] on any stream |
 //! | change its parameters | [`GraphExecHandle::update`] from a graph of the same shape |
-| change one node | [`GraphExecHandle::set_kernel_node_params`], `set_memset_node_params`, `set_copy_node_params`, named by the source graph's [`GraphNode`] |
-| turn a node off and on | [`GraphExecHandle::set_node_enabled`], `node_enabled` |
+//! | change one node | [`GraphExecHandle::set_kernel_node_params`], `set_memset_node_params`, `set_copy_node_params`, named by the source graph's [`GraphNode`] |
+//! | turn a node off and on | [`GraphExecHandle::set_node_enabled`], `node_enabled` |
 //!
 //! A graph keeps every handle its nodes use (buffers, kernels, events): dropping the user's handles
 //! while the graph lives, or while a replay runs, frees nothing early.
@@ -52,6 +52,7 @@
 //!   context (inside the capture closure, or on another thread), leaks it (reported): the context
 //!   synchronisation its release needs is refused during a capture, in any capture mode.
 
+pub(crate) mod book;
 pub(crate) mod capture;
 pub(crate) mod exec;
 pub(crate) mod host;

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode};
 use handles_core::ResourceHandle;
 
-use crate::code::kernel::KernelHandle;
 use crate::code::launch::{LaunchConfig, TypedKernel};
 use crate::code::params::KernelParams;
 use crate::driver::call::{deleter_status, driver, out};
@@ -30,21 +29,11 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
+pub(crate) use crate::graph::book::Attachment;
+use crate::graph::book::Book;
 use crate::graph::host::HostFunctionHandle;
-use crate::graph::memory_nodes::Book;
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::sync::lock;
-
-/// A handle a graph node references, kept alive by the graph and its executable instances.
-#[derive(Clone)]
-pub(crate) enum Attachment {
-    Buffer(DevicePtrHandle),
-    Kernel(KernelHandle),
-    /// Held only to keep the event alive.
-    Event(#[allow(dead_code)] EventHandle),
-    /// A host node's closure, which notes every launch's context.
-    Host(HostFunctionHandle),
-}
 
 /// A graph being built.
 ///
