@@ -175,19 +175,21 @@ fn kernel_node_arguments_update_and_the_old_buffer_outlives_a_queued_replay() {
     // the first update gives the node `first_src`, which then only the node keeps.
     exec.set_kernel_node_params(copy, &kernels.copy, &config(), (&out, &first_src, N))
         .unwrap();
-    // The first replay waits behind the host node: queued, not run.
-    exec.launch(&stream).unwrap();
+    // The first replay waits behind the host node: queued, not run, on another stream than
+    // the one the old source is freed on.
+    exec.launch(&other).unwrap();
     exec.set_kernel_node_params(copy, &kernels.copy, &config(), (&out, &second_src, N))
         .unwrap();
-    // The user's last handle of the old source goes now: its free must wait for the queued
-    // replay. Memory allocated and overwritten meanwhile must not take its place.
+    // The user's last handle of the old source goes now: its free (on `stream`, where it was
+    // allocated) must wait for the replay queued on `other`. Memory allocated and overwritten
+    // on `stream` meanwhile, which the pool may take from that free, must not take its place.
     drop(first_src);
-    let intruder = DevicePtrHandle::alloc_from_pool(&pool, BYTES, &other).unwrap();
-    intruder.memset_async(0xee, BYTES, &other).unwrap();
+    let intruder = DevicePtrHandle::alloc_from_pool(&pool, BYTES, &stream).unwrap();
+    intruder.memset_async(0xee, BYTES, &stream).unwrap();
     drop(gate);
-    assert_eq!(read_words(&out, &stream), vec![5; N as usize]);
-    exec.launch(&stream).unwrap();
-    assert_eq!(read_words(&out, &stream), vec![6; N as usize]);
+    assert_eq!(read_words(&out, &other), vec![5; N as usize]);
+    exec.launch(&other).unwrap();
+    assert_eq!(read_words(&out, &other), vec![6; N as usize]);
     // The node keeps the kernel and its two buffers; the old source was released.
     assert_eq!(
         exec.attachment_count(),

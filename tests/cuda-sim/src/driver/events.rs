@@ -55,8 +55,13 @@ impl Sim {
     }
 
     pub fn destroy_event(&mut self, raw: Raw) -> Result<(), CuResult> {
-        if self.events.remove(&raw).is_none() {
+        let Some(event) = self.events.remove(&raw) else {
             return Err(self.dead_handle(raw, Kind::Event, true));
+        };
+        // Destroyed with a record or wait still queued: that work completes, as on the
+        // driver (`deferred`); every later use by the program is of a destroyed handle.
+        if self.queued_uses(raw) {
+            self.deferred.zombies.insert(raw, event);
         }
         self.bury(raw, Kind::Event);
         Ok(())
