@@ -573,6 +573,10 @@ pub enum GraphRule {
         "an executable graph with memory nodes, or a graph with memory nodes, cannot be used in a whole-graph update"
     )]
     UpdateWithMemory,
+    /// A node of the source graph added after the executable graph was instantiated from it:
+    /// the executable graph has no such node.
+    #[error("the node was added to its graph after this executable graph was instantiated")]
+    NotInstantiated,
     /// A node update passes graph-owned memory that the node did not use when it was added.
     #[error(
         "a node update may pass only the graph-owned memory that the node used when it was added"

@@ -205,6 +205,17 @@ fn kernel_node_arguments_update_and_the_old_buffer_outlives_a_queued_replay() {
         exec.set_kernel_node_params(foreign, &kernels.copy, &config(), (&out, &second_src, N)),
         Error::ForeignNode { .. }
     );
+    // Nor does a node its graph got after the instantiation (the executable graph keeps the
+    // graph, so the test reaches it through a second graph built the same way).
+    let later_graph = GraphHandle::create(&context).unwrap();
+    let first = later_graph.add_empty_node(&[]).unwrap();
+    let later_exec = later_graph.instantiate().unwrap();
+    let later = later_graph.add_empty_node(&[first]).unwrap();
+    refused!(
+        later_exec.set_node_enabled(later, false),
+        Error::GraphRule(GraphRule::NotInstantiated)
+    );
+    drop((later_exec, later_graph));
     // The bounds check runs as for a new node, and a refused update changes nothing.
     let small = DevicePtrHandle::alloc_from_pool(&pool, 16, &stream).unwrap();
     assert!(

@@ -144,6 +144,13 @@ impl Book {
         }
     }
 
+    /// Every node added through this crate, sorted.
+    pub(crate) fn nodes(&self) -> Vec<usize> {
+        let mut nodes: Vec<usize> = self.deps.keys().copied().collect();
+        nodes.sort_unstable();
+        nodes
+    }
+
     /// Whether the graph has memory nodes.
     pub(crate) fn has_memory(&self) -> bool {
         !self.memory.is_empty()

@@ -32,6 +32,9 @@ pub struct GraphExec {
     pub(crate) attachments: Mutex<Attached>,
     /// The id of the graph it was instantiated from, whose nodes name its nodes.
     pub(crate) graph: u64,
+    /// The nodes of that graph when it was instantiated (added through this crate), sorted:
+    /// only they name nodes of this executable graph.
+    pub(crate) nodes: Vec<usize>,
     /// That graph, kept alive: the driver names an executable graph's nodes by the source
     /// graph's nodes, which die with it (driver 580 answers `CUDA_ERROR_INVALID_VALUE` to a
     /// node update once the source graph is destroyed: a dangling node handle).
@@ -106,6 +109,7 @@ impl GraphHandle {
             memory_uses: book.memory_uses(),
         };
         let graph = self.id();
+        let nodes = book.nodes();
         let context = self.context();
         in_context(context.as_cu(), || {
             // SAFETY: the graph is alive and its context current; `raw` is an out-pointer.
@@ -115,6 +119,7 @@ impl GraphHandle {
                 context: context.clone(),
                 attachments: Mutex::new(kept),
                 graph,
+                nodes,
                 _source: self.clone(),
                 _instance: instance,
             };

@@ -38,6 +38,14 @@ impl GraphExecHandle {
                 graph: self.record().graph,
             });
         }
+        if self
+            .record()
+            .nodes
+            .binary_search(&(node.raw as usize))
+            .is_err()
+        {
+            return Err(Error::GraphRule(GraphRule::NotInstantiated));
+        }
         Ok(node.raw)
     }
 
