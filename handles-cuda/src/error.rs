@@ -415,6 +415,10 @@ pub enum Error {
         /// The driver's error.
         driver: Box<Error>,
     },
+    /// A rule of graph-owned memory (allocation and free nodes), of per-node updates of an
+    /// executable graph, or of a multi-stream capture was broken; nothing was changed.
+    #[error("invalid argument: {0}")]
+    GraphRule(GraphRule),
     /// The stream is being captured into a graph by other code: stream-ordered work through
     /// handles is refused on it until the capture ends.
     #[error(
@@ -673,6 +677,74 @@ fn fd_take_reason(errno: i32) -> String {
     } else {
         format!("{meaning} ({os})")
     }
+}
+
+/// The rules of graph-owned memory, node updates and forked captures that this crate checks
+/// before calling the driver ([`Error::GraphRule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphRule {
+    /// Graph-owned memory was given to work outside its graph (a stream, a capture, a host
+    /// copy, another library's reach check).
+    #[error("graph-owned memory is usable only by nodes of the graph that allocates it")]
+    OutsideGraph,
+    /// Graph-owned memory was given to a node of another graph.
+    #[error("this graph-owned memory belongs to graph {owner}, not to graph {graph}")]
+    OtherGraph {
+        /// The graph that allocates the memory.
+        owner: u64,
+        /// The graph it was given to.
+        graph: u64,
+    },
+    /// A node using graph-owned memory does not depend, directly or through other nodes, on
+    /// the memory's allocation node.
+    #[error(
+        "a node using graph-owned memory must depend, directly or transitively, on its allocation node"
+    )]
+    BeforeAlloc,
+    /// A node using graph-owned memory was added after the memory's free node.
+    #[error("graph-owned memory is used after its free node was added")]
+    AfterFree,
+    /// A free node does not depend, directly or through other nodes, on every node that uses
+    /// the memory (and on its allocation node).
+    #[error(
+        "a free node must depend, directly or transitively, on the allocation node and every node using the memory"
+    )]
+    FreeBeforeUse,
+    /// A second free node for the same memory, or a free of memory that is not the start of a
+    /// graph-owned allocation (a view).
+    #[error("graph-owned memory is freed once, by the whole allocation's handle")]
+    BadFree,
+    /// The graph has an allocation node without a free node: its memory would outlive the
+    /// launch, and a second launch would fail.
+    #[error("every allocation node needs a free node in the same graph before instantiation")]
+    NotFreed,
+    /// The graph has memory nodes and an executable graph made from it is still alive: the
+    /// driver allows one instantiation at a time.
+    #[error("a graph with memory nodes has at most one executable graph at a time")]
+    SecondInstance,
+    /// A whole-graph update of, or from, a graph with memory nodes.
+    #[error(
+        "an executable graph with memory nodes, or a graph with memory nodes, cannot be used in a whole-graph update"
+    )]
+    UpdateWithMemory,
+    /// A node of the source graph added after the executable graph was instantiated from it:
+    /// the executable graph has no such node.
+    #[error("the node was added to its graph after this executable graph was instantiated")]
+    NotInstantiated,
+    /// A node update passes graph-owned memory that the node did not use when it was added.
+    #[error(
+        "a node update may pass only the graph-owned memory that the node used when it was added"
+    )]
+    NewGraphMemory,
+    /// A graph with memory nodes given as a child graph: the driver refuses it.
+    #[error("a graph with memory nodes cannot be a child graph")]
+    MemoryInChild,
+    /// A capture ended with forked branches that had work after their last join: they are
+    /// joined back by the end of the capture (this is never returned for that), or a branch of
+    /// another capture was joined.
+    #[error("a branch can only be joined into the capture it was forked from")]
+    ForeignBranch,
 }
 
 /// The crate's result type.

@@ -101,6 +101,6 @@ mod order;
 mod sync;
 
 pub use code::{KernelHandle, LaunchConfig, LibraryHandle};
-pub use error::{Error, LaunchProblem, Result, TensorMapProblem};
+pub use error::{Error, GraphRule, LaunchProblem, Result, TensorMapProblem};
 pub use exec::{ContextHandle, EventHandle, StreamFlags, StreamHandle};
 pub use memory::{DeviceBuffer, DevicePtrHandle, MemoryPoolHandle, Pod, PoolProps, Zeroable};

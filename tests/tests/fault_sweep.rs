@@ -520,6 +520,85 @@ fn graph_conditional_and_child_nodes() -> Result<()> {
     stream.synchronize()
 }
 
+fn graph_memory_nodes() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    let out = DevicePtrHandle::alloc(&context, 64 * 4)?;
+    let graph = GraphHandle::create(&context)?;
+    let (allocated, scratch) = graph.add_mem_alloc_node(&[], 64 * 4)?;
+    let filled = graph.add_kernel_node(
+        &[allocated],
+        &kernels.fill,
+        &LaunchConfig::linear(64, 64),
+        (&scratch, 3, 64),
+    )?;
+    let copied = graph.add_copy_node(&[filled], &scratch, 0, &out, 0, 64 * 4)?;
+    graph.add_mem_free_node(&[copied], &scratch)?;
+    let exec = graph.instantiate()?;
+    drop((graph, scratch, kernels));
+    exec.launch(&stream)?;
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()
+}
+
+fn graph_node_updates() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0))?;
+    let [a, b] = [0; 2].map(|_| DevicePtrHandle::alloc_from_pool(&pool, 64 * 4, &stream));
+    let (a, b) = (a?, b?);
+    let graph = GraphHandle::create(&context)?;
+    let set = graph.add_memset_node(&[], &a, 0, 0, 64 * 4)?;
+    let add = graph.add_kernel_node(
+        &[set],
+        &kernels.add,
+        &LaunchConfig::linear(64, 64),
+        (&a, 1, 64),
+    )?;
+    let copy = graph.add_copy_node(&[add], &a, 0, &b, 0, 64 * 4)?;
+    let exec = graph.instantiate()?;
+    drop(graph);
+    exec.launch(&stream)?;
+    exec.set_kernel_node_params(
+        add,
+        &kernels.add,
+        &LaunchConfig::linear(64, 64),
+        (&b, 2, 64),
+    )?;
+    exec.set_memset_node_params(set, &b, 0, 1, 64 * 4)?;
+    exec.set_copy_node_params(copy, &b, 0, &a, 0, 64 * 4)?;
+    exec.set_node_enabled(add, false)?;
+    exec.node_enabled(add)?;
+    drop((a, b));
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()
+}
+
+fn graph_capture_fork_join() -> Result<()> {
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    let [a, b] = [0; 2].map(|_| DevicePtrHandle::alloc(&context, 64 * 4));
+    let (a, b) = (a?, b?);
+    let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+        let branch = capture.fork()?;
+        branch.launch(&kernels.fill, &LaunchConfig::linear(64, 64), (&a, 1, 64))?;
+        capture.launch(&kernels.fill, &LaunchConfig::linear(64, 64), (&b, 2, 64))?;
+        capture.join(branch)?;
+        let late = capture.fork()?;
+        late.copy(&a, 0, &b, 0, 64 * 4)
+    })?;
+    let exec = graph.instantiate()?;
+    drop((graph, kernels));
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()
+}
+
 fn host_functions() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
@@ -686,6 +765,12 @@ scenarios! {
     graph_conditional_faults:
         "GraphHandle::create_conditional+add_conditional_node+add_child_graph_node+debug_dot",
         1 devices, graph_conditional_and_child_nodes;
+    graph_memory_faults: "GraphHandle::add_mem_alloc_node+add_mem_free_node", 1 devices,
+        graph_memory_nodes;
+    graph_node_update_faults:
+        "GraphExecHandle::set_kernel/memset/copy_node_params+set_node_enabled", 1 devices,
+        graph_node_updates;
+    graph_fork_join_faults: "Capture::fork+join", 1 devices, graph_capture_fork_join;
     host_function_faults: "StreamHandle::launch_host+GraphHandle::add_host_node", 1 devices,
         host_functions;
     event_completed_faults: "EventHandle::completed", 1 devices, event_completed;

@@ -22,6 +22,8 @@ use handles_cuda::{
     },
 };
 
+#[path = "gpu_bench/node_update.rs"]
+mod node_update;
 #[path = "gpu_bench/occupancy.rs"]
 mod occupancy;
 
@@ -1080,6 +1082,10 @@ fn main() {
     report(
         "graph launch (1 kernel node)",
         &graph_launches(&context, &stream, &untracked),
+    );
+    report(
+        "kernel node arguments changed, then a launch",
+        &node_update::node_updates(&context, &stream),
     );
     report("map+unmap 2 MiB", &vmm_map_unmap());
     report(

@@ -26,6 +26,7 @@ use crate::error::{Error, LaunchProblem, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::{Queued, StreamHandle};
+use crate::memory::device_ptr::DevicePtrHandle;
 
 /// The shape of a launch: grid and block dimensions and dynamic shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -325,20 +326,22 @@ impl<P: KernelParams> TypedKernel<P> {
         launch::<P>(&self.kernel, stream, config, None, &args)
     }
 
-    /// The checks of a launch on device `ordinal`, without launching (for graph nodes).
-    pub(crate) fn check_launch(
+    /// The checks of a launch on device `ordinal`, without launching (for graph nodes), with
+    /// `check_buffer` as the reach check of each buffer argument.
+    pub(crate) fn check_launch<'a>(
         &self,
         config: &LaunchConfig,
-        args: &P::Args<'_>,
+        args: &P::Args<'a>,
         ordinal: usize,
+        mut check_buffer: impl FnMut(&'a DevicePtrHandle) -> Result<()>,
     ) -> Result<()> {
         (self.bounds)(args, config)?;
         let (max_threads, max_shared) = self.kernel.launch_limits(ordinal)?;
         config.check(max_threads, max_shared)?;
         let mut reachable = Ok(());
         P::for_each_buffer(args, |buffer| {
-            reachable = std::mem::replace(&mut reachable, Ok(()))
-                .and_then(|()| buffer.check_accessible_from(ordinal));
+            reachable =
+                std::mem::replace(&mut reachable, Ok(())).and_then(|()| check_buffer(buffer));
         });
         reachable
     }

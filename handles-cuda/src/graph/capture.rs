@@ -8,8 +8,9 @@ use cudarc::driver::sys::{self, CUgraph};
 use crate::code::launch::{LaunchConfig, TypedKernel};
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
-use crate::error::{Error, Result};
+use crate::error::{Error, GraphRule, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::event::{EventFlags, EventHandle};
 use crate::exec::stream::{StreamFlags, StreamHandle};
 use crate::graph::nodes::{Attachment, GraphHandle};
 use crate::memory::device_ptr::DevicePtrHandle;
@@ -56,6 +57,10 @@ impl EndCapture {
         let Some(capture) = &self.capture else {
             return;
         };
+        // Branches never joined are joined now (also after a panic): the driver refuses to
+        // end a capture with unjoined work. If a join fails, the end reports the driver's
+        // error, and the capture is invalidated with no graph made.
+        capture.join_all();
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: the stream is alive and capturing; `graph` is a valid out-pointer.
         let ended = unsafe { driver!(cuStreamEndCapture(capture.stream.as_cu(), &mut graph)) };
@@ -113,7 +118,11 @@ impl GraphHandle {
         unsafe { driver!(cuStreamBeginCapture_v2(stream.as_cu(), raw_mode)) }?;
         let capture = Capture {
             stream,
+            context: context.clone().into_owned(),
             attachments: std::cell::RefCell::new(Vec::new()),
+            branches: std::cell::RefCell::new(Vec::new()),
+            events: std::cell::RefCell::new(Vec::new()),
+            next_branch: std::cell::Cell::new(0),
             _not_send: std::marker::PhantomData,
         };
         // Ended whatever happened, also if `record` panics: a stream must not be left
@@ -141,7 +150,13 @@ impl GraphHandle {
 /// ([`GraphHandle::add_event_record_node`], [`GraphHandle::add_event_wait_node`]).
 pub struct Capture {
     stream: StreamHandle,
+    context: ContextHandle,
     attachments: std::cell::RefCell<Vec<Attachment>>,
+    /// Forked branches not joined yet: their id and private stream.
+    branches: std::cell::RefCell<Vec<(u64, StreamHandle)>>,
+    /// The private events of forks and joins, destroyed with the capture.
+    events: std::cell::RefCell<Vec<EventHandle>>,
+    next_branch: std::cell::Cell<u64>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -157,12 +172,7 @@ impl Capture {
         config: &LaunchConfig,
         args: P::Args<'_>,
     ) -> Result<()> {
-        kernel.launch_captured(&self.stream, config, &args)?;
-        self.attach(Attachment::Kernel(kernel.kernel().clone()));
-        P::for_each_buffer(&args, |buffer| {
-            self.attach(Attachment::Buffer(buffer.clone()))
-        });
-        Ok(())
+        self.launch_on(&self.stream, kernel, config, args)
     }
 
     /// Captures a fill of `len` bytes of `buffer` from byte `offset` with `value`.
@@ -173,13 +183,7 @@ impl Capture {
         value: u8,
         len: usize,
     ) -> Result<()> {
-        let start = buffer.range(offset, len)?;
-        let _buffer_reach = buffer.check_accessible_on(&self.stream)?;
-        // SAFETY: the capture's stream is alive; the range lies in the buffer, which the
-        // graph will keep alive.
-        unsafe { driver!(cuMemsetD8Async(start, value, len, self.stream.as_cu())) }?;
-        self.attach(Attachment::Buffer(buffer.clone()));
-        Ok(())
+        self.memset_on(&self.stream, buffer, offset, value, len)
     }
 
     /// Captures a device-to-device copy (see [`DevicePtrHandle::copy_to_async`]).
@@ -191,14 +195,194 @@ impl Capture {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
+        self.copy_on(&self.stream, src, src_offset, dst, dst_offset, len)
+    }
+
+    /// Forks the capture: a branch whose work runs after everything captured so far here,
+    /// and concurrently with what is captured here after the fork, until
+    /// [`Self::join`] joins it back. The branch queues on a private stream of its own, joined
+    /// to the capture through a private event; it borrows the capture, so it cannot outlive
+    /// the closure, and a branch not joined is joined when the capture ends.
+    pub fn fork(&self) -> Result<CaptureBranch<'_>> {
+        self.fork_from(&self.stream)
+    }
+
+    /// Joins `branch` back: what is captured here afterwards runs after all of the branch's
+    /// work.
+    pub fn join(&self, branch: CaptureBranch<'_>) -> Result<()> {
+        if !std::ptr::eq(branch.capture, self) {
+            return Err(Error::GraphRule(GraphRule::ForeignBranch));
+        }
+        self.join_into(&self.stream, branch.id)
+    }
+
+    /// A new branch whose first work waits for what `from` has captured so far.
+    fn fork_from(&self, from: &StreamHandle) -> Result<CaptureBranch<'_>> {
+        let stream = StreamHandle::create_unregistered(
+            &self.context,
+            StreamFlags { non_blocking: true },
+            0,
+        )?;
+        self.order(from, &stream)?;
+        let id = self.next_branch.get();
+        self.next_branch.set(id + 1);
+        self.branches.borrow_mut().push((id, stream.clone()));
+        Ok(CaptureBranch {
+            capture: self,
+            id,
+            stream,
+        })
+    }
+
+    /// Joins branch `id` into `into` (the capture's stream or a branch's).
+    fn join_into(&self, into: &StreamHandle, id: u64) -> Result<()> {
+        let stream = {
+            let branches = self.branches.borrow();
+            let Some((_, stream)) = branches.iter().find(|(branch, _)| *branch == id) else {
+                return Ok(());
+            };
+            stream.clone()
+        };
+        self.order(&stream, into)?;
+        self.branches
+            .borrow_mut()
+            .retain(|(branch, _)| *branch != id);
+        Ok(())
+    }
+
+    /// Joins every branch not joined yet into the capture's stream.
+    fn join_all(&self) {
+        let ids: Vec<u64> = self.branches.borrow().iter().map(|(id, _)| *id).collect();
+        for id in ids {
+            let _ = self.join_into(&self.stream, id);
+        }
+    }
+
+    /// Orders what is captured on `after` from now on after what `before` has captured so
+    /// far: a private event recorded on `before`, waited for on `after`.
+    fn order(&self, before: &StreamHandle, after: &StreamHandle) -> Result<()> {
+        let event = EventHandle::create(&self.context, EventFlags::default())?;
+        // SAFETY: the event and both streams are alive; both streams are this capture's
+        // private streams (the origin, or a branch joined to it), which no other code can
+        // reach: the record is a capture dependency, not work, and the wait joins `after` to
+        // this capture only.
+        unsafe {
+            driver!(cuEventRecord(event.as_cu(), before.as_cu()))?;
+            driver!(cuStreamWaitEvent(after.as_cu(), event.as_cu(), 0))?;
+        }
+        self.events.borrow_mut().push(event);
+        Ok(())
+    }
+
+    fn launch_on<P: KernelParams>(
+        &self,
+        stream: &StreamHandle,
+        kernel: &TypedKernel<P>,
+        config: &LaunchConfig,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        kernel.launch_captured(stream, config, &args)?;
+        self.attach(Attachment::Kernel(kernel.kernel().clone()));
+        P::for_each_buffer(&args, |buffer| {
+            self.attach(Attachment::Buffer(buffer.clone()))
+        });
+        Ok(())
+    }
+
+    fn memset_on(
+        &self,
+        stream: &StreamHandle,
+        buffer: &DevicePtrHandle,
+        offset: usize,
+        value: u8,
+        len: usize,
+    ) -> Result<()> {
+        let start = buffer.range(offset, len)?;
+        let _buffer_reach = buffer.check_accessible_on(stream)?;
+        // SAFETY: the capture's stream is alive; the range lies in the buffer, which the
+        // graph will keep alive.
+        unsafe { driver!(cuMemsetD8Async(start, value, len, stream.as_cu())) }?;
+        self.attach(Attachment::Buffer(buffer.clone()));
+        Ok(())
+    }
+
+    fn copy_on(
+        &self,
+        stream: &StreamHandle,
+        src: &DevicePtrHandle,
+        src_offset: usize,
+        dst: &DevicePtrHandle,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
         let (from, to) = src.copy_ranges(src_offset, dst, dst_offset, len)?;
-        let _src_reach = src.check_accessible_on(&self.stream)?;
-        let _dst_reach = dst.check_accessible_on(&self.stream)?;
+        let _src_reach = src.check_accessible_on(stream)?;
+        let _dst_reach = dst.check_accessible_on(stream)?;
         // SAFETY: the capture's stream is alive; both ranges lie in their buffers, which the
         // graph will keep alive.
-        unsafe { driver!(cuMemcpyAsync(to, from, len, self.stream.as_cu())) }?;
+        unsafe { driver!(cuMemcpyAsync(to, from, len, stream.as_cu())) }?;
         self.attach(Attachment::Buffer(src.clone()));
         self.attach(Attachment::Buffer(dst.clone()));
         Ok(())
+    }
+}
+
+/// A forked branch of a [`Capture`] ([`Capture::fork`]): its work is captured on a private
+/// stream of its own, concurrently with the capture's after the fork, and attached to the same
+/// graph. It borrows the capture, so it stays inside the capture's closure; join it back with
+/// [`Capture::join`] (a branch never joined is joined when the capture ends).
+pub struct CaptureBranch<'a> {
+    capture: &'a Capture,
+    id: u64,
+    stream: StreamHandle,
+}
+
+impl<'a> CaptureBranch<'a> {
+    /// Captures a launch of `kernel` on this branch (see [`Capture::launch`]).
+    pub fn launch<P: KernelParams>(
+        &self,
+        kernel: &TypedKernel<P>,
+        config: &LaunchConfig,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        self.capture.launch_on(&self.stream, kernel, config, args)
+    }
+
+    /// Captures a fill on this branch (see [`Capture::memset`]).
+    pub fn memset(
+        &self,
+        buffer: &DevicePtrHandle,
+        offset: usize,
+        value: u8,
+        len: usize,
+    ) -> Result<()> {
+        self.capture
+            .memset_on(&self.stream, buffer, offset, value, len)
+    }
+
+    /// Captures a device-to-device copy on this branch (see [`Capture::copy`]).
+    pub fn copy(
+        &self,
+        src: &DevicePtrHandle,
+        src_offset: usize,
+        dst: &DevicePtrHandle,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.capture
+            .copy_on(&self.stream, src, src_offset, dst, dst_offset, len)
+    }
+
+    /// Forks this branch again (see [`Capture::fork`]).
+    pub fn fork(&self) -> Result<CaptureBranch<'a>> {
+        self.capture.fork_from(&self.stream)
+    }
+
+    /// Joins `other` into this branch: this branch's later work runs after all of `other`'s.
+    pub fn join(&self, other: CaptureBranch<'_>) -> Result<()> {
+        if !std::ptr::eq(other.capture, self.capture) {
+            return Err(Error::GraphRule(GraphRule::ForeignBranch));
+        }
+        self.capture.join_into(&self.stream, other.id)
     }
 }

@@ -62,6 +62,9 @@ impl GraphHandle {
         if child.record().has_conditional.load(Ordering::Relaxed) {
             return Err(Error::ConditionalInChild);
         }
+        if child.has_memory_nodes() {
+            return Err(Error::GraphRule(crate::error::GraphRule::MemoryInChild));
+        }
         let forbidden = child.record().not_for_bodies.load(Ordering::Relaxed);
         if forbidden {
             self.refuse_in_body("a child graph with host or event nodes")?;
@@ -100,6 +103,10 @@ impl GraphHandle {
             _ => &mut first_lock,
         };
         parent.extend(copied);
+        // The node joins this graph's record of dependencies, so that the rules of graph-owned
+        // memory see through it (its own attachments are the child's, not a node's span).
+        let keys: Vec<usize> = raw_dependencies.iter().map(|&node| node as usize).collect();
+        lock(&self.record().book).added(node, &keys, 0, 0, &[]);
         drop((first_lock, second_lock));
         if forbidden {
             self.record().not_for_bodies.store(true, Ordering::Relaxed);

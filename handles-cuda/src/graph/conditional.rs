@@ -191,6 +191,7 @@ impl GraphHandle {
             }),
             not_for_bodies: AtomicBool::new(false),
             has_conditional: AtomicBool::new(false),
+            book: Mutex::new(crate::graph::book::Book::default()),
         };
         // SAFETY: `raw` is a body graph the driver made for a node of this graph; it stays
         // valid while the outermost graph lives, which the record keeps; `destroy_graph`

@@ -10,24 +10,80 @@ use handles_core::ResourceHandle;
 
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
-use crate::error::{Error, Result};
+use crate::error::{Error, GraphRule, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
+use crate::graph::book::Span;
 use crate::graph::nodes::{Attachment, GraphHandle};
 use crate::sync::lock;
 
 /// An executable graph.
 ///
 /// Ownership: [`GraphHandle::instantiate`] owns it and destroys it when the last clone drops
-/// (the driver defers the destruction past a launch still running). Keeps alive: its context
-/// and the handles its nodes reference, as of the latest instantiation or update.
+/// (the driver defers the destruction past a launch still running). Keeps alive: its context,
+/// the graph it was instantiated from (whose nodes name its nodes, for node updates), and the
+/// handles its nodes reference, as of the latest instantiation or update.
 #[derive(ResourceHandle)]
 #[handle(raw = CUgraphExec, accessor = as_cu, delete = destroy_graph_exec)]
 pub struct GraphExec {
     /// The context the graph runs in.
     #[owner]
     pub context: ContextHandle,
-    attachments: Mutex<Arc<[Attachment]>>,
+    pub(crate) attachments: Mutex<Attached>,
+    /// The id of the graph it was instantiated from, whose nodes name its nodes.
+    pub(crate) graph: u64,
+    /// The nodes of that graph when it was instantiated (added through this crate), sorted:
+    /// only they name nodes of this executable graph.
+    pub(crate) nodes: Vec<usize>,
+    /// That graph, kept alive: the driver names an executable graph's nodes by the source
+    /// graph's nodes, which die with it (driver 580 answers `CUDA_ERROR_INVALID_VALUE` to a
+    /// node update once the source graph is destroyed: a dangling node handle).
+    _source: GraphHandle,
+    /// Held while it lives, for a graph with memory nodes: one instantiation at a time.
+    _instance: Option<Arc<()>>,
+}
+
+/// What an executable graph keeps for its nodes: every attachment (the list each launch
+/// reports), where each node's lie in it, and which nodes use which graph-owned memory.
+pub(crate) struct Attached {
+    pub(crate) all: Arc<[Attachment]>,
+    /// The attachments of nodes named by the source graph's nodes; after a whole-graph update
+    /// none (a later node update then adds to the list rather than replacing).
+    pub(crate) spans: Vec<Span>,
+    /// (node, start of graph-owned memory) of every use; empty for graphs without memory nodes.
+    pub(crate) memory_uses: Vec<(usize, sys::CUdeviceptr)>,
+}
+
+impl Attached {
+    /// Puts `new` in place of `node`'s attachments (after the list when they are not known)
+    /// and returns the list before, for the caller to drop once the lock is released.
+    pub(crate) fn replace(&mut self, node: usize, new: Vec<Attachment>) -> Arc<[Attachment]> {
+        let (start, len) = match self.spans.iter().position(|span| span.node == node) {
+            Some(index) => {
+                let span = self.spans.remove(index);
+                (span.start, span.len)
+            }
+            None => (self.all.len(), 0),
+        };
+        let added = new.len();
+        let mut list: Vec<Attachment> = Vec::with_capacity(self.all.len() - len + added);
+        list.extend_from_slice(&self.all[..start]);
+        list.extend(new);
+        list.extend_from_slice(&self.all[start + len..]);
+        for span in &mut self.spans {
+            if span.start > start {
+                span.start = span.start - len + added;
+            }
+        }
+        if added > 0 {
+            self.spans.push(Span {
+                node,
+                start,
+                len: added,
+            });
+        }
+        std::mem::replace(&mut self.all, list.into())
+    }
 }
 // SAFETY: the CUDA driver API lets executable graphs be launched and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for GraphExec {}
@@ -39,13 +95,22 @@ fn destroy_graph_exec(raw: CUgraphExec, _: &GraphExec) -> Result<()> {
 
 impl GraphHandle {
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps
-    /// what the graph's nodes reference now, and stays valid after this graph is dropped.
+    /// what the graph's nodes reference now, and keeps this graph (whose nodes name its nodes
+    /// in node updates) while it lives.
     pub fn instantiate(&self) -> Result<GraphExecHandle> {
         self.refuse_body_alone("instantiating")?;
         // The lock is held across the driver call, so no node can be added between the copy
         // of what the nodes reference and the instantiation of the nodes.
         let attached = lock(&self.record().attachments);
-        let attachments: Arc<[Attachment]> = attached.as_slice().into();
+        let mut book = lock(&self.record().book);
+        let instance = book.instantiating()?;
+        let kept = Attached {
+            all: attached.as_slice().into(),
+            spans: book.spans.clone(),
+            memory_uses: book.memory_uses(),
+        };
+        let graph = self.id();
+        let nodes = book.nodes();
         let context = self.context();
         in_context(context.as_cu(), || {
             // SAFETY: the graph is alive and its context current; `raw` is an out-pointer.
@@ -53,7 +118,11 @@ impl GraphHandle {
                 out(|raw| unsafe { driver!(cuGraphInstantiateWithFlags(raw, self.as_cu(), 0)) })?;
             let record = GraphExec {
                 context: context.clone(),
-                attachments: Mutex::new(attachments),
+                attachments: Mutex::new(kept),
+                graph,
+                nodes,
+                _source: self.clone(),
+                _instance: instance,
             };
             // SAFETY: a fresh executable graph owned by nobody else; the record keeps alive
             // everything its nodes reference; `destroy_graph_exec` destroys it once.
@@ -68,7 +137,8 @@ impl GraphExecHandle {
     /// nothing the graph uses is freed or unloaded before the launch completes.
     pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
         // Held for the launch: an update cannot swap what the graph keeps while it is noted.
-        let attachments = lock(&self.record().attachments);
+        let attached = lock(&self.record().attachments);
+        let attachments = &attached.all;
         stream.refuse_if_captured()?;
         // The buffers are checked again at every launch, on the device the graph's nodes run
         // on (its context's, whatever the stream): a device's access to a pool can be revoked
@@ -134,7 +204,11 @@ impl GraphExecHandle {
         // Both locks across the driver call: no node can be added to `graph` between the copy
         // and the update, and no launch can run the new nodes while reporting the old ones.
         let source = lock(&graph.record().attachments);
+        let source_memory = lock(&graph.record().book).has_memory();
         let mut kept = lock(&self.record().attachments);
+        if source_memory || self.record()._instance.is_some() {
+            return Err(Error::GraphRule(GraphRule::UpdateWithMemory));
+        }
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
             errorNode: std::ptr::null_mut(),
@@ -145,9 +219,14 @@ impl GraphExecHandle {
         let previous = in_context(self.context().as_cu(), || {
             // SAFETY: both graphs are alive; `info` is a valid out-pointer.
             match unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) } {
-                sys::CUresult::CUDA_SUCCESS => {
-                    Ok(std::mem::replace(&mut *kept, source.as_slice().into()))
-                }
+                sys::CUresult::CUDA_SUCCESS => Ok(std::mem::replace(
+                    &mut *kept,
+                    Attached {
+                        all: source.as_slice().into(),
+                        spans: Vec::new(),
+                        memory_uses: Vec::new(),
+                    },
+                )),
                 code => Err(Error::GraphUpdate {
                     result: format!("{:?}", info.result),
                     driver: Box::new(crate::driver::call::driver_error("cuGraphExecUpdate", code)),
@@ -159,7 +238,7 @@ impl GraphExecHandle {
     }
 
     fn current_attachments(&self) -> Arc<[Attachment]> {
-        lock(&self.record().attachments).clone()
+        lock(&self.record().attachments).all.clone()
     }
 
     /// The number of handles the executable graph keeps alive for its nodes.

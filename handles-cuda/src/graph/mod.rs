@@ -5,12 +5,16 @@
 //! | to | use |
 //! |---|---|
 //! | record a sequence of launches and copies once | [`GraphHandle::capture`]: the closure's [`Capture`] queues work on a private stream |
+//! | capture on two streams at once | [`Capture::fork`] (a [`CaptureBranch`] on a second private stream), [`Capture::join`]; a branch never joined is joined at the end |
+//! | memory whose lifetime is the graph's | [`GraphHandle::add_mem_alloc_node`], then nodes after it, then [`GraphHandle::add_mem_free_node`] after them (the rules: `memory_nodes.rs`) |
 //! | build a graph node by node | [`GraphHandle::create`], `add_kernel_node`, `add_memset_node`, `add_copy_node`, `add_event_record_node`, `add_host_node`, `add_empty_node` |
 //! | replay it | [`GraphHandle::instantiate`], then [`GraphExecHandle::launch`] on any stream |
 //! | change its parameters | [`GraphExecHandle::update`] from a graph of the same shape |
 //! | branch or loop on the device | [`GraphHandle::create_conditional`], then [`GraphHandle::add_conditional_node`] ([`ConditionalKind`]: if, if/else, while, switch); fill the returned bodies with the same node methods; kernels set the condition through a [`Conditional`] parameter |
 //! | nest a graph | [`GraphHandle::add_child_graph_node`] (a copy of the child, as of now) |
 //! | look at a graph | [`GraphHandle::debug_dot`] writes Graphviz DOT ([`DotFlags`]) |
+//! | change one node | [`GraphExecHandle::set_kernel_node_params`], `set_memset_node_params`, `set_copy_node_params`, named by the source graph's [`GraphNode`] |
+//! | turn a node off and on | [`GraphExecHandle::set_node_enabled`], `node_enabled` |
 //!
 //! A graph keeps every handle its nodes use (buffers, kernels, events): dropping the user's handles
 //! while the graph lives, or while a replay runs, frees nothing early.
@@ -32,7 +36,14 @@
 //!   CUDA. Capture runs on a private, unregistered stream (no lookup by raw value finds it; the
 //!   capture is ended by a guard, also if the closure panics) reachable only through the closure's `Capture`
 //!   (`!Send`): nothing else can queue work on it, so every captured use is attached and no
-//!   allocation or free is ever captured. A stream lent to cudarc may be captured by cudarc;
+//!   allocation or free is ever captured. A fork adds a second private stream, joined to the
+//!   capture by a private event; the branch borrows the capture, and the guard joins any branch
+//!   left unjoined before it ends the capture.
+//! - **Graph-owned memory** is not an attachment: its handle frees nothing, its uses outside its
+//!   graph are refused by the reach check, and its nodes' order is checked against the graph's
+//!   record of dependencies (`memory_nodes.rs`, with the driver's rules as measured).
+//! - **Node updates** replace one node's span of the executable graph's attachments under its
+//!   lock; the old list is dropped after, ordered like an `update`'s (`node_update.rs`). A stream lent to cudarc may be captured by cudarc;
 //!   while any is lent or any capture runs, and always on streams this crate does not own and
 //!   on the per-thread stream, allocations, frees and queued work first ask
 //!   `cuStreamIsCapturing` and refuse (a free is leaked and reported) rather than become graph
@@ -51,14 +62,17 @@
 //!   context (inside the capture closure, or on another thread), leaks it (reported): the context
 //!   synchronisation its release needs is refused during a capture, in any capture mode.
 
+pub(crate) mod book;
 pub(crate) mod capture;
 pub(crate) mod child;
 pub(crate) mod conditional;
 pub(crate) mod exec;
 pub(crate) mod host;
+pub(crate) mod memory_nodes;
+pub(crate) mod node_update;
 pub(crate) mod nodes;
 
-pub use self::capture::{Capture, CaptureMode};
+pub use self::capture::{Capture, CaptureBranch, CaptureMode};
 pub use self::child::DotFlags;
 pub use self::conditional::{ConditionalKind, ConditionalNode};
 pub use self::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode};
 use handles_core::ResourceHandle;
 
-use crate::code::kernel::KernelHandle;
 use crate::code::launch::{LaunchConfig, TypedKernel};
 use crate::code::params::KernelParams;
 use crate::driver::call::{deleter_status, driver, out};
@@ -30,20 +29,11 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
+pub(crate) use crate::graph::book::Attachment;
+use crate::graph::book::Book;
 use crate::graph::host::HostFunctionHandle;
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::sync::lock;
-
-/// A handle a graph node references, kept alive by the graph and its executable instances.
-#[derive(Clone)]
-pub(crate) enum Attachment {
-    Buffer(DevicePtrHandle),
-    Kernel(KernelHandle),
-    /// Held only to keep the event alive.
-    Event(#[allow(dead_code)] EventHandle),
-    /// A host node's closure, which notes every launch's context.
-    Host(HostFunctionHandle),
-}
 
 /// What makes a graph a conditional node's body: the outermost graph, which keeps what the
 /// body's nodes reference (and, held here, keeps the body itself alive), and the ids of the
@@ -77,6 +67,9 @@ pub struct Graph {
     pub(crate) not_for_bodies: AtomicBool,
     /// Set once the graph has a conditional node: the driver refuses it as a child graph.
     pub(crate) has_conditional: AtomicBool,
+    /// The nodes' dependencies, attachment spans and graph-owned memory (locked after
+    /// `attachments`).
+    pub(crate) book: Mutex<Book>,
 }
 // SAFETY: the CUDA driver API lets graphs be used and destroyed from any thread; adding nodes
 // is serialised by the attachments' lock.
@@ -129,6 +122,7 @@ impl GraphHandle {
             body: None,
             not_for_bodies: AtomicBool::new(false),
             has_conditional: AtomicBool::new(false),
+            book: Mutex::new(Book::default()),
         };
         // SAFETY: a fresh graph owned by nobody else; `destroy_graph` destroys it once.
         unsafe { GraphHandle::from_raw(raw, record) }
@@ -166,22 +160,59 @@ impl GraphHandle {
     }
 
     /// Adds a node through `add` (the driver call) and attaches `attachments` to the graph,
-    /// under the graph's lock.
+    /// under the graph's lock. Graph-owned memory among them is checked against its rules
+    /// (`memory_nodes.rs`) and recorded as used by the node instead of attached.
     pub(crate) fn add_node(
         &self,
         dependencies: &[GraphNode],
         attachments: impl IntoIterator<Item = Attachment>,
         add: impl FnOnce(*mut CUgraphNode, &[CUgraphNode]) -> Result<()>,
     ) -> Result<GraphNode> {
+        self.add_node_checked(dependencies, attachments, |_, _| Ok(()), add, |_| {})
+    }
+
+    /// [`Self::add_node`] with `check` run first and `record` run after the node was added,
+    /// both on the graph's book under its lock (the rules of free nodes).
+    pub(crate) fn add_node_checked(
+        &self,
+        dependencies: &[GraphNode],
+        attachments: impl IntoIterator<Item = Attachment>,
+        check: impl FnOnce(&Book, &[usize]) -> Result<()>,
+        add: impl FnOnce(*mut CUgraphNode, &[CUgraphNode]) -> Result<()>,
+        record: impl FnOnce(&mut Book),
+    ) -> Result<GraphNode> {
         let raw_dependencies = self.check_dependencies(dependencies)?;
+        let keys: Vec<usize> = raw_dependencies.iter().map(|&node| node as usize).collect();
+        // A conditional body's nodes attach to the outermost graph, which keeps them; the
+        // dependency rules are the body's own (its book).
         let mut attached = lock(&self.home().record().attachments);
+        let mut book = lock(&self.record().book);
+        let sorted = book.sort(self.id(), &keys, attachments)?;
+        check(&book, &keys)?;
         let mut node: CUgraphNode = std::ptr::null_mut();
         add(&mut node, &raw_dependencies)?;
-        attached.extend(attachments);
+        book.added(
+            node,
+            &keys,
+            attached.len(),
+            sorted.kept.len(),
+            &sorted.owned,
+        );
+        record(&mut book);
+        attached.extend(sorted.kept);
         Ok(GraphNode {
             raw: node,
             graph: self.id(),
         })
+    }
+
+    /// The reach check of a buffer a node of this graph uses: graph-owned memory is checked
+    /// by `add_node` against the node's dependencies instead (it lies on the graph's device).
+    pub(crate) fn check_node_buffer(buffer: &DevicePtrHandle, ordinal: usize) -> Result<()> {
+        match buffer.graph_owner() {
+            Some(_) => Ok(()),
+            None => buffer.check_accessible_from(ordinal),
+        }
     }
 
     /// Adds a kernel node: `kernel` launched with `config` and `args`, after `dependencies`.
@@ -195,7 +226,9 @@ impl GraphHandle {
         args: P::Args<'_>,
     ) -> Result<GraphNode> {
         let ordinal = self.device_ordinal()?;
-        kernel.check_launch(config, &args, ordinal)?;
+        kernel.check_launch(config, &args, ordinal, |buffer| {
+            Self::check_node_buffer(buffer, ordinal)
+        })?;
         self.check_conditionals::<P>(&args)?;
         let mut attachments = vec![Attachment::Kernel(kernel.kernel().clone())];
         P::for_each_buffer(&args, |buffer| {
@@ -245,15 +278,8 @@ impl GraphHandle {
         len: usize,
     ) -> Result<GraphNode> {
         let start = buffer.range(offset, len)?;
-        buffer.check_accessible_from(self.device_ordinal()?)?;
-        let params = sys::CUDA_MEMSET_NODE_PARAMS {
-            dst: start,
-            pitch: 0,
-            value: u32::from(value),
-            elementSize: 1,
-            width: len,
-            height: 1,
-        };
+        Self::check_node_buffer(buffer, self.device_ordinal()?)?;
+        let params = Self::memset_params(start, value, len);
         let attachments = [Attachment::Buffer(buffer.clone())];
         self.add_node(dependencies, attachments, |node, deps| {
             // SAFETY: the graph and context are alive; the range lies in the buffer, which
@@ -284,37 +310,9 @@ impl GraphHandle {
     ) -> Result<GraphNode> {
         let (from, to) = src.copy_ranges(src_offset, dst, dst_offset, len)?;
         let ordinal = self.device_ordinal()?;
-        src.check_accessible_from(ordinal)?;
-        dst.check_accessible_from(ordinal)?;
-        // Every field written out: the memory types are enums without a zero value.
-        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        let params = sys::CUDA_MEMCPY3D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcZ: 0,
-            srcLOD: 0,
-            srcMemoryType: device,
-            srcHost: std::ptr::null(),
-            srcDevice: from,
-            srcArray: std::ptr::null_mut(),
-            reserved0: std::ptr::null_mut(),
-            srcPitch: 0,
-            srcHeight: 0,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstZ: 0,
-            dstLOD: 0,
-            dstMemoryType: device,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: to,
-            dstArray: std::ptr::null_mut(),
-            reserved1: std::ptr::null_mut(),
-            dstPitch: 0,
-            dstHeight: 0,
-            WidthInBytes: len,
-            Height: 1,
-            Depth: 1,
-        };
+        Self::check_node_buffer(src, ordinal)?;
+        Self::check_node_buffer(dst, ordinal)?;
+        let params = Self::copy_params(from, to, len);
         let attachments = [
             Attachment::Buffer(src.clone()),
             Attachment::Buffer(dst.clone()),
@@ -450,6 +448,61 @@ impl GraphHandle {
         )?;
         self.record().not_for_bodies.store(true, Ordering::Relaxed);
         Ok(added)
+    }
+}
+
+impl GraphHandle {
+    /// The parameters of a memset node filling `len` bytes from `start` with `value`.
+    pub(crate) fn memset_params(
+        start: sys::CUdeviceptr,
+        value: u8,
+        len: usize,
+    ) -> sys::CUDA_MEMSET_NODE_PARAMS {
+        sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: start,
+            pitch: 0,
+            value: u32::from(value),
+            elementSize: 1,
+            width: len,
+            height: 1,
+        }
+    }
+
+    /// The parameters of a copy node copying `len` bytes from `from` to `to` (device memory).
+    pub(crate) fn copy_params(
+        from: sys::CUdeviceptr,
+        to: sys::CUdeviceptr,
+        len: usize,
+    ) -> sys::CUDA_MEMCPY3D {
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        // Every field written out: the memory types are enums without a zero value.
+        sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null(),
+            srcDevice: from,
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: 0,
+            srcHeight: 0,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: to,
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: 0,
+            dstHeight: 0,
+            WidthInBytes: len,
+            Height: 1,
+            Depth: 1,
+        }
     }
 }
 

@@ -50,6 +50,9 @@ pub enum AllocKind {
     /// [`crate::memory::GrowableBuffer`] slice): never freed through it; it keeps its mappings alive,
     /// and their unmap waits for its uses.
     Mapped,
+    /// Graph-owned memory (`GraphHandle::add_mem_alloc_node`): allocated and freed by the
+    /// graph's own nodes at every launch; usable only by nodes of that graph.
+    GraphOwned,
 }
 
 /// An allocation: a device pointer (or, for pinned host memory, the host address).
@@ -125,6 +128,12 @@ pub(crate) enum Release {
     View(DevicePtrHandle),
     /// Mapped virtual memory spanning these mappings, which it keeps alive; frees nothing.
     Mapped(Vec<MappingHandle>),
+    /// Memory of an allocation node of graph `graph` (by id): the graph's free node frees it
+    /// at every launch, this handle never; refused by every use outside that graph.
+    GraphOwned {
+        /// The id of the graph whose allocation node made it.
+        graph: u64,
+    },
 }
 
 /// Memory that another library owns and frees on its own stream when its owner value drops (a
@@ -171,7 +180,7 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         Release::Nothing => Ok(()),
         Release::StreamOrdered { order, .. } => order.free(raw),
         Release::Foreign(foreign) => foreign.release(),
-        Release::View(_) | Release::Mapped(_) => Ok(()),
+        Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
         Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context;
@@ -366,15 +375,18 @@ impl DevicePtrHandle {
         match self.record().release {
             Release::View(_) => return AllocKind::View,
             Release::Mapped(_) => return AllocKind::Mapped,
+            Release::GraphOwned { .. } => return AllocKind::GraphOwned,
             _ => {}
         }
         if !self.is_owning() {
             return AllocKind::Unowned;
         }
         match &self.record().release {
-            Release::Nothing | Release::Foreign(_) | Release::View(_) | Release::Mapped(_) => {
-                AllocKind::Unowned
-            }
+            Release::Nothing
+            | Release::Foreign(_)
+            | Release::View(_)
+            | Release::Mapped(_)
+            | Release::GraphOwned { .. } => AllocKind::Unowned,
             Release::StreamOrdered {
                 imported: false, ..
             } => AllocKind::StreamOrdered,
@@ -391,6 +403,24 @@ impl DevicePtrHandle {
         // SAFETY: `[start, start + size)` lies in the mappings, which the record keeps mapped
         // for as long as the handle lives; the handle frees nothing.
         unsafe { DevicePtrHandle::from_raw_borrowed(start, record) }
+    }
+
+    /// The handle of graph-owned memory: `size` bytes at `start`, made by an allocation node
+    /// of graph `graph`; it frees nothing.
+    pub(crate) fn graph_owned(start: CUdeviceptr, size: usize, graph: u64) -> Self {
+        let record = DevicePtr::released_by(size, Release::GraphOwned { graph });
+        // SAFETY: the handle frees nothing, and every use outside graph `graph`'s nodes is
+        // refused (`check_accessible_from`), so the address is only ever used by nodes the
+        // driver orders between the allocation and the free node.
+        unsafe { DevicePtrHandle::from_raw_borrowed(start, record) }
+    }
+
+    /// The graph whose allocation node made this memory (through views), if it is graph-owned.
+    pub(crate) fn graph_owner(&self) -> Option<u64> {
+        match &self.ordering_root().record().release {
+            Release::GraphOwned { graph } => Some(*graph),
+            _ => None,
+        }
     }
 
     /// A view of `len` bytes from byte `offset`: a handle whose address is that byte, whose

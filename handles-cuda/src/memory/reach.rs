@@ -143,6 +143,11 @@ impl DevicePtrHandle {
     pub fn check_accessible_from(&self, ordinal: usize) -> Result<()> {
         match &self.record().release {
             Release::View(parent) => return parent.check_accessible_from(ordinal),
+            // Mapped only while a launch of its graph runs between its allocation and free
+            // nodes: no work outside that graph may touch it.
+            Release::GraphOwned { .. } => {
+                return Err(Error::GraphRule(crate::error::GraphRule::OutsideGraph));
+            }
             Release::Mapped(mappings) => {
                 return match mappings.iter().find(|m| !m.devices().contains(&ordinal)) {
                     Some(_) => Err(Error::Unreachable {

@@ -286,18 +286,17 @@ impl Sim {
             self.invalidate(id);
             return Err(STREAM_CAPTURE_INVALIDATED);
         }
-        let event = match op {
-            Op::EventRecord(event) => Some(event),
-            _ => None,
-        };
+        // A record makes no node, as on the driver (without `CU_EVENT_RECORD_EXTERNAL`): the
+        // event stands for the stream's current dependencies, which a wait forks or joins.
+        if let Op::EventRecord(event) = op {
+            self.event(event)?.captured = Some((id, deps));
+            return Ok(());
+        }
         let node = self.add_node(graph, &deps, op)?;
         self.capturing
             .get_mut(&target.timeline)
             .expect("capturing")
             .deps = vec![node];
-        if let Some(event) = event {
-            self.event(event)?.captured = Some((id, vec![node]));
-        }
         Ok(())
     }
 

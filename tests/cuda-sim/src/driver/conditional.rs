@@ -97,6 +97,9 @@ impl Op {
             | Op::EventRecord(_)
             | Op::EventWait(_)
             | Op::Host(..)
+            // The driver refuses memory nodes in bodies, as in child graphs.
+            | Op::GraphAlloc { .. }
+            | Op::GraphFree { .. }
             | Op::ResetConditionals(_) => false,
         }
     }

@@ -67,6 +67,9 @@ pub struct Deferred {
     pub done: HashMap<Raw, u64>,
     /// Imports whose `cuMemFreeAsync` is queued.
     pub free_queued: HashSet<u64>,
+    /// Events destroyed while a queued record or wait still names them: the driver lets an
+    /// event go while such work is pending and completes it; the state lives here until then.
+    pub zombies: HashMap<Raw, super::events::Event>,
     /// Imports imported again while their free was queued: the queued free leaves the new
     /// import mapped, as driver 580 does (driver-facts: "Re-import while the previous
     /// import's free is still queued").
@@ -181,6 +184,40 @@ impl Sim {
             .host_running = true;
     }
 
+    /// Whether queued work still records or waits for `event`.
+    pub fn queued_uses(&self, event: Raw) -> bool {
+        self.deferred.queues.values().any(|queue| {
+            queue.ops.iter().any(|item| {
+                matches!(item, Queued::Record(_, e, _) | Queued::Wait(_, e, _) if *e == event)
+            })
+        })
+    }
+
+    /// Puts a destroyed event that queued work names back for that work; returns whether it
+    /// did.
+    fn revive(&mut self, event: Raw) -> bool {
+        match self.deferred.zombies.remove(&event) {
+            Some(state) => {
+                self.events.insert(event, state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Undoes `revive` once the work ran: the event stays for queued work that still names
+    /// it, and is gone once none does.
+    fn lay_to_rest(&mut self, event: Raw, revived: bool) {
+        if !revived {
+            return;
+        }
+        if let Some(state) = self.events.remove(&event)
+            && self.queued_uses(event)
+        {
+            self.deferred.zombies.insert(event, state);
+        }
+    }
+
     /// `cuMemFreeAsync` on a busy stream: checked now, run in order later.
     pub fn defer_free(&mut self, target: Target, addr: u64, kind: AllocKind) {
         if kind == AllocKind::Import {
@@ -226,6 +263,7 @@ impl Sim {
                             }
                         }
                         Queued::Record(target, event, generation) => {
+                            let revived = self.revive(event);
                             if !self.reached(event, generation) {
                                 let _ = self.execute(target, &Op::EventRecord(event));
                                 self.deferred.done.insert(event, generation);
@@ -233,9 +271,12 @@ impl Sim {
                                 // Overtaken by a later record that already ran.
                                 self.enqueue(target);
                             }
+                            self.lay_to_rest(event, revived);
                         }
                         Queued::Wait(target, event, _) => {
+                            let revived = self.revive(event);
                             let _ = self.execute(target, &Op::EventWait(event));
+                            self.lay_to_rest(event, revived);
                         }
                         Queued::Free(target, addr) => {
                             if let Some(n) = self.deferred.reimported.get_mut(&addr)

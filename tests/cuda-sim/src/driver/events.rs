@@ -55,8 +55,13 @@ impl Sim {
     }
 
     pub fn destroy_event(&mut self, raw: Raw) -> Result<(), CuResult> {
-        if self.events.remove(&raw).is_none() {
+        let Some(event) = self.events.remove(&raw) else {
             return Err(self.dead_handle(raw, Kind::Event, true));
+        };
+        // Destroyed with a record or wait still queued: that work completes, as on the
+        // driver (`deferred`); every later use by the program is of a destroyed handle.
+        if self.queued_uses(raw) {
+            self.deferred.zombies.insert(raw, event);
         }
         self.bury(raw, Kind::Event);
         Ok(())
@@ -78,7 +83,7 @@ impl Sim {
         Ok(())
     }
 
-    /// `cuEventRecord`: a stream operation (a node while the stream captures).
+    /// `cuEventRecord`: a stream operation (while the stream captures, a fork point: no node).
     pub fn record_event(&mut self, raw: Raw, stream: Raw) -> Result<(), CuResult> {
         self.event(raw)?;
         let target = self.stream(stream, "cuEventRecord")?;

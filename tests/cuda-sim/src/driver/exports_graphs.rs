@@ -70,6 +70,85 @@ fn copy_side(
     Ok((address, device_only))
 }
 
+/// The operation of a kernel node (`call` names the driver function for messages).
+pub(super) fn kernel_op(
+    sim: &mut Sim,
+    params: &KernelNodeParams,
+    call: &'static str,
+) -> Result<Op, CuResult> {
+    // `kern` (a library kernel) wins over `func`; its context is `ctx`, or the current one.
+    let function = if params.kern != 0 {
+        params.kern
+    } else {
+        params.func
+    };
+    let callee = sim.callee(function)?;
+    let device = if params.kern != 0 && params.ctx != 0 {
+        sim.context(params.ctx)?.device
+    } else {
+        sim.callee_device(callee, call)?
+    };
+    let launch = sim.prepare_launch(
+        function,
+        params.grid,
+        params.block,
+        params.shared,
+        params.kernel_params,
+        params.extra,
+        device,
+    )?;
+    Ok(Op::Kernel(launch))
+}
+
+/// The operation of a memset node.
+pub(super) fn memset_op(params: &MemsetNodeParams) -> Result<Op, CuResult> {
+    if !matches!(params.element_size, 1 | 2 | 4) || params.height == 0 || params.width == 0 {
+        return Err(INVALID_VALUE);
+    }
+    let width = params.element_size as usize;
+    if params.height > 1 && params.pitch < params.width * width {
+        return Err(INVALID_VALUE);
+    }
+    Ok(Op::Memset {
+        dst: params.dst,
+        pitch: params.pitch,
+        value: params.value,
+        width,
+        count: params.width,
+        rows: params.height,
+    })
+}
+
+/// The operation of a copy node (one-dimensional copies only: rows and slices are not
+/// modelled).
+pub(super) fn memcpy_op(p: &Memcpy3D) -> Result<Op, CuResult> {
+    if p.height != 1 || p.depth != 1 {
+        return Err(NOT_SUPPORTED);
+    }
+    let (src, src_device) = copy_side(
+        p.src_memory_type,
+        p.src_host as usize,
+        p.src_device,
+        p.src_x_in_bytes,
+        p.src_y,
+        p.src_z,
+    )?;
+    let (dst, dst_device) = copy_side(
+        p.dst_memory_type,
+        p.dst_host as usize,
+        p.dst_device,
+        p.dst_x_in_bytes,
+        p.dst_y,
+        p.dst_z,
+    )?;
+    Ok(Op::Memcpy {
+        dst,
+        src,
+        len: p.width_in_bytes,
+        device: (dst_device, src_device),
+    })
+}
+
 export_fns! {
     fn cuStreamBeginCapture_v2(stream: Raw, mode: c_uint) {
         with_sim(|sim| sim.begin_capture(stream, mode))
@@ -162,27 +241,7 @@ export_fns! {
         params: *const KernelNodeParams
     ) {
         let params = get(params)?;
-        add_node(node, graph, deps, count, |sim| {
-            // `kern` (a library kernel) wins over `func`; its context is `ctx`, or the
-            // current one.
-            let function = if params.kern != 0 { params.kern } else { params.func };
-            let callee = sim.callee(function)?;
-            let device = if params.kern != 0 && params.ctx != 0 {
-                sim.context(params.ctx)?.device
-            } else {
-                sim.callee_device(callee, "cuGraphAddKernelNode_v2")?
-            };
-            let launch = sim.prepare_launch(
-                function,
-                params.grid,
-                params.block,
-                params.shared,
-                params.kernel_params,
-                params.extra,
-                device,
-            )?;
-            Ok(Op::Kernel(launch))
-        })
+        add_node(node, graph, deps, count, |sim| kernel_op(sim, &params, "cuGraphAddKernelNode_v2"))
     }
 
     fn cuGraphAddMemsetNode(
@@ -193,24 +252,10 @@ export_fns! {
         params: *const MemsetNodeParams,
         context: Raw
     ) {
-        let params = get(params)?;
-        if !matches!(params.element_size, 1 | 2 | 4) || params.height == 0 || params.width == 0 {
-            return Err(INVALID_VALUE);
-        }
-        let width = params.element_size as usize;
-        if params.height > 1 && params.pitch < params.width * width {
-            return Err(INVALID_VALUE);
-        }
+        let op = memset_op(&get(params)?)?;
         add_node(node, graph, deps, count, |sim| {
             sim.context(context)?;
-            Ok(Op::Memset {
-                dst: params.dst,
-                pitch: params.pitch,
-                value: params.value,
-                width,
-                count: params.width,
-                rows: params.height,
-            })
+            Ok(op)
         })
     }
 
@@ -222,35 +267,10 @@ export_fns! {
         params: *const Memcpy3D,
         context: Raw
     ) {
-        let p = get(params)?;
-        // One-dimensional copies only: rows and slices are not modelled.
-        if p.height != 1 || p.depth != 1 {
-            return Err(NOT_SUPPORTED);
-        }
-        let (src, src_device) = copy_side(
-            p.src_memory_type,
-            p.src_host as usize,
-            p.src_device,
-            p.src_x_in_bytes,
-            p.src_y,
-            p.src_z,
-        )?;
-        let (dst, dst_device) = copy_side(
-            p.dst_memory_type,
-            p.dst_host as usize,
-            p.dst_device,
-            p.dst_x_in_bytes,
-            p.dst_y,
-            p.dst_z,
-        )?;
+        let op = memcpy_op(&get(params)?)?;
         add_node(node, graph, deps, count, |sim| {
             sim.context(context)?;
-            Ok(Op::Memcpy {
-                dst,
-                src,
-                len: p.width_in_bytes,
-                device: (dst_device, src_device),
-            })
+            Ok(op)
         })
     }
 
@@ -325,7 +345,12 @@ export_fns! {
             // Host nodes start on threads of their own; what follows them is queued.
             super::deferred::start_hosts(calls.into_iter().map(|call| (timeline, call)).collect());
         }
-        Ok(())
+        // The next launch of this executable graph is ordered after this one.
+        with_sim(|sim| {
+            let target = sim.stream(stream, "cuGraphLaunch")?;
+            sim.note_exec_launched(exec, target.timeline);
+            Ok(())
+        })
     }
 
     fn cuGraphUpload(exec: Raw, stream: Raw) {

@@ -4,7 +4,7 @@
 //! references to the graph's user objects. A launch executes the nodes in order, one stream
 //! operation per node on the launch stream, checking the handles and memory they use then.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::errors::INVALID_VALUE;
 use super::streams::Target;
@@ -48,6 +48,10 @@ pub struct GraphExec {
     pub raw: Raw,
     pub nodes: Vec<Node>,
     pub user_objects: BTreeMap<Raw, u32>,
+    /// The graph it was instantiated from (its nodes name the exec's nodes).
+    pub graph: Raw,
+    /// Nodes turned off by `cuGraphNodeSetEnabled`: launches run them as empty nodes.
+    pub disabled: BTreeSet<Raw>,
 }
 
 impl Sim {
@@ -94,6 +98,7 @@ impl Sim {
                 self.conditionals.bodies.remove(&body);
                 self.remove_graph(body);
             }
+            self.release_graph_memory(&graph.nodes);
         }
     }
 
@@ -135,9 +140,13 @@ impl Sim {
         }
         self.require_current("cuGraphInstantiateWithFlags")?;
         self.refuse_body(graph, "instantiating")?;
+        let source = graph;
         let graph = self.graph(graph)?;
         let mut nodes = graph.nodes.clone();
         let user_objects = graph.user_objects.clone();
+        // The driver's one instantiation at a time of a graph with memory nodes: checked
+        // before anything is taken.
+        self.check_memory_instance(source)?;
         for (&object, &count) in &user_objects {
             if let Some(object) = self.user_objects.get_mut(&object) {
                 object.refs += u64::from(count);
@@ -150,12 +159,15 @@ impl Sim {
             node.op = self.resolve(vec![op], Some(raw), &mut handles).remove(0);
         }
         self.note_exec_handles(raw, handles);
+        self.retain_graph_memory(source, raw, &nodes);
         self.execs.insert(
             raw,
             GraphExec {
                 raw,
                 nodes,
                 user_objects,
+                graph: source,
+                disabled: BTreeSet::new(),
             },
         );
         Ok(raw)
@@ -170,6 +182,8 @@ impl Sim {
         self.bury(raw, Kind::GraphExec);
         self.conditionals.execs.remove(&raw);
         self.drop_references(exec.user_objects);
+        self.forget_memory_instance(raw);
+        self.release_graph_memory(&exec.nodes);
         Ok(())
     }
 
@@ -203,10 +217,20 @@ impl Sim {
     /// expanded); while `target` captures, the launch is recorded as one child-graph node and
     /// nothing is returned.
     pub fn graph_launch_ops(&mut self, exec: Raw, target: Target) -> Result<Vec<Op>, CuResult> {
-        // The launch starts with its conditional handles at their defaults.
-        let ops: Vec<Op> = std::iter::once(Op::ResetConditionals(exec))
-            .chain(self.graph_exec(exec)?.nodes.iter().map(|n| n.op.clone()))
-            .collect();
+        let ops: Vec<Op> = {
+            let graph_exec = self.graph_exec(exec)?;
+            // The launch starts with its conditional handles at their defaults; a disabled
+            // node runs as an empty one.
+            std::iter::once(Op::ResetConditionals(exec))
+                .chain(graph_exec.nodes.iter().map(
+                    |n| match graph_exec.disabled.contains(&n.raw) {
+                        true => Op::Empty,
+                        false => n.op.clone(),
+                    },
+                ))
+                .collect()
+        };
+        self.check_memory_launch(exec, &ops, target)?;
         if self.capturing.contains_key(&target.timeline) {
             self.capture_op(target, Op::Child(ops))?;
             return Ok(Vec::new());

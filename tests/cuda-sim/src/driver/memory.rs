@@ -246,6 +246,9 @@ pub enum AllocKind {
     Mapping,
     /// `cuMemAllocManaged`: from the device's synchronous arena, freed by `cuMemFree`.
     Managed,
+    /// Graph-owned memory, live from its allocation node to its free node in a launch
+    /// (`graph_memory`); never freed by a free call.
+    Graph,
 }
 
 impl AllocKind {
@@ -258,6 +261,7 @@ impl AllocKind {
             AllocKind::Mapping => "mapping",
             AllocKind::Global => "module_variable",
             AllocKind::Managed => "managed_allocation",
+            AllocKind::Graph => "graph_allocation",
         }
     }
 }

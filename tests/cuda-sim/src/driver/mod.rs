@@ -44,6 +44,7 @@ mod exports_kernels;
 mod exports_tensor_maps;
 mod exports_vmm;
 mod faults;
+mod graph_memory;
 mod graphs;
 mod green;
 mod interp;
@@ -225,6 +226,8 @@ pub struct Sim {
     pub extra: exports_cudarc::Extra,
     /// Conditional handles and nodes (`conditional`).
     pub conditionals: conditional::Conditionals,
+    /// Graph-owned memory's reservations and the executable graphs of memory-node graphs.
+    pub graph_memory: graph_memory::GraphMemory,
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -317,6 +320,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             ticks: 0,
             extra: Default::default(),
             conditionals: Default::default(),
+            graph_memory: Default::default(),
             config,
         };
         for ordinal in 0..sim.config.devices {

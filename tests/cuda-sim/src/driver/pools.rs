@@ -295,7 +295,11 @@ impl Sim {
 
     /// The live allocation starting at `addr`, or the error for a bad free (reporting a
     /// double free as `double-destroy`).
-    fn allocation_to_free(&mut self, addr: u64, kinds: &[AllocKind]) -> Result<Alloc, CuResult> {
+    pub fn allocation_to_free(
+        &mut self,
+        addr: u64,
+        kinds: &[AllocKind],
+    ) -> Result<Alloc, CuResult> {
         if let Some(alloc) = self.allocs.get(&addr)
             && kinds.contains(&alloc.kind)
         {
@@ -347,8 +351,9 @@ impl Sim {
                 arena.free(alloc.addr - arena.base as u64, alloc.block);
                 arena.trim(0);
             }
-            // Never freed through the free calls (`allocation_to_free` does not accept them).
-            AllocKind::Mapping => {}
+            // Never freed through the free calls (`allocation_to_free` does not accept them);
+            // graph memory keeps its reservation until its graph and executable graph are gone.
+            AllocKind::Mapping | AllocKind::Graph => {}
         }
     }
 
@@ -357,7 +362,11 @@ impl Sim {
             return Ok(());
         }
         let target = self.stream(stream, "cuMemFreeAsync")?;
-        let alloc = self.allocation_to_free(addr, &[AllocKind::Pool, AllocKind::Import])?;
+        // Graph-owned memory a launch left live (its graph has no free node) is freed here too.
+        let alloc = self.allocation_to_free(
+            addr,
+            &[AllocKind::Pool, AllocKind::Import, AllocKind::Graph],
+        )?;
         if self.is_busy(target.timeline) {
             // Behind a host function: checked now, freed in stream order (`deferred`).
             self.defer_free(target, addr, alloc.kind);
@@ -368,7 +377,10 @@ impl Sim {
 
     /// Frees the stream-ordered allocation at `addr` as the next operation of `target`.
     pub fn free_now(&mut self, target: Target, addr: u64) -> Result<(), CuResult> {
-        let alloc = self.allocation_to_free(addr, &[AllocKind::Pool, AllocKind::Import])?;
+        let alloc = self.allocation_to_free(
+            addr,
+            &[AllocKind::Pool, AllocKind::Import, AllocKind::Graph],
+        )?;
         let operation = self.free_operation(target);
         self.check_free_order(&alloc, operation);
         self.remove_alloc(addr, operation);

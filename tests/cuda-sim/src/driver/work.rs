@@ -36,6 +36,9 @@ pub struct ConditionalOp {
     pub resolved: Option<Vec<Vec<Op>>>,
 }
 
+pub const NODE_MEM_ALLOC: u32 = 10;
+pub const NODE_MEM_FREE: u32 = 11;
+
 /// One stream operation, with its arguments captured by value.
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -68,6 +71,15 @@ pub enum Op {
     Host(unsafe extern "C" fn(*mut c_void), usize),
     /// A graph launched into a capture: its operations in order.
     Child(Vec<Op>),
+    /// An allocation node: maps the graph-owned memory reserved at `addr` (`graph_memory`).
+    GraphAlloc {
+        addr: u64,
+        size: u64,
+    },
+    /// A free node of graph-owned memory at `addr`.
+    GraphFree {
+        addr: u64,
+    },
     Empty,
     /// A conditional node (`conditional`).
     Conditional(Box<ConditionalOp>),
@@ -89,6 +101,8 @@ impl Op {
             Op::Child(_) => NODE_GRAPH,
             Op::Empty | Op::ResetConditionals(_) => NODE_EMPTY,
             Op::Conditional(_) => NODE_CONDITIONAL,
+            Op::GraphAlloc { .. } => NODE_MEM_ALLOC,
+            Op::GraphFree { .. } => NODE_MEM_FREE,
         }
     }
 
@@ -206,6 +220,8 @@ impl Sim {
             }
             Op::Conditional(conditional) => self.run_conditional(target, conditional)?,
             &Op::ResetConditionals(exec) => self.reset_conditionals(exec),
+            &Op::GraphAlloc { addr, size } => self.run_graph_alloc(target, addr, size)?,
+            &Op::GraphFree { addr } => self.run_graph_free(target, addr)?,
         }
         Ok(Vec::new())
     }
