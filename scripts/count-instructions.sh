@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -eq 0 ] && ops=(event-raw event event-cudarc pool-raw pool pool-cudarc
-  stream-raw stream stream-cudarc graph-raw graph graph-cudarc clone-arc clone)
+  stream-raw stream stream-cudarc graph-raw graph graph-cudarc graph10-raw graph10 clone-arc clone)
 cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
 sim_count=${SIM_COUNT:-target/release/sim_count}
 out=$(mktemp -d)

@@ -10,6 +10,7 @@
 //! | `pool-raw`, `pool`, `pool-cudarc` | 1 KiB pool allocation+free (cudarc untracked) |
 //! | `stream-raw`, `stream`, `stream-cudarc` | stream create+drop |
 //! | `graph-raw`, `graph`, `graph-cudarc` | launch of a one-kernel-node graph |
+//! | `graph10-raw`, `graph10` | launch of a graph of ten kernel nodes on one buffer |
 //! | `clone-arc`, `clone` | `Arc` clone+drop against `StreamHandle` clone+drop |
 //!
 //! See BENCHMARKS.md for the commands and the table.
@@ -81,8 +82,9 @@ fn main() -> Result<(), Failure> {
         let kernel = add_one()?;
         let buffer = DevicePtrHandle::alloc(&context, 4)?;
         let config = LaunchConfig::linear(1, 1);
+        let nodes = if op.starts_with("graph10") { 10 } else { 1 };
         let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
-            capture.launch(&kernel, &config, (&buffer, 1))
+            (0..nodes).try_for_each(|_| capture.launch(&kernel, &config, (&buffer, 1)))
         })?;
         let exec = graph.instantiate()?;
         let function = cudarc
@@ -144,12 +146,14 @@ fn main() -> Result<(), Failure> {
             }
             "stream" => drop(keep(StreamHandle::create(&context, flags, 0)?)),
             "stream-cudarc" => drop(keep(cudarc.new_stream()?)),
-            "graph-raw" | "graph" | "graph-cudarc" => {
+            "graph-raw" | "graph" | "graph-cudarc" | "graph10-raw" | "graph10" => {
                 let (exec, cudarc_graph, ..) = graph_forms.as_ref().ok_or("no graph")?;
                 match op.as_str() {
                     // SAFETY: the executable graph and the stream are alive.
-                    "graph-raw" => ok(unsafe { sys::cuGraphLaunch(exec.as_cu(), raw_stream) })?,
-                    "graph" => keep(exec).launch(&stream)?,
+                    "graph-raw" | "graph10-raw" => {
+                        ok(unsafe { sys::cuGraphLaunch(exec.as_cu(), raw_stream) })?
+                    }
+                    "graph" | "graph10" => keep(exec).launch(&stream)?,
                     _ => keep(cudarc_graph).launch()?,
                 }
             }

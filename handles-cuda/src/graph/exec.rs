@@ -14,6 +14,7 @@ use crate::error::{Error, GraphRule, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::graph::book::Span;
+use crate::graph::launch_plan::LaunchPlan;
 use crate::graph::nodes::{Attachment, GraphHandle};
 use crate::sync::lock;
 
@@ -30,6 +31,8 @@ pub struct GraphExec {
     #[owner]
     pub context: ContextHandle,
     pub(crate) attachments: Mutex<Attached>,
+    /// The ordinal of the device its nodes run on (its context's).
+    ordinal: usize,
     /// The id of the graph it was instantiated from, whose nodes name its nodes.
     pub(crate) graph: u64,
     /// The nodes of that graph when it was instantiated (added through this crate), sorted:
@@ -52,9 +55,25 @@ pub(crate) struct Attached {
     pub(crate) spans: Vec<Span>,
     /// (node, start of graph-owned memory) of every use; empty for graphs without memory nodes.
     pub(crate) memory_uses: Vec<(usize, sys::CUdeviceptr)>,
+    /// What a launch checks and reports, worked out from `all` whenever it changes.
+    plan: LaunchPlan,
 }
 
 impl Attached {
+    pub(crate) fn new(
+        all: Arc<[Attachment]>,
+        spans: Vec<Span>,
+        memory_uses: Vec<(usize, sys::CUdeviceptr)>,
+    ) -> Self {
+        let plan = LaunchPlan::of(&all);
+        Attached {
+            all,
+            spans,
+            memory_uses,
+            plan,
+        }
+    }
+
     /// Puts `new` in place of `node`'s attachments (after the list when they are not known)
     /// and returns the list before, for the caller to drop once the lock is released.
     pub(crate) fn replace(&mut self, node: usize, new: Vec<Attachment>) -> Arc<[Attachment]> {
@@ -82,7 +101,9 @@ impl Attached {
                 len: added,
             });
         }
-        std::mem::replace(&mut self.all, list.into())
+        let list: Arc<[Attachment]> = list.into();
+        self.plan = LaunchPlan::of(&list);
+        std::mem::replace(&mut self.all, list)
     }
 }
 // SAFETY: the CUDA driver API lets executable graphs be launched and destroyed from any thread.
@@ -104,11 +125,12 @@ impl GraphHandle {
         let attached = lock(&self.record().attachments);
         let mut book = lock(&self.record().book);
         let instance = book.instantiating()?;
-        let kept = Attached {
-            all: attached.as_slice().into(),
-            spans: book.spans.clone(),
-            memory_uses: book.memory_uses(),
-        };
+        let kept = Attached::new(
+            attached.as_slice().into(),
+            book.spans.clone(),
+            book.memory_uses(),
+        );
+        let ordinal = self.device_ordinal()?;
         let graph = self.id();
         let nodes = book.nodes();
         let context = self.context();
@@ -119,6 +141,7 @@ impl GraphHandle {
             let record = GraphExec {
                 context: context.clone(),
                 attachments: Mutex::new(kept),
+                ordinal,
                 graph,
                 nodes,
                 _source: self.clone(),
@@ -138,23 +161,18 @@ impl GraphExecHandle {
     pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
         // Held for the launch: an update cannot swap what the graph keeps while it is noted.
         let attached = lock(&self.record().attachments);
-        let attachments = &attached.all;
+        let plan = &attached.plan;
         stream.refuse_if_captured()?;
         // The buffers are checked again at every launch, on the device the graph's nodes run
         // on (its context's, whatever the stream): a device's access to a pool can be revoked
         // after the graph was built, and its kernels would fault.
         let context = self.context();
-        let ordinal = match context.device() {
-            Some(ordinal) => ordinal,
-            None => StreamHandle::legacy_in(context)?.device_ordinal()?,
-        };
+        let ordinal = self.record().ordinal;
         let mut reach = Vec::new();
-        for attachment in attachments.iter() {
-            if let Attachment::Buffer(buffer) = attachment {
-                let guard = buffer.check_accessible_in(context, ordinal)?;
-                if guard.is_held() {
-                    reach.push(guard);
-                }
+        for buffer in &plan.buffers {
+            let guard = buffer.check_accessible_in(context, ordinal)?;
+            if guard.is_held() {
+                reach.push(guard);
             }
         }
         let queued = stream.queue_bound(|raw_stream| {
@@ -168,25 +186,21 @@ impl GraphExecHandle {
         // release of a host node's closure, waits for the launch whichever it is. The reach
         // guards are held until the uses are reported, so no host view opens in between.
         let reported = queued.then(|| {
-            let context = self.context();
             let mut status = Ok(());
-            for attachment in attachments.iter() {
-                let noted = match attachment {
-                    Attachment::Buffer(buffer) => buffer.record_use(stream),
-                    Attachment::Kernel(kernel) => {
-                        let library = kernel.library();
-                        library
-                            .note_launch(context.as_cu(), || Ok(context.clone()))
-                            .and_then(|()| library.note_stream_launch(stream))
-                    }
-                    Attachment::Event(_) => Ok(()),
-                    Attachment::Host(function) => {
-                        let launched_in = &function.record().launched_in;
-                        launched_in
-                            .note(context.as_cu(), || Ok(context.clone()))
-                            .and_then(|()| launched_in.note_stream(stream))
-                    }
-                };
+            for buffer in &plan.buffers {
+                status = status.and(buffer.record_use(stream));
+            }
+            for library in &plan.libraries {
+                let noted = library
+                    .note_launch(context.as_cu(), || Ok(context.clone()))
+                    .and_then(|()| library.note_stream_launch(stream));
+                status = status.and(noted);
+            }
+            for function in &plan.hosts {
+                let launched_in = &function.record().launched_in;
+                let noted = launched_in
+                    .note(context.as_cu(), || Ok(context.clone()))
+                    .and_then(|()| launched_in.note_stream(stream));
                 status = status.and(noted);
             }
             status
@@ -221,11 +235,7 @@ impl GraphExecHandle {
             match unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) } {
                 sys::CUresult::CUDA_SUCCESS => Ok(std::mem::replace(
                     &mut *kept,
-                    Attached {
-                        all: source.as_slice().into(),
-                        spans: Vec::new(),
-                        memory_uses: Vec::new(),
-                    },
+                    Attached::new(source.as_slice().into(), Vec::new(), Vec::new()),
                 )),
                 code => Err(Error::GraphUpdate {
                     result: format!("{:?}", info.result),

@@ -68,6 +68,7 @@ pub(crate) mod child;
 pub(crate) mod conditional;
 pub(crate) mod exec;
 pub(crate) mod host;
+pub(crate) mod launch_plan;
 pub(crate) mod memory_nodes;
 pub(crate) mod node_update;
 pub(crate) mod nodes;
