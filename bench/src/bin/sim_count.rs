@@ -149,8 +149,8 @@ fn main() -> Result<(), Failure> {
             "graph-raw" | "graph" | "graph-cudarc" | "graph10-raw" | "graph10" => {
                 let (exec, cudarc_graph, ..) = graph_forms.as_ref().ok_or("no graph")?;
                 match op.as_str() {
-                    // SAFETY: the executable graph and the stream are alive.
                     "graph-raw" | "graph10-raw" => {
+                        // SAFETY: the executable graph and the stream are alive.
                         ok(unsafe { sys::cuGraphLaunch(exec.as_cu(), raw_stream) })?
                     }
                     "graph" | "graph10" => keep(exec).launch(&stream)?,
