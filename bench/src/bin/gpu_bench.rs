@@ -579,6 +579,8 @@ fn vmm_map_unmap() -> Measured {
 const THREADS: [usize; 5] = [1, 2, 4, 8, 16];
 /// Operations per thread per timed run of the scaling table.
 const SCALING_OPS: usize = 20_000;
+/// Rounds of the interleaved scaling rows (`interleaved`).
+const SCALING_ROUNDS: usize = 9;
 
 /// Aggregate operations per second of `threads` threads each running `op` `SCALING_OPS`
 /// times after a common start (the median of 5 runs). `setup` makes each thread's state.
@@ -755,41 +757,71 @@ fn managed_prefetch(context: &ContextHandle, stream: &StreamHandle) -> Measured 
     measured
 }
 
+/// One timed run: `threads` threads each make `SCALING_OPS` operations after a common start;
+/// the aggregate operations per second.
+fn run_once<S>(
+    threads: usize,
+    setup: &(impl Fn(usize) -> S + Sync),
+    op: &(impl Fn(&mut S) + Sync),
+) -> f64 {
+    let barrier = std::sync::Barrier::new(threads + 1);
+    let elapsed = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|index| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let mut state = setup(index);
+                    for _ in 0..100 {
+                        op(&mut state);
+                    }
+                    barrier.wait();
+                    for _ in 0..SCALING_OPS {
+                        op(&mut state);
+                    }
+                    drop(state);
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = std::time::Instant::now();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        start.elapsed()
+    });
+    (threads * SCALING_OPS) as f64 / elapsed.as_secs_f64()
+}
+
+/// The median of five runs of one variant (see `run_once`).
 fn aggregate<S>(
     threads: usize,
     setup: impl Fn(usize) -> S + Sync,
     op: impl Fn(&mut S) + Sync,
 ) -> f64 {
-    let mut rates = Vec::new();
-    for _ in 0..5 {
-        let barrier = std::sync::Barrier::new(threads + 1);
-        let elapsed = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|index| {
-                    let (barrier, setup, op) = (&barrier, &setup, &op);
-                    scope.spawn(move || {
-                        let mut state = setup(index);
-                        for _ in 0..100 {
-                            op(&mut state);
-                        }
-                        barrier.wait();
-                        for _ in 0..SCALING_OPS {
-                            op(&mut state);
-                        }
-                        drop(state);
-                    })
-                })
-                .collect();
-            barrier.wait();
-            let start = std::time::Instant::now();
-            for handle in handles {
-                handle.join().unwrap();
+    handles_bench::median((0..5).map(|_| run_once(threads, &setup, &op)).collect())
+}
+
+/// Runs of several variants interleaved: `SCALING_ROUNDS` rounds at each thread count, each
+/// round running every variant once, starting one further along each round; the median per
+/// variant and thread count. Throughput drifts between runs (the clock, where the threads
+/// land), so variants compared with each other are measured in turn, as in the first table.
+type Run<'a> = Box<dyn Fn(usize) -> f64 + Sync + 'a>;
+
+fn interleaved(variants: &[(&str, Run<'_>)]) -> Vec<Vec<f64>> {
+    let mut table = vec![Vec::new(); variants.len()];
+    for &threads in &THREADS {
+        let mut runs = vec![Vec::new(); variants.len()];
+        for round in 0..SCALING_ROUNDS {
+            for k in 0..variants.len() {
+                let v = (round + k) % variants.len();
+                runs[v].push((variants[v].1)(threads));
             }
-            start.elapsed()
-        });
-        rates.push((threads * SCALING_OPS) as f64 / elapsed.as_secs_f64());
+        }
+        for (column, runs) in table.iter_mut().zip(runs) {
+            column.push(handles_bench::median(runs));
+        }
     }
-    handles_bench::median(rates)
+    table
 }
 
 /// The scaling table: aggregate throughput (million ops/s) at 1 to 16 threads.
@@ -820,80 +852,57 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
         println!("| {op} | {name} | {} |", cells.join(" | "));
     };
     let each = |run: &dyn Fn(usize) -> f64| THREADS.iter().map(|&t| run(t)).collect::<Vec<_>>();
-    row(
-        "event create+drop",
-        "raw",
-        each(&|t| {
-            aggregate(
-                t,
-                |_| bind(),
-                |_| {
+    let event = || EventFlags::default();
+    let event_variants: Vec<(&str, Run<'_>)> = vec![
+        (
+            "raw",
+            Box::new(|t| {
+                run_once(t, &|_| bind(), &|_| {
                     let mut event = std::ptr::null_mut();
                     // SAFETY: the primary context is current on this thread.
                     unsafe {
                         ok(sys::cuEventCreate(&mut event, flags));
                         ok(sys::cuEventDestroy_v2(keep(event)));
                     }
-                },
-            )
-        }),
-    );
-    row(
-        "event create+drop",
-        "handles-cuda",
-        each(&|t| {
-            aggregate(
-                t,
-                |_| (),
-                |_| {
-                    drop(keep(
-                        EventHandle::create(context, EventFlags::default()).unwrap(),
-                    ));
-                },
-            )
-        }),
-    );
-    row(
-        "event create+drop",
-        "handles-cuda, context bound to the thread",
-        each(&|t| {
-            aggregate(
-                t,
-                |_| context.bind_to_thread().unwrap(),
-                |_| {
-                    drop(keep(
-                        EventHandle::create(context, EventFlags::default()).unwrap(),
-                    ));
-                },
-            )
-        }),
-    );
-    row(
-        "event create+drop",
-        "cudarc",
-        each(&|t| {
-            aggregate(
-                t,
-                |_| (),
-                |_| {
+                })
+            }),
+        ),
+        (
+            "handles-cuda",
+            Box::new(|t| {
+                run_once(t, &|_| (), &|_| {
+                    drop(keep(EventHandle::create(context, event()).unwrap()));
+                })
+            }),
+        ),
+        (
+            "handles-cuda, context bound to the thread",
+            Box::new(|t| {
+                run_once(t, &|_| context.bind_to_thread().unwrap(), &|_| {
+                    drop(keep(EventHandle::create(context, event()).unwrap()));
+                })
+            }),
+        ),
+        (
+            "cudarc",
+            Box::new(|t| {
+                run_once(t, &|_| (), &|_| {
                     drop(keep(cudarc_context.new_event(None).unwrap()));
-                },
-            )
-        }),
-    );
-    row(
-        "event create+drop",
-        "handles-cuda recycled",
-        each(&|t| {
-            aggregate(
-                t,
-                |_| (),
-                |_| {
+                })
+            }),
+        ),
+        (
+            "handles-cuda recycled",
+            Box::new(|t| {
+                run_once(t, &|_| (), &|_| {
                     drop(keep(recycler.acquire().unwrap()));
-                },
-            )
-        }),
-    );
+                })
+            }),
+        ),
+    ];
+    for ((name, _), rates) in event_variants.iter().zip(interleaved(&event_variants)) {
+        row("event create+drop (interleaved)", name, rates);
+    }
     row(
         "event create+record+drop, a stream per thread",
         "raw",
