@@ -1,0 +1,217 @@
+//! Review 23: adversarial reproducers for issue 23's conditional handles, node updates and
+//! thread-bound contexts. Ignored GPU tests; the launchers at the bottom run each group on the
+//! simulator in a child of its own.
+//!
+//! The tests that target a bug assert the *sound* behaviour: they fail while the bug exists.
+//! (The reference-count race of `handles-core/src/counted.rs` has its reproducer as a loom
+//! model: `handles-core/tests/review23_loom.rs`.)
+
+use handles_cuda::code::{Buffer, TypedKernel};
+use handles_cuda::exec::{EventFlags, GreenContextHandle};
+use handles_cuda::graph::{Conditional, ConditionalHandle, ConditionalKind, GraphHandle};
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, Error, EventHandle, KernelHandle, LaunchConfig, StreamHandle,
+};
+use handles_tests::{Failures, serial, stream};
+
+mod simulator;
+
+fn set_from() -> (
+    handles_cuda::LibraryHandle,
+    TypedKernel<(Conditional, Buffer)>,
+) {
+    let library = handles_tests::conditional_kernels::load().unwrap();
+    let kernel = KernelHandle::get(&library, "set_from").unwrap();
+    // SAFETY: the parameter list is the kernel's own; it reads only the first word of the
+    // selector, which the check requires.
+    let typed = unsafe {
+        kernel.typed(
+            |(_, selector): &(&ConditionalHandle, &DevicePtrHandle), _| {
+                if selector.size() >= 4 {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidArgument("the selector holds no word".into()))
+                }
+            },
+        )
+    }
+    .unwrap();
+    (library, typed)
+}
+
+fn word(context: &ContextHandle, stream: &StreamHandle, value: u32) -> DevicePtrHandle {
+    let buffer = DevicePtrHandle::alloc(context, 4).unwrap();
+    buffer.copy_from_host(&value.to_ne_bytes(), stream).unwrap();
+    buffer
+}
+
+fn one() -> LaunchConfig {
+    LaunchConfig::linear(1, 1)
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Conditional handles
+// ---------------------------------------------------------------------------------------
+
+/// `GraphExecHandle::set_kernel_node_params` runs the kernel's bounds check and the reach
+/// checks, but not the conditional-handle check that `add_kernel_node` runs
+/// (`check_conditionals`): a kernel node of graph A can be updated to set a conditional handle
+/// made on graph B, which the module's guide promises is impossible ("only kernel nodes of the
+/// same outermost graph can take it as an argument"). The update must be refused with
+/// `ForeignConditional`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_cond_node_update_refuses_a_handle_of_another_graph() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let (library, set_from) = set_from();
+    let selector = word(&context, &stream, 1);
+    let out = word(&context, &stream, 0);
+    let a = GraphHandle::create(&context).unwrap();
+    let handle_a = a.create_conditional(Some(0)).unwrap();
+    let setter = a
+        .add_kernel_node(&[], &set_from, &one(), (&handle_a, &selector))
+        .unwrap();
+    let node = a
+        .add_conditional_node(&[setter], &handle_a, ConditionalKind::If)
+        .unwrap();
+    node.bodies[0].add_memset_node(&[], &out, 0, 7, 4).unwrap();
+    let b = GraphHandle::create(&context).unwrap();
+    let handle_b = b.create_conditional(Some(0)).unwrap();
+    // The node-construction check refuses this argument:
+    assert!(matches!(
+        a.add_kernel_node(&[], &set_from, &one(), (&handle_b, &selector)),
+        Err(Error::ForeignConditional { .. })
+    ));
+    let exec = a.instantiate().unwrap();
+    let updated = exec.set_kernel_node_params(setter, &set_from, &one(), (&handle_b, &selector));
+    eprintln!("r23: node update with graph B's handle: {updated:?}");
+    if updated.is_ok() {
+        // Let the simulator see the launch that sets graph B's handle from graph A's kernel.
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+    }
+    assert!(
+        matches!(updated, Err(Error::ForeignConditional { .. })),
+        "a node update made graph A's kernel set a conditional handle of graph B: {updated:?}"
+    );
+    drop((exec, node, a, b, library));
+    failures.assert_none();
+}
+
+/// A graph C whose kernel sets C's own conditional handle (no conditional node yet, so
+/// `has_conditional` is false and `add_child_graph_node` takes it) becomes a child of graph A.
+/// Launches of A then run a kernel that sets a handle of graph C, which no node of A reads and
+/// which A's launch gives no meaning (the simulator's rule; `check_conditionals` would refuse
+/// the same argument in any kernel node of A). The child must be refused, or its handles
+/// checked against A.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_cond_child_graph_carries_a_foreign_handle_setter() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let (library, set_from) = set_from();
+    let selector = word(&context, &stream, 1);
+    let c = GraphHandle::create(&context).unwrap();
+    let handle_c = c.create_conditional(Some(0)).unwrap();
+    c.add_kernel_node(&[], &set_from, &one(), (&handle_c, &selector))
+        .unwrap();
+    let a = GraphHandle::create(&context).unwrap();
+    let added = a.add_child_graph_node(&[], &c);
+    eprintln!("r23: child graph with a setter of its own handle: {added:?}");
+    if added.is_ok() {
+        let exec = a.instantiate().unwrap();
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        drop(exec);
+    }
+    assert!(
+        added.is_err(),
+        "graph A took a child whose kernel sets graph C's conditional handle"
+    );
+    drop((a, c, handle_c, library));
+    failures.assert_none();
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Thread-bound contexts
+// ---------------------------------------------------------------------------------------
+
+/// `unbind_thread` inside `ContextHandle::run` of another context: `run` saved the bound
+/// context as the one to restore; `unbind_thread` sees that the bound context is not current
+/// now (the `run` context is), so leaves the current context alone, and drops the binding's
+/// handle: the last one of a green context, which is destroyed. `run` then makes the destroyed
+/// context current again. The same happens with `other.bind_to_thread()` inside `run`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_ctx_unbind_inside_run_restores_a_destroyed_context() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    std::thread::spawn(|| {
+        let primary = ContextHandle::primary(0).unwrap();
+        let green = GreenContextHandle::create(0, 1).unwrap();
+        let context = green.context().unwrap();
+        context.bind_to_thread().unwrap();
+        let raw_green = context.as_cu();
+        drop((context, green));
+        let unbound = primary.run(ContextHandle::unbind_thread);
+        let mut current = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe { handles_cuda::driver::sys::cuCtxGetCurrent(&mut current) };
+        eprintln!(
+            "r23: unbind inside run: {unbound:?}; current afterwards {current:?} (the destroyed \
+             green context was {raw_green:?})"
+        );
+        let event = EventHandle::create_in_current(EventFlags::default());
+        eprintln!(
+            "r23: an event in the current context: {:?}",
+            event.as_ref().err()
+        );
+        drop(event);
+        assert!(unbound.is_ok(), "{unbound:?}");
+        assert_ne!(
+            current, raw_green,
+            "a destroyed green context is current after unbind_thread inside run"
+        );
+    })
+    .join()
+    .unwrap();
+    failures.assert_none();
+}
+
+// ---------------------------------------------------------------------------------------
+// Launchers
+// ---------------------------------------------------------------------------------------
+
+const NOT_SIMULATED: &[(&str, &str)] = &[];
+
+fn run_group(label: &str, filter: &str) {
+    simulator::SuiteRun {
+        label,
+        filters: &[filter],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 1,
+        env: &[],
+    }
+    .run();
+}
+
+#[test]
+fn on_the_simulator_cond_update() {
+    run_group("review23 cond update", "r23_cond_node_update");
+}
+
+#[test]
+fn on_the_simulator_cond_child() {
+    run_group("review23 cond child", "r23_cond_child");
+}
+
+#[test]
+fn on_the_simulator_ctx() {
+    run_group("review23 ctx", "r23_ctx");
+}
