@@ -137,6 +137,50 @@ fn r23_cond_child_graph_carries_a_foreign_handle_setter() {
     failures.assert_none();
 }
 
+/// A conditional body "used alone": `instantiate` and `update` refuse a body
+/// (`refuse_body_alone`), but `add_child_graph_node` takes one as the child of another graph
+/// X (the body has no conditional node, memory node, host or event node of its own). The
+/// body's kernel sets graph A's handle (allowed in the body: its outermost graph is A), so
+/// X's launches run a kernel that sets a handle of graph A.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_cond_body_used_as_a_child_of_another_graph() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let (library, set_from) = set_from();
+    let selector = word(&context, &stream, 0);
+    let a = GraphHandle::create(&context).unwrap();
+    let handle_a = a.create_conditional(Some(1)).unwrap();
+    let looped = a
+        .add_conditional_node(&[], &handle_a, ConditionalKind::While)
+        .unwrap();
+    let body = &looped.bodies[0];
+    // Ends the loop: sets A's handle to selector[0] = 0.
+    body.add_kernel_node(&[], &set_from, &one(), (&handle_a, &selector))
+        .unwrap();
+    assert!(matches!(
+        body.instantiate(),
+        Err(Error::ConditionalBodyAlone { .. })
+    ));
+    let x = GraphHandle::create(&context).unwrap();
+    let added = x.add_child_graph_node(&[], body);
+    eprintln!("r23: a conditional body as the child of another graph: {added:?}");
+    if added.is_ok() {
+        let exec = x.instantiate().unwrap();
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        drop(exec);
+    }
+    assert!(
+        added.is_err(),
+        "graph X took graph A's conditional body, whose kernel sets A's handle, as a child"
+    );
+    drop((x, looped, a, library));
+    failures.assert_none();
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. Thread-bound contexts
 // ---------------------------------------------------------------------------------------
@@ -214,4 +258,9 @@ fn on_the_simulator_cond_child() {
 #[test]
 fn on_the_simulator_ctx() {
     run_group("review23 ctx", "r23_ctx");
+}
+
+#[test]
+fn on_the_simulator_cond_body() {
+    run_group("review23 cond body", "r23_cond_body");
 }
