@@ -6,11 +6,14 @@
 //! (The reference-count race of `handles-core/src/counted.rs` has its reproducer as a loom
 //! model: `handles-core/tests/review23_loom.rs`.)
 
-use handles_cuda::code::{Buffer, TypedKernel};
-use handles_cuda::exec::{EventFlags, GreenContextHandle};
+use handles_cuda::code::{
+    Buffer, Elements, LaunchOptions, OccupancyFlags, ProgramHandle, TypedKernel,
+};
+use handles_cuda::exec::{Device, EventFlags, GreenContextHandle};
 use handles_cuda::graph::{Conditional, ConditionalHandle, ConditionalKind, GraphHandle};
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, EventHandle, KernelHandle, LaunchConfig, StreamHandle,
+    ContextHandle, DeviceBuffer, DevicePtrHandle, Error, EventHandle, KernelHandle, LaunchConfig,
+    LaunchProblem, LibraryHandle, StreamHandle,
 };
 use handles_tests::{Failures, serial, stream};
 
@@ -228,6 +231,86 @@ fn r23_ctx_unbind_inside_run_restores_a_destroyed_context() {
 }
 
 // ---------------------------------------------------------------------------------------
+// 3. Cooperative launches
+// ---------------------------------------------------------------------------------------
+
+/// The cooperative grid check (`LaunchOptions::check_on_device`) multiplies the kernel's
+/// blocks per multiprocessor by the *device's* multiprocessor count, whatever the stream: on a
+/// stream of a green context, whose work runs on that context's SMs only, a grid sized for the
+/// whole device passes the check although it cannot be resident at once on the green
+/// context's SMs. The launch must be refused (`LaunchProblem::CooperativeGrid`) against the
+/// green context's `sm_count`.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_coop_grid_on_a_green_context_is_checked_against_its_sms() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let program = ProgramHandle::new(
+        "extern \"C\" __global__ void touch(unsigned *x) { if (blockIdx.x == 0 && threadIdx.x == 0) x[0] = 1u; }",
+        "touch.cu",
+    )
+    .unwrap();
+    program.compile(&["--gpu-architecture=compute_90"]).unwrap();
+    let library = LibraryHandle::load_data(&program.ptx().unwrap()).unwrap();
+    let kernel = KernelHandle::get(&library, "touch").unwrap();
+    // SAFETY: `touch(unsigned *x)` writes x[0] only, which the check requires.
+    let touch: TypedKernel<(Elements<u32>,)> = unsafe {
+        kernel.typed(|(x,): &(&DeviceBuffer<u32>,), _| {
+            if x.is_empty() {
+                Err(Error::InvalidArgument("empty".into()))
+            } else {
+                Ok(())
+            }
+        })
+    }
+    .unwrap();
+    let green = GreenContextHandle::create(0, 8).unwrap();
+    let green_sms = green.sm_count();
+    let device_sms = Device::new(0)
+        .unwrap()
+        .properties()
+        .unwrap()
+        .multiprocessor_count;
+    let green_stream = green.create_stream(0).unwrap();
+    let per_sm = touch
+        .kernel()
+        .max_active_blocks_per_sm(&context, 1024, 0, OccupancyFlags::Default)
+        .unwrap();
+    let blocks = per_sm * device_sms;
+    eprintln!(
+        "r23: green context of {green_sms} SMs (device {device_sms}), {per_sm} blocks per SM: \
+         a cooperative grid of {blocks} blocks"
+    );
+    assert!(green_sms < device_sms);
+    let x = DeviceBuffer::<u32>::zeroed(1, &green_stream).unwrap();
+    let options = LaunchOptions {
+        cooperative: true,
+        ..LaunchOptions::default()
+    };
+    let config = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [1024, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let launched = touch.launch_ex(&green_stream, &config, &options, (&x,));
+    eprintln!("r23: the cooperative launch on the green stream: {launched:?}");
+    green_stream.synchronize().unwrap();
+    assert!(
+        matches!(
+            launched,
+            Err(Error::BadLaunch {
+                what: LaunchProblem::CooperativeGrid { .. }
+            })
+        ),
+        "a cooperative grid of {blocks} blocks was let through on a green context of \
+         {green_sms} SMs ({per_sm} per SM): {launched:?}"
+    );
+    drop((x, green_stream, green, touch, library));
+    failures.assert_none();
+}
+
+// ---------------------------------------------------------------------------------------
 // Launchers
 // ---------------------------------------------------------------------------------------
 
@@ -263,4 +346,9 @@ fn on_the_simulator_ctx() {
 #[test]
 fn on_the_simulator_cond_body() {
     run_group("review23 cond body", "r23_cond_body");
+}
+
+#[test]
+fn on_the_simulator_coop() {
+    run_group("review23 coop", "r23_coop");
 }
