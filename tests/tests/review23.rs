@@ -6,6 +6,10 @@
 //! (The reference-count race of `handles-core/src/counted.rs` has its reproducer as a loom
 //! model: `handles-core/tests/review23_loom.rs`.)
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
 use handles_cuda::code::{
     Buffer, Elements, LaunchOptions, OccupancyFlags, ProgramHandle, TypedKernel,
 };
@@ -185,6 +189,56 @@ fn r23_cond_body_used_as_a_child_of_another_graph() {
 }
 
 // ---------------------------------------------------------------------------------------
+// 1b. Graph-owned memory
+// ---------------------------------------------------------------------------------------
+
+/// A graph with memory nodes whose executable graph is launched, then dropped with the graph
+/// while the launch still waits in a host node between its memset and its copy of the
+/// graph-owned memory. The executable graph keeps its source graph (`_source`) only while its
+/// handle lives, and the driver's deferred destruction of the executable graph does not keep
+/// the graph: `cuGraphDestroy` runs while the launch is queued, and the simulator (whose
+/// allocation node reserves the range for the graph and its executable graphs) reports the
+/// launch's later copy as a use of memory the graph's destruction freed.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_gmem_graph_dropped_while_its_launch_runs() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let out = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    let graph = GraphHandle::create(&context).unwrap();
+    let (alloc, memory) = graph.add_mem_alloc_node(&[], 4096).unwrap();
+    let set = graph
+        .add_memset_node(&[alloc], &memory, 0, 1, 4096)
+        .unwrap();
+    let gate = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&gate);
+    let wait = graph
+        .add_host_node(&[set], move || {
+            let start = Instant::now();
+            while !seen.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .unwrap();
+    let copy = graph
+        .add_copy_node(&[wait], &memory, 0, &out, 0, 4096)
+        .unwrap();
+    graph.add_mem_free_node(&[copy], &memory).unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    drop((exec, graph, memory));
+    gate.store(true, Ordering::SeqCst);
+    stream.synchronize().unwrap();
+    let mut bytes = vec![0u8; 4096];
+    out.copy_to_host(&mut bytes, &stream).unwrap();
+    assert!(bytes.iter().all(|&b| b == 1), "the copy read other bytes");
+    drop(out);
+    failures.assert_none();
+}
+
+// ---------------------------------------------------------------------------------------
 // 2. Thread-bound contexts
 // ---------------------------------------------------------------------------------------
 
@@ -351,4 +405,9 @@ fn on_the_simulator_cond_body() {
 #[test]
 fn on_the_simulator_coop() {
     run_group("review23 coop", "r23_coop");
+}
+
+#[test]
+fn on_the_simulator_gmem() {
+    run_group("review23 gmem", "r23_gmem");
 }
