@@ -284,6 +284,38 @@ fn r23_ctx_unbind_inside_run_restores_a_destroyed_context() {
     failures.assert_none();
 }
 
+/// The same through `bind_to_thread` inside `run`: binding the primary context replaces (and
+/// drops) the binding of a green context whose other handles are gone, destroying it, and
+/// `run` then restores the destroyed context as current.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r23_ctx_bind_inside_run_restores_a_destroyed_context() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    std::thread::spawn(|| {
+        let primary = ContextHandle::primary(0).unwrap();
+        let green = GreenContextHandle::create(0, 1).unwrap();
+        let context = green.context().unwrap();
+        context.bind_to_thread().unwrap();
+        let raw_green = context.as_cu();
+        drop((context, green));
+        let bound = primary.run(|| primary.bind_to_thread());
+        let mut current = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        unsafe { handles_cuda::driver::sys::cuCtxGetCurrent(&mut current) };
+        eprintln!("r23: bind inside run: {bound:?}; current afterwards {current:?}");
+        assert!(bound.is_ok(), "{bound:?}");
+        assert_ne!(
+            current, raw_green,
+            "a destroyed green context is current after bind_to_thread inside run"
+        );
+        ContextHandle::unbind_thread().unwrap();
+    })
+    .join()
+    .unwrap();
+    failures.assert_none();
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. Cooperative launches
 // ---------------------------------------------------------------------------------------
@@ -393,8 +425,13 @@ fn on_the_simulator_cond_child() {
 }
 
 #[test]
-fn on_the_simulator_ctx() {
-    run_group("review23 ctx", "r23_ctx");
+fn on_the_simulator_ctx_unbind() {
+    run_group("review23 ctx unbind", "r23_ctx_unbind");
+}
+
+#[test]
+fn on_the_simulator_ctx_bind() {
+    run_group("review23 ctx bind", "r23_ctx_bind");
 }
 
 #[test]
