@@ -4,13 +4,19 @@
 //! A [`Counted`] is one strong reference to an allocation holding two counts and a value; a
 //! [`CountedWeak`] is one weak reference. The counts follow `Arc`'s protocol: `strong` counts
 //! the strong references, `weak` the weak ones plus one that all strong references hold
-//! together. What differs is the end:
+//! together. Both live in one 64-bit word (strong in the low half, weak in the high half), so
+//! one load reads both at one instant. What differs from `Arc` is the end:
 //!
 //! - Dropping a strong reference that is not the last is one release decrement, as for `Arc`.
 //!   The last one is told so by that same decrement (an acquire fence follows) and comes back
 //!   as a [`Last`]: an owned, exclusive reference to a value no one else can reach, which the
 //!   iterative release (`release.rs`) drops in place or parks, without a second look at the
 //!   count. (`Arc` gives no such thing: the release had to load the count before dropping.)
+//! - A handle that is the only reference of any kind (one load reads strong 1 and weak 1: no
+//!   other strong reference to clone from or to downgrade, no weak one to upgrade, at that
+//!   instant) is the last without a decrement: nothing can make another reference from then on
+//!   but this one, which its owner is dropping. The two counts must be read together: read one
+//!   after the other, another thread's clone could downgrade and drop in between.
 //! - When the value has been dropped, the allocation is freed at once if `weak` reads 1 (no
 //!   weak reference exists), else the strong side's share of `weak` is given up by a decrement,
 //!   as `Arc` always does. The load is enough: with no strong reference left (the count is 0,
@@ -22,7 +28,8 @@
 //! The orderings are `Arc`'s: increments relaxed (a new reference is made from an existing one,
 //! which keeps the allocation), decrements release, and an acquire fence before the value or the
 //! allocation goes, so every use through another reference happens before. A count past
-//! `isize::MAX` aborts the process, as `Arc` does, before it could wrap.
+//! 2^31 aborts the process, as `Arc` does past `isize::MAX`, before it could carry into the
+//! other half.
 //!
 //! Under `--cfg loom` the counts are loom's atomics (`tests/loom_counted.rs` model-checks the
 //! protocol through the public handle API); miri runs the handle tests on the real ones.
@@ -33,14 +40,15 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicUsize, Ordering, fence};
+use loom::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use crate::spare;
 
-/// The most references a count may hold; one more aborts (as `Arc`), long before it wraps.
-const MAX_COUNT: usize = isize::MAX as usize;
+/// The most references a count may hold; one more aborts (as `Arc`), long before it could
+/// carry into the other half of the word.
+const MAX_COUNT: u64 = 1 << 31;
 
 /// The allocation: the two counts, then the value (dropped in place by the last strong
 /// reference, before the allocation goes).
@@ -49,10 +57,27 @@ struct Inner<T> {
     value: ManuallyDrop<T>,
 }
 
-/// The two counts of an allocation.
+/// The two counts of an allocation, in one word: strong in the low 32 bits, weak (with the
+/// strong side's share) in the high 32 bits.
 struct Counts {
-    strong: AtomicUsize,
-    weak: AtomicUsize,
+    word: AtomicU64,
+}
+
+/// One strong reference, in the word.
+const STRONG: u64 = 1;
+/// One weak reference, in the word.
+const WEAK: u64 = 1 << 32;
+
+/// The strong count in `word`.
+#[inline(always)]
+fn strong(word: u64) -> u64 {
+    word & (WEAK - 1)
+}
+
+/// The weak count in `word` (the strong side's share included).
+#[inline(always)]
+fn weak(word: u64) -> u64 {
+    word >> 32
 }
 
 /// One strong reference: keeps the value alive.
@@ -106,8 +131,7 @@ impl<T> Counted<T> {
     pub(crate) fn new(value: T) -> Self {
         let inner = Inner {
             counts: Counts {
-                strong: AtomicUsize::new(1),
-                weak: AtomicUsize::new(1),
+                word: AtomicU64::new(STRONG | WEAK),
             },
             value: ManuallyDrop::new(value),
         };
@@ -144,12 +168,12 @@ impl<T> Counted<T> {
 
     /// The number of strong references (a snapshot).
     pub(crate) fn strong_count(&self) -> usize {
-        self.counts().strong.load(Ordering::Relaxed)
+        strong(self.counts().word.load(Ordering::Relaxed)) as usize
     }
 
     /// The number of weak references (a snapshot), not counting the strong side's share.
     pub(crate) fn weak_count(&self) -> usize {
-        self.counts().weak.load(Ordering::Relaxed) - 1
+        (weak(self.counts().word.load(Ordering::Relaxed)) - 1) as usize
     }
 
     /// The value's address: equal for every reference to one allocation (weak ones
@@ -161,29 +185,25 @@ impl<T> Counted<T> {
 
     /// Gives up this strong reference: `None` if others remain, else the [`Last`] reference.
     ///
-    /// With `unique_first`, a reference that is the only one of any kind (the weak count reads
-    /// 1, then the strong count reads 1) becomes the [`Last`] without a decrement: no weak
-    /// reference exists to upgrade, and no strong one to clone from but this, which its owner is
-    /// dropping, so nothing can make another reference. The weak count is read first: once it is
-    /// 1, a strong reference can only come from this one, so a strong count of 1 read after it
-    /// stays 1. Both reads acquire, so whatever was done through a reference given up before
-    /// (an upgraded one, its weak one: release decrements) happens before the value is dropped.
-    /// Worth it for handles that are made and dropped without ever being shared (an event, an
-    /// allocation); a handle that usually has weak references (a registered one) skips it.
+    /// With `unique_first`, a reference that is the only one of any kind (one load of the word
+    /// reads strong 1 and weak 1, at one instant) becomes the [`Last`] without a decrement: no
+    /// weak reference existed to upgrade, and no other strong one to clone from or downgrade,
+    /// so nothing can make another reference but this one, which its owner is dropping. The
+    /// load acquires, so whatever was done through a reference given up before (release
+    /// decrements of the same word) happens before the value is dropped. Worth it for handles
+    /// that are made and dropped without ever being shared (an event, an allocation); a handle
+    /// that usually has weak references (a registered one) skips it.
     #[inline(always)]
     pub(crate) fn release(self, unique_first: bool) -> Option<Last<T>> {
         let this = ManuallyDrop::new(self);
         let counts = this.counts();
-        if unique_first
-            && counts.weak.load(Ordering::Acquire) == 1
-            && counts.strong.load(Ordering::Acquire) == 1
-        {
+        if unique_first && counts.word.load(Ordering::Acquire) == STRONG | WEAK {
             return Some(Last {
                 ptr: this.ptr,
                 _owns: PhantomData,
             });
         }
-        if counts.strong.fetch_sub(1, Ordering::Release) != 1 {
+        if strong(counts.word.fetch_sub(STRONG, Ordering::Release)) != 1 {
             return None;
         }
         // Every use through the other strong references happened before their decrements,
@@ -198,25 +218,34 @@ impl<T> Counted<T> {
     /// This reference as the [`Last`] one if no other strong reference exists; otherwise it is
     /// handed back.
     pub(crate) fn try_last(self) -> Result<Last<T>, Self> {
-        match self
-            .counts()
-            .strong
-            .compare_exchange(1, 0, Ordering::Acquire, Ordering::Relaxed)
-        {
-            Ok(_) => {
-                let this = ManuallyDrop::new(self);
-                Ok(Last {
-                    ptr: this.ptr,
-                    _owns: PhantomData,
-                })
+        let word = &self.counts().word;
+        let mut current = word.load(Ordering::Relaxed);
+        loop {
+            if strong(current) != 1 {
+                return Err(self);
             }
-            Err(_) => Err(self),
+            // Only the strong half changes; a weak reference made or dropped meanwhile only
+            // makes the swap retry.
+            match word.compare_exchange_weak(
+                current,
+                current - STRONG,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
         }
+        let this = ManuallyDrop::new(self);
+        Ok(Last {
+            ptr: this.ptr,
+            _owns: PhantomData,
+        })
     }
 
     /// A weak reference to this allocation.
     pub(crate) fn downgrade(&self) -> CountedWeak<T> {
-        if self.counts().weak.fetch_add(1, Ordering::Relaxed) >= MAX_COUNT {
+        if weak(self.counts().word.fetch_add(WEAK, Ordering::Relaxed)) >= MAX_COUNT {
             too_many_references();
         }
         CountedWeak {
@@ -251,7 +280,7 @@ impl<T> Clone for Counted<T> {
     fn clone(&self) -> Self {
         // Relaxed, as `Arc`: the new reference is made from this one, which keeps the
         // allocation alive meanwhile, and passing it to another thread synchronises.
-        if self.counts().strong.fetch_add(1, Ordering::Relaxed) >= MAX_COUNT {
+        if strong(self.counts().word.fetch_add(STRONG, Ordering::Relaxed)) >= MAX_COUNT {
             too_many_references();
         }
         Counted {
@@ -379,10 +408,12 @@ impl<T> Drop for Last<T> {
         unsafe { ManuallyDrop::drop(&mut (*ptr).value) };
         // SAFETY: the allocation lives until the strong side's share of `weak` is given up,
         // which happens only below, after the last use of `weak`.
-        let weak = &unsafe { counts(self.ptr) }.weak;
+        let word = &unsafe { counts(self.ptr) }.word;
         // No weak reference exists and none can be made (see the module's notes): the
         // allocation is ours alone. Otherwise give up the share; the last one out frees.
-        if weak.load(Ordering::Acquire) == 1 || weak.fetch_sub(1, Ordering::Release) == 1 {
+        if weak(word.load(Ordering::Acquire)) == 1
+            || weak(word.fetch_sub(WEAK, Ordering::Release)) == 1
+        {
             fence(Ordering::Acquire);
             // SAFETY: no reference to the allocation remains, and the value inside is already
             // dropped (the counts are plain atomics).
@@ -405,19 +436,19 @@ impl<T> CountedWeak<T> {
         let ptr = self.ptr?;
         // SAFETY: this weak reference keeps the allocation (not the value) alive while `&self`
         // lives.
-        let strong = &unsafe { counts(ptr) }.strong;
-        let mut count = strong.load(Ordering::Relaxed);
+        let word = &unsafe { counts(ptr) }.word;
+        let mut current = word.load(Ordering::Relaxed);
         loop {
-            if count == 0 {
+            if strong(current) == 0 {
                 return None;
             }
-            if count >= MAX_COUNT {
+            if strong(current) >= MAX_COUNT {
                 too_many_references();
             }
             // Acquire on success, as `Arc`: the value is used next.
-            match strong.compare_exchange_weak(
-                count,
-                count + 1,
+            match word.compare_exchange_weak(
+                current,
+                current + STRONG,
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -427,7 +458,7 @@ impl<T> CountedWeak<T> {
                         _owns: PhantomData,
                     });
                 }
-                Err(actual) => count = actual,
+                Err(actual) => current = actual,
             }
         }
     }
@@ -446,7 +477,8 @@ impl<T> Clone for CountedWeak<T> {
     fn clone(&self) -> Self {
         if let Some(ptr) = self.ptr {
             // SAFETY: this weak reference keeps the allocation alive while `&self` lives.
-            if unsafe { counts(ptr) }.weak.fetch_add(1, Ordering::Relaxed) >= MAX_COUNT {
+            let word = &unsafe { counts(ptr) }.word;
+            if weak(word.fetch_add(WEAK, Ordering::Relaxed)) >= MAX_COUNT {
                 too_many_references();
             }
         }
@@ -464,7 +496,8 @@ impl<T> Drop for CountedWeak<T> {
         };
         // SAFETY: this weak reference keeps the allocation alive until its decrement, the
         // count's last use here.
-        if unsafe { counts(ptr) }.weak.fetch_sub(1, Ordering::Release) == 1 {
+        let word = &unsafe { counts(ptr) }.word;
+        if weak(word.fetch_sub(WEAK, Ordering::Release)) == 1 {
             fence(Ordering::Acquire);
             // SAFETY: the count reached 0, so the strong side gave up its share (the value is
             // dropped) and no other weak reference remains.

@@ -209,3 +209,29 @@ fn two_last_drops_race_with_a_weak_held() {
         assert!(weak.upgrade().is_none());
     });
 }
+
+/// The other strong handle (a clone, on another thread) makes a weak handle, drops itself and
+/// upgrades the weak one, while the original drops. The unique drop must not take itself for
+/// the only reference: read one after the other, the weak count (1, before the weak handle is
+/// made) and the strong count (1, after the clone is gone) said so, and the weak handle then
+/// upgraded to a dropped record (found by the review of this work); read together, in one word,
+/// they cannot.
+#[test]
+fn a_clone_that_downgrades_and_drops_races_the_unique_drop() {
+    loom::model(|| {
+        let (handle, counters) = make();
+        let clone = handle.clone();
+        let thread = thread::spawn(move || {
+            let weak = clone.downgrade();
+            drop(clone);
+            if let Some(upgraded) = weak.upgrade() {
+                alive(&upgraded);
+                drop(upgraded);
+            }
+            drop(weak);
+        });
+        drop(handle);
+        thread.join().unwrap();
+        exactly_once(counters);
+    });
+}

@@ -393,8 +393,9 @@ pub enum Error {
         /// The node refused.
         what: &'static str,
     },
-    /// A graph with a conditional node given as a child graph, which the driver cannot copy.
-    #[error("invalid argument: a graph with conditional nodes cannot be a child graph")]
+    /// A graph with a conditional node (which the driver cannot copy) or a conditional handle
+    /// (whose setters would run outside its graph) given as a child graph.
+    #[error("invalid argument: a graph with conditional nodes or handles cannot be a child graph")]
     ConditionalInChild,
     /// A conditional node's body graph used as a graph of its own (instantiated, or the source
     /// of an update): it belongs to its node, and runs only as part of its outermost graph.

@@ -2,9 +2,9 @@
 //! thread-bound contexts. Ignored GPU tests; the launchers at the bottom run each group on the
 //! simulator in a child of its own.
 //!
-//! The tests that target a bug assert the *sound* behaviour: they fail while the bug exists.
-//! (The reference-count race of `handles-core/src/counted.rs` has its reproducer as a loom
-//! model: `handles-core/tests/review23_loom.rs`.)
+//! Each test asserts the *sound* behaviour and failed before its fix; they stay as regression
+//! tests. (The reference-count race of `handles-core/src/counted.rs` has its reproducer as a
+//! loom model: `loom_counted.rs::a_clone_that_downgrades_and_drops_races_the_unique_drop`.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -273,11 +273,13 @@ fn r23_ctx_unbind_inside_run_restores_a_destroyed_context() {
             event.as_ref().err()
         );
         drop(event);
-        assert!(unbound.is_ok(), "{unbound:?}");
-        assert_ne!(
-            current, raw_green,
-            "a destroyed green context is current after unbind_thread inside run"
+        // Refused: `run` restores its caller's context (the bound one) afterwards.
+        assert!(
+            matches!(unbound, Err(handles_cuda::Error::WrongContext { .. })),
+            "{unbound:?}"
         );
+        assert_eq!(current, raw_green, "the binding is as it was");
+        ContextHandle::unbind_thread().unwrap();
     })
     .join()
     .unwrap();
@@ -304,11 +306,12 @@ fn r23_ctx_bind_inside_run_restores_a_destroyed_context() {
         // SAFETY: a valid out-pointer.
         unsafe { handles_cuda::driver::sys::cuCtxGetCurrent(&mut current) };
         eprintln!("r23: bind inside run: {bound:?}; current afterwards {current:?}");
-        assert!(bound.is_ok(), "{bound:?}");
-        assert_ne!(
-            current, raw_green,
-            "a destroyed green context is current after bind_to_thread inside run"
+        // Refused: `run` restores its caller's context (the bound one) afterwards.
+        assert!(
+            matches!(bound, Err(handles_cuda::Error::WrongContext { .. })),
+            "{bound:?}"
         );
+        assert_eq!(current, raw_green, "the binding is as it was");
         ContextHandle::unbind_thread().unwrap();
     })
     .join()

@@ -93,7 +93,10 @@ impl LaunchOptions {
             config.shared_mem_bytes as usize,
             crate::code::occupancy::OccupancyFlags::Default,
         )?;
-        let multiprocessors = properties.multiprocessor_count;
+        // A green context's stream runs on its share of the SMs, not the whole device's.
+        let multiprocessors = context
+            .sm_count()
+            .unwrap_or(properties.multiprocessor_count);
         let max = u64::from(per_sm) * u64::from(multiprocessors);
         let blocks: u64 = config.grid.iter().map(|&d| u64::from(d)).product();
         if blocks > max {

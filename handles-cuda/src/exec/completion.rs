@@ -105,7 +105,7 @@ impl EventHandle {
             if let Some(waker) = wake.complete() {
                 waker.wake_by_ref();
                 // Dropped on the disposal thread, never in the host function.
-                crate::exec::host::dispose(Box::new(waker));
+                crate::exec::disposal::dispose(Box::new(waker));
             }
         })?;
         Ok(Completion { shared })

@@ -30,6 +30,10 @@ pub struct Context {
     pub primary_of: Option<CUdevice>,
     /// The process-wide primary-context cache entry, released after the retain is.
     primary_slot: Option<CacheSlot<usize, ContextHandle>>,
+    /// The SMs work in this context may use, for a green context's share of its device
+    /// (`None`: the whole device).
+    #[handle(copy)]
+    pub sm_count: Option<u32>,
 }
 
 impl Context {
@@ -40,6 +44,15 @@ impl Context {
             device,
             primary_of: None,
             primary_slot: None,
+            sm_count: None,
+        }
+    }
+
+    /// The record of a green context's context: a reference to `sm_count` SMs of `device`.
+    pub(crate) fn green_share(device: usize, sm_count: u32) -> Context {
+        Context {
+            sm_count: Some(sm_count),
+            ..Context::reference(Some(device))
         }
     }
 }
@@ -71,7 +84,53 @@ thread_local! {
 
     /// The context [`ContextHandle::bind_to_thread`] made current on this thread, kept alive
     /// for as long as it is bound.
-    static BOUND: RefCell<Option<ContextHandle>> = const { RefCell::new(None) };
+    static BOUND: RefCell<Bound> = const { RefCell::new(Bound(None)) };
+
+    /// How many [`ContextHandle::run`] calls are running on this thread (each restores its
+    /// caller's context when it returns).
+    static RUN_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The bound context of a thread. Still bound when the thread exits, it is dropped on the
+/// disposal thread: its release may need a current context (a green context's does), and the
+/// driver's per-thread state may already be gone while thread-locals are torn down.
+struct Bound(Option<ContextHandle>);
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if let Some(context) = self.0.take() {
+            crate::exec::disposal::dispose(Box::new(context));
+        }
+    }
+}
+
+/// Counts a [`ContextHandle::run`] call for its extent (also if it unwinds).
+struct RunDepth;
+
+impl RunDepth {
+    fn enter() -> RunDepth {
+        let _ = RUN_DEPTH.try_with(|depth| depth.set(depth.get() + 1));
+        RunDepth
+    }
+}
+
+impl Drop for RunDepth {
+    fn drop(&mut self) {
+        let _ = RUN_DEPTH.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
+}
+
+/// Refuses a change of this thread's binding inside [`ContextHandle::run`]: the run restores
+/// its caller's context when it returns, and that may be the bound context, whose last handle
+/// the change could drop (the run would then make a destroyed context current).
+fn refuse_inside_run() -> Result<()> {
+    if RUN_DEPTH.try_with(std::cell::Cell::get).unwrap_or(0) > 0 {
+        return Err(Error::WrongContext {
+            what: "a thread's bound context cannot change inside ContextHandle::run, which \
+                   restores its caller's context afterwards",
+        });
+    }
+    Ok(())
 }
 
 /// An entry on this thread's [`RUNNING`] stack for the extent of a [`ContextHandle::run`] call,
@@ -151,6 +210,7 @@ impl ContextHandle {
                 device: Some(ordinal),
                 primary_of: Some(device),
                 primary_slot: Some(slot),
+                sm_count: None,
             };
             // SAFETY: we hold exactly one retain, which `release_primary` gives back.
             Ok(unsafe { ContextHandle::from_raw(raw, record) })
@@ -179,7 +239,11 @@ impl ContextHandle {
             return Ok(running);
         }
         let bound = with_cache(&BOUND, |bound| {
-            bound.as_ref().filter(|bound| bound.as_cu() == raw).cloned()
+            bound
+                .0
+                .as_ref()
+                .filter(|bound| bound.as_cu() == raw)
+                .cloned()
         })
         .flatten();
         if let Some(bound) = bound {
@@ -247,6 +311,7 @@ impl ContextHandle {
     /// restore's error is returned. The caller's context is restored on every exit, also when
     /// `call` panics.
     pub fn run<T, E: From<Error>>(&self, call: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let _depth = RunDepth::enter();
         in_context(self.as_cu(), || {
             let _running = Running::enter(self);
             call()
@@ -263,13 +328,15 @@ impl ContextHandle {
     /// binding even if every other handle is dropped; binding another context, or
     /// [`ContextHandle::unbind_thread`], or the thread's exit releases it. A non-owning
     /// reference is resolved to the handle that manages its context, or refused (nothing
-    /// could keep it alive while current).
+    /// could keep it alive while current). Refused inside [`ContextHandle::run`], which restores
+    /// its caller's context afterwards.
     pub fn bind_to_thread(&self) -> Result<()> {
+        refuse_inside_run()?;
         let context = self.keep_alive()?.into_owned();
         let raw = context.as_cu();
         // Kept first, made current second: a thread whose locals are being torn down cannot
         // keep it, and is refused before anything changed.
-        let Some(replaced) = with_cache(&BOUND, |bound| bound.replace(context)) else {
+        let Some(replaced) = with_cache(&BOUND, |bound| bound.0.replace(context)) else {
             return Err(Error::NothingMade {
                 what: "the thread is exiting: no context can be bound to it",
             });
@@ -282,9 +349,10 @@ impl ContextHandle {
 
     /// Undoes [`ContextHandle::bind_to_thread`] on the calling thread: if the bound context is
     /// still current, no context is current afterwards; the thread's handle of it is dropped.
-    /// Does nothing if no context is bound.
+    /// Does nothing if no context is bound. Refused inside [`ContextHandle::run`].
     pub fn unbind_thread() -> Result<()> {
-        let Some(bound) = with_cache(&BOUND, Option::take).flatten() else {
+        refuse_inside_run()?;
+        let Some(bound) = with_cache(&BOUND, |bound| bound.0.take()).flatten() else {
             return Ok(());
         };
         ensure_loaded()?;

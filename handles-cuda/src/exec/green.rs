@@ -142,7 +142,7 @@ impl GreenContextHandle {
         Ok(unsafe {
             ContextHandle::from_raw_with_owner(
                 raw,
-                Context::reference(Some(self.device())),
+                Context::green_share(self.device(), self.sm_count()),
                 self.clone(),
             )
         })

@@ -18,8 +18,6 @@
 
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::mpsc::{Sender, channel};
-use std::sync::{Mutex, OnceLock};
 
 use crate::driver::call::driver;
 use crate::error::Result;
@@ -28,44 +26,7 @@ use crate::exec::stream::StreamHandle;
 /// What a stream's host function owns: the closure, called once.
 type OneShot = Box<dyn FnMut() + Send + 'static>;
 
-/// Something to drop on the disposal thread.
-pub(crate) type Disposal = Box<dyn Send + 'static>;
-
-/// The disposal thread's channel; `None` if the thread could not be started.
-static DISPOSAL: OnceLock<Option<Mutex<Sender<Disposal>>>> = OnceLock::new();
-
-/// Drops `value` on the disposal thread, never in the calling host function. If the thread
-/// cannot be started (the system refuses a thread), the value is leaked and the leak reported.
-pub(crate) fn dispose(value: Disposal) {
-    let sender = DISPOSAL.get_or_init(|| {
-        let (sender, receiver) = channel::<Disposal>();
-        std::thread::Builder::new()
-            .name("handles-cuda-disposal".into())
-            .spawn(move || {
-                // Each value is dropped as the only handle of whatever it holds; a panicking
-                // `Drop` must not end the thread.
-                for value in receiver {
-                    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-                        handles_core::report_panic("host function's captures", 0, payload);
-                    }
-                }
-            })
-            .ok()
-            .map(|_| Mutex::new(sender))
-    });
-    let refused = match sender {
-        Some(sender) => crate::sync::lock(sender).send(value).err().map(|e| e.0),
-        None => Some(value),
-    };
-    if let Some(value) = refused {
-        std::mem::forget(value);
-        handles_core::report_panic(
-            "host function's captures (leaked: no disposal thread)",
-            0,
-            Box::new("the disposal thread could not be started"),
-        );
-    }
-}
+use crate::exec::disposal::dispose;
 
 /// Runs `call` under `catch_unwind`, reporting a panic as `what`: the one way a closure runs
 /// inside a host function.
@@ -125,6 +86,7 @@ mod tests {
 
     use super::*;
     use std::sync::Arc;
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 

@@ -77,6 +77,7 @@ pub(crate) mod completion;
 pub(crate) mod completion_protocol;
 pub(crate) mod context;
 pub(crate) mod device;
+pub(crate) mod disposal;
 pub(crate) mod event;
 pub(crate) mod event_recycler;
 pub(crate) mod green;

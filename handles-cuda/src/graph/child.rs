@@ -59,6 +59,9 @@ impl GraphHandle {
         dependencies: &[GraphNode],
         child: &GraphHandle,
     ) -> Result<GraphNode> {
+        // A body belongs to its conditional node: copied into another graph, its kernels could
+        // set a handle of a graph that copy does not run in.
+        child.refuse_body_alone("a child graph")?;
         if child.record().has_conditional.load(Ordering::Relaxed) {
             return Err(Error::ConditionalInChild);
         }

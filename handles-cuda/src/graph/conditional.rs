@@ -75,6 +75,10 @@ impl GraphHandle {
                 flags
             ))
         })?;
+        // A graph with a conditional handle is refused as a child graph, as one with a
+        // conditional node is: a copy of it could carry a kernel that sets a handle no node of
+        // the parent reads.
+        self.record().has_conditional.store(true, Ordering::Relaxed);
         Ok(ConditionalHandle::new(
             raw,
             self.id(),

@@ -16,6 +16,7 @@ use crate::exec::stream::StreamHandle;
 use crate::graph::book::Span;
 use crate::graph::launch_plan::LaunchPlan;
 use crate::graph::nodes::{Attachment, GraphHandle};
+use crate::order::contexts_used::ContextsUsed;
 use crate::sync::lock;
 
 /// An executable graph.
@@ -41,9 +42,13 @@ pub struct GraphExec {
     /// That graph, kept alive: the driver names an executable graph's nodes by the source
     /// graph's nodes, which die with it (driver 580 answers `CUDA_ERROR_INVALID_VALUE` to a
     /// node update once the source graph is destroyed: a dangling node handle).
-    _source: GraphHandle,
+    pub(crate) source: GraphHandle,
     /// Held while it lives, for a graph with memory nodes: one instantiation at a time.
     _instance: Option<Arc<()>>,
+    /// For a graph with memory nodes, the contexts its launches ran in: its memory belongs to
+    /// the source graph, so the executable graph (and with it the source graph, which its
+    /// record keeps) is destroyed only after every launch has run.
+    memory_launches: Option<ContextsUsed>,
 }
 
 /// What an executable graph keeps for its nodes: every attachment (the list each launch
@@ -109,7 +114,15 @@ impl Attached {
 // SAFETY: the CUDA driver API lets executable graphs be launched and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for GraphExec {}
 
-fn destroy_graph_exec(raw: CUgraphExec, _: &GraphExec) -> Result<()> {
+fn destroy_graph_exec(raw: CUgraphExec, exec: &GraphExec) -> Result<()> {
+    if let Some(launches) = &exec.memory_launches {
+        // If this wait fails, the executable graph and its source graph are leaked (reported):
+        // a launch may still use the graph's memory.
+        if let Err(error) = launches.wait_for_all() {
+            std::mem::forget(exec.source.clone());
+            return Err(error);
+        }
+    }
     // SAFETY: the handle owns `raw` and this deleter runs once.
     deleter_status(unsafe { driver!(cuGraphExecDestroy(raw)) })
 }
@@ -144,7 +157,8 @@ impl GraphHandle {
                 ordinal,
                 graph,
                 nodes,
-                _source: self.clone(),
+                source: self.clone(),
+                memory_launches: instance.is_some().then(ContextsUsed::new),
                 _instance: instance,
             };
             // SAFETY: a fresh executable graph owned by nobody else; the record keeps alive
@@ -194,6 +208,12 @@ impl GraphExecHandle {
                 let noted = library
                     .note_launch(context.as_cu(), || Ok(context.clone()))
                     .and_then(|()| library.note_stream_launch(stream));
+                status = status.and(noted);
+            }
+            if let Some(launches) = &self.record().memory_launches {
+                let noted = launches
+                    .note(context.as_cu(), || Ok(context.clone()))
+                    .and_then(|()| launches.note_stream(stream));
                 status = status.and(noted);
             }
             for function in &plan.hosts {

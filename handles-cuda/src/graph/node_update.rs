@@ -117,6 +117,8 @@ impl GraphExecHandle {
         kernel.check_launch(config, &args, ordinal, |buffer| {
             self.check_update_buffer(raw_node, buffer, ordinal)
         })?;
+        // As when the node was added: a conditional handle only of the graph's own hierarchy.
+        self.record().source.check_conditionals::<P>(&args)?;
         let mut attachments = vec![Attachment::Kernel(kernel.kernel().clone())];
         P::for_each_buffer(&args, |buffer| {
             if buffer.graph_owner().is_none() {

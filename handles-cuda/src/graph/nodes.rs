@@ -65,7 +65,8 @@ pub struct Graph {
     /// Set once the graph has a node that conditional bodies cannot hold (host and event
     /// nodes), so that it is refused as a child graph inside a body.
     pub(crate) not_for_bodies: AtomicBool,
-    /// Set once the graph has a conditional node: the driver refuses it as a child graph.
+    /// Set once the graph has a conditional node (the driver refuses it as a child graph) or a
+    /// conditional handle (a copy could carry a kernel setting it outside its graph).
     pub(crate) has_conditional: AtomicBool,
     /// The nodes' dependencies, attachment spans and graph-owned memory (locked after
     /// `attachments`).
