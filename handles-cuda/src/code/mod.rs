@@ -81,8 +81,7 @@ pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
 pub use self::params::{Buffer, KernelParam, KernelParams};
 pub use self::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
-pub use self::tensor_map::{
-    L2Promotion, OobFill, Swizzle, TensorDescription, TensorElement, TensorMap, TiledTensor,
-};
-pub use self::tensor_map_im2col::{Im2colTensor, Interleave};
+pub use self::tensor_map::{TensorDescription, TensorElement, TensorMap, TiledTensor};
+pub use self::tensor_map_im2col::Im2colTensor;
+pub use self::tensor_map_rules::{Interleave, L2Promotion, OobFill, Swizzle};
 pub use crate::memory::Elements;

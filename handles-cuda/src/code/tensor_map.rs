@@ -27,7 +27,7 @@
 use cudarc::driver::sys;
 
 use crate::code::tensor_map_im2col::Im2colTensor;
-use crate::code::tensor_map_rules as rules;
+use crate::code::tensor_map_rules::{self as rules, L2Promotion, OobFill, Swizzle};
 use crate::driver::call::driver;
 use crate::driver::current::{current_raw, in_context};
 use crate::driver::load::ensure_loaded;
@@ -66,44 +66,6 @@ elements! {
     i64 => CU_TENSOR_MAP_DATA_TYPE_INT64, false;
     f32 => CU_TENSOR_MAP_DATA_TYPE_FLOAT32, true;
     f64 => CU_TENSOR_MAP_DATA_TYPE_FLOAT64, true;
-}
-
-/// How shared memory tiles are swizzled (`CUtensorMapSwizzle`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Swizzle {
-    /// Row-major tiles, unswizzled.
-    #[default]
-    None,
-    /// 32-byte swizzle (inner box row at most 32 bytes).
-    B32,
-    /// 64-byte swizzle (inner box row at most 64 bytes).
-    B64,
-    /// 128-byte swizzle (inner box row at most 128 bytes).
-    B128,
-}
-
-/// How far the L2 cache fetches beyond each access (`CUtensorMapL2promotion`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum L2Promotion {
-    /// No promotion.
-    #[default]
-    None,
-    /// 64 bytes.
-    B64,
-    /// 128 bytes.
-    B128,
-    /// 256 bytes.
-    B256,
-}
-
-/// What loads outside the tensor read (`CUtensorMapFloatOOBfill`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum OobFill {
-    /// Zeros.
-    #[default]
-    Zero,
-    /// NaN (floating-point element types only; the FMA-ready quiet NaN).
-    Nan,
 }
 
 /// A tiled tensor: its shape in global memory and the box (tile) a TMA copy moves. Lists are
@@ -181,7 +143,7 @@ impl TiledTensor {
 /// (`CUDA_ERROR_INVALID_CONTEXT` without one): the caller's, or else the primary context of
 /// the device the memory at `address` belongs to (asked in device 0's primary context; host
 /// memory is encoded in device 0's).
-pub(crate) fn in_a_context(address: u64, encode: impl FnOnce() -> Result<()>) -> Result<()> {
+fn in_a_context(address: u64, encode: impl FnOnce() -> Result<()>) -> Result<()> {
     if !current_raw()?.is_null() {
         return encode();
     }
@@ -284,8 +246,52 @@ impl<T: TensorElement> TensorMap<T> {
         ))
     }
 
+    /// Encodes an im2col map of `buffer` (`cuTensorMapEncodeIm2col`), after checking the
+    /// description against the driver's rules and the buffer's length.
+    pub fn im2col(buffer: &DeviceBuffer<T>, description: &Im2colTensor) -> Result<Self> {
+        ensure_loaded()?;
+        let element = std::mem::size_of::<T>() as u64;
+        let address = buffer.as_bytes().as_cu();
+        let available = buffer.len() as u64 * element;
+        let element_strides = description
+            .check(element, T::FLOAT, address, available)
+            .map_err(|what| Error::BadTensorMap { what })?;
+        let rank = description.dims.len() as u32;
+        let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
+        in_a_context(address, || {
+            // SAFETY: `map` is a writable, aligned descriptor; the dimension and element-stride
+            // arrays hold `rank` entries, the strides `rank - 1` and each corner `rank - 2`, as
+            // checked; the address is the buffer's, alive while `buffer` is (and kept by the
+            // map); a context is current.
+            unsafe {
+                driver!(cuTensorMapEncodeIm2col(
+                    &mut *map,
+                    T::DATA_TYPE,
+                    rank,
+                    address as *mut std::ffi::c_void,
+                    description.dims.as_ptr(),
+                    description.strides.as_ptr(),
+                    description.lower_corner.as_ptr(),
+                    description.upper_corner.as_ptr(),
+                    description.channels_per_pixel,
+                    description.pixels_per_column,
+                    element_strides.as_ptr(),
+                    rules::raw_interleave(description.interleave),
+                    rules::raw_swizzle(description.swizzle),
+                    rules::raw_l2(description.l2_promotion),
+                    rules::raw_fill(description.oob_fill)
+                ))
+            }
+        })?;
+        Ok(Self::encoded(
+            map,
+            buffer,
+            TensorDescription::Im2col(description.clone()),
+        ))
+    }
+
     /// A map of `buffer` whose descriptor the driver has encoded from `description`.
-    pub(crate) fn encoded(
+    fn encoded(
         map: Box<sys::CUtensorMap>,
         buffer: &DeviceBuffer<T>,
         description: TensorDescription,

@@ -1,8 +1,8 @@
-//! Im2col tensor maps (`cuTensorMapEncodeIm2col`): a map over an NWC, NHWC or NDHWC tensor
-//! (rank 3 to 5, channels innermost) through which one TMA copy gathers `pixels_per_column`
-//! pixels of `channels_per_pixel` channels each, walking the pixels of a bounding box whose
-//! corners are offsets from the tensor's spatial extent: the rows of an im2col matrix, for
-//! convolutions.
+//! Im2col tensor descriptions (for [`TensorMap::im2col`](crate::code::TensorMap::im2col),
+//! `cuTensorMapEncodeIm2col`): a map over an NWC, NHWC or NDHWC tensor (rank 3 to 5, channels
+//! innermost) through which one TMA copy gathers `pixels_per_column` pixels of
+//! `channels_per_pixel` channels each, walking the pixels of a bounding box whose corners are
+//! offsets from the tensor's spatial extent: the rows of an im2col matrix, for convolutions.
 //!
 //! Encoding checks what the tiled map's checks check, where the driver documents the same
 //! rule (the shared rules live in `tensor_map_rules`): the dimensions, strides that are
@@ -15,30 +15,14 @@
 //! channels per pixel and 1 to 1024 pixels per column. As with tiled maps, the hardware
 //! clips every access to the global dimensions (pixels outside them load the fill), so a
 //! kernel that uses the map only through TMA instructions stays within the buffer.
+//!
+//! The simulator (`tests/cuda-sim`) validates and encodes im2col maps as the driver does, but
+//! its PTX interpreter runs no im2col copy: an im2col-mode `cp.async.bulk.tensor` is refused
+//! when the module loads, and a tile-mode copy through an im2col map faults as
+//! `CUDA_ERROR_NOT_SUPPORTED`. Kernels using im2col maps run on a GPU only.
 
-use cudarc::driver::sys;
-
-use crate::code::tensor_map::{
-    L2Promotion, OobFill, Swizzle, TensorDescription, TensorElement, TensorMap, in_a_context,
-};
-use crate::code::tensor_map_rules as rules;
-use crate::driver::call::driver;
-use crate::driver::load::ensure_loaded;
-use crate::error::{Error, Result, TensorMapProblem};
-use crate::memory::typed::DeviceBuffer;
-
-/// How the tensor's innermost dimension is interleaved in global memory
-/// (`CUtensorMapInterleave`), as in the NC/8HWC8 layouts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Interleave {
-    /// Not interleaved.
-    #[default]
-    None,
-    /// 16-byte interleave.
-    B16,
-    /// 32-byte interleave (the address and the strides must then be multiples of 32).
-    B32,
-}
+use crate::code::tensor_map_rules::{self as rules, Interleave, L2Promotion, OobFill, Swizzle};
+use crate::error::TensorMapProblem;
 
 /// An im2col tensor: its shape in global memory, the pixel bounding box and what one TMA copy
 /// gathers. Lists are innermost dimension first: dimensions C, W, H, D, N (W, H, D as far as
@@ -105,7 +89,7 @@ impl Im2colTensor {
 
     /// Checks the description for elements of `element` bytes at `address`, in a buffer of
     /// `available` bytes; returns the element strides to pass (all 1 when none are given).
-    fn check(
+    pub(crate) fn check(
         &self,
         element: u64,
         float: bool,
@@ -172,57 +156,5 @@ impl Im2colTensor {
         rules::fill(self.oob_fill, float)?;
         rules::extent(&self.dims, &self.strides, element, available)?;
         Ok(element_strides)
-    }
-}
-
-impl<T: TensorElement> TensorMap<T> {
-    /// Encodes an im2col map of `buffer` (`cuTensorMapEncodeIm2col`), after checking the
-    /// description against the driver's rules and the buffer's length.
-    pub fn im2col(buffer: &DeviceBuffer<T>, description: &Im2colTensor) -> Result<Self> {
-        ensure_loaded()?;
-        let element = std::mem::size_of::<T>() as u64;
-        let address = buffer.as_bytes().as_cu();
-        let available = buffer.len() as u64 * element;
-        let element_strides = description
-            .check(element, T::FLOAT, address, available)
-            .map_err(|what| Error::BadTensorMap { what })?;
-        let rank = description.dims.len() as u32;
-        use sys::CUtensorMapInterleave as Il;
-        let interleave = match description.interleave {
-            Interleave::None => Il::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            Interleave::B16 => Il::CU_TENSOR_MAP_INTERLEAVE_16B,
-            Interleave::B32 => Il::CU_TENSOR_MAP_INTERLEAVE_32B,
-        };
-        let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
-        in_a_context(address, || {
-            // SAFETY: `map` is a writable, aligned descriptor; the dimension and element-stride
-            // arrays hold `rank` entries, the strides `rank - 1` and each corner `rank - 2`, as
-            // checked; the address is the buffer's, alive while `buffer` is (and kept by the
-            // map); a context is current.
-            unsafe {
-                driver!(cuTensorMapEncodeIm2col(
-                    &mut *map,
-                    T::DATA_TYPE,
-                    rank,
-                    address as *mut std::ffi::c_void,
-                    description.dims.as_ptr(),
-                    description.strides.as_ptr(),
-                    description.lower_corner.as_ptr(),
-                    description.upper_corner.as_ptr(),
-                    description.channels_per_pixel,
-                    description.pixels_per_column,
-                    element_strides.as_ptr(),
-                    interleave,
-                    rules::raw_swizzle(description.swizzle),
-                    rules::raw_l2(description.l2_promotion),
-                    rules::raw_fill(description.oob_fill)
-                ))
-            }
-        })?;
-        Ok(Self::encoded(
-            map,
-            buffer,
-            TensorDescription::Im2col(description.clone()),
-        ))
     }
 }

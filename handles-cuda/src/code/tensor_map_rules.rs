@@ -1,13 +1,64 @@
-//! The encode-time rules that every kind of tensor map shares (tiled and im2col), one function
-//! per rule, and the conversions of the shared options to the driver's enums. Each returns the
+//! The options every kind of tensor map shares (swizzle, L2 promotion, fill, interleave), the
+//! encode-time rules they share (tiled and im2col), one function per rule, and the conversions
+//! of the options to the driver's enums. Each returns the
 //! first [`TensorMapProblem`] it finds.
 
 use cudarc::driver::sys;
 
-use crate::code::tensor_map::{L2Promotion, OobFill, Swizzle};
 use crate::error::TensorMapProblem;
 
 type Checked<T = ()> = Result<T, TensorMapProblem>;
+
+/// How shared memory tiles are swizzled (`CUtensorMapSwizzle`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Swizzle {
+    /// Row-major tiles, unswizzled.
+    #[default]
+    None,
+    /// 32-byte swizzle (inner box row at most 32 bytes).
+    B32,
+    /// 64-byte swizzle (inner box row at most 64 bytes).
+    B64,
+    /// 128-byte swizzle (inner box row at most 128 bytes).
+    B128,
+}
+
+/// How far the L2 cache fetches beyond each access (`CUtensorMapL2promotion`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum L2Promotion {
+    /// No promotion.
+    #[default]
+    None,
+    /// 64 bytes.
+    B64,
+    /// 128 bytes.
+    B128,
+    /// 256 bytes.
+    B256,
+}
+
+/// What loads outside the tensor read (`CUtensorMapFloatOOBfill`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OobFill {
+    /// Zeros.
+    #[default]
+    Zero,
+    /// NaN (floating-point element types only; the FMA-ready quiet NaN).
+    Nan,
+}
+
+/// How the tensor's innermost dimension is interleaved in global memory
+/// (`CUtensorMapInterleave`), as in the NC/8HWC8 layouts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Interleave {
+    /// Not interleaved.
+    #[default]
+    None,
+    /// 16-byte interleave.
+    B16,
+    /// 32-byte interleave (the address and the strides must then be multiples of 32).
+    B32,
+}
 
 /// The rank (the number of global dimensions) is within `min..=max`.
 pub(crate) fn rank(dims: &[u64], min: usize, max: usize) -> Checked<usize> {
@@ -153,5 +204,15 @@ pub(crate) fn raw_fill(fill: OobFill) -> sys::CUtensorMapFloatOOBfill {
     match fill {
         OobFill::Zero => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         OobFill::Nan => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+    }
+}
+
+/// The driver's interleave.
+pub(crate) fn raw_interleave(interleave: Interleave) -> sys::CUtensorMapInterleave {
+    use sys::CUtensorMapInterleave as Il;
+    match interleave {
+        Interleave::None => Il::CU_TENSOR_MAP_INTERLEAVE_NONE,
+        Interleave::B16 => Il::CU_TENSOR_MAP_INTERLEAVE_16B,
+        Interleave::B32 => Il::CU_TENSOR_MAP_INTERLEAVE_32B,
     }
 }
