@@ -7,8 +7,9 @@
 //! or an [`Im2colTensor`] one ([`TensorMap::im2col`], `cuTensorMapEncodeIm2col`; see
 //! `tensor_map_im2col`). The rules both share are checked by one function each
 //! (`tensor_map_rules`).
+//!
 //! Everything the driver would refuse, and everything that would let the map reach past the
-//! buffer, is refused first as a [`TensorMapProblem`]: the rank, the dimensions, strides that
+//! buffer, is refused first as a [`TensorMapProblem`]; for a tiled map: the rank, the dimensions, strides that
 //! are not multiples of 16 bytes or that overlap the dimension below, box dimensions above
 //! 256 or an inner box row that is not a multiple of 16 bytes (or wider than the swizzle
 //! span), element strides outside 1..=8, a global address that is not 16-byte aligned, and a
@@ -209,98 +210,95 @@ impl<T: TensorElement> TensorMap<T> {
     /// Encodes a tiled map of `buffer` (`cuTensorMapEncodeTiled`), after checking the
     /// description against the driver's rules and the buffer's length.
     pub fn tiled(buffer: &DeviceBuffer<T>, description: &TiledTensor) -> Result<Self> {
-        ensure_loaded()?;
-        let element = std::mem::size_of::<T>() as u64;
-        let address = buffer.as_bytes().as_cu();
-        let available = buffer.len() as u64 * element;
-        let element_strides = description
-            .check(element, T::FLOAT, address, available)
-            .map_err(|what| Error::BadTensorMap { what })?;
-        let rank = description.dims.len() as u32;
-        let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
-        in_a_context(address, || {
-            // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank` entries
-            // (`rank - 1` for the strides), as checked; the address is the buffer's, alive
-            // while `buffer` is (and kept by the map); a context is current.
-            unsafe {
-                driver!(cuTensorMapEncodeTiled(
-                    &mut *map,
-                    T::DATA_TYPE,
-                    rank,
-                    address as *mut std::ffi::c_void,
-                    description.dims.as_ptr(),
-                    description.strides.as_ptr(),
-                    description.box_dims.as_ptr(),
-                    element_strides.as_ptr(),
-                    sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                    rules::raw_swizzle(description.swizzle),
-                    rules::raw_l2(description.l2_promotion),
-                    rules::raw_fill(description.oob_fill)
-                ))
-            }
-        })?;
-        Ok(Self::encoded(
-            map,
+        let d = description;
+        Self::encode(
             buffer,
-            TensorDescription::Tiled(description.clone()),
-        ))
+            |element, float, address, available| d.check(element, float, address, available),
+            |map, address, element_strides| {
+                // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank`
+                // entries (`rank - 1` for the strides), as checked; the address is the
+                // buffer's, alive while `buffer` is (and kept by the map); a context is
+                // current.
+                unsafe {
+                    driver!(cuTensorMapEncodeTiled(
+                        map,
+                        T::DATA_TYPE,
+                        d.dims.len() as u32,
+                        address as *mut std::ffi::c_void,
+                        d.dims.as_ptr(),
+                        d.strides.as_ptr(),
+                        d.box_dims.as_ptr(),
+                        element_strides.as_ptr(),
+                        sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        rules::raw_swizzle(d.swizzle),
+                        rules::raw_l2(d.l2_promotion),
+                        rules::raw_fill(d.oob_fill)
+                    ))
+                }
+            },
+            || TensorDescription::Tiled(d.clone()),
+        )
     }
 
     /// Encodes an im2col map of `buffer` (`cuTensorMapEncodeIm2col`), after checking the
     /// description against the driver's rules and the buffer's length.
     pub fn im2col(buffer: &DeviceBuffer<T>, description: &Im2colTensor) -> Result<Self> {
+        let d = description;
+        Self::encode(
+            buffer,
+            |element, float, address, available| d.check(element, float, address, available),
+            |map, address, element_strides| {
+                // SAFETY: `map` is a writable, aligned descriptor; the dimension and
+                // element-stride arrays hold `rank` entries, the strides `rank - 1` and each
+                // corner `rank - 2`, as checked; the address is the buffer's, alive while
+                // `buffer` is (and kept by the map); a context is current.
+                unsafe {
+                    driver!(cuTensorMapEncodeIm2col(
+                        map,
+                        T::DATA_TYPE,
+                        d.dims.len() as u32,
+                        address as *mut std::ffi::c_void,
+                        d.dims.as_ptr(),
+                        d.strides.as_ptr(),
+                        d.lower_corner.as_ptr(),
+                        d.upper_corner.as_ptr(),
+                        d.channels_per_pixel,
+                        d.pixels_per_column,
+                        element_strides.as_ptr(),
+                        rules::raw_interleave(d.interleave),
+                        rules::raw_swizzle(d.swizzle),
+                        rules::raw_l2(d.l2_promotion),
+                        rules::raw_fill(d.oob_fill)
+                    ))
+                }
+            },
+            || TensorDescription::Im2col(d.clone()),
+        )
+    }
+
+    /// What both encoders do: `check` the description for elements of `T` at the buffer's
+    /// address and length (it returns the element strides to pass), then `call` the driver
+    /// with a fresh descriptor, the address and those strides, in a context; the map keeps
+    /// the buffer and the `description`.
+    fn encode(
+        buffer: &DeviceBuffer<T>,
+        check: impl FnOnce(u64, bool, u64, u64) -> Result<Vec<u32>, TensorMapProblem>,
+        call: impl FnOnce(&mut sys::CUtensorMap, u64, &[u32]) -> Result<()>,
+        description: impl FnOnce() -> TensorDescription,
+    ) -> Result<Self> {
         ensure_loaded()?;
         let element = std::mem::size_of::<T>() as u64;
         let address = buffer.as_bytes().as_cu();
         let available = buffer.len() as u64 * element;
-        let element_strides = description
-            .check(element, T::FLOAT, address, available)
+        let element_strides = check(element, T::FLOAT, address, available)
             .map_err(|what| Error::BadTensorMap { what })?;
-        let rank = description.dims.len() as u32;
         let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
-        in_a_context(address, || {
-            // SAFETY: `map` is a writable, aligned descriptor; the dimension and element-stride
-            // arrays hold `rank` entries, the strides `rank - 1` and each corner `rank - 2`, as
-            // checked; the address is the buffer's, alive while `buffer` is (and kept by the
-            // map); a context is current.
-            unsafe {
-                driver!(cuTensorMapEncodeIm2col(
-                    &mut *map,
-                    T::DATA_TYPE,
-                    rank,
-                    address as *mut std::ffi::c_void,
-                    description.dims.as_ptr(),
-                    description.strides.as_ptr(),
-                    description.lower_corner.as_ptr(),
-                    description.upper_corner.as_ptr(),
-                    description.channels_per_pixel,
-                    description.pixels_per_column,
-                    element_strides.as_ptr(),
-                    rules::raw_interleave(description.interleave),
-                    rules::raw_swizzle(description.swizzle),
-                    rules::raw_l2(description.l2_promotion),
-                    rules::raw_fill(description.oob_fill)
-                ))
-            }
-        })?;
-        Ok(Self::encoded(
-            map,
-            buffer,
-            TensorDescription::Im2col(description.clone()),
-        ))
-    }
-
-    /// A map of `buffer` whose descriptor the driver has encoded from `description`.
-    fn encoded(
-        map: Box<sys::CUtensorMap>,
-        buffer: &DeviceBuffer<T>,
-        description: TensorDescription,
-    ) -> Self {
-        TensorMap {
+        in_a_context(address, || call(&mut map, address, &element_strides))?;
+        Ok(TensorMap {
             map,
             buffer: buffer.clone(),
-            description,
-        }
+            description: description(),
+        })
     }
 
     /// The buffer the map describes.
