@@ -573,11 +573,13 @@ pub enum LaunchProblem {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TensorMapProblem {
-    /// A rank outside what the map kind allows.
-    #[error("a rank of {rank} is outside 1..={max}")]
+    /// A rank outside what the map kind allows (1 to 5 tiled, 3 to 5 im2col).
+    #[error("a rank of {rank} is outside {min}..={max}")]
     Rank {
         /// The rank asked for.
         rank: usize,
+        /// The least the map kind allows.
+        min: usize,
         /// The most the map kind allows.
         max: usize,
     },
@@ -599,16 +601,18 @@ pub enum TensorMapProblem {
         /// Its size in elements.
         size: u64,
     },
-    /// A global stride that is not a multiple of 16 bytes, is 2^40 or more, or is smaller
-    /// than the dimension below it spans.
+    /// A global stride that is not a multiple of 16 bytes (32 with a 32-byte interleave), is
+    /// 2^40 or more, or is smaller than the dimension below it spans.
     #[error(
-        "global stride {axis} is {stride} bytes; it must be a multiple of 16, below 2^40 and at least {at_least} (the extent of dimension {axis})"
+        "global stride {axis} is {stride} bytes; it must be a multiple of {multiple}, below 2^40 and at least {at_least} (the extent of dimension {axis})"
     )]
     Stride {
         /// The stride's index (stride 0 separates elements of dimension 1).
         axis: usize,
         /// The stride in bytes.
         stride: u64,
+        /// What it must be a multiple of.
+        multiple: u64,
         /// The bytes that the dimensions below it span.
         at_least: u64,
     },
@@ -639,11 +643,13 @@ pub enum TensorMapProblem {
         /// The stride asked for.
         stride: u32,
     },
-    /// A global address that is not 16-byte aligned.
-    #[error("the tensor's global address {address:#x} is not a multiple of 16")]
+    /// A global address that is not 16-byte aligned (32-byte with a 32-byte interleave).
+    #[error("the tensor's global address {address:#x} is not a multiple of {multiple}")]
     Alignment {
         /// The address.
         address: u64,
+        /// What it must be a multiple of.
+        multiple: u64,
     },
     /// The described tensor reaches past the end of its buffer.
     #[error("the tensor spans {needed} bytes, and its buffer holds {available}")]
@@ -656,6 +662,44 @@ pub enum TensorMapProblem {
     /// NaN fill requested for an integer element type.
     #[error("NaN out-of-bounds fill needs a floating-point element type")]
     NanFill,
+    /// An im2col pixel-box corner offset outside the range its rank allows
+    /// ([-2^15, 2^15 - 1] at rank 3, [-2^7, 2^7 - 1] at rank 4, [-2^4, 2^4 - 1] at rank 5).
+    #[error("{which} offset {axis} is {offset}; at this rank it must be within {min}..={max}")]
+    Corner {
+        /// Which corner: `"lower_corner"` or `"upper_corner"`.
+        which: &'static str,
+        /// The spatial dimension's index (0 is W, the one above the channels).
+        axis: usize,
+        /// The offset given.
+        offset: i32,
+        /// The least the rank allows.
+        min: i32,
+        /// The most the rank allows.
+        max: i32,
+    },
+    /// An im2col bounding box that is empty along a spatial dimension: the dimension's size
+    /// plus the upper corner's offset minus the lower corner's is below 1.
+    #[error(
+        "the pixel box is empty along spatial dimension {axis} (size plus upper minus lower offset is {size})"
+    )]
+    EmptyPixelBox {
+        /// The spatial dimension's index (0 is W).
+        axis: usize,
+        /// The box's extent along it, in pixels.
+        size: i64,
+    },
+    /// An im2col channel count per pixel of 0 or above 256.
+    #[error("{channels} channels per pixel; it must be between 1 and 256")]
+    ChannelsPerPixel {
+        /// The count given.
+        channels: u32,
+    },
+    /// An im2col pixel count per column of 0 or above 1024.
+    #[error("{pixels} pixels per column; it must be between 1 and 1024")]
+    PixelsPerColumn {
+        /// The count given.
+        pixels: u32,
+    },
 }
 
 /// What an `errno` of [`Error::FdTake`] means there.

@@ -373,6 +373,20 @@ fn kernel_launch() -> Result<()> {
     home.synchronize()
 }
 
+fn tensor_map_im2col() -> Result<()> {
+    use handles_cuda::code::{Im2colTensor, TensorMap};
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let buffer = handles_cuda::DeviceBuffer::<f32>::zeroed(16 * 8 * 8 * 2, &stream)?;
+    let mut description = Im2colTensor::nhwc(16, 8, 8, 2, 4, 16, 32);
+    description.lower_corner = vec![-1, -1];
+    description.upper_corner = vec![-1, -1];
+    let map = TensorMap::im2col(&buffer, &description)?;
+    drop(buffer);
+    drop(map);
+    stream.synchronize()
+}
+
 fn launch_attributes_occupancy_tensor_map() -> Result<()> {
     use handles_cuda::code::{LaunchOptions, OccupancyFlags, ProgrammaticEvent, SharedPerBlock};
     use handles_cuda::code::{TensorMap, TiledTensor};
@@ -758,6 +772,7 @@ scenarios! {
     kernel_launch_faults: "TypedKernel::launch", 1 devices, kernel_launch;
     launch_attributes_faults: "occupancy+TensorMap::tiled+TypedKernel::launch_ex(cooperative, programmatic)",
         1 devices, launch_attributes_occupancy_tensor_map;
+    tensor_map_im2col_faults: "TensorMap::im2col", 1 devices, tensor_map_im2col;
     graph_capture_faults: "GraphHandle::capture+instantiate+GraphExecHandle::launch", 1 devices,
         graph_capture_instantiate_launch;
     graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,

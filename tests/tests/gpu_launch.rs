@@ -1,5 +1,6 @@
 //! GPU tests of cooperative and programmatic dependent launches, occupancy queries and tensor
-//! maps (TMA). They need a CUDA GPU and are ignored by default (run them with
+//! maps (TMA: tiled, and im2col, whose copies the PTX interpreter does not run, so its tests
+//! here encode and check maps only). They need a CUDA GPU and are ignored by default (run them with
 //! `--include-ignored`); `on_the_simulator` runs them all again on the simulated driver, whose
 //! PTX interpreter runs the same NVRTC-compiled kernels, except those named in
 //! `NOT_SIMULATED`. None of them returns early.
@@ -9,8 +10,8 @@ use std::ffi::c_int;
 use cudarc::driver::sys;
 use handles_cuda::code::{Elements, KernelParams, OobFill, ProgramHandle};
 use handles_cuda::code::{
-    LaunchOptions, OccupancyFlags, ProgrammaticEvent, SharedPerBlock, TensorMap, TiledTensor,
-    TypedKernel,
+    Im2colTensor, Interleave, LaunchOptions, OccupancyFlags, ProgrammaticEvent, SharedPerBlock,
+    Swizzle, TensorDescription, TensorMap, TiledTensor, TypedKernel,
 };
 use handles_cuda::exec::{Device, EventFlags};
 use handles_cuda::graph::{CaptureMode, GraphHandle};
@@ -654,7 +655,11 @@ fn tensor_maps_are_checked_at_encode_time() {
     d.dims.clear();
     assert_eq!(
         problem(&d, &buffer),
-        TensorMapProblem::Rank { rank: 0, max: 5 }
+        TensorMapProblem::Rank {
+            rank: 0,
+            min: 1,
+            max: 5
+        }
     );
     let mut d = good.clone();
     d.box_dims.push(1);
@@ -672,6 +677,7 @@ fn tensor_maps_are_checked_at_encode_time() {
         TensorMapProblem::Stride {
             axis: 0,
             stride: 40,
+            multiple: 16,
             at_least: 40
         }
     );
@@ -682,6 +688,7 @@ fn tensor_maps_are_checked_at_encode_time() {
         TensorMapProblem::Stride {
             axis: 0,
             stride: 144,
+            multiple: 16,
             at_least: 160
         }
     );
@@ -713,7 +720,10 @@ fn tensor_maps_are_checked_at_encode_time() {
     let address = shifted.as_bytes().as_cu();
     assert_eq!(
         problem(&TiledTensor::matrix(36, 20, 4, 16, 16), &shifted),
-        TensorMapProblem::Alignment { address }
+        TensorMapProblem::Alignment {
+            address,
+            multiple: 16
+        }
     );
     // 24 rows of 40 floats do not fit in 23 rows.
     let short = buffer.slice(0..40 * 23).unwrap();
@@ -735,8 +745,435 @@ fn tensor_maps_are_checked_at_encode_time() {
     }
     // The refused inputs are still the caller's, and a good description encodes.
     let map = TensorMap::tiled(&buffer, &good).unwrap();
-    assert_eq!(map.description(), &good);
+    assert_eq!(map.description(), &TensorDescription::Tiled(good.clone()));
     assert_ne!(map.as_bytes(), &[0u8; 128]);
+    failures.assert_none();
+}
+
+/// The refusal of `description` over `buffer`, or a panic.
+fn im2col_problem<T: handles_cuda::code::TensorElement>(
+    description: &Im2colTensor,
+    buffer: &DeviceBuffer<T>,
+) -> TensorMapProblem {
+    match TensorMap::im2col(buffer, description) {
+        Err(Error::BadTensorMap { what }) => what,
+        other => panic!("expected a BadTensorMap error, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn im2col_tensor_maps_are_checked_at_encode_time() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (_context, stream, _library) = setup();
+    // Two 8 x 8 images of 64 float channels (256 bytes a pixel).
+    let buffer = DeviceBuffer::<f32>::zeroed(64 * 8 * 8 * 2, &stream).unwrap();
+    let good = Im2colTensor::nhwc(64, 8, 8, 2, 4, 32, 64);
+    let problem = |d: &Im2colTensor| im2col_problem(d, &buffer);
+    let mut d = good.clone();
+    d.dims.truncate(2);
+    d.strides.truncate(1);
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Rank {
+            rank: 2,
+            min: 3,
+            max: 5
+        }
+    );
+    let mut d = good.clone();
+    d.lower_corner.push(0);
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Length {
+            what: "lower_corner",
+            len: 3,
+            rank: 4
+        }
+    );
+    let mut d = good.clone();
+    d.upper_corner.clear();
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Length {
+            what: "upper_corner",
+            len: 0,
+            rank: 4
+        }
+    );
+    // Rank 4 allows offsets in -128..=127.
+    let mut d = good.clone();
+    d.lower_corner = vec![-129, 0];
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Corner {
+            which: "lower_corner",
+            axis: 0,
+            offset: -129,
+            min: -128,
+            max: 127
+        }
+    );
+    let mut d = good.clone();
+    d.upper_corner = vec![0, 128];
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Corner {
+            which: "upper_corner",
+            axis: 1,
+            offset: 128,
+            min: -128,
+            max: 127
+        }
+    );
+    // 8 pixels wide, the upper corner 8 in from the right: nothing left in W.
+    let mut d = good.clone();
+    d.upper_corner = vec![-8, 0];
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::EmptyPixelBox { axis: 0, size: 0 }
+    );
+    let mut d = good.clone();
+    d.channels_per_pixel = 0;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::ChannelsPerPixel { channels: 0 }
+    );
+    let mut d = good.clone();
+    d.pixels_per_column = 1025;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::PixelsPerColumn { pixels: 1025 }
+    );
+    // The shared rules, as for tiled maps: 3 channels are 12 bytes, 64 channels too wide for
+    // a 128-byte swizzle.
+    let mut d = good.clone();
+    d.channels_per_pixel = 3;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::BoxInner {
+            bytes: 12,
+            max: 2048
+        }
+    );
+    let mut d = good.clone();
+    d.channels_per_pixel = 64;
+    d.swizzle = Swizzle::B128;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::BoxInner {
+            bytes: 256,
+            max: 128
+        }
+    );
+    let mut d = good.clone();
+    d.strides[0] = 248;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Stride {
+            axis: 0,
+            stride: 248,
+            multiple: 16,
+            at_least: 256
+        }
+    );
+    // A 32-byte interleave needs strides (and the address) in multiples of 32.
+    let mut d = Im2colTensor::nhwc(4, 8, 8, 2, 4, 4, 64);
+    d.interleave = Interleave::B32;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Stride {
+            axis: 0,
+            stride: 16,
+            multiple: 32,
+            at_least: 16
+        }
+    );
+    let mut d = good.clone();
+    d.element_strides = vec![1, 2, 9, 1];
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::ElementStride { axis: 2, stride: 9 }
+    );
+    let mut d = good.clone();
+    d.dims[3] = 0;
+    assert_eq!(
+        problem(&d),
+        TensorMapProblem::Dimension { axis: 3, size: 0 }
+    );
+    // A view one element in: 4 bytes past a 16-byte boundary.
+    let shifted = buffer.slice(1..64 * 8 * 8 * 2).unwrap();
+    let address = shifted.as_bytes().as_cu();
+    assert_eq!(
+        im2col_problem(&Im2colTensor::nhwc(64, 8, 8, 1, 4, 32, 64), &shifted),
+        TensorMapProblem::Alignment {
+            address,
+            multiple: 16
+        }
+    );
+    // Two images do not fit in one and a half.
+    let short = buffer.slice(0..64 * 8 * 8 * 3 / 2).unwrap();
+    assert_eq!(
+        im2col_problem(&good, &short),
+        TensorMapProblem::Extent {
+            needed: 64 * 8 * 8 * 2 * 4,
+            available: 64 * 8 * 8 * 3 / 2 * 4
+        }
+    );
+    let words = DeviceBuffer::<u32>::zeroed(64 * 8 * 8 * 2, &stream).unwrap();
+    let mut d = good.clone();
+    d.oob_fill = handles_cuda::code::OobFill::Nan;
+    assert_eq!(im2col_problem(&d, &words), TensorMapProblem::NanFill);
+    // The refused inputs are still the caller's, and good descriptions encode: padding of 1
+    // around a 3 x 3 filter (lower corner -1, upper corner 1 - 3 + 1 = -1), rank 3 and 5 at
+    // their corner limits, and the limits of pixels per column and channels per pixel.
+    let mut padded = good.clone();
+    padded.lower_corner = vec![-1, -1];
+    padded.upper_corner = vec![-1, -1];
+    padded.element_strides = vec![1, 2, 2, 1];
+    let map = TensorMap::im2col(&buffer, &padded).unwrap();
+    assert_eq!(
+        map.description(),
+        &TensorDescription::Im2col(padded.clone())
+    );
+    assert_ne!(map.as_bytes(), &[0u8; 128]);
+    assert_eq!(map.buffer().len(), buffer.len());
+    let mut nwc = good.clone();
+    nwc.dims = vec![64, 64, 2];
+    nwc.strides = vec![256, 256 * 64];
+    nwc.lower_corner = vec![-32768];
+    nwc.upper_corner = vec![32767];
+    TensorMap::im2col(&buffer, &nwc).unwrap();
+    nwc.upper_corner = vec![32768];
+    assert_eq!(
+        problem(&nwc),
+        TensorMapProblem::Corner {
+            which: "upper_corner",
+            axis: 0,
+            offset: 32768,
+            min: -32768,
+            max: 32767
+        }
+    );
+    let mut ndhwc = good.clone();
+    ndhwc.dims = vec![64, 4, 4, 4, 2];
+    ndhwc.strides = vec![256, 1024, 4096, 16384];
+    ndhwc.lower_corner = vec![-16, -16, -16];
+    ndhwc.upper_corner = vec![15, 15, 15];
+    TensorMap::im2col(&buffer, &ndhwc).unwrap();
+    ndhwc.lower_corner = vec![-16, -17, -16];
+    assert_eq!(
+        problem(&ndhwc),
+        TensorMapProblem::Corner {
+            which: "lower_corner",
+            axis: 1,
+            offset: -17,
+            min: -16,
+            max: 15
+        }
+    );
+    let mut d = good.clone();
+    d.pixels_per_column = 1024;
+    d.l2_promotion = handles_cuda::code::L2Promotion::B128;
+    TensorMap::im2col(&buffer, &d).unwrap();
+    let mut d = good.clone();
+    d.channels_per_pixel = 16;
+    d.swizzle = Swizzle::B64;
+    TensorMap::im2col(&buffer, &d).unwrap();
+    let bytes = DeviceBuffer::<u8>::zeroed(512 * 16, &stream).unwrap();
+    TensorMap::im2col(&bytes, &Im2colTensor::nhwc(512, 4, 4, 1, 1, 256, 16)).unwrap();
+    assert_eq!(
+        im2col_problem(&Im2colTensor::nhwc(512, 4, 4, 1, 1, 272, 16), &bytes),
+        TensorMapProblem::ChannelsPerPixel { channels: 272 }
+    );
+    drop((map, buffer, words, bytes));
+    stream.synchronize().unwrap();
+    failures.assert_none();
+}
+
+/// What the driver itself answers to `d` over the memory at `address` (`cuTensorMapEncodeIm2col`
+/// called directly, in `context`).
+fn raw_im2col(context: &ContextHandle, address: u64, d: &Im2colTensor) -> sys::CUresult {
+    let rank = d.dims.len();
+    // Corner arrays of at least one entry, so that no pointer is null.
+    let corner = |c: &[i32]| {
+        let mut c = c.to_vec();
+        c.resize(c.len().max(rank.saturating_sub(2)).max(1), 0);
+        c
+    };
+    let (lower, upper) = (corner(&d.lower_corner), corner(&d.upper_corner));
+    let element_strides = if d.element_strides.is_empty() {
+        vec![1; rank.max(1)]
+    } else {
+        d.element_strides.clone()
+    };
+    let mut strides = d.strides.clone();
+    strides.push(0);
+    let interleave = match d.interleave {
+        Interleave::None => sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+        Interleave::B16 => sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_16B,
+        Interleave::B32 => sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_32B,
+    };
+    let swizzle = match d.swizzle {
+        Swizzle::None => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+        Swizzle::B32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+        Swizzle::B64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        Swizzle::B128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    context
+        .run(|| -> handles_cuda::Result<sys::CUresult> {
+            let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
+            // SAFETY: a context is current; `map` is a writable, aligned descriptor; every
+            // array holds at least the entries the rank asks for (padded above); the address
+            // is of a live buffer of the caller's.
+            Ok(unsafe {
+                sys::cuTensorMapEncodeIm2col(
+                    &mut *map,
+                    sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                    rank as u32,
+                    address as *mut std::ffi::c_void,
+                    d.dims.as_ptr(),
+                    strides.as_ptr(),
+                    lower.as_ptr(),
+                    upper.as_ptr(),
+                    d.channels_per_pixel,
+                    d.pixels_per_column,
+                    element_strides.as_ptr(),
+                    interleave,
+                    swizzle,
+                    sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                    sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+                )
+            })
+        })
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn im2col_refusals_agree_with_the_driver() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (context, stream, _library) = setup();
+    let buffer = DeviceBuffer::<f32>::zeroed(64 * 8 * 8 * 2, &stream).unwrap();
+    let address = buffer.as_bytes().as_cu();
+    let good = Im2colTensor::nhwc(64, 8, 8, 2, 4, 32, 64);
+    let with = |change: &dyn Fn(&mut Im2colTensor)| {
+        let mut d = good.clone();
+        change(&mut d);
+        d
+    };
+    // Each rule that im2col adds, just past its limit (refused by both) and at it (accepted
+    // by both). The shared rules are the tiled maps' (checked against the driver there).
+    let cases: Vec<(&str, Im2colTensor, bool)> = vec![
+        ("rank 4", good.clone(), true),
+        (
+            "rank 2",
+            with(&|d| {
+                d.dims.truncate(2);
+                d.strides.truncate(1);
+                d.lower_corner.clear();
+                d.upper_corner.clear();
+            }),
+            false,
+        ),
+        (
+            "rank 4, lower corner -128",
+            with(&|d| d.lower_corner = vec![-128, -128]),
+            true,
+        ),
+        (
+            "rank 4, lower corner -129",
+            with(&|d| d.lower_corner = vec![-129, 0]),
+            false,
+        ),
+        (
+            "rank 4, upper corner 127",
+            with(&|d| d.upper_corner = vec![127, 127]),
+            true,
+        ),
+        (
+            "rank 4, upper corner 128",
+            with(&|d| d.upper_corner = vec![0, 128]),
+            false,
+        ),
+        (
+            "a one-pixel-wide box",
+            with(&|d| d.upper_corner = vec![-7, 0]),
+            true,
+        ),
+        (
+            "an empty box",
+            with(&|d| d.upper_corner = vec![-8, 0]),
+            false,
+        ),
+        (
+            "rank 3, corners -32768 and 32767",
+            with(&|d| {
+                d.dims = vec![64, 64, 2];
+                d.strides = vec![256, 256 * 64];
+                d.lower_corner = vec![-32768];
+                d.upper_corner = vec![32767];
+            }),
+            true,
+        ),
+        (
+            "rank 3, lower corner -32769",
+            with(&|d| {
+                d.dims = vec![64, 64, 2];
+                d.strides = vec![256, 256 * 64];
+                d.lower_corner = vec![-32769];
+                d.upper_corner = vec![0];
+            }),
+            false,
+        ),
+        (
+            "rank 5, corners -16 and 15",
+            with(&|d| {
+                d.dims = vec![64, 4, 4, 4, 2];
+                d.strides = vec![256, 1024, 4096, 16384];
+                d.lower_corner = vec![-16, -16, -16];
+                d.upper_corner = vec![15, 15, 15];
+            }),
+            true,
+        ),
+        (
+            "rank 5, upper corner 16",
+            with(&|d| {
+                d.dims = vec![64, 4, 4, 4, 2];
+                d.strides = vec![256, 1024, 4096, 16384];
+                d.lower_corner = vec![0, 0, 0];
+                d.upper_corner = vec![0, 0, 16];
+            }),
+            false,
+        ),
+        (
+            "4 channels (16 bytes)",
+            with(&|d| d.channels_per_pixel = 4),
+            true,
+        ),
+        ("0 channels", with(&|d| d.channels_per_pixel = 0), false),
+        ("1024 pixels", with(&|d| d.pixels_per_column = 1024), true),
+        ("1025 pixels", with(&|d| d.pixels_per_column = 1025), false),
+        ("0 pixels", with(&|d| d.pixels_per_column = 0), false),
+    ];
+    let mut disagreements = Vec::new();
+    for (name, d, valid) in &cases {
+        let ours = TensorMap::im2col(&buffer, d);
+        let driver = raw_im2col(&context, address, d);
+        let driver_ok = driver == sys::CUresult::CUDA_SUCCESS;
+        if ours.is_ok() != *valid || driver_ok != *valid {
+            disagreements.push(format!(
+                "{name}: expected {}, ours {:?}, the driver {driver:?}",
+                if *valid { "accepted" } else { "refused" },
+                ours.map(drop)
+            ));
+        }
+    }
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+    drop(buffer);
+    stream.synchronize().unwrap();
     failures.assert_none();
 }
 

@@ -13,6 +13,7 @@
 //! | cooperative or programmatic dependent launches, clusters, priorities | [`TypedKernel::launch_ex`] with [`LaunchOptions`] (see [`launch_attributes`]) |
 //! | ask about occupancy | [`KernelHandle::max_active_blocks_per_sm`], [`KernelHandle::potential_block_size`], [`KernelHandle::available_dynamic_shared`], [`KernelHandle::max_active_clusters`] |
 //! | pass a TMA descriptor | [`TensorMap::tiled`] from a [`crate::DeviceBuffer<T>`] and a [`TiledTensor`]; the kernel takes a `const __grid_constant__ CUtensorMap` |
+//! | pass an im2col TMA descriptor (convolutions) | [`TensorMap::im2col`] from a [`crate::DeviceBuffer<T>`] and an [`Im2colTensor`] (corners, channels per pixel, pixels per column, [`Interleave`]) |
 //!
 //! ```no_run
 //! use handles_cuda::code::{Elements, ProgramHandle};
@@ -70,6 +71,8 @@ pub(crate) mod occupancy;
 pub(crate) mod params;
 pub(crate) mod program;
 pub(crate) mod tensor_map;
+pub(crate) mod tensor_map_im2col;
+pub(crate) mod tensor_map_rules;
 
 pub use self::conditional::{Conditional, ConditionalHandle};
 pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
@@ -78,5 +81,7 @@ pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
 pub use self::params::{Buffer, KernelParam, KernelParams};
 pub use self::program::{Program, ProgramBox, ProgramHandle, ProgramWeak, nvrtc_version};
-pub use self::tensor_map::{L2Promotion, OobFill, Swizzle, TensorElement, TensorMap, TiledTensor};
+pub use self::tensor_map::{TensorDescription, TensorElement, TensorMap, TiledTensor};
+pub use self::tensor_map_im2col::Im2colTensor;
+pub use self::tensor_map_rules::{Interleave, L2Promotion, OobFill, Swizzle};
 pub use crate::memory::Elements;

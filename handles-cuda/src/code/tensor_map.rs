@@ -3,9 +3,13 @@
 //! memory, passed to a kernel as a `const __grid_constant__ CUtensorMap` parameter.
 //!
 //! A [`TensorMap<T>`] is encoded from a typed buffer ([`DeviceBuffer<T>`]; the element type
-//! gives the map's data type) and a [`TiledTensor`] description (`cuTensorMapEncodeTiled`).
+//! gives the map's data type) and a [`TiledTensor`] description (`cuTensorMapEncodeTiled`),
+//! or an [`Im2colTensor`] one ([`TensorMap::im2col`], `cuTensorMapEncodeIm2col`; see
+//! `tensor_map_im2col`). The rules both share are checked by one function each
+//! (`tensor_map_rules`).
+//!
 //! Everything the driver would refuse, and everything that would let the map reach past the
-//! buffer, is refused first as a [`TensorMapProblem`]: the rank, the dimensions, strides that
+//! buffer, is refused first as a [`TensorMapProblem`]; for a tiled map: the rank, the dimensions, strides that
 //! are not multiples of 16 bytes or that overlap the dimension below, box dimensions above
 //! 256 or an inner box row that is not a multiple of 16 bytes (or wider than the swizzle
 //! span), element strides outside 1..=8, a global address that is not 16-byte aligned, and a
@@ -23,6 +27,8 @@
 
 use cudarc::driver::sys;
 
+use crate::code::tensor_map_im2col::Im2colTensor;
+use crate::code::tensor_map_rules::{self as rules, L2Promotion, OobFill, Swizzle};
 use crate::driver::call::driver;
 use crate::driver::current::{current_raw, in_context};
 use crate::driver::load::ensure_loaded;
@@ -61,44 +67,6 @@ elements! {
     i64 => CU_TENSOR_MAP_DATA_TYPE_INT64, false;
     f32 => CU_TENSOR_MAP_DATA_TYPE_FLOAT32, true;
     f64 => CU_TENSOR_MAP_DATA_TYPE_FLOAT64, true;
-}
-
-/// How shared memory tiles are swizzled (`CUtensorMapSwizzle`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Swizzle {
-    /// Row-major tiles, unswizzled.
-    #[default]
-    None,
-    /// 32-byte swizzle (inner box row at most 32 bytes).
-    B32,
-    /// 64-byte swizzle (inner box row at most 64 bytes).
-    B64,
-    /// 128-byte swizzle (inner box row at most 128 bytes).
-    B128,
-}
-
-/// How far the L2 cache fetches beyond each access (`CUtensorMapL2promotion`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum L2Promotion {
-    /// No promotion.
-    #[default]
-    None,
-    /// 64 bytes.
-    B64,
-    /// 128 bytes.
-    B128,
-    /// 256 bytes.
-    B256,
-}
-
-/// What loads outside the tensor read (`CUtensorMapFloatOOBfill`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum OobFill {
-    /// Zeros.
-    #[default]
-    Zero,
-    /// NaN (floating-point element types only; the FMA-ready quiet NaN).
-    Nan,
 }
 
 /// A tiled tensor: its shape in global memory and the box (tile) a TMA copy moves. Lists are
@@ -153,79 +121,21 @@ impl TiledTensor {
         address: u64,
         available: u64,
     ) -> Result<Vec<u32>, TensorMapProblem> {
-        let rank = self.dims.len();
-        if !(1..=5).contains(&rank) {
-            return Err(TensorMapProblem::Rank { rank, max: 5 });
-        }
-        let length = |what, len, expected| {
-            if len == expected {
-                Ok(())
-            } else {
-                Err(TensorMapProblem::Length { what, len, rank })
-            }
-        };
-        length("strides", self.strides.len(), rank - 1)?;
-        length("box_dims", self.box_dims.len(), rank)?;
-        let element_strides = if self.element_strides.is_empty() {
-            vec![1; rank]
-        } else {
-            length("element_strides", self.element_strides.len(), rank)?;
-            self.element_strides.clone()
-        };
-        for (axis, &size) in self.dims.iter().enumerate() {
-            if size == 0 || size > 1 << 32 {
-                return Err(TensorMapProblem::Dimension { axis, size });
-            }
-        }
-        // Bytes spanned by dimensions below each stride: each stride must cover them.
-        let mut span = self.dims[0] * element;
-        for (axis, &stride) in self.strides.iter().enumerate() {
-            if !stride.is_multiple_of(16) || stride >= 1 << 40 || stride < span {
-                return Err(TensorMapProblem::Stride {
-                    axis,
-                    stride,
-                    at_least: span,
-                });
-            }
-            span = stride.saturating_mul(self.dims[axis + 1]);
-        }
+        let rank = rules::rank(&self.dims, 1, 5)?;
+        rules::length("strides", self.strides.len(), rank - 1, rank)?;
+        rules::length("box_dims", self.box_dims.len(), rank, rank)?;
+        let element_strides = rules::element_strides(&self.element_strides, rank)?;
+        rules::dims(&self.dims)?;
+        rules::strides(&self.dims, &self.strides, element, 16)?;
         for (axis, &size) in self.box_dims.iter().enumerate() {
             if size == 0 || size > 256 {
                 return Err(TensorMapProblem::BoxDimension { axis, size });
             }
         }
-        let inner = u64::from(self.box_dims[0]) * element;
-        let max = match self.swizzle {
-            Swizzle::None => 256 * 8,
-            Swizzle::B32 => 32,
-            Swizzle::B64 => 64,
-            Swizzle::B128 => 128,
-        };
-        if !inner.is_multiple_of(16) || inner > max {
-            return Err(TensorMapProblem::BoxInner { bytes: inner, max });
-        }
-        for (axis, &stride) in element_strides.iter().enumerate() {
-            if !(1..=8).contains(&stride) {
-                return Err(TensorMapProblem::ElementStride { axis, stride });
-            }
-        }
-        if !address.is_multiple_of(16) {
-            return Err(TensorMapProblem::Alignment { address });
-        }
-        if self.oob_fill == OobFill::Nan && !float {
-            return Err(TensorMapProblem::NanFill);
-        }
-        // The last element's end: the farthest byte any in-bounds access can reach.
-        let needed = self
-            .strides
-            .iter()
-            .zip(&self.dims[1..])
-            .fold(self.dims[0] * element, |end, (&stride, &size)| {
-                end.saturating_add(stride.saturating_mul(size - 1))
-            });
-        if needed > available {
-            return Err(TensorMapProblem::Extent { needed, available });
-        }
+        rules::box_inner(u64::from(self.box_dims[0]) * element, self.swizzle)?;
+        rules::alignment(address, 16)?;
+        rules::fill(self.oob_fill, float)?;
+        rules::extent(&self.dims, &self.strides, element, available)?;
         Ok(element_strides)
     }
 }
@@ -265,7 +175,16 @@ fn in_a_context(address: u64, encode: impl FnOnce() -> Result<()>) -> Result<()>
 pub struct TensorMap<T: TensorElement> {
     map: Box<sys::CUtensorMap>,
     buffer: DeviceBuffer<T>,
-    description: TiledTensor,
+    description: TensorDescription,
+}
+
+/// What a [`TensorMap`] was encoded from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TensorDescription {
+    /// A tiled map ([`TensorMap::tiled`]).
+    Tiled(TiledTensor),
+    /// An im2col map ([`TensorMap::im2col`]).
+    Im2col(Im2colTensor),
 }
 
 impl<T: TensorElement> Clone for TensorMap<T> {
@@ -291,59 +210,94 @@ impl<T: TensorElement> TensorMap<T> {
     /// Encodes a tiled map of `buffer` (`cuTensorMapEncodeTiled`), after checking the
     /// description against the driver's rules and the buffer's length.
     pub fn tiled(buffer: &DeviceBuffer<T>, description: &TiledTensor) -> Result<Self> {
+        let d = description;
+        Self::encode(
+            buffer,
+            |element, float, address, available| d.check(element, float, address, available),
+            |map, address, element_strides| {
+                // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank`
+                // entries (`rank - 1` for the strides), as checked; the address is the
+                // buffer's, alive while `buffer` is (and kept by the map); a context is
+                // current.
+                unsafe {
+                    driver!(cuTensorMapEncodeTiled(
+                        map,
+                        T::DATA_TYPE,
+                        d.dims.len() as u32,
+                        address as *mut std::ffi::c_void,
+                        d.dims.as_ptr(),
+                        d.strides.as_ptr(),
+                        d.box_dims.as_ptr(),
+                        element_strides.as_ptr(),
+                        sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        rules::raw_swizzle(d.swizzle),
+                        rules::raw_l2(d.l2_promotion),
+                        rules::raw_fill(d.oob_fill)
+                    ))
+                }
+            },
+            || TensorDescription::Tiled(d.clone()),
+        )
+    }
+
+    /// Encodes an im2col map of `buffer` (`cuTensorMapEncodeIm2col`), after checking the
+    /// description against the driver's rules and the buffer's length.
+    pub fn im2col(buffer: &DeviceBuffer<T>, description: &Im2colTensor) -> Result<Self> {
+        let d = description;
+        Self::encode(
+            buffer,
+            |element, float, address, available| d.check(element, float, address, available),
+            |map, address, element_strides| {
+                // SAFETY: `map` is a writable, aligned descriptor; the dimension and
+                // element-stride arrays hold `rank` entries, the strides `rank - 1` and each
+                // corner `rank - 2`, as checked; the address is the buffer's, alive while
+                // `buffer` is (and kept by the map); a context is current.
+                unsafe {
+                    driver!(cuTensorMapEncodeIm2col(
+                        map,
+                        T::DATA_TYPE,
+                        d.dims.len() as u32,
+                        address as *mut std::ffi::c_void,
+                        d.dims.as_ptr(),
+                        d.strides.as_ptr(),
+                        d.lower_corner.as_ptr(),
+                        d.upper_corner.as_ptr(),
+                        d.channels_per_pixel,
+                        d.pixels_per_column,
+                        element_strides.as_ptr(),
+                        rules::raw_interleave(d.interleave),
+                        rules::raw_swizzle(d.swizzle),
+                        rules::raw_l2(d.l2_promotion),
+                        rules::raw_fill(d.oob_fill)
+                    ))
+                }
+            },
+            || TensorDescription::Im2col(d.clone()),
+        )
+    }
+
+    /// What both encoders do: `check` the description for elements of `T` at the buffer's
+    /// address and length (it returns the element strides to pass), then `call` the driver
+    /// with a fresh descriptor, the address and those strides, in a context; the map keeps
+    /// the buffer and the `description`.
+    fn encode(
+        buffer: &DeviceBuffer<T>,
+        check: impl FnOnce(u64, bool, u64, u64) -> Result<Vec<u32>, TensorMapProblem>,
+        call: impl FnOnce(&mut sys::CUtensorMap, u64, &[u32]) -> Result<()>,
+        description: impl FnOnce() -> TensorDescription,
+    ) -> Result<Self> {
         ensure_loaded()?;
         let element = std::mem::size_of::<T>() as u64;
         let address = buffer.as_bytes().as_cu();
         let available = buffer.len() as u64 * element;
-        let element_strides = description
-            .check(element, T::FLOAT, address, available)
+        let element_strides = check(element, T::FLOAT, address, available)
             .map_err(|what| Error::BadTensorMap { what })?;
-        let rank = description.dims.len() as u32;
-        use sys::CUtensorMapFloatOOBfill as Fill;
-        use sys::CUtensorMapL2promotion as L2;
-        use sys::CUtensorMapSwizzle as Sw;
-        let swizzle = match description.swizzle {
-            Swizzle::None => Sw::CU_TENSOR_MAP_SWIZZLE_NONE,
-            Swizzle::B32 => Sw::CU_TENSOR_MAP_SWIZZLE_32B,
-            Swizzle::B64 => Sw::CU_TENSOR_MAP_SWIZZLE_64B,
-            Swizzle::B128 => Sw::CU_TENSOR_MAP_SWIZZLE_128B,
-        };
-        let l2 = match description.l2_promotion {
-            L2Promotion::None => L2::CU_TENSOR_MAP_L2_PROMOTION_NONE,
-            L2Promotion::B64 => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-            L2Promotion::B128 => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            L2Promotion::B256 => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        };
-        let fill = match description.oob_fill {
-            OobFill::Zero => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            OobFill::Nan => Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
-        };
         let mut map = Box::new(sys::CUtensorMap { opaque: [0; 16] });
-        in_a_context(address, || {
-            // SAFETY: `map` is a writable, aligned descriptor; every array holds `rank` entries
-            // (`rank - 1` for the strides), as checked; the address is the buffer's, alive
-            // while `buffer` is (and kept by the map); a context is current.
-            unsafe {
-                driver!(cuTensorMapEncodeTiled(
-                    &mut *map,
-                    T::DATA_TYPE,
-                    rank,
-                    address as *mut std::ffi::c_void,
-                    description.dims.as_ptr(),
-                    description.strides.as_ptr(),
-                    description.box_dims.as_ptr(),
-                    element_strides.as_ptr(),
-                    sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                    swizzle,
-                    l2,
-                    fill
-                ))
-            }
-        })?;
+        in_a_context(address, || call(&mut map, address, &element_strides))?;
         Ok(TensorMap {
             map,
             buffer: buffer.clone(),
-            description: description.clone(),
+            description: description(),
         })
     }
 
@@ -353,7 +307,7 @@ impl<T: TensorElement> TensorMap<T> {
     }
 
     /// The description it was encoded from.
-    pub fn description(&self) -> &TiledTensor {
+    pub fn description(&self) -> &TensorDescription {
         &self.description
     }
 

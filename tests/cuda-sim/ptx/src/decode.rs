@@ -1551,7 +1551,8 @@ fn decode_mbarrier<'a>(
 }
 
 /// `cp.async.bulk.tensor.Nd` (tile mode, global to `shared::cluster` with an mbarrier, or
-/// `shared::cta` to global with a bulk group), `cp.async.bulk.commit_group` and
+/// `shared::cta` to global with a bulk group; the im2col modes are not supported),
+/// `cp.async.bulk.commit_group` and
 /// `cp.async.bulk.wait_group[.read]`.
 fn decode_bulk<'a>(
     cx: &mut Cx<'_, 'a, '_>,
@@ -1580,6 +1581,10 @@ fn decode_bulk<'a>(
         .position(|w| take(m, w))
         .ok_or_else(|| ns(opcode))?
         + 1;
+    // The im2col modes (`.im2col`, `.im2col::w`, ...) are valid PTX that is not interpreted.
+    if m.iter().any(|w| w.starts_with("im2col")) {
+        return Err(ns(opcode));
+    }
     take(m, "tile");
     let load = if take(m, "shared::cluster") {
         if !(take(m, "global") && take(m, "mbarrier::complete_tx::bytes")) {

@@ -3,8 +3,10 @@
 //! `mbarrier.init/arrive[.expect_tx]/try_wait.parity`.
 //!
 //! * A tensor map is the 128 bytes of a `CUtensorMap` kernel parameter, in the simulated
-//!   driver's own encoding ([`TensorMapDesc::encode`]; `cuTensorMapEncodeTiled` of the
-//!   simulator writes it). Bytes that do not decode are a fault (`NotSupported`).
+//!   driver's own encoding ([`TensorMapDesc::encode`]; `cuTensorMapEncodeTiled` and
+//!   `cuTensorMapEncodeIm2col` of the simulator write it). Bytes that do not decode are a
+//!   fault (`NotSupported`), and so are im2col and interleaved maps: only tile-mode copies
+//!   are interpreted.
 //! * Copies are performed when they are issued, element by element with every global run
 //!   checked by `Memory::check` like any access: a load fills elements outside the tensor's
 //!   dimensions with zeros (or NaN), a store skips them. Swizzled maps and element strides
@@ -24,7 +26,7 @@ use crate::memory::{host_load, host_store, rd_bytes, wr_bytes};
 /// The first word of an encoded tensor map.
 const MAGIC: u32 = 0x544d_5353;
 
-/// A tiled tensor map as the simulated driver encodes it.
+/// A tensor map as the simulated driver encodes it (tiled, or im2col).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TensorMapDesc {
     /// `CUtensorMapDataType`.
@@ -43,10 +45,19 @@ pub struct TensorMapDesc {
     pub dims: [u64; 5],
     /// Bytes between indices of dimensions 1 and up (`strides[0]` is dimension 1's).
     pub strides: [u64; 4],
-    /// The box, in elements per dimension.
+    /// The box, in elements per dimension; in an im2col map, `[channels per pixel, pixels
+    /// per column, 0, 0, 0]`.
     pub box_dims: [u32; 5],
     /// Traversal strides.
     pub element_strides: [u32; 5],
+    /// An im2col map (`cuTensorMapEncodeIm2col`), not a tiled one.
+    pub im2col: bool,
+    /// `CUtensorMapInterleave`.
+    pub interleave: u8,
+    /// An im2col map's bounding-box lower corner (W, H, D; rank - 2 used).
+    pub lower_corner: [i16; 3],
+    /// An im2col map's bounding-box upper corner (W, H, D; rank - 2 used).
+    pub upper_corner: [i16; 3],
 }
 
 impl TensorMapDesc {
@@ -68,6 +79,12 @@ impl TensorMapDesc {
             b[56 + 8 * i..64 + 8 * i].copy_from_slice(&self.strides[i].to_le_bytes());
         }
         b[113] = self.nan_fill as u8;
+        b[114] = self.im2col as u8;
+        b[115] = self.interleave;
+        for i in 0..3 {
+            b[116 + 2 * i..118 + 2 * i].copy_from_slice(&self.lower_corner[i].to_le_bytes());
+            b[122 + 2 * i..124 + 2 * i].copy_from_slice(&self.upper_corner[i].to_le_bytes());
+        }
         b
     }
 
@@ -84,6 +101,8 @@ impl TensorMapDesc {
             rank: b[6],
             swizzle: b[7],
             nan_fill: b[113] != 0,
+            im2col: b[114] != 0,
+            interleave: b[115],
             address: u64_at(8),
             ..TensorMapDesc::default()
         };
@@ -94,6 +113,11 @@ impl TensorMapDesc {
         }
         for i in 0..4 {
             d.strides[i] = u64_at(56 + 8 * i);
+        }
+        let i16_at = |at: usize| i16::from_le_bytes([b[at], b[at + 1]]);
+        for i in 0..3 {
+            d.lower_corner[i] = i16_at(116 + 2 * i);
+            d.upper_corner[i] = i16_at(122 + 2 * i);
         }
         Some(d)
     }
@@ -232,9 +256,16 @@ impl<'m> W<'m> {
         }
         let desc = TensorMapDesc::decode(&bytes).ok_or_else(|| {
             Fault::NotSupported(format!(
-                "a tensor map at {addr:#x} that cuTensorMapEncodeTiled of this simulator did not encode"
+                "a tensor map at {addr:#x} that this simulator's cuTensorMapEncode* did not encode"
             ))
         })?;
+        if desc.im2col || desc.interleave != 0 {
+            return Err(Fault::NotSupported(
+                "an im2col or interleaved tensor map (only tile-mode copies of unswizzled, \
+                 uninterleaved maps are interpreted)"
+                    .into(),
+            ));
+        }
         if desc.swizzle != 0
             || desc.element_strides[..desc.rank as usize]
                 .iter()
