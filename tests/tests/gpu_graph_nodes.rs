@@ -356,7 +356,21 @@ fn conditional_misuse_is_refused() {
     ));
     assert!(matches!(
         other.add_child_graph_node(&[], body),
-        Err(Error::ConditionalInChild)
+        Err(Error::ConditionalBodyAlone { .. })
+    ));
+    // Memory nodes cannot be in a body, and a graph with memory nodes cannot be a child.
+    assert!(matches!(
+        body.add_mem_alloc_node(&[], 256),
+        Err(Error::NotInConditionalBody { .. })
+    ));
+    let with_memory = GraphHandle::create(&context).unwrap();
+    let (allocated, memory) = with_memory.add_mem_alloc_node(&[], 256).unwrap();
+    with_memory
+        .add_mem_free_node(&[allocated], &memory)
+        .unwrap();
+    assert!(matches!(
+        other.add_child_graph_node(&[], &with_memory),
+        Err(Error::GraphRule(handles_cuda::GraphRule::MemoryInChild))
     ));
     // A body is not a graph of its own.
     assert!(matches!(
