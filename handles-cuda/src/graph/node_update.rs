@@ -16,7 +16,7 @@
 //! Graph-owned memory may be passed only where the node used it when it was added (its
 //! dependencies were checked then): [`GraphRule::NewGraphMemory`] otherwise.
 
-use cudarc::driver::sys::{self, CUgraphNode};
+use cudarc::driver::sys::CUgraphNode;
 
 use crate::code::launch::{LaunchConfig, TypedKernel};
 use crate::code::params::KernelParams;
@@ -25,7 +25,7 @@ use crate::driver::current::in_context;
 use crate::error::{Error, GraphRule, Result};
 use crate::exec::stream::StreamHandle;
 use crate::graph::exec::GraphExecHandle;
-use crate::graph::nodes::{Attachment, GraphHandle, GraphNode};
+use crate::graph::nodes::{Attachment, GraphHandle, GraphNode, kernel_node_params};
 use crate::memory::device_ptr::DevicePtrHandle;
 use crate::sync::lock;
 
@@ -128,21 +128,7 @@ impl GraphExecHandle {
         let context = self.context().as_cu();
         self.replace_node(raw_node, attachments, || {
             P::with_pointers(&args, |params| {
-                let raw = config.raw(std::ptr::null_mut(), &mut []);
-                let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
-                    func: std::ptr::null_mut(),
-                    gridDimX: raw.gridDimX,
-                    gridDimY: raw.gridDimY,
-                    gridDimZ: raw.gridDimZ,
-                    blockDimX: raw.blockDimX,
-                    blockDimY: raw.blockDimY,
-                    blockDimZ: raw.blockDimZ,
-                    sharedMemBytes: raw.sharedMemBytes,
-                    kernelParams: params,
-                    extra: std::ptr::null_mut(),
-                    kern: kernel.kernel().as_cu(),
-                    ctx: context,
-                };
+                let node_params = kernel_node_params(config, kernel.kernel(), params, context);
                 // SAFETY: the executable graph is alive and `raw_node` one of its nodes (named
                 // by its source graph's id); the parameters are copied during the call; the
                 // bounds check passed, and the node keeps the kernel and buffers from now on.

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode};
 use handles_core::ResourceHandle;
 
+use crate::code::kernel::KernelHandle;
 use crate::code::launch::{LaunchConfig, TypedKernel};
 use crate::code::params::KernelParams;
 use crate::driver::call::{deleter_status, driver, out};
@@ -238,21 +239,7 @@ impl GraphHandle {
         let context = self.context().as_cu();
         self.add_node(dependencies, attachments, |node, deps| {
             P::with_pointers(&args, |params| {
-                let raw = config.raw(std::ptr::null_mut(), &mut []);
-                let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
-                    func: std::ptr::null_mut(),
-                    gridDimX: raw.gridDimX,
-                    gridDimY: raw.gridDimY,
-                    gridDimZ: raw.gridDimZ,
-                    blockDimX: raw.blockDimX,
-                    blockDimY: raw.blockDimY,
-                    blockDimZ: raw.blockDimZ,
-                    sharedMemBytes: raw.sharedMemBytes,
-                    kernelParams: params,
-                    extra: std::ptr::null_mut(),
-                    kern: kernel.kernel().as_cu(),
-                    ctx: context,
-                };
+                let node_params = kernel_node_params(config, kernel.kernel(), params, context);
                 // SAFETY: the graph is alive; `deps` are nodes of this graph (checked by id);
                 // the parameters are copied by the driver during the call; the kernel's
                 // bounds check passed, and the graph keeps the kernel and buffers alive.
@@ -513,4 +500,30 @@ impl GraphHandle {
 enum EventNode {
     Record,
     Wait,
+}
+
+/// The driver's parameters of a kernel node: `kernel` launched with `config` and the packed
+/// arguments `params`, in `context`. The one place a kernel node's fields are filled (a node
+/// added, a node updated).
+pub(crate) fn kernel_node_params(
+    config: &LaunchConfig,
+    kernel: &KernelHandle,
+    params: *mut *mut c_void,
+    context: sys::CUcontext,
+) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    let raw = config.raw(std::ptr::null_mut(), &mut []);
+    sys::CUDA_KERNEL_NODE_PARAMS {
+        func: std::ptr::null_mut(),
+        gridDimX: raw.gridDimX,
+        gridDimY: raw.gridDimY,
+        gridDimZ: raw.gridDimZ,
+        blockDimX: raw.blockDimX,
+        blockDimY: raw.blockDimY,
+        blockDimZ: raw.blockDimZ,
+        sharedMemBytes: raw.sharedMemBytes,
+        kernelParams: params,
+        extra: std::ptr::null_mut(),
+        kern: kernel.as_cu(),
+        ctx: context,
+    }
 }
