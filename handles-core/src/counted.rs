@@ -31,6 +31,8 @@
 //! 2^31 aborts the process, as `Arc` does past `isize::MAX`, before it could carry into the
 //! other half.
 //!
+//! The word needs 64-bit atomics, which every host CUDA runs on has.
+//!
 //! Under `--cfg loom` the counts are loom's atomics (`tests/loom_counted.rs` model-checks the
 //! protocol through the public handle API); miri runs the handle tests on the real ones.
 
