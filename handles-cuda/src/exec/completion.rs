@@ -145,7 +145,8 @@ fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
 
 /// Destroys the notifier streams of every context, after waiting for their pending
 /// completions (so this blocks until the awaited events complete), and
-/// releases the contexts they kept; returns how many streams there were. For programs and tests
+/// releases the contexts they kept and the events their host functions kept (which are dropped
+/// on the disposal thread: this waits for it); returns how many streams there were. For programs and tests
 /// that check for leaks at exit; later completions make new ones.
 pub fn clear_notifiers() -> usize {
     let all = std::mem::take(&mut *lock(&NOTIFIERS));
@@ -157,5 +158,8 @@ pub fn clear_notifiers() -> usize {
             let _ = stream.synchronize();
         }
     }
+    // The host functions that ran hand their captures (an event, the context it keeps) to
+    // the disposal thread; a caller checking for leaks next must find them gone.
+    crate::exec::disposal::flush();
     all.iter().map(|(_, streams)| streams.len()).sum()
 }
