@@ -790,6 +790,13 @@ pub enum GraphRule {
     /// another capture was joined.
     #[error("a branch can only be joined into the capture it was forked from")]
     ForeignBranch,
+    /// A captured launch with a programmatic event (`LaunchOptions::programmatic_event`): the
+    /// record of an event from outside the graph would make that event a fork point of the
+    /// capture, through which other streams' work could join it unattached.
+    #[error(
+        "a launch with a programmatic event cannot be captured; use programmatic serialization, which becomes a programmatic edge of the graph"
+    )]
+    ProgrammaticEventInCapture,
 }
 
 /// The crate's result type.

@@ -239,6 +239,36 @@ fn scenario_entry_points_on_an_old_driver() {
             Err(other) => panic!("a switch node: {other:?}"),
         }
     }
+    // A captured dependent launch becomes a programmatic edge (12.3); NotSupported before,
+    // with nothing captured.
+    let buffer = DevicePtrHandle::alloc(&context, 1024).unwrap();
+    let options = handles_cuda::code::LaunchOptions {
+        programmatic_serialization: true,
+        ..handles_cuda::code::LaunchOptions::default()
+    };
+    let captured = handles_cuda::graph::GraphHandle::capture(
+        &context,
+        handles_cuda::graph::CaptureMode::ThreadLocal,
+        |capture| {
+            let config = handles_cuda::LaunchConfig::linear(256, 64);
+            capture.launch(&kernels.fill, &config, (&buffer, 1, 256))?;
+            capture.launch_ex(&kernels.add, &config, &options, (&buffer, 2, 256))
+        },
+    );
+    match captured {
+        Ok(graph) => {
+            assert!(
+                version >= 12030,
+                "a programmatic edge captured on {version}"
+            );
+            graph.instantiate().unwrap().launch(&stream).unwrap();
+            let mut words = [0u8; 1024];
+            buffer.copy_to_host(&mut words, &stream).unwrap();
+            assert_eq!(u32::from_ne_bytes(words[..4].try_into().unwrap()), 3);
+        }
+        Err(Error::NotSupported { needs: 12030, .. }) => assert!(version < 12030),
+        Err(other) => panic!("a captured dependent launch: {other:?}"),
+    }
     stream.synchronize().unwrap();
     println!("entry points checked; missing: {missing:?}");
 }

@@ -437,6 +437,7 @@ fn launch_attributes_occupancy_tensor_map() -> Result<()> {
 }
 
 fn graph_capture_instantiate_launch() -> Result<()> {
+    use handles_cuda::code::LaunchOptions;
     let context = primary()?;
     let stream = new_stream(&context)?;
     let kernels = TestKernels::load()?;
@@ -448,6 +449,17 @@ fn graph_capture_instantiate_launch() -> Result<()> {
             &kernels.add_one,
             &LaunchConfig::linear(256, 64),
             (&buffer, 256),
+        )?;
+        // A captured dependent launch: a programmatic edge from the kernel before it.
+        let dependent = LaunchOptions {
+            programmatic_serialization: true,
+            ..LaunchOptions::default()
+        };
+        capture.launch_ex(
+            &kernels.add,
+            &LaunchConfig::linear(256, 64),
+            &dependent,
+            (&buffer, 2, 256),
         )
     })?;
     let exec = graph.instantiate()?;
@@ -773,7 +785,7 @@ scenarios! {
     launch_attributes_faults: "occupancy+TensorMap::tiled+TypedKernel::launch_ex(cooperative, programmatic)",
         1 devices, launch_attributes_occupancy_tensor_map;
     tensor_map_im2col_faults: "TensorMap::im2col", 1 devices, tensor_map_im2col;
-    graph_capture_faults: "GraphHandle::capture+instantiate+GraphExecHandle::launch", 1 devices,
+    graph_capture_faults: "GraphHandle::capture(+Capture::launch_ex)+instantiate+GraphExecHandle::launch", 1 devices,
         graph_capture_instantiate_launch;
     graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,
         graph_nodes_and_update;

@@ -346,6 +346,182 @@ fn a_dependent_launch_reads_what_its_predecessor_wrote() {
     failures.assert_none();
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_captured_dependent_pair_replays_after_its_buffers_handles_are_dropped() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (context, stream, library) = setup();
+    let first = kernel::<First>(&library, "pdl_first");
+    let second = kernel::<Second>(&library, "pdl_second");
+    let n = 100_000u32;
+    let config = LaunchConfig::linear(n, 256);
+    let data = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
+    let scratch = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
+    let out = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
+    let dependent = LaunchOptions {
+        programmatic_serialization: true,
+        ..LaunchOptions::default()
+    };
+    let graph = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        capture.launch(&first, &config, (&data, &scratch, n))?;
+        // The dependent kernel, captured as a programmatic edge from the first.
+        capture.launch_ex(&second, &config, &dependent, (&data, &out, n))
+    })
+    .unwrap();
+    let exec = graph.instantiate().unwrap();
+    // Every user handle of the buffers is gone: the graph keeps them.
+    drop((graph, data, scratch));
+    for round in 0..3 {
+        let bytes = out.as_bytes();
+        bytes.memset_async(0, bytes.size(), &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        let values = out.to_vec(&stream).unwrap();
+        for (i, &v) in values.iter().enumerate() {
+            assert_eq!(v, i as f32 * 3.0 + 1.0, "replay {round}, element {i}");
+        }
+    }
+    drop((exec, out));
+    stream.synchronize().unwrap();
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn captured_launch_options_are_checked_before_the_driver() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (context, stream, library) = setup();
+    let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
+    let first = kernel::<First>(&library, "pdl_first");
+    let (_, _, most) = cooperative_grid(&sum, &context);
+    let xs = DeviceBuffer::<f32>::zeroed(256, &stream).unwrap();
+    let partials = DeviceBuffer::<f32>::zeroed(most as usize + 1, &stream).unwrap();
+    let arrived = DeviceBuffer::<u32>::zeroed(1, &stream).unwrap();
+    let total = DeviceBuffer::<f32>::zeroed(1, &stream).unwrap();
+    let cooperative = LaunchOptions {
+        cooperative: true,
+        ..LaunchOptions::default()
+    };
+    let too_big = LaunchConfig {
+        grid: [most + 1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    // A cooperative grid beyond occupancy: refused in the capture, which then fails whole.
+    let captured = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        capture.launch_ex(
+            &sum,
+            &too_big,
+            &cooperative,
+            (&xs, 256, &partials, &arrived, &total),
+        )
+    });
+    refused!(
+        captured,
+        Error::BadLaunch {
+            what: LaunchProblem::CooperativeGrid { .. }
+        }
+    );
+    // A programmatic event: refused, it would be an outside event recorded in the capture.
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    let with_event = LaunchOptions {
+        programmatic_event: Some(ProgrammaticEvent {
+            event: event.clone(),
+            trigger_at_block_start: false,
+        }),
+        ..LaunchOptions::default()
+    };
+    let n = 256u32;
+    let data = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
+    let scratch = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
+    let captured = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        capture.launch_ex(
+            &first,
+            &LaunchConfig::linear(n, 256),
+            &with_event,
+            (&data, &scratch, n),
+        )
+    });
+    refused!(
+        captured,
+        Error::GraphRule(handles_cuda::GraphRule::ProgrammaticEventInCapture)
+    );
+    // A bad cluster shape on a branch: refused like a stream launch's.
+    let clustered = LaunchOptions {
+        cluster: Some([3, 1, 1]),
+        ..LaunchOptions::default()
+    };
+    let captured = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        let branch = capture.fork()?;
+        branch.launch_ex(
+            &first,
+            &LaunchConfig::linear(n, 128),
+            &clustered,
+            (&data, &scratch, n),
+        )
+    });
+    refused!(
+        captured,
+        Error::BadLaunch {
+            what: LaunchProblem::ClusterDivide { .. }
+        }
+    );
+    // Nothing ran: no block arrived, the data is untouched.
+    assert_eq!(arrived.to_vec(&stream).unwrap(), [0]);
+    assert!(data.to_vec(&stream).unwrap().iter().all(|&v| v == 0.0));
+    failures.assert_none();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_captured_cooperative_reduction_replays() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (context, stream, library) = setup();
+    let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
+    let (_, _, blocks) = cooperative_grid(&sum, &context);
+    let n = 1u32 << 20;
+    let values: Vec<f32> = (0..n).map(|i| (i % 5) as f32).collect();
+    let xs = DeviceBuffer::from_slice(&values, &stream).unwrap();
+    let partials = DeviceBuffer::<f32>::zeroed(blocks as usize, &stream).unwrap();
+    let arrived = DeviceBuffer::<u32>::zeroed(1, &stream).unwrap();
+    let total = DeviceBuffer::<f32>::zeroed(1, &stream).unwrap();
+    let options = LaunchOptions {
+        cooperative: true,
+        ..LaunchOptions::default()
+    };
+    let config = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let graph = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        // The barrier's counter starts at zero at every replay.
+        capture.memset(arrived.as_bytes(), 0, 0, 4)?;
+        capture.launch_ex(
+            &sum,
+            &config,
+            &options,
+            (&xs, n, &partials, &arrived, &total),
+        )
+    })
+    .unwrap();
+    let exec = graph.instantiate().unwrap();
+    drop((graph, xs, partials));
+    let expected: f64 = values.iter().map(|&v| f64::from(v)).sum();
+    for round in 0..3 {
+        exec.launch(&stream).unwrap();
+        assert_eq!(
+            f64::from(total.to_vec(&stream).unwrap()[0]),
+            expected,
+            "replay {round}"
+        );
+        assert_eq!(arrived.to_vec(&stream).unwrap()[0], blocks);
+    }
+    failures.assert_none();
+}
+
 type Staged = (Elements<f32>, u32, f32);
 
 /// The dynamic shared memory `staged_scale` uses per block: one float per thread.
@@ -1177,11 +1353,17 @@ fn im2col_refusals_agree_with_the_driver() {
     failures.assert_none();
 }
 
-const NOT_SIMULATED: &[(&str, &str)] = &[(
-    "a_cooperative_reduction_synchronises_the_whole_grid",
-    "grid-wide synchronisation needs every block resident at once; the simulator runs \
-     blocks one after another, so the blocks waiting at the grid barrier would wait forever",
-)];
+const NOT_SIMULATED: &[(&str, &str)] = &[
+    (
+        "a_cooperative_reduction_synchronises_the_whole_grid",
+        "grid-wide synchronisation needs every block resident at once; the simulator runs \
+         blocks one after another, so the blocks waiting at the grid barrier would wait forever",
+    ),
+    (
+        "a_captured_cooperative_reduction_replays",
+        "the same grid-wide barrier, in a captured graph",
+    ),
+];
 
 #[test]
 fn on_the_simulator() {

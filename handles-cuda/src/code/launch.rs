@@ -22,7 +22,7 @@ use crate::code::kernel::KernelHandle;
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
 use crate::driver::current::current_raw;
-use crate::error::{Error, LaunchProblem, Result};
+use crate::error::{Error, GraphRule, LaunchProblem, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::{Queued, StreamHandle};
@@ -348,14 +348,30 @@ impl<P: KernelParams> TypedKernel<P> {
 
     /// A launch on a capture's private stream: checked and queued, but neither reported as a
     /// use nor noted in the library (the graph attaches both, and its launches report them).
+    /// With `options`, every option is checked as for [`Self::launch_ex`] (a cooperative grid
+    /// against the capture stream's device), and a programmatic event is refused
+    /// ([`GraphRule::ProgrammaticEventInCapture`]).
     pub(crate) fn launch_captured(
         &self,
         stream: &StreamHandle,
         config: &LaunchConfig,
+        options: Option<&LaunchOptions>,
         args: &P::Args<'_>,
     ) -> Result<()> {
         (self.bounds)(args, config)?;
-        queue::<P>(&self.kernel, stream, config, None, args).and_then(|(queued, _)| queued.status)
+        if let Some(options) = options {
+            if options.programmatic_event.is_some() {
+                return Err(Error::GraphRule(GraphRule::ProgrammaticEventInCapture));
+            }
+            if options.programmatic_serialization {
+                crate::driver::load::require_version(
+                    crate::driver::load::newer_uses::CAPTURED_PROGRAMMATIC,
+                )?;
+            }
+            options.check(config)?;
+        }
+        queue::<P>(&self.kernel, stream, config, options, args)
+            .and_then(|(queued, _)| queued.status)
     }
 
     /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters, a

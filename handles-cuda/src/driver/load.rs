@@ -284,6 +284,12 @@ capabilities! {
 pub(crate) mod newer_uses {
     /// A memory pool of pinned host memory on no particular NUMA node (CUDA 12.6).
     pub(crate) const HOST_POOL: (&str, i32) = ("cuMemPoolCreate with a host location", 12060);
+    /// A captured launch with programmatic stream serialization, which capture turns into a
+    /// programmatic edge of the graph (CUDA 12.3).
+    pub(crate) const CAPTURED_PROGRAMMATIC: (&str, i32) = (
+        "cuLaunchKernelEx with programmatic serialization in a stream capture",
+        12030,
+    );
     /// A memory pool of pinned host memory on a NUMA node (CUDA 12.2).
     pub(crate) const HOST_NUMA_POOL: (&str, i32) =
         ("cuMemPoolCreate with a host NUMA location", 12020);

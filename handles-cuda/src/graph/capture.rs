@@ -5,7 +5,7 @@
 
 use cudarc::driver::sys::{self, CUgraph};
 
-use crate::code::launch::{LaunchConfig, TypedKernel};
+use crate::code::launch::{LaunchConfig, LaunchOptions, TypedKernel};
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
 use crate::error::{Error, GraphRule, Result};
@@ -172,7 +172,25 @@ impl Capture {
         config: &LaunchConfig,
         args: P::Args<'_>,
     ) -> Result<()> {
-        self.launch_on(&self.stream, kernel, config, args)
+        self.launch_on(&self.stream, kernel, config, None, args)
+    }
+
+    /// Captures a launch with extra attributes (see [`TypedKernel::launch_ex`]); every option
+    /// is checked before the driver is called, a cooperative grid against the occupancy of the
+    /// capture's device. Programmatic serialization becomes a programmatic edge of the graph
+    /// (CUDA 12.3 or later): the kernel may start before the one captured before it on the
+    /// same stream ends, exactly as on a stream, and each launch of the graph reports every
+    /// buffer the graph keeps, so no free overtakes either kernel. A programmatic event is
+    /// refused ([`GraphRule::ProgrammaticEventInCapture`]): its record would be an outside
+    /// event recorded in the capture.
+    pub fn launch_ex<P: KernelParams>(
+        &self,
+        kernel: &TypedKernel<P>,
+        config: &LaunchConfig,
+        options: &LaunchOptions,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        self.launch_on(&self.stream, kernel, config, Some(options), args)
     }
 
     /// Captures a fill of `len` bytes of `buffer` from byte `offset` with `value`.
@@ -279,9 +297,10 @@ impl Capture {
         stream: &StreamHandle,
         kernel: &TypedKernel<P>,
         config: &LaunchConfig,
+        options: Option<&LaunchOptions>,
         args: P::Args<'_>,
     ) -> Result<()> {
-        kernel.launch_captured(stream, config, &args)?;
+        kernel.launch_captured(stream, config, options, &args)?;
         self.attach(Attachment::Kernel(kernel.kernel().clone()));
         P::for_each_buffer(&args, |buffer| {
             self.attach(Attachment::Buffer(buffer.clone()))
@@ -345,7 +364,20 @@ impl<'a> CaptureBranch<'a> {
         config: &LaunchConfig,
         args: P::Args<'_>,
     ) -> Result<()> {
-        self.capture.launch_on(&self.stream, kernel, config, args)
+        self.capture
+            .launch_on(&self.stream, kernel, config, None, args)
+    }
+
+    /// Captures a launch with extra attributes on this branch (see [`Capture::launch_ex`]).
+    pub fn launch_ex<P: KernelParams>(
+        &self,
+        kernel: &TypedKernel<P>,
+        config: &LaunchConfig,
+        options: &LaunchOptions,
+        args: P::Args<'_>,
+    ) -> Result<()> {
+        self.capture
+            .launch_on(&self.stream, kernel, config, Some(options), args)
     }
 
     /// Captures a fill on this branch (see [`Capture::memset`]).
