@@ -243,6 +243,51 @@ fn an_event_completion_wakes_a_minimal_executor() {
     failures.assert_none();
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn awaited_events_are_let_go_once_their_completions_ran() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    handles_cuda::exec::clear_notifiers();
+    let before = EventHandle::live_count().unwrap();
+    for _ in 0..50 {
+        // The record waits behind a host function that waits for `open`, so the completion
+        // is surely pending when it is made.
+        let open = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::clone(&open);
+        stream
+            .launch_host(move || {
+                while gate.load(Ordering::SeqCst) == 0 {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            })
+            .unwrap();
+        let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+        event.record(&stream).unwrap();
+        let future = event.completed().unwrap();
+        // The program's handle is gone before the record completes: the table keeps it.
+        drop(event);
+        open.store(1, Ordering::SeqCst);
+        let ((), _) = block_on(future);
+    }
+    // Each completion lets go of the events whose host functions ran: at most the last one
+    // (and any whose host function had not returned yet) is still kept.
+    let kept = EventHandle::live_count().unwrap() - before;
+    assert!(
+        kept <= 2,
+        "{kept} awaited events kept after their completions ran"
+    );
+    handles_cuda::exec::clear_notifiers();
+    assert_eq!(
+        EventHandle::live_count().unwrap(),
+        before,
+        "clear_notifiers lets go of every awaited event"
+    );
+    failures.assert_none();
+}
+
 /// CPU time of this process's tokio worker threads (user + system), from `/proc`.
 fn worker_cpu_time() -> Duration {
     // SAFETY: sysconf has no preconditions.

@@ -296,6 +296,26 @@ fn context_lookup() -> Measured {
     )
 }
 
+/// `measure` on a thread of its own, started for it, with `context` bound to it (as in the
+/// scaling table's bound rows): the single-thread rows of the scaling table come from such a
+/// thread, where the ratios have differed from the main thread's.
+fn on_a_fresh_thread(
+    context: &ContextHandle,
+    measure: impl FnOnce() -> Measured + Send,
+) -> Measured {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                context.bind_to_thread().unwrap();
+                let measured = measure();
+                ContextHandle::unbind_thread().unwrap();
+                measured
+            })
+            .join()
+            .unwrap()
+    })
+}
+
 /// The pieces an owning handle adds to a driver call, to show where the floor is.
 fn floor_parts(context: &ContextHandle) -> Measured {
     interleave(
@@ -1060,6 +1080,14 @@ fn main() {
         report(
             "graph launch (1 kernel node)",
             &graph_launches(&context, &stream, &untracked),
+        );
+        report(
+            "event create+drop on a fresh thread, context bound (timing off)",
+            &on_a_fresh_thread(&context, || events(&context, &cudarc_context)),
+        );
+        report(
+            "floor parts on a fresh thread (ns, ratio to first row)",
+            &on_a_fresh_thread(&context, || floor_parts(&context)),
         );
         scaling(&context, &pool);
         return;

@@ -8,6 +8,11 @@
 //! pending completions, new ones queue behind earlier ones (each still resolves no earlier than
 //! its event). An event already complete resolves at once, with no driver call but a query.
 //!
+//! The awaited event is kept in the notifier table (not in the host function, whose captures
+//! are dropped on the disposal thread) until its host function has run: later completions of
+//! the context drop the events whose host functions ran, and [`clear_notifiers`] drops the
+//! rest after waiting for them, so nothing the table kept outlives that call.
+//!
 //! The host function calls `Waker::wake_by_ref` on the driver's thread and hands the waker to
 //! the disposal thread to be dropped. Wakers of the usual executors
 //! (tokio, async-std, `futures`' executors) only schedule the task; a waker that calls CUDA
@@ -31,8 +36,18 @@ use crate::sync::lock;
 /// The most notifier streams one context keeps.
 pub const NOTIFIERS_PER_CONTEXT: usize = 16;
 
+/// The notifier streams of one context, and the events awaited on them whose host functions
+/// may not have run yet.
+struct Notifiers {
+    context: ContextHandle,
+    streams: Vec<StreamHandle>,
+    /// Each awaited event, kept until its completion's host function has run (the notifier
+    /// has passed its wait by then).
+    awaited: Vec<(Arc<Shared>, EventHandle)>,
+}
+
 /// The notifier streams, by context. Cleared by [`clear_notifiers`].
-static NOTIFIERS: Mutex<Vec<(ContextHandle, Vec<StreamHandle>)>> = Mutex::new(Vec::new());
+static NOTIFIERS: Mutex<Vec<Notifiers>> = Mutex::new(Vec::new());
 
 /// A future that resolves when the record of an event that was the most recent when
 /// [`EventHandle::completed`] was called has completed. Its output is `Ok(())`; the error of
@@ -97,17 +112,16 @@ impl EventHandle {
             })
             .status?;
         let wake = Arc::clone(&shared);
-        // The event stays alive until the notifier has passed its wait (released afterwards,
-        // on the disposal thread), however early the program drops its handles.
-        let event = self.clone();
         notifier.launch_host(move || {
-            let _ = &event;
             if let Some(waker) = wake.complete() {
                 waker.wake_by_ref();
                 // Dropped on the disposal thread, never in the host function.
                 crate::exec::disposal::dispose(Box::new(waker));
             }
         })?;
+        // The event stays alive until the notifier has passed its wait, however early the
+        // program drops its handles: the table keeps it until the host function has run.
+        keep_awaited(&context, Arc::clone(&shared), self.clone())?;
         Ok(Completion { shared })
     }
 }
@@ -116,14 +130,7 @@ impl EventHandle {
 /// [`NOTIFIERS_PER_CONTEXT`], or else the next in turn.
 fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
     let mut all = lock(&NOTIFIERS);
-    let index = match all.iter().position(|(c, _)| c == context) {
-        Some(index) => index,
-        None => {
-            all.push((context.keep_alive()?.into_owned(), Vec::new()));
-            all.len() - 1
-        }
-    };
-    let streams = &mut all[index].1;
+    let streams = &mut entry(&mut all, context)?.streams;
     for (i, stream) in streams.iter().enumerate() {
         if stream.query()? {
             // Idle: it goes to the back, so that the next search tries the others first.
@@ -143,23 +150,53 @@ fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
     Ok(stream)
 }
 
+/// The table's entry of `context`, made if it has none.
+fn entry<'a>(all: &'a mut Vec<Notifiers>, context: &ContextHandle) -> Result<&'a mut Notifiers> {
+    let index = match all.iter().position(|entry| entry.context == *context) {
+        Some(index) => index,
+        None => {
+            all.push(Notifiers {
+                context: context.keep_alive()?.into_owned(),
+                streams: Vec::new(),
+                awaited: Vec::new(),
+            });
+            all.len() - 1
+        }
+    };
+    Ok(&mut all[index])
+}
+
+/// Keeps `event` in `context`'s entry until the host function of `shared` has run, and lets
+/// go of the events of the context's completions whose host functions have (dropped here,
+/// after the table's lock: the caller's thread, never a host function).
+fn keep_awaited(context: &ContextHandle, shared: Arc<Shared>, event: EventHandle) -> Result<()> {
+    let passed: Vec<(Arc<Shared>, EventHandle)> = {
+        let mut all = lock(&NOTIFIERS);
+        let awaited = &mut entry(&mut all, context)?.awaited;
+        let (passed, waiting) = std::mem::take(awaited)
+            .into_iter()
+            .partition(|(shared, _)| shared.is_done());
+        *awaited = waiting;
+        awaited.push((shared, event));
+        passed
+    };
+    drop(passed);
+    Ok(())
+}
+
 /// Destroys the notifier streams of every context, after waiting for their pending
-/// completions (so this blocks until the awaited events complete), and
-/// releases the contexts they kept and the events their host functions kept (which are dropped
-/// on the disposal thread: this waits for it); returns how many streams there were. For programs and tests
+/// completions (so this blocks until the awaited events complete), and releases the contexts
+/// they kept and the awaited events; returns how many streams there were. For programs and tests
 /// that check for leaks at exit; later completions make new ones.
 pub fn clear_notifiers() -> usize {
     let all = std::mem::take(&mut *lock(&NOTIFIERS));
     // Each stream's pending completions run first: destroying a busy stream is left to the
     // driver's care otherwise, and the futures' promise is to resolve after their records.
     // A stream that cannot be waited for is still released (its work stays queued).
-    for (_, streams) in &all {
-        for stream in streams {
+    for entry in &all {
+        for stream in &entry.streams {
             let _ = stream.synchronize();
         }
     }
-    // The host functions that ran hand their captures (an event, the context it keeps) to
-    // the disposal thread; a caller checking for leaks next must find them gone.
-    crate::exec::disposal::flush();
-    all.iter().map(|(_, streams)| streams.len()).sum()
+    all.iter().map(|entry| entry.streams.len()).sum()
 }
