@@ -471,6 +471,50 @@ fn graph_capture_instantiate_launch() -> Result<()> {
     stream.synchronize()
 }
 
+/// A capture whose closure ignores its calls' errors: whatever was captured must still be
+/// attached, so that the graph never runs into a buffer nothing keeps (the strict simulator
+/// reports such a launch as a violation). A launch queued into the capture whose restore of
+/// the caller's context fails (`cuCtxSetCurrent`) returned before attaching its buffers.
+fn graph_capture_ignoring_errors() -> Result<()> {
+    use handles_cuda::code::LaunchOptions;
+    let context = primary()?;
+    let stream = new_stream(&context)?;
+    let kernels = TestKernels::load()?;
+    // A buffer per captured call, so that no call's attachment can stand in for another's.
+    let buffers = [
+        DevicePtrHandle::alloc(&context, 256 * 4)?,
+        DevicePtrHandle::alloc(&context, 256 * 4)?,
+        DevicePtrHandle::alloc(&context, 256 * 4)?,
+    ];
+    // The closure's errors, returned only after the graph ran without the buffers' handles.
+    let ignored = std::cell::RefCell::new(Vec::new());
+    let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+        let config = LaunchConfig::linear(256, 64);
+        let dependent = LaunchOptions {
+            programmatic_serialization: true,
+            ..LaunchOptions::default()
+        };
+        let results = [
+            capture.memset(&buffers[0], 0, 0, 256 * 4),
+            capture.launch(&kernels.add_one, &config, (&buffers[1], 256)),
+            capture.launch_ex(&kernels.add, &config, &dependent, (&buffers[2], 2, 256)),
+        ];
+        ignored
+            .borrow_mut()
+            .extend(results.into_iter().filter_map(Result::err));
+        Ok(())
+    })?;
+    let exec = graph.instantiate()?;
+    drop((graph, kernels, buffers));
+    exec.launch(&stream)?;
+    drop(exec);
+    stream.synchronize()?;
+    match ignored.into_inner().into_iter().next() {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
 fn graph_nodes_and_update() -> Result<()> {
     let context = primary()?;
     let stream = new_stream(&context)?;
@@ -787,6 +831,9 @@ scenarios! {
     tensor_map_im2col_faults: "TensorMap::im2col", 1 devices, tensor_map_im2col;
     graph_capture_faults: "GraphHandle::capture(+Capture::launch_ex)+instantiate+GraphExecHandle::launch", 1 devices,
         graph_capture_instantiate_launch;
+    graph_capture_ignoring_errors_faults:
+        "GraphHandle::capture whose closure ignores its calls' errors", 1 devices,
+        graph_capture_ignoring_errors;
     graph_nodes_faults: "GraphHandle::add_*_node+GraphExecHandle::update", 1 devices,
         graph_nodes_and_update;
     graph_conditional_faults:

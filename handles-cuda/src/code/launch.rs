@@ -348,6 +348,9 @@ impl<P: KernelParams> TypedKernel<P> {
 
     /// A launch on a capture's private stream: checked and queued, but neither reported as a
     /// use nor noted in the library (the graph attaches both, and its launches report them).
+    /// `Err` if it was refused before the driver call; otherwise whether it was queued (into
+    /// the capture) and the call's status, which can be an error after the queueing (a failed
+    /// restore of the caller's context): the caller attaches whatever was queued.
     /// With `options`, every option is checked as for [`Self::launch_ex`] (a cooperative grid
     /// against the capture stream's device), and a programmatic event is refused
     /// ([`GraphRule::ProgrammaticEventInCapture`]).
@@ -357,7 +360,7 @@ impl<P: KernelParams> TypedKernel<P> {
         config: &LaunchConfig,
         options: Option<&LaunchOptions>,
         args: &P::Args<'_>,
-    ) -> Result<()> {
+    ) -> Result<Queued> {
         (self.bounds)(args, config)?;
         if let Some(options) = options {
             if options.programmatic_event.is_some() {
@@ -370,8 +373,7 @@ impl<P: KernelParams> TypedKernel<P> {
             }
             options.check(config)?;
         }
-        queue::<P>(&self.kernel, stream, config, options, args)
-            .and_then(|(queued, _)| queued.status)
+        queue::<P>(&self.kernel, stream, config, options, args).map(|(queued, _)| queued)
     }
 
     /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters, a

@@ -178,9 +178,10 @@ impl Capture {
     /// Captures a launch with extra attributes (see [`TypedKernel::launch_ex`]); every option
     /// is checked before the driver is called, a cooperative grid against the occupancy of the
     /// capture's device. Programmatic serialization becomes a programmatic edge of the graph
-    /// (CUDA 12.3 or later): the kernel may start before the one captured before it on the
-    /// same stream ends, exactly as on a stream, and each launch of the graph reports every
-    /// buffer the graph keeps, so no free overtakes either kernel. A programmatic event is
+    /// (CUDA 12.3 or later) from the kernel this launch depends on in the capture: the kernel
+    /// may start before that one ends (and waits for it with `griddepcontrol.wait`). Each
+    /// launch of the graph reports every buffer the graph keeps on the launch's stream, so a
+    /// free waits for the whole graph, both kernels included. A programmatic event is
     /// refused ([`GraphRule::ProgrammaticEventInCapture`]): its record would be an outside
     /// event recorded in the capture.
     pub fn launch_ex<P: KernelParams>(
@@ -300,12 +301,16 @@ impl Capture {
         options: Option<&LaunchOptions>,
         args: P::Args<'_>,
     ) -> Result<()> {
-        kernel.launch_captured(stream, config, options, &args)?;
-        self.attach(Attachment::Kernel(kernel.kernel().clone()));
-        P::for_each_buffer(&args, |buffer| {
-            self.attach(Attachment::Buffer(buffer.clone()))
-        });
-        Ok(())
+        let queued = kernel.launch_captured(stream, config, options, &args)?;
+        // Attached once the node is in the graph, whatever the call returns afterwards: a
+        // closure that ignores the error must not leave a node whose buffers nothing keeps.
+        if queued.queued {
+            self.attach(Attachment::Kernel(kernel.kernel().clone()));
+            P::for_each_buffer(&args, |buffer| {
+                self.attach(Attachment::Buffer(buffer.clone()))
+            });
+        }
+        queued.status
     }
 
     fn memset_on(
