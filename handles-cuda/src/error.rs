@@ -566,6 +566,18 @@ pub enum LaunchProblem {
         /// The device's multiprocessors.
         multiprocessors: u32,
     },
+    /// An executable graph with a cooperative kernel node launched on a stream of a context
+    /// (a green context) with fewer multiprocessors than the node's grid needs to be resident
+    /// at once: checked at the capture against the capture's context, and again at each launch.
+    #[error(
+        "the graph has a cooperative kernel node whose grid needs {needs} multiprocessors to be resident at once; the stream's context has {multiprocessors}"
+    )]
+    CooperativeGraph {
+        /// The multiprocessors the largest cooperative grid needs.
+        needs: u32,
+        /// The multiprocessors of the stream's context.
+        multiprocessors: u32,
+    },
 }
 
 /// What is wrong with a tensor map's description ([`Error::BadTensorMap`]), found at encode

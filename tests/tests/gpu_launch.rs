@@ -522,6 +522,69 @@ fn a_captured_cooperative_reduction_replays() {
     failures.assert_none();
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_captured_cooperative_grid_is_refused_on_a_green_context_too_small_for_it() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (context, stream, library) = setup();
+    let scale = kernel::<Staged>(&library, "staged_scale");
+    let per_sm = scale
+        .kernel()
+        .max_active_blocks_per_sm(&context, 256, staged_bytes(256), OccupancyFlags::Default)
+        .unwrap();
+    let sms = Device::new(0)
+        .unwrap()
+        .properties()
+        .unwrap()
+        .multiprocessor_count;
+    // Every multiprocessor full: the grid needs all of them at once.
+    let blocks = per_sm * sms;
+    let n = blocks * 256;
+    let xs = DeviceBuffer::from_slice(&vec![1.0f32; n as usize], &stream).unwrap();
+    let cooperative = LaunchOptions {
+        cooperative: true,
+        ..LaunchOptions::default()
+    };
+    let config = LaunchConfig {
+        grid: [blocks, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: staged_bytes(256) as u32,
+    };
+    let graph = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        capture.launch_ex(&scale, &config, &cooperative, (&xs, n, 2.0))
+    })
+    .unwrap();
+    // A parent that holds it as a child graph carries the need too.
+    let parent = GraphHandle::create(&context).unwrap();
+    parent.add_child_graph_node(&[], &graph).unwrap();
+    let exec = graph.instantiate().unwrap();
+    let parent_exec = parent.instantiate().unwrap();
+    let green = handles_cuda::exec::GreenContextHandle::create(0, 16).unwrap();
+    let green_stream = green.create_stream(0).unwrap();
+    let share = green.sm_count();
+    assert!(share < sms, "a green context of {share} of {sms} SMs");
+    for exec in [&exec, &parent_exec] {
+        match exec.launch(&green_stream) {
+            Err(Error::BadLaunch {
+                what:
+                    LaunchProblem::CooperativeGraph {
+                        needs,
+                        multiprocessors,
+                    },
+            }) => assert_eq!((needs, multiprocessors), (sms, share)),
+            other => panic!("expected a CooperativeGraph refusal, got {other:?}"),
+        }
+    }
+    green_stream.synchronize().unwrap();
+    // On the capture's context it runs, twice (the child's copy and the graph itself).
+    exec.launch(&stream).unwrap();
+    parent_exec.launch(&stream).unwrap();
+    assert!(xs.to_vec(&stream).unwrap().iter().all(|&v| v == 4.0));
+    drop((exec, parent_exec, graph, parent, green_stream, green));
+    failures.assert_none();
+}
+
 type Staged = (Elements<f32>, u32, f32);
 
 /// The dynamic shared memory `staged_scale` uses per block: one float per thread.

@@ -350,7 +350,8 @@ impl<P: KernelParams> TypedKernel<P> {
     /// use nor noted in the library (the graph attaches both, and its launches report them).
     /// `Err` if it was refused before the driver call; otherwise whether it was queued (into
     /// the capture) and the call's status, which can be an error after the queueing (a failed
-    /// restore of the caller's context): the caller attaches whatever was queued.
+    /// restore of the caller's context): the caller attaches whatever was queued. With it, the
+    /// multiprocessors a cooperative grid needs (0 if not cooperative).
     /// With `options`, every option is checked as for [`Self::launch_ex`] (a cooperative grid
     /// against the capture stream's device), and a programmatic event is refused
     /// ([`GraphRule::ProgrammaticEventInCapture`]).
@@ -360,7 +361,7 @@ impl<P: KernelParams> TypedKernel<P> {
         config: &LaunchConfig,
         options: Option<&LaunchOptions>,
         args: &P::Args<'_>,
-    ) -> Result<Queued> {
+    ) -> Result<(Queued, u32)> {
         (self.bounds)(args, config)?;
         if let Some(options) = options {
             if options.programmatic_event.is_some() {
@@ -373,7 +374,8 @@ impl<P: KernelParams> TypedKernel<P> {
             }
             options.check(config)?;
         }
-        queue::<P>(&self.kernel, stream, config, options, args).map(|(queued, _)| queued)
+        queue::<P>(&self.kernel, stream, config, options, args)
+            .map(|(queued, _, cooperative_sms)| (queued, cooperative_sms))
     }
 
     /// [`Self::launch`] with extra attributes (`cuLaunchKernelEx`): thread-block clusters, a
@@ -402,7 +404,7 @@ fn launch<P: KernelParams>(
     args: &P::Args<'_>,
 ) -> Result<()> {
     stream.refuse_if_captured()?;
-    let (queued, context) = queue::<P>(kernel, stream, config, options, args)?;
+    let (queued, context, _) = queue::<P>(kernel, stream, config, options, args)?;
     // Once the kernel is queued, every use is reported whatever else fails.
     queued.then(|| {
         let uses = P::note_uses(args, stream);
@@ -419,7 +421,7 @@ fn launch<P: KernelParams>(
 }
 
 /// Checks the configuration and queues the launch in the stream's context; returns whether it
-/// was queued, and that context. The caller checks the stream's capture state first (a
+/// was queued, that context, and the multiprocessors a cooperative grid needs (0 if none). The caller checks the stream's capture state first (a
 /// capture's own private stream is the one stream where capturing is expected).
 fn queue<P: KernelParams>(
     kernel: &KernelHandle,
@@ -427,14 +429,15 @@ fn queue<P: KernelParams>(
     config: &LaunchConfig,
     options: Option<&LaunchOptions>,
     args: &P::Args<'_>,
-) -> Result<(Queued, CUcontext)> {
+) -> Result<(Queued, CUcontext, u32)> {
     crate::code::params::refuse_on_streams::<P>(args)?;
     let ordinal = stream.device_ordinal()?;
     let (max_threads, max_shared) = kernel.launch_limits(ordinal)?;
     config.check(max_threads, max_shared)?;
-    if let Some(options) = options {
-        options.check_on_device(kernel, stream, config, ordinal)?;
-    }
+    let cooperative_sms = match options {
+        Some(options) => options.check_on_device(kernel, stream, config, ordinal)?,
+        None => 0,
+    };
     // Held until the launch is queued (memory of other devices' pools only; empty otherwise,
     // with no allocation).
     let mut reach = Vec::new();
@@ -502,5 +505,5 @@ fn queue<P: KernelParams>(
         })
     });
     drop(reach);
-    Ok((queued, context))
+    Ok((queued, context, cooperative_sms))
 }

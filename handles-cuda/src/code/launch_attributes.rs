@@ -69,16 +69,17 @@ impl LaunchOptions {
     }
 
     /// Checks against the stream's device `ordinal`, before anything is queued: cooperative
-    /// support and the occupancy limit of a cooperative grid.
+    /// support and the occupancy limit of a cooperative grid. Returns the multiprocessors a
+    /// cooperative grid needs to be resident at once (0 for a launch that is not cooperative).
     pub(crate) fn check_on_device(
         &self,
         kernel: &KernelHandle,
         stream: &StreamHandle,
         config: &LaunchConfig,
         ordinal: usize,
-    ) -> Result<()> {
+    ) -> Result<u32> {
         if !self.cooperative {
-            return Ok(());
+            return Ok(0);
         }
         let properties = Device::new(ordinal)?.properties()?;
         if properties.cooperative_launch != Some(true) {
@@ -109,7 +110,8 @@ impl LaunchOptions {
                 },
             });
         }
-        Ok(())
+        // The multiprocessors the grid needs, for a graph that keeps this launch as a node.
+        Ok(u32::try_from(blocks.div_ceil(u64::from(per_sm.max(1)))).unwrap_or(u32::MAX))
     }
 
     /// Checks in the context the launch runs in (current during the call): the event's.

@@ -23,6 +23,10 @@ pub(crate) enum Attachment {
     Event(#[allow(dead_code)] EventHandle),
     /// A host node's closure, which notes every launch's context.
     Host(HostFunctionHandle),
+    /// A cooperative kernel node (captured with `LaunchOptions::cooperative`): the
+    /// multiprocessors its grid needs to be resident at once, checked at every launch against
+    /// the stream's context (a green context's share may be smaller than the capture's).
+    Cooperative(u32),
 }
 
 /// One allocation node's memory.

@@ -301,10 +301,13 @@ impl Capture {
         options: Option<&LaunchOptions>,
         args: P::Args<'_>,
     ) -> Result<()> {
-        let queued = kernel.launch_captured(stream, config, options, &args)?;
+        let (queued, cooperative_sms) = kernel.launch_captured(stream, config, options, &args)?;
         // Attached once the node is in the graph, whatever the call returns afterwards: a
         // closure that ignores the error must not leave a node whose buffers nothing keeps.
         if queued.queued {
+            if cooperative_sms > 0 {
+                self.attach(Attachment::Cooperative(cooperative_sms));
+            }
             self.attach(Attachment::Kernel(kernel.kernel().clone()));
             P::for_each_buffer(&args, |buffer| {
                 self.attach(Attachment::Buffer(buffer.clone()))

@@ -10,7 +10,7 @@ use handles_core::ResourceHandle;
 
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
-use crate::error::{Error, GraphRule, Result};
+use crate::error::{Error, GraphRule, LaunchProblem, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::graph::book::Span;
@@ -168,6 +168,26 @@ impl GraphHandle {
     }
 }
 
+/// Refuses a launch of a graph with a cooperative node whose grid needs `needs`
+/// multiprocessors on a stream whose context has fewer (a green context's share): whether the
+/// driver would then run the grid on that share, where it cannot be resident at once and its
+/// grid-wide barrier would never open, is not established, so it is never tried.
+fn refuse_cooperative_on_fewer_sms(needs: u32, stream: &StreamHandle) -> Result<()> {
+    let share = stream
+        .context()
+        .as_ref()
+        .and_then(|context| context.sm_count());
+    match share {
+        Some(multiprocessors) if multiprocessors < needs => Err(Error::BadLaunch {
+            what: LaunchProblem::CooperativeGraph {
+                needs,
+                multiprocessors,
+            },
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl GraphExecHandle {
     /// Launches the graph on `stream` (`cuGraphLaunch`). Every buffer the graph references is
     /// then reported as used on `stream`, and every kernel's library notes the launch, so
@@ -177,6 +197,9 @@ impl GraphExecHandle {
         let attached = lock(&self.record().attachments);
         let plan = &attached.plan;
         stream.refuse_if_captured()?;
+        if plan.cooperative_sms > 0 {
+            refuse_cooperative_on_fewer_sms(plan.cooperative_sms, stream)?;
+        }
         // The buffers are checked again at every launch, on the device the graph's nodes run
         // on (its context's, whatever the stream): a device's access to a pool can be revoked
         // after the graph was built, and its kernels would fault.

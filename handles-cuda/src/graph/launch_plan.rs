@@ -19,6 +19,9 @@ pub(crate) struct LaunchPlan {
     pub(crate) buffers: Vec<DevicePtrHandle>,
     pub(crate) libraries: Vec<LibraryHandle>,
     pub(crate) hosts: Vec<HostFunctionHandle>,
+    /// The most multiprocessors a cooperative node's grid needs to be resident at once; 0
+    /// without cooperative nodes.
+    pub(crate) cooperative_sms: u32,
 }
 
 /// Pushes `handle` unless a clone of the same box is there already. Kept sorted by raw value,
@@ -47,12 +50,16 @@ impl LaunchPlan {
             buffers: Vec::new(),
             libraries: Vec::new(),
             hosts: Vec::new(),
+            cooperative_sms: 0,
         };
         for attachment in attachments {
             match attachment {
                 Attachment::Buffer(buffer) => insert(&mut plan.buffers, buffer),
                 Attachment::Kernel(kernel) => insert(&mut plan.libraries, kernel.library()),
                 Attachment::Host(function) => insert(&mut plan.hosts, function),
+                Attachment::Cooperative(sms) => {
+                    plan.cooperative_sms = plan.cooperative_sms.max(*sms);
+                }
                 // Kept alive by the list; nothing to check or report at a launch.
                 Attachment::Event(_) => {}
             }
