@@ -394,7 +394,10 @@ impl GraphHandle {
 
     /// The number of handles the graph keeps alive for its nodes.
     pub fn attachment_count(&self) -> usize {
-        lock(&self.home().record().attachments).len()
+        lock(&self.home().record().attachments)
+            .iter()
+            .filter(|attachment| !matches!(attachment, Attachment::Cooperative(_)))
+            .count()
     }
 }
 
