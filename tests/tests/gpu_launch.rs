@@ -176,6 +176,70 @@ fn cooperative_grid(sum: &TypedKernel<CooperativeSum>, context: &ContextHandle) 
     (per_sm, sms, per_sm * sms)
 }
 
+/// A cooperative sum over 2^20 values (`i % modulo`): its buffers, the grid that fills the
+/// device, and the expected total.
+struct Reduction {
+    xs: DeviceBuffer<f32>,
+    partials: DeviceBuffer<f32>,
+    arrived: DeviceBuffer<u32>,
+    total: DeviceBuffer<f32>,
+    n: u32,
+    blocks: u32,
+    config: LaunchConfig,
+    options: LaunchOptions,
+    expected: f64,
+}
+
+impl Reduction {
+    fn new(
+        sum: &TypedKernel<CooperativeSum>,
+        context: &ContextHandle,
+        stream: &StreamHandle,
+        modulo: u32,
+    ) -> Reduction {
+        let (_, _, blocks) = cooperative_grid(sum, context);
+        let n = 1u32 << 20;
+        let values: Vec<f32> = (0..n).map(|i| (i % modulo) as f32).collect();
+        Reduction {
+            xs: DeviceBuffer::from_slice(&values, stream).unwrap(),
+            partials: DeviceBuffer::<f32>::zeroed(blocks as usize, stream).unwrap(),
+            arrived: DeviceBuffer::<u32>::zeroed(1, stream).unwrap(),
+            total: DeviceBuffer::<f32>::zeroed(1, stream).unwrap(),
+            n,
+            blocks,
+            config: LaunchConfig {
+                grid: [blocks, 1, 1],
+                block: [256, 1, 1],
+                shared_mem_bytes: 0,
+            },
+            options: LaunchOptions {
+                cooperative: true,
+                ..LaunchOptions::default()
+            },
+            expected: values.iter().map(|&v| f64::from(v)).sum(),
+        }
+    }
+
+    /// The kernel's arguments.
+    fn args(&self) -> <CooperativeSum as KernelParams>::Args<'_> {
+        (&self.xs, self.n, &self.partials, &self.arrived, &self.total)
+    }
+
+    /// Checks the total and that every block arrived at the barrier.
+    fn check(&self, stream: &StreamHandle, what: &str) {
+        assert_eq!(
+            f64::from(self.total.to_vec(stream).unwrap()[0]),
+            self.expected,
+            "{what}"
+        );
+        assert_eq!(
+            self.arrived.to_vec(stream).unwrap()[0],
+            self.blocks,
+            "{what}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_cooperative_reduction_synchronises_the_whole_grid() {
@@ -183,32 +247,15 @@ fn a_cooperative_reduction_synchronises_the_whole_grid() {
     let failures = Failures::watch();
     let (context, stream, library) = setup();
     let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
-    let (_, _, blocks) = cooperative_grid(&sum, &context);
-    let n = 1u32 << 20;
-    let values: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    let xs = DeviceBuffer::from_slice(&values, &stream).unwrap();
-    let partials = DeviceBuffer::<f32>::zeroed(blocks as usize, &stream).unwrap();
-    let arrived = DeviceBuffer::<u32>::zeroed(1, &stream).unwrap();
-    let total = DeviceBuffer::<f32>::zeroed(1, &stream).unwrap();
-    let options = LaunchOptions {
-        cooperative: true,
-        ..LaunchOptions::default()
-    };
-    let config = LaunchConfig {
-        grid: [blocks, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    let reduction = Reduction::new(&sum, &context, &stream, 7);
     sum.launch_ex(
         &stream,
-        &config,
-        &options,
-        (&xs, n, &partials, &arrived, &total),
+        &reduction.config,
+        &reduction.options,
+        reduction.args(),
     )
     .unwrap();
-    let expected: f64 = values.iter().map(|&v| f64::from(v)).sum();
-    assert_eq!(f64::from(total.to_vec(&stream).unwrap()[0]), expected);
-    assert_eq!(arrived.to_vec(&stream).unwrap()[0], blocks);
+    reduction.check(&stream, "one launch");
     failures.assert_none();
 }
 
@@ -480,44 +527,23 @@ fn a_captured_cooperative_reduction_replays() {
     let failures = Failures::watch();
     let (context, stream, library) = setup();
     let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
-    let (_, _, blocks) = cooperative_grid(&sum, &context);
-    let n = 1u32 << 20;
-    let values: Vec<f32> = (0..n).map(|i| (i % 5) as f32).collect();
-    let xs = DeviceBuffer::from_slice(&values, &stream).unwrap();
-    let partials = DeviceBuffer::<f32>::zeroed(blocks as usize, &stream).unwrap();
-    let arrived = DeviceBuffer::<u32>::zeroed(1, &stream).unwrap();
-    let total = DeviceBuffer::<f32>::zeroed(1, &stream).unwrap();
-    let options = LaunchOptions {
-        cooperative: true,
-        ..LaunchOptions::default()
-    };
-    let config = LaunchConfig {
-        grid: [blocks, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    let reduction = Reduction::new(&sum, &context, &stream, 5);
     let graph = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
         // The barrier's counter starts at zero at every replay.
-        capture.memset(arrived.as_bytes(), 0, 0, 4)?;
+        capture.memset(reduction.arrived.as_bytes(), 0, 0, 4)?;
         capture.launch_ex(
             &sum,
-            &config,
-            &options,
-            (&xs, n, &partials, &arrived, &total),
+            &reduction.config,
+            &reduction.options,
+            reduction.args(),
         )
     })
     .unwrap();
     let exec = graph.instantiate().unwrap();
-    drop((graph, xs, partials));
-    let expected: f64 = values.iter().map(|&v| f64::from(v)).sum();
+    drop(graph);
     for round in 0..3 {
         exec.launch(&stream).unwrap();
-        assert_eq!(
-            f64::from(total.to_vec(&stream).unwrap()[0]),
-            expected,
-            "replay {round}"
-        );
-        assert_eq!(arrived.to_vec(&stream).unwrap()[0], blocks);
+        reduction.check(&stream, &format!("replay {round}"));
     }
     failures.assert_none();
 }
