@@ -176,8 +176,8 @@ fn cooperative_grid(sum: &TypedKernel<CooperativeSum>, context: &ContextHandle) 
     (per_sm, sms, per_sm * sms)
 }
 
-/// A cooperative sum over 2^20 values (`i % modulo`): its buffers, the grid that fills the
-/// device, and the expected total.
+/// A cooperative sum over 2^20 values (`i % modulo`): its buffers, a grid of `extra` blocks
+/// more than fill the device (0: exactly full), and the expected total.
 struct Reduction {
     xs: DeviceBuffer<f32>,
     partials: DeviceBuffer<f32>,
@@ -196,8 +196,9 @@ impl Reduction {
         context: &ContextHandle,
         stream: &StreamHandle,
         modulo: u32,
+        extra: u32,
     ) -> Reduction {
-        let (_, _, blocks) = cooperative_grid(sum, context);
+        let blocks = cooperative_grid(sum, context).2 + extra;
         let n = 1u32 << 20;
         let values: Vec<f32> = (0..n).map(|i| (i % modulo) as f32).collect();
         Reduction {
@@ -247,7 +248,7 @@ fn a_cooperative_reduction_synchronises_the_whole_grid() {
     let failures = Failures::watch();
     let (context, stream, library) = setup();
     let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
-    let reduction = Reduction::new(&sum, &context, &stream, 7);
+    let reduction = Reduction::new(&sum, &context, &stream, 7, 0);
     sum.launch_ex(
         &stream,
         &reduction.config,
@@ -267,25 +268,9 @@ fn a_cooperative_grid_beyond_occupancy_is_refused_before_the_driver() {
     let (context, stream, library) = setup();
     let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
     let (per_sm, sms, most) = cooperative_grid(&sum, &context);
-    let xs = DeviceBuffer::<f32>::zeroed(256, &stream).unwrap();
-    let partials = DeviceBuffer::<f32>::zeroed(most as usize + 1, &stream).unwrap();
-    let arrived = DeviceBuffer::<u32>::zeroed(1, &stream).unwrap();
-    let total = DeviceBuffer::<f32>::zeroed(1, &stream).unwrap();
-    let options = LaunchOptions {
-        cooperative: true,
-        ..LaunchOptions::default()
-    };
-    let config = LaunchConfig {
-        grid: [most + 1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-    };
-    let result = sum.launch_ex(
-        &stream,
-        &config,
-        &options,
-        (&xs, 256, &partials, &arrived, &total),
-    );
+    let reduction = Reduction::new(&sum, &context, &stream, 7, 1);
+    let (config, options) = (reduction.config, &reduction.options);
+    let result = sum.launch_ex(&stream, &config, options, reduction.args());
     match result {
         Err(Error::BadLaunch {
             what:
@@ -306,18 +291,13 @@ fn a_cooperative_grid_beyond_occupancy_is_refused_before_the_driver() {
     big.grid = [most, 1, 1];
     big.shared_mem_bytes = 40 * 1024;
     refused!(
-        sum.launch_ex(
-            &stream,
-            &big,
-            &options,
-            (&xs, 256, &partials, &arrived, &total)
-        ),
+        sum.launch_ex(&stream, &big, options, reduction.args()),
         Error::BadLaunch {
             what: LaunchProblem::CooperativeGrid { .. }
         }
     );
     // Nothing ran: no block arrived.
-    assert_eq!(arrived.to_vec(&stream).unwrap(), [0]);
+    assert_eq!(reduction.arrived.to_vec(&stream).unwrap(), [0]);
     failures.assert_none();
 }
 
@@ -441,28 +421,10 @@ fn captured_launch_options_are_checked_before_the_driver() {
     let (context, stream, library) = setup();
     let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
     let first = kernel::<First>(&library, "pdl_first");
-    let (_, _, most) = cooperative_grid(&sum, &context);
-    let xs = DeviceBuffer::<f32>::zeroed(256, &stream).unwrap();
-    let partials = DeviceBuffer::<f32>::zeroed(most as usize + 1, &stream).unwrap();
-    let arrived = DeviceBuffer::<u32>::zeroed(1, &stream).unwrap();
-    let total = DeviceBuffer::<f32>::zeroed(1, &stream).unwrap();
-    let cooperative = LaunchOptions {
-        cooperative: true,
-        ..LaunchOptions::default()
-    };
-    let too_big = LaunchConfig {
-        grid: [most + 1, 1, 1],
-        block: [256, 1, 1],
-        shared_mem_bytes: 0,
-    };
+    let too_big = Reduction::new(&sum, &context, &stream, 7, 1);
     // A cooperative grid beyond occupancy: refused in the capture, which then fails whole.
     let captured = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
-        capture.launch_ex(
-            &sum,
-            &too_big,
-            &cooperative,
-            (&xs, 256, &partials, &arrived, &total),
-        )
+        capture.launch_ex(&sum, &too_big.config, &too_big.options, too_big.args())
     });
     refused!(
         captured,
@@ -482,16 +444,19 @@ fn captured_launch_options_are_checked_before_the_driver() {
     let n = 256u32;
     let data = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
     let scratch = DeviceBuffer::<f32>::zeroed(n as usize, &stream).unwrap();
-    let captured = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
-        capture.launch_ex(
-            &first,
-            &LaunchConfig::linear(n, 256),
-            &with_event,
-            (&data, &scratch, n),
-        )
-    });
+    // `first` with `options`, captured on the capture's stream or on a forked branch.
+    let capture_first = |options: &LaunchOptions, on_branch: bool| {
+        GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+            let (config, args) = (LaunchConfig::linear(n, 128), (&data, &scratch, n));
+            if on_branch {
+                capture.fork()?.launch_ex(&first, &config, options, args)
+            } else {
+                capture.launch_ex(&first, &config, options, args)
+            }
+        })
+    };
     refused!(
-        captured,
+        capture_first(&with_event, false),
         Error::GraphRule(handles_cuda::GraphRule::ProgrammaticEventInCapture)
     );
     // A bad cluster shape on a branch: refused like a stream launch's.
@@ -499,23 +464,14 @@ fn captured_launch_options_are_checked_before_the_driver() {
         cluster: Some([3, 1, 1]),
         ..LaunchOptions::default()
     };
-    let captured = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
-        let branch = capture.fork()?;
-        branch.launch_ex(
-            &first,
-            &LaunchConfig::linear(n, 128),
-            &clustered,
-            (&data, &scratch, n),
-        )
-    });
     refused!(
-        captured,
+        capture_first(&clustered, true),
         Error::BadLaunch {
             what: LaunchProblem::ClusterDivide { .. }
         }
     );
     // Nothing ran: no block arrived, the data is untouched.
-    assert_eq!(arrived.to_vec(&stream).unwrap(), [0]);
+    assert_eq!(too_big.arrived.to_vec(&stream).unwrap(), [0]);
     assert!(data.to_vec(&stream).unwrap().iter().all(|&v| v == 0.0));
     failures.assert_none();
 }
@@ -527,7 +483,7 @@ fn a_captured_cooperative_reduction_replays() {
     let failures = Failures::watch();
     let (context, stream, library) = setup();
     let sum = kernel::<CooperativeSum>(&library, "cooperative_sum");
-    let reduction = Reduction::new(&sum, &context, &stream, 5);
+    let reduction = Reduction::new(&sum, &context, &stream, 5, 0);
     let graph = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
         // The barrier's counter starts at zero at every replay.
         capture.memset(reduction.arrived.as_bytes(), 0, 0, 4)?;
