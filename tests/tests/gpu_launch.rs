@@ -558,12 +558,31 @@ fn a_captured_cooperative_grid_is_refused_on_a_green_context_too_small_for_it() 
             other => panic!("expected a CooperativeGraph refusal, got {other:?}"),
         }
     }
+    // The legacy stream with the green context bound to the thread runs in that context too.
+    let green_context = green.context().unwrap();
+    green_context.bind_to_thread().unwrap();
+    let on_legacy = exec.launch(&StreamHandle::legacy());
+    ContextHandle::unbind_thread().unwrap();
+    refused!(
+        on_legacy,
+        Error::BadLaunch {
+            what: LaunchProblem::CooperativeGraph { .. }
+        }
+    );
     green_stream.synchronize().unwrap();
     // On the capture's context it runs, twice (the child's copy and the graph itself).
     exec.launch(&stream).unwrap();
     parent_exec.launch(&stream).unwrap();
     assert!(xs.to_vec(&stream).unwrap().iter().all(|&v| v == 4.0));
-    drop((exec, parent_exec, graph, parent, green_stream, green));
+    drop((
+        exec,
+        parent_exec,
+        graph,
+        parent,
+        green_stream,
+        green_context,
+        green,
+    ));
     failures.assert_none();
 }
 

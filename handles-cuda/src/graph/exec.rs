@@ -173,10 +173,9 @@ impl GraphHandle {
 /// driver would then run the grid on that share, where it cannot be resident at once and its
 /// grid-wide barrier would never open, is not established, so it is never tried.
 fn refuse_cooperative_on_fewer_sms(needs: u32, stream: &StreamHandle) -> Result<()> {
-    let share = stream
-        .context()
-        .as_ref()
-        .and_then(|context| context.sm_count());
+    // The context the stream's work runs in: for a default-stream token, the current one (a
+    // green context bound to the thread, say).
+    let share = stream.owning_context()?.sm_count();
     match share {
         Some(multiprocessors) if multiprocessors < needs => Err(Error::BadLaunch {
             what: LaunchProblem::CooperativeGraph {
@@ -296,6 +295,9 @@ impl GraphExecHandle {
 
     /// The number of handles the executable graph keeps alive for its nodes.
     pub fn attachment_count(&self) -> usize {
-        self.current_attachments().len()
+        self.current_attachments()
+            .iter()
+            .filter(|attachment| !matches!(attachment, Attachment::Cooperative(_)))
+            .count()
     }
 }
