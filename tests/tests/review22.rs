@@ -383,6 +383,7 @@ fn r22_a_completion_does_not_drop_its_waker_in_the_host_function() {
     let event = EventHandle::create(&context, EventFlags::default()).unwrap();
     event.record(&s).unwrap();
     let mut completion = event.completed().unwrap();
+    let before = DevicePtrHandle::live_count().unwrap();
     let memory = DevicePtrHandle::alloc(&context, 4096).unwrap();
     let waker = Waker::from(Arc::new(HoldsMemory(memory)));
     assert!(
@@ -397,6 +398,16 @@ fn r22_a_completion_does_not_drop_its_waker_in_the_host_function() {
     s.synchronize().unwrap();
     drop((completion, event, s));
     handles_cuda::exec::clear_notifiers();
+    // The waker, and with it the memory, is dropped on the disposal thread, at its own pace:
+    // waited for here, so that the leak check at exit does not race it.
+    let start = Instant::now();
+    while DevicePtrHandle::live_count().unwrap() != before {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the waker's memory was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     failures.assert_none();
 }
 

@@ -9,9 +9,11 @@
 //! its event). An event already complete resolves at once, with no driver call but a query.
 //!
 //! The awaited event is kept in the notifier table (not in the host function, whose captures
-//! are dropped on the disposal thread) until its host function has run: later completions of
-//! the context drop the events whose host functions ran, and [`clear_notifiers`] drops the
-//! rest after waiting for them, so nothing the table kept outlives that call.
+//! are dropped on the disposal thread) until its host function has run: the completion lets go
+//! of it when it resolves (or is dropped after its host function ran), the table drops the
+//! events of completions dropped early once their host functions have run, and
+//! [`clear_notifiers`] drops the rest after waiting for them, so nothing the table kept
+//! outlives that call.
 //!
 //! The host function calls `Waker::wake_by_ref` on the driver's thread and hands the waker to
 //! the disposal thread to be dropped. Wakers of the usual executors
@@ -20,6 +22,7 @@
 //!
 //! Dropping the future early is safe: the host function still runs later and finds no waker.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -41,9 +44,20 @@ pub const NOTIFIERS_PER_CONTEXT: usize = 16;
 struct Notifiers {
     context: ContextHandle,
     streams: Vec<StreamHandle>,
-    /// Each awaited event, kept until its completion's host function has run (the notifier
-    /// has passed its wait by then).
-    awaited: Vec<(Arc<Shared>, EventHandle)>,
+    /// Each awaited event, by the address of its completion's shared state, kept until that
+    /// completion's host function has run (the notifier has passed its wait by then).
+    awaited: HashMap<usize, (Arc<Shared>, EventHandle)>,
+    /// The size at which the entries of completions dropped early are looked for next
+    /// (doubling, so that looking costs O(1) per completion).
+    prune_at: usize,
+}
+
+/// The fewest awaited events at which the table looks for those it can let go of.
+const PRUNE_FROM: usize = 64;
+
+/// The key of a completion's entry in its context's `awaited`.
+fn key(shared: &Arc<Shared>) -> usize {
+    Arc::as_ptr(shared) as usize
 }
 
 /// The notifier streams, by context. Cleared by [`clear_notifiers`].
@@ -55,6 +69,9 @@ static NOTIFIERS: Mutex<Vec<Notifiers>> = Mutex::new(Vec::new());
 #[must_use = "a future does nothing unless awaited"]
 pub struct Completion {
     shared: Arc<Shared>,
+    /// The raw context whose table entry keeps the awaited event, until this completion lets
+    /// go of it; 0 when nothing is kept.
+    kept_in: usize,
 }
 
 impl std::fmt::Debug for Completion {
@@ -69,7 +86,9 @@ impl Future for Completion {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, task: &mut TaskContext<'_>) -> Poll<()> {
-        if self.shared.ready_or_register(task.waker()) {
+        let this = self.get_mut();
+        if this.shared.ready_or_register(task.waker()) {
+            this.let_go();
             Poll::Ready(())
         } else {
             Poll::Pending
@@ -77,10 +96,28 @@ impl Future for Completion {
     }
 }
 
+impl Completion {
+    /// Lets go of the awaited event once the host function has run (it has when the shared
+    /// state is done): dropped here, after the table's lock.
+    fn let_go(&mut self) {
+        if self.kept_in == 0 || !self.shared.is_done() {
+            return;
+        }
+        let context = std::mem::replace(&mut self.kept_in, 0);
+        let released = lock(&NOTIFIERS)
+            .iter_mut()
+            .find(|entry| entry.context.as_cu() as usize == context)
+            .and_then(|entry| entry.awaited.remove(&key(&self.shared)));
+        drop(released);
+    }
+}
+
 impl Drop for Completion {
     fn drop(&mut self) {
-        // The host function may still run; it finds no waker.
+        // The host function may still run; it finds no waker. If it has run, the event goes
+        // now; if not, the table lets go of it later.
         self.shared.forget_waker();
+        self.let_go();
     }
 }
 
@@ -93,6 +130,7 @@ impl EventHandle {
         if self.query()? {
             return Ok(Completion {
                 shared: Arc::new(Shared::new(true)),
+                kept_in: 0,
             });
         }
         let shared = Arc::new(Shared::new(false));
@@ -122,7 +160,10 @@ impl EventHandle {
         // The event stays alive until the notifier has passed its wait, however early the
         // program drops its handles: the table keeps it until the host function has run.
         keep_awaited(&context, Arc::clone(&shared), self.clone())?;
-        Ok(Completion { shared })
+        Ok(Completion {
+            shared,
+            kept_in: context.as_cu() as usize,
+        })
     }
 }
 
@@ -158,7 +199,8 @@ fn entry<'a>(all: &'a mut Vec<Notifiers>, context: &ContextHandle) -> Result<&'a
             all.push(Notifiers {
                 context: context.keep_alive()?.into_owned(),
                 streams: Vec::new(),
-                awaited: Vec::new(),
+                awaited: HashMap::new(),
+                prune_at: PRUNE_FROM,
             });
             all.len() - 1
         }
@@ -166,18 +208,23 @@ fn entry<'a>(all: &'a mut Vec<Notifiers>, context: &ContextHandle) -> Result<&'a
     Ok(&mut all[index])
 }
 
-/// Keeps `event` in `context`'s entry until the host function of `shared` has run, and lets
-/// go of the events of the context's completions whose host functions have (dropped here,
-/// after the table's lock: the caller's thread, never a host function).
+/// Keeps `event` in `context`'s entry until the host function of `shared` has run; once the
+/// entry has grown to twice what it held after the last look, lets go of the events of
+/// completions dropped early whose host functions have run (dropped here, after the table's
+/// lock: the caller's thread, never a host function).
 fn keep_awaited(context: &ContextHandle, shared: Arc<Shared>, event: EventHandle) -> Result<()> {
-    let passed: Vec<(Arc<Shared>, EventHandle)> = {
+    let passed: Vec<_> = {
         let mut all = lock(&NOTIFIERS);
-        let awaited = &mut entry(&mut all, context)?.awaited;
-        let (passed, waiting) = std::mem::take(awaited)
-            .into_iter()
-            .partition(|(shared, _)| shared.is_done());
-        *awaited = waiting;
-        awaited.push((shared, event));
+        let entry = entry(&mut all, context)?;
+        entry.awaited.insert(key(&shared), (shared, event));
+        if entry.awaited.len() < entry.prune_at {
+            return Ok(());
+        }
+        let passed = entry
+            .awaited
+            .extract_if(|_, (shared, _)| shared.is_done())
+            .collect();
+        entry.prune_at = (2 * entry.awaited.len()).max(PRUNE_FROM);
         passed
     };
     drop(passed);
