@@ -66,6 +66,10 @@ static NOTIFIERS: Mutex<Vec<Notifiers>> = Mutex::new(Vec::new());
 /// A future that resolves when the record of an event that was the most recent when
 /// [`EventHandle::completed`] was called has completed. Its output is `Ok(())`; the error of
 /// the driver calls that set it up is returned by `completed` itself.
+///
+/// It keeps the awaited event until it resolves: resolving or dropping it may destroy that
+/// event, so, like a handle, it is not to be dropped or polled inside a host function (see
+/// [`StreamHandle::launch_host`]).
 #[must_use = "a future does nothing unless awaited"]
 pub struct Completion {
     shared: Arc<Shared>,
