@@ -348,13 +348,14 @@ impl<P: KernelParams> TypedKernel<P> {
 
     /// A launch on a capture's private stream: checked and queued, but neither reported as a
     /// use nor noted in the library (the graph attaches both, and its launches report them).
-    /// `Err` if it was refused before the driver call; otherwise whether it was queued (into
-    /// the capture) and the call's status, which can be an error after the queueing (a failed
-    /// restore of the caller's context): the caller attaches whatever was queued. With it, the
-    /// multiprocessors a cooperative grid needs (0 if not cooperative).
     /// With `options`, every option is checked as for [`Self::launch_ex`] (a cooperative grid
     /// against the capture stream's device), and a programmatic event is refused
     /// ([`GraphRule::ProgrammaticEventInCapture`]).
+    ///
+    /// `Err` if it was refused before the driver call. Otherwise whether it was queued (into
+    /// the capture) with the call's status, which can be an error after the queueing (a failed
+    /// restore of the caller's context), so the caller attaches whatever was queued; and the
+    /// multiprocessors a cooperative grid needs (0 if not cooperative).
     pub(crate) fn launch_captured(
         &self,
         stream: &StreamHandle,
@@ -421,8 +422,9 @@ fn launch<P: KernelParams>(
 }
 
 /// Checks the configuration and queues the launch in the stream's context; returns whether it
-/// was queued, that context, and the multiprocessors a cooperative grid needs (0 if none). The caller checks the stream's capture state first (a
-/// capture's own private stream is the one stream where capturing is expected).
+/// was queued, that context, and the multiprocessors a cooperative grid needs (0 if none). The
+/// caller checks the stream's capture state first (a capture's own private stream is the one
+/// stream where capturing is expected).
 fn queue<P: KernelParams>(
     kernel: &KernelHandle,
     stream: &StreamHandle,
