@@ -19,6 +19,10 @@ use crate::exec::stream::{Stream, StreamHandle};
 /// Ownership: [`GreenContextHandle::create`] owns it and destroys it (`cuGreenCtxDestroy`)
 /// when the last clone drops, which is after every stream and event made in it (they keep its
 /// context handle, which keeps it). Keeps alive: nothing.
+///
+/// That last drop blocks until the green context's queued work has run (`cuCtxSynchronize`
+/// before the destroy): dropping it while that work waits for something the dropping thread
+/// would do afterwards (a host function waiting for a flag, say) never returns.
 #[derive(ResourceHandle)]
 #[handle(raw = CUgreenCtx, accessor = as_cu, delete = destroy_green)]
 pub struct GreenContext {
