@@ -10,6 +10,10 @@
 #                                                   # callgrind_annotate --auto=yes
 #   SIM_COUNT=/path/to/sim_count scripts/count-instructions.sh   # count another build of
 #                                   # sim_count (an older commit's) against this simulator
+#   BUS=1 scripts/count-instructions.sh event event-cudarc   # also the atomic instructions
+#                                   # (callgrind's global bus events) per op of the program's
+#                                   # own code, without the simulated driver's (functions of its
+#                                   # `cuda` crate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ops=("$@")
@@ -18,17 +22,35 @@ ops=("$@")
 cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
 sim_count=${SIM_COUNT:-target/release/sim_count}
 out=$(mktemp -d)
+bus=()
+[ -n "${BUS:-}" ] && bus=(--collect-bus=yes)
 count() { # OP N -> total instructions
-  LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind --callgrind-out-file="$out/$1.$2" \
-    "$sim_count" "$2" "$1" >/dev/null 2>"$out/log.$1.$2" \
+  LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind ${bus[@]+"${bus[@]}"} \
+    --callgrind-out-file="$out/$1.$2" "$sim_count" "$2" "$1" >/dev/null 2>"$out/log.$1.$2" \
     || { cat "$out/log.$1.$2" >&2; exit 1; }
   grep -E '^(summary|totals):' "$out/$1.$2" | head -n 1 | awk '{print $2}'
 }
-printf '| op | instructions per op |\n|---|---|\n'
+atomics() { # OP N -> atomic instructions outside the simulated driver's functions
+  callgrind_annotate --auto=no --inclusive=no --show=Ge --sort=Ge --threshold=100 "$out/$1.$2" 2>/dev/null \
+    | awk '$1 ~ /^[0-9,]+$/ && $0 !~ /PROGRAM TOTALS/ {
+        n = $1; gsub(",", "", n); name = $0; sub(/^[^:]*:/, "", name)
+        if (name !~ /^(<)?cuda::/ && name !~ /libcuda\.so/) total += n
+      } END { print total + 0 }'
+}
+if [ -n "${BUS:-}" ]; then
+  printf '| op | instructions per op | atomics per op (program) |\n|---|---|---|\n'
+else
+  printf '| op | instructions per op |\n|---|---|\n'
+fi
 for op in "${ops[@]}"; do
   case $op in graph*) low=200 high=400 ;; clone*) low=20000 high=40000 ;; *) low=1000 high=2000 ;; esac
   a=$(count "$op" $low)
   b=$(count "$op" $high)
+  if [ -n "${BUS:-}" ]; then
+    atomic=$(python3 -c "print(round(($(atomics "$op" $high) - $(atomics "$op" $low)) / ($high - $low), 2))")
+    printf '| %s | %s | %s |\n' "$op" "$(( (b - a) / (high - low) ))" "$atomic"
+    continue
+  fi
   printf '| %s | %s |\n' "$op" "$(( (b - a) / (high - low) ))"
   if [ -n "${ANNOTATE:-}" ]; then cp "$out/$op.$low" "callgrind.out.$op.$low"; cp "$out/$op.$high" "callgrind.out.$op.$high"; fi
 done
