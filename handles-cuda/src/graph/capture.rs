@@ -88,6 +88,70 @@ impl Drop for EndCapture {
     }
 }
 
+/// The work methods of a [`Capture`] and of a [`CaptureBranch`], one definition for both: each
+/// queues on the stream that `self.target()` names, through the capture's own checks and
+/// attachments (`launch_on`, `memset_on`, `copy_on`). `$on` says where, for the docs.
+macro_rules! work_methods {
+    ($on:literal) => {
+        #[doc = concat!("Captures a launch of `kernel`", $on, " (see [`TypedKernel::launch`]).")]
+        pub fn launch<P: KernelParams>(
+            &self,
+            kernel: &TypedKernel<P>,
+            config: &LaunchConfig,
+            args: P::Args<'_>,
+        ) -> Result<()> {
+            let (capture, stream) = self.target();
+            capture.launch_on(stream, kernel, config, None, args)
+        }
+
+        #[doc = concat!("Captures a launch with extra attributes", $on, " (see [`TypedKernel::launch_ex`]); every option")]
+        /// is checked before the driver is called, a cooperative grid against the occupancy of
+        /// the capture's device (and again at every launch of the graph, against the stream's
+        /// context). Programmatic serialization becomes a programmatic edge of the graph (CUDA
+        /// 12.3 or later) from the kernel this launch depends on in the capture: the kernel may
+        /// start before that one ends (and waits for it with `griddepcontrol.wait`). Each
+        /// launch of the graph reports every buffer the graph keeps on the launch's stream, so
+        /// a free waits for the whole graph, both kernels included. A programmatic event is
+        /// refused ([`GraphRule::ProgrammaticEventInCapture`]): its record would be an outside
+        /// event recorded in the capture.
+        pub fn launch_ex<P: KernelParams>(
+            &self,
+            kernel: &TypedKernel<P>,
+            config: &LaunchConfig,
+            options: &LaunchOptions,
+            args: P::Args<'_>,
+        ) -> Result<()> {
+            let (capture, stream) = self.target();
+            capture.launch_on(stream, kernel, config, Some(options), args)
+        }
+
+        #[doc = concat!("Captures a fill of `len` bytes of `buffer` from byte `offset` with `value`", $on, ".")]
+        pub fn memset(
+            &self,
+            buffer: &DevicePtrHandle,
+            offset: usize,
+            value: u8,
+            len: usize,
+        ) -> Result<()> {
+            let (capture, stream) = self.target();
+            capture.memset_on(stream, buffer, offset, value, len)
+        }
+
+        #[doc = concat!("Captures a device-to-device copy", $on, " (see [`DevicePtrHandle::copy_to_async`]).")]
+        pub fn copy(
+            &self,
+            src: &DevicePtrHandle,
+            src_offset: usize,
+            dst: &DevicePtrHandle,
+            dst_offset: usize,
+            len: usize,
+        ) -> Result<()> {
+            let (capture, stream) = self.target();
+            capture.copy_on(stream, src, src_offset, dst, dst_offset, len)
+        }
+    };
+}
+
 impl GraphHandle {
     /// Captures the work `record` queues through its [`Capture`] into a new graph: a stream
     /// of its own is created in `context`, captured in `mode` while `record` runs, and the
@@ -161,61 +225,16 @@ pub struct Capture {
 }
 
 impl Capture {
+    /// The capture and the stream its work methods queue on.
+    fn target(&self) -> (&Capture, &StreamHandle) {
+        (self, &self.stream)
+    }
+
     fn attach(&self, attachment: Attachment) {
         self.attachments.borrow_mut().push(attachment);
     }
 
-    /// Captures a launch of `kernel` (see [`TypedKernel::launch`]).
-    pub fn launch<P: KernelParams>(
-        &self,
-        kernel: &TypedKernel<P>,
-        config: &LaunchConfig,
-        args: P::Args<'_>,
-    ) -> Result<()> {
-        self.launch_on(&self.stream, kernel, config, None, args)
-    }
-
-    /// Captures a launch with extra attributes (see [`TypedKernel::launch_ex`]); every option
-    /// is checked before the driver is called, a cooperative grid against the occupancy of the
-    /// capture's device. Programmatic serialization becomes a programmatic edge of the graph
-    /// (CUDA 12.3 or later) from the kernel this launch depends on in the capture: the kernel
-    /// may start before that one ends (and waits for it with `griddepcontrol.wait`). Each
-    /// launch of the graph reports every buffer the graph keeps on the launch's stream, so a
-    /// free waits for the whole graph, both kernels included. A programmatic event is
-    /// refused ([`GraphRule::ProgrammaticEventInCapture`]): its record would be an outside
-    /// event recorded in the capture.
-    pub fn launch_ex<P: KernelParams>(
-        &self,
-        kernel: &TypedKernel<P>,
-        config: &LaunchConfig,
-        options: &LaunchOptions,
-        args: P::Args<'_>,
-    ) -> Result<()> {
-        self.launch_on(&self.stream, kernel, config, Some(options), args)
-    }
-
-    /// Captures a fill of `len` bytes of `buffer` from byte `offset` with `value`.
-    pub fn memset(
-        &self,
-        buffer: &DevicePtrHandle,
-        offset: usize,
-        value: u8,
-        len: usize,
-    ) -> Result<()> {
-        self.memset_on(&self.stream, buffer, offset, value, len)
-    }
-
-    /// Captures a device-to-device copy (see [`DevicePtrHandle::copy_to_async`]).
-    pub fn copy(
-        &self,
-        src: &DevicePtrHandle,
-        src_offset: usize,
-        dst: &DevicePtrHandle,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        self.copy_on(&self.stream, src, src_offset, dst, dst_offset, len)
-    }
+    work_methods!("");
 
     /// Forks the capture: a branch whose work runs after everything captured so far here,
     /// and concurrently with what is captured here after the fork, until
@@ -365,53 +384,12 @@ pub struct CaptureBranch<'a> {
 }
 
 impl<'a> CaptureBranch<'a> {
-    /// Captures a launch of `kernel` on this branch (see [`Capture::launch`]).
-    pub fn launch<P: KernelParams>(
-        &self,
-        kernel: &TypedKernel<P>,
-        config: &LaunchConfig,
-        args: P::Args<'_>,
-    ) -> Result<()> {
-        self.capture
-            .launch_on(&self.stream, kernel, config, None, args)
+    /// The capture and this branch's stream, which its work methods queue on.
+    fn target(&self) -> (&Capture, &StreamHandle) {
+        (self.capture, &self.stream)
     }
 
-    /// Captures a launch with extra attributes on this branch (see [`Capture::launch_ex`]).
-    pub fn launch_ex<P: KernelParams>(
-        &self,
-        kernel: &TypedKernel<P>,
-        config: &LaunchConfig,
-        options: &LaunchOptions,
-        args: P::Args<'_>,
-    ) -> Result<()> {
-        self.capture
-            .launch_on(&self.stream, kernel, config, Some(options), args)
-    }
-
-    /// Captures a fill on this branch (see [`Capture::memset`]).
-    pub fn memset(
-        &self,
-        buffer: &DevicePtrHandle,
-        offset: usize,
-        value: u8,
-        len: usize,
-    ) -> Result<()> {
-        self.capture
-            .memset_on(&self.stream, buffer, offset, value, len)
-    }
-
-    /// Captures a device-to-device copy on this branch (see [`Capture::copy`]).
-    pub fn copy(
-        &self,
-        src: &DevicePtrHandle,
-        src_offset: usize,
-        dst: &DevicePtrHandle,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        self.capture
-            .copy_on(&self.stream, src, src_offset, dst, dst_offset, len)
-    }
+    work_methods!(" on this branch");
 
     /// Forks this branch again (see [`Capture::fork`]).
     pub fn fork(&self) -> Result<CaptureBranch<'a>> {
