@@ -630,15 +630,7 @@ fn r22_copy_batch_edges() {
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 fn run_group(label: &str, filter: &str) {
-    simulator::SuiteRun {
-        label,
-        filters: &[filter],
-        skips: &[],
-        not_simulated: NOT_SIMULATED,
-        devices: 1,
-        env: &[],
-    }
-    .run();
+    simulator::run_group(label, filter, NOT_SIMULATED);
 }
 
 #[test]

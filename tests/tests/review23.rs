@@ -406,15 +406,7 @@ fn r23_coop_grid_on_a_green_context_is_checked_against_its_sms() {
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 fn run_group(label: &str, filter: &str) {
-    simulator::SuiteRun {
-        label,
-        filters: &[filter],
-        skips: &[],
-        not_simulated: NOT_SIMULATED,
-        devices: 1,
-        env: &[],
-    }
-    .run();
+    simulator::run_group(label, filter, NOT_SIMULATED);
 }
 
 #[test]

@@ -163,6 +163,21 @@ fn tally(stdout: &str) -> Option<Tally> {
     })
 }
 
+/// Runs the tests of this binary whose names contain `filter` in one child on one simulated
+/// device (a reproducer file runs each group in a child of its own), with `not_simulated` the
+/// file's list of tests the simulator cannot model.
+pub fn run_group(label: &str, filter: &str, not_simulated: &[(&str, &str)]) {
+    SuiteRun {
+        label,
+        filters: &[filter],
+        skips: &[],
+        not_simulated,
+        devices: 1,
+        env: &[],
+    }
+    .run();
+}
+
 impl SuiteRun<'_> {
     fn selection(&self) -> Vec<String> {
         let mut args: Vec<String> = self.filters.iter().map(|f| f.to_string()).collect();
