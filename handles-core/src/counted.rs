@@ -379,8 +379,8 @@ unsafe fn free<T>(ptr: NonNull<Inner<T>>) {
 
 /// The counts of the allocation at `ptr`. They are reached field by field, never through a
 /// reference to the whole allocation: the value may be borrowed mutably meanwhile (while the
-/// last strong reference drops it, a weak reference of the registry is dropped, and touches its
-/// count).
+/// last strong reference drops it, a lookup in the registry may try to upgrade the box's entry,
+/// or a weak handle be dropped, and touch its count).
 ///
 /// # Safety
 ///
@@ -390,6 +390,92 @@ unsafe fn free<T>(ptr: NonNull<Inner<T>>) {
 unsafe fn counts<'a, T>(ptr: NonNull<Inner<T>>) -> &'a Counts {
     // SAFETY: the caller's contract; only the counts' field is borrowed.
     unsafe { &(*ptr.as_ptr()).counts }
+}
+
+/// A new strong reference to the allocation at `ptr` if a strong one still exists: the strong
+/// count goes from n > 0 to n + 1 in one compare-exchange, so a count that reached 0 (the value
+/// is being dropped, or is gone) is never raised again.
+///
+/// # Safety
+///
+/// `ptr` is an allocation made by `Counted::new` that is not freed before this call returns
+/// (a weak reference keeps it, or, for an [`Uncounted`] address, what its holder promises).
+unsafe fn upgrade<T>(ptr: NonNull<Inner<T>>) -> Option<Counted<T>> {
+    // SAFETY: the caller's contract: the allocation outlives this call.
+    let word = &unsafe { counts(ptr) }.word;
+    let mut current = word.load(Ordering::Relaxed);
+    loop {
+        if strong(current) == 0 {
+            return None;
+        }
+        if strong(current) >= MAX_COUNT {
+            too_many_references();
+        }
+        // Acquire on success, as `Arc`: the value is used next.
+        match word.compare_exchange_weak(
+            current,
+            current + STRONG,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => {
+                return Some(Counted {
+                    ptr,
+                    _owns: PhantomData,
+                });
+            }
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// The address of an allocation, counted nowhere: neither a strong nor a weak reference, so
+/// holding one keeps nothing alive and costs no atomic operation. For a holder that keeps the
+/// address only while the allocation cannot be freed, by a rule of its own: the registry
+/// (`registry.rs`) removes its entry in the value's own drop, under the lock that its lookups
+/// hold while they upgrade, and the allocation is freed only after the value is dropped.
+pub(crate) struct Uncounted<T> {
+    ptr: NonNull<Inner<T>>,
+    _owns: PhantomData<*const Inner<T>>,
+}
+
+impl<T> Counted<T> {
+    /// This reference's allocation, as an address counted nowhere.
+    pub(crate) fn uncounted(&self) -> Uncounted<T> {
+        Uncounted {
+            ptr: self.ptr,
+            _owns: PhantomData,
+        }
+    }
+}
+
+impl<T> Uncounted<T> {
+    /// A strong reference, if one still exists (the value is then not being dropped).
+    ///
+    /// # Safety
+    ///
+    /// The allocation must not have been freed, and must not be freed before this call
+    /// returns. (Its count may be 0: the value may be being dropped, or dropped, as long as the
+    /// allocation is still there; the upgrade then fails.)
+    pub(crate) unsafe fn upgrade(&self) -> Option<Counted<T>> {
+        // SAFETY: the caller's contract is `upgrade`'s.
+        unsafe { upgrade(self.ptr) }
+    }
+
+    /// Whether this is the address of the allocation whose value is at `value`.
+    pub(crate) fn is_value_at(&self, value: *const T) -> bool {
+        // Compares the allocation's address with the one `value` lies in, computing no
+        // address from `self.ptr` (which may no longer be live when asked).
+        std::ptr::eq(self.ptr.as_ptr().cast::<u8>(), value_offset_back(value))
+    }
+}
+
+/// The address of the allocation holding the value at `value`, by the field's offset: a plain
+/// integer subtraction, which reads nothing and needs no live allocation.
+fn value_offset_back<T>(value: *const T) -> *const u8 {
+    value
+        .cast::<u8>()
+        .wrapping_sub(std::mem::offset_of!(Inner<T>, value))
 }
 
 /// The address of the value in the allocation at `ptr`, without reading anything.
@@ -435,34 +521,9 @@ impl<T> CountedWeak<T> {
 
     /// A strong reference, if one still exists (the value is then not being dropped).
     pub(crate) fn upgrade(&self) -> Option<Counted<T>> {
-        let ptr = self.ptr?;
         // SAFETY: this weak reference keeps the allocation (not the value) alive while `&self`
         // lives.
-        let word = &unsafe { counts(ptr) }.word;
-        let mut current = word.load(Ordering::Relaxed);
-        loop {
-            if strong(current) == 0 {
-                return None;
-            }
-            if strong(current) >= MAX_COUNT {
-                too_many_references();
-            }
-            // Acquire on success, as `Arc`: the value is used next.
-            match word.compare_exchange_weak(
-                current,
-                current + STRONG,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    return Some(Counted {
-                        ptr,
-                        _owns: PhantomData,
-                    });
-                }
-                Err(actual) => current = actual,
-            }
-        }
+        unsafe { upgrade(self.ptr?) }
     }
 
     /// The value's address (see [`Counted::as_ptr`]), or null for a weak reference to

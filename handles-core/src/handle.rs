@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::counted::{Counted, CountedWeak};
+use crate::counted::{Counted, CountedWeak, Uncounted};
 
 use crate::error::drop_without_unwinding;
 use crate::release::release;
@@ -31,7 +31,9 @@ pub enum Ownership {
 }
 
 enum Keep {
-    Owned,
+    /// An owned resource; `registered` says whether the box was entered in its type's registry
+    /// when it was made (then its drop removes the entry).
+    Owned { registered: bool },
     Borrowed,
     WithOwner(#[allow(dead_code)] OwnerValue),
     /// An owned resource already deleted by `close`.
@@ -127,7 +129,7 @@ impl<R: Resource> HandleBox<R> {
 
     fn ownership(&self) -> Ownership {
         match self.keep {
-            Keep::Owned | Keep::Closed => Ownership::Owned,
+            Keep::Owned { .. } | Keep::Closed => Ownership::Owned,
             Keep::Borrowed => Ownership::Borrowed,
             Keep::WithOwner(_) => Ownership::WithOwner,
         }
@@ -151,14 +153,16 @@ impl<R: Resource> Drop for HandleBox<R> {
             crate::trace::destroy::<R>(
                 &self.raw,
                 self.ownership(),
-                matches!(self.keep, Keep::Owned),
+                matches!(self.keep, Keep::Owned { .. }),
             );
         }
-        if matches!(self.keep, Keep::Owned) {
+        if let Keep::Owned { registered } = self.keep {
             if let Err(error) = self.delete_now() {
                 self.report_failure(error);
             }
-            if let Some(registry) = R::registry() {
+            // Before the allocation can be freed (which only follows this drop): the registry's
+            // entry is an address counted nowhere, valid while it is there.
+            if registered && let Some(registry) = R::registry() {
                 registry.unregister(self.raw, core::ptr::from_ref(self));
             }
         }
@@ -202,8 +206,12 @@ impl<R: Resource> Handle<R> {
     ///   record's metadata (a length, a size, a device) rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
-        let handle = Handle::new(Counted::new(HandleBox::new(raw, Keep::Owned, record)));
-        if let Some(registry) = R::registry() {
+        let registry = R::registry();
+        let keep = Keep::Owned {
+            registered: registry.is_some(),
+        };
+        let handle = Handle::new(Counted::new(HandleBox::new(raw, keep, record)));
+        if let Some(registry) = registry {
             registry.register(&handle);
         }
         handle
@@ -221,7 +229,8 @@ impl<R: Resource> Handle<R> {
     ///   record's metadata rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned_unregistered(raw: R::Raw, record: R) -> Self {
-        Handle::new(Counted::new(HandleBox::new(raw, Keep::Owned, record)))
+        let keep = Keep::Owned { registered: false };
+        Handle::new(Counted::new(HandleBox::new(raw, keep, record)))
     }
 
     /// A non-owning reference to `raw`: this call never makes anything delete it. For a type
@@ -308,9 +317,21 @@ impl<R: Resource> Handle<R> {
         self.inner.strong_count()
     }
 
-    /// The number of weak handles to this box (a registry's entry counts as one).
+    /// The number of weak handles to this box. A registry's entry is not one (see
+    /// [`Handle::is_registered`]).
     pub fn weak_count(&self) -> usize {
         self.inner.weak_count()
+    }
+
+    /// Whether this owning handle was entered in its type's registry when it was made: while
+    /// a strong handle lives, a lookup of its raw value may then make another one at any time.
+    /// `false` for borrowed and with-owner handles, for types without a registry, and for
+    /// [`Handle::from_raw_owned_unregistered`].
+    pub fn is_registered(&self) -> bool {
+        matches!(
+            self.inner.get().keep,
+            Keep::Owned { registered: true }
+        )
     }
 
     /// Whether two handles share one box (not merely the same raw value).
@@ -332,13 +353,12 @@ impl<R: Resource> Handle<R> {
     pub fn close(self) -> Result<(), CloseError<Self>> {
         match self.into_inner().try_last() {
             Ok(mut last) => {
-                // The registry's weak entry points at this allocation, whose address is what
-                // identifies our entry.
+                // The registry's entry is this allocation's address, which identifies our entry.
                 let identity = last.as_ptr();
                 let boxed = last.get_mut();
-                let result = if matches!(boxed.keep, Keep::Owned) {
+                let result = if let Keep::Owned { registered } = boxed.keep {
                     let result = boxed.delete_now();
-                    if let Some(registry) = R::registry() {
+                    if registered && let Some(registry) = R::registry() {
                         registry.unregister(boxed.raw, identity);
                     }
                     result
@@ -383,6 +403,34 @@ impl<R: Resource> Handle<R> {
     pub(crate) fn box_ptr(&self) -> *const HandleBox<R> {
         self.inner.as_ptr()
     }
+
+    /// This handle's box as a registry entry: its address, counted nowhere.
+    pub(crate) fn registry_entry(&self) -> RegistryEntry<R> {
+        RegistryEntry(self.inner.uncounted())
+    }
+}
+
+/// A registry's entry for one box: the box's address, neither a strong nor a weak reference.
+/// It is valid while it is in the registry, which removes it in the box's own drop
+/// (`HandleBox`'s `Drop`, or `close`), before the allocation can be freed.
+pub(crate) struct RegistryEntry<R: Resource>(Uncounted<HandleBox<R>>);
+
+impl<R: Resource> RegistryEntry<R> {
+    /// A strong handle to the box, if one still exists.
+    ///
+    /// # Safety
+    ///
+    /// The box's allocation must not be freed before this call returns: the entry is still in
+    /// its registry, and the registry's lock (which removing the entry takes) is held.
+    pub(crate) unsafe fn upgrade(&self) -> Option<Handle<R>> {
+        // SAFETY: the caller's contract is `Uncounted::upgrade`'s.
+        unsafe { self.0.upgrade() }.map(Handle::new)
+    }
+
+    /// Whether this is the entry of the box at `boxed`.
+    pub(crate) fn is_of(&self, boxed: *const HandleBox<R>) -> bool {
+        self.0.is_value_at(boxed)
+    }
 }
 
 impl<R: Resource> Clone for Handle<R> {
@@ -399,7 +447,8 @@ impl<R: Resource> Drop for Handle<R> {
         // taken exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
         // A type without a registry is usually dropped unshared (no weak handle), so its drop
-        // first checks for that; a registered one always has the registry's weak handle.
+        // first checks for that. A registered one never does: a lookup may upgrade its entry
+        // (an address counted nowhere) at any instant, which only the decrement excludes.
         release(inner, core::mem::needs_drop::<R>(), R::registry().is_none());
     }
 }
@@ -457,10 +506,6 @@ impl<R: Resource> WeakHandle<R> {
     /// allocation, so while both live, equal means the same resource, never a reused address.
     pub fn ptr_eq(&self, other: &Self) -> bool {
         core::ptr::eq(self.inner.as_ptr(), other.inner.as_ptr())
-    }
-
-    pub(crate) fn points_to_box(&self, boxed: *const HandleBox<R>) -> bool {
-        core::ptr::eq(self.inner.as_ptr(), boxed)
     }
 }
 

@@ -190,8 +190,8 @@ fn a_clone_dropped_elsewhere_races_the_unique_drop() {
 }
 
 /// As `two_last_drops_race`, with a weak handle held throughout, so that neither drop can be
-/// the unique one: both decrement, and the one that reaches 0 drops the value (the path every
-/// registered handle takes, its registry entry being a weak handle).
+/// the unique one: both decrement, and the one that reaches 0 drops the value (the path a
+/// handle that has weak handles takes).
 #[test]
 fn two_last_drops_race_with_a_weak_held() {
     loom::model(|| {

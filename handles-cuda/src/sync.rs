@@ -35,10 +35,9 @@ pub(crate) fn take_cache<T: Default>(key: &'static LocalKey<RefCell<T>>) -> T {
     with_cache(key, std::mem::take).unwrap_or_default()
 }
 
-/// Whether `handle` is the only handle to its resource, strong or weak (a registry's entry
-/// counts as a weak one): nothing else can use the resource, look it up or upgrade to it
-/// again. A recycler hands a resource to a new owner only in this state, the state of a fresh
-/// object.
+/// Whether `handle` is the only handle to its resource, strong or weak, and in no registry:
+/// nothing else can use the resource, look it up or upgrade to it again. A recycler hands a
+/// resource to a new owner only in this state, the state of a fresh object.
 pub(crate) fn is_sole_handle<R: handles_core::Resource>(handle: &handles_core::Handle<R>) -> bool {
-    handle.strong_count() == 1 && handle.weak_count() == 0
+    handle.strong_count() == 1 && handle.weak_count() == 0 && !handle.is_registered()
 }

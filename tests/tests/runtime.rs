@@ -268,6 +268,36 @@ fn registry_returns_the_canonical_handle_for_a_managed_raw_value() {
     );
 }
 
+/// The registry's entries are box addresses counted nowhere: a lookup upgrades one under the
+/// registry's lock while another thread drops the last handle, whose box removes the entry
+/// under that lock before its allocation goes back to the spares. Run by miri, which reports
+/// an upgrade of a freed or reused allocation; each round checks that a found handle is live
+/// and the deleter ran once.
+#[test]
+fn lookups_racing_last_drops_find_live_handles_or_none() {
+    let _serial = serial();
+    let rounds = if cfg!(miri) { 4 } else { 300 };
+    for _ in 0..rounds {
+        let node = NodeHandle::create(None);
+        let id = node.id();
+        assert!(node.is_registered());
+        assert_eq!(node.weak_count(), 0, "the registry's entry is not a weak handle");
+        let looking = std::thread::spawn(move || {
+            for _ in 0..4 {
+                if let Some(found) = NodeHandle::lookup(id) {
+                    assert_eq!(found.id(), id);
+                    assert!(found.is_owning());
+                    assert!(events_for(&[id]).is_empty(), "a found handle is not deleted yet");
+                }
+            }
+        });
+        drop(node);
+        looking.join().unwrap();
+        assert_eq!(events_for(&[id]), vec![Event::DeleteNode(id)]);
+        assert!(NodeHandle::lookup(id).is_none());
+    }
+}
+
 #[test]
 fn equality_and_hash_follow_the_raw_value() {
     let _serial = serial();
@@ -335,6 +365,7 @@ fn an_unregistered_owned_handle_is_not_found_by_lookup_and_deleted_once() {
     let private = unsafe { handles_core::Handle::from_raw_owned_unregistered(id, record) };
     let private = NodeHandle::from_handle(private);
     assert!(private.is_owning());
+    assert!(!private.is_registered());
     assert!(NodeHandle::lookup(id).is_none(), "not in the registry");
     drop(private);
     assert_eq!(events_for(&[id]), vec![Event::DeleteNode(id)]);

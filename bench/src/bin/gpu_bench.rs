@@ -301,11 +301,15 @@ fn context_lookup() -> Measured {
 /// thread, where the ratios have differed from the main thread's.
 fn on_a_fresh_thread(
     context: &ContextHandle,
+    cpu: Option<usize>,
     measure: impl FnOnce() -> Measured + Send,
 ) -> Measured {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
+                if let Some(cpu) = cpu {
+                    pin_to(cpu);
+                }
                 context.bind_to_thread().unwrap();
                 let measured = measure();
                 ContextHandle::unbind_thread().unwrap();
@@ -314,6 +318,31 @@ fn on_a_fresh_thread(
             .join()
             .unwrap()
     })
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    let set = rustix::thread::sched_getaffinity(None).unwrap();
+    (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&cpu| set.is_set(cpu))
+        .collect()
+}
+
+/// Keeps the calling thread on `cpu` alone, so that variants measured one after another on it
+/// share one core (a thread that migrates, or lands on a busier core in one variant's run,
+/// moves single-thread rates by more than the variants differ).
+fn pin_to(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).unwrap();
+}
+
+/// Three CPUs of the allowed set, spread over it: the first, the middle and the last.
+fn three_cpus() -> Vec<usize> {
+    let cpus = allowed_cpus();
+    let mut picked = vec![cpus[0], cpus[cpus.len() / 2], cpus[cpus.len() - 1]];
+    picked.dedup();
+    picked
 }
 
 /// The pieces an owning handle adds to a driver call, to show where the floor is.
@@ -778,9 +807,11 @@ fn managed_prefetch(context: &ContextHandle, stream: &StreamHandle) -> Measured 
 }
 
 /// One timed run: `threads` threads each make `SCALING_OPS` operations after a common start;
-/// the aggregate operations per second.
+/// the aggregate operations per second. With `cpus` given, thread `i` runs on
+/// `cpus[i % cpus.len()]` alone.
 fn run_once<S>(
     threads: usize,
+    cpus: &[usize],
     setup: &(impl Fn(usize) -> S + Sync),
     op: &(impl Fn(&mut S) + Sync),
 ) -> f64 {
@@ -789,7 +820,11 @@ fn run_once<S>(
         let handles: Vec<_> = (0..threads)
             .map(|index| {
                 let barrier = &barrier;
+                let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
                 scope.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_to(cpu);
+                    }
                     let mut state = setup(index);
                     for _ in 0..100 {
                         op(&mut state);
@@ -818,23 +853,28 @@ fn aggregate<S>(
     setup: impl Fn(usize) -> S + Sync,
     op: impl Fn(&mut S) + Sync,
 ) -> f64 {
-    handles_bench::median((0..5).map(|_| run_once(threads, &setup, &op)).collect())
+    handles_bench::median((0..5).map(|_| run_once(threads, &[], &setup, &op)).collect())
 }
 
 /// Runs of several variants interleaved: `SCALING_ROUNDS` rounds at each thread count, each
 /// round running every variant once, starting one further along each round; the median per
 /// variant and thread count. Throughput drifts between runs (the clock, where the threads
 /// land), so variants compared with each other are measured in turn, as in the first table.
-type Run<'a> = Box<dyn Fn(usize) -> f64 + Sync + 'a>;
+type Run<'a> = Box<dyn Fn(usize, &[usize]) -> f64 + Sync + 'a>;
 
-fn interleaved(variants: &[(&str, Run<'_>)]) -> Vec<Vec<f64>> {
+fn interleaved(
+    variants: &[(&str, Run<'_>)],
+    thread_counts: &[usize],
+    rounds: usize,
+    cpus: &[usize],
+) -> Vec<Vec<f64>> {
     let mut table = vec![Vec::new(); variants.len()];
-    for &threads in &THREADS {
+    for &threads in thread_counts {
         let mut runs = vec![Vec::new(); variants.len()];
-        for round in 0..SCALING_ROUNDS {
+        for round in 0..rounds {
             for k in 0..variants.len() {
                 let v = (round + k) % variants.len();
-                runs[v].push((variants[v].1)(threads));
+                runs[v].push((variants[v].1)(threads, cpus));
             }
         }
         for (column, runs) in table.iter_mut().zip(runs) {
@@ -876,8 +916,8 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
     let event_variants: Vec<(&str, Run<'_>)> = vec![
         (
             "raw",
-            Box::new(|t| {
-                run_once(t, &|_| bind(), &|_| {
+            Box::new(|t, cpus| {
+                run_once(t, cpus, &|_| bind(), &|_| {
                     let mut event = std::ptr::null_mut();
                     // SAFETY: the primary context is current on this thread.
                     unsafe {
@@ -889,39 +929,48 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
         ),
         (
             "handles-cuda",
-            Box::new(|t| {
-                run_once(t, &|_| (), &|_| {
+            Box::new(|t, cpus| {
+                run_once(t, cpus, &|_| (), &|_| {
                     drop(keep(EventHandle::create(context, event()).unwrap()));
                 })
             }),
         ),
         (
             "handles-cuda, context bound to the thread",
-            Box::new(|t| {
-                run_once(t, &|_| context.bind_to_thread().unwrap(), &|_| {
+            Box::new(|t, cpus| {
+                run_once(t, cpus, &|_| context.bind_to_thread().unwrap(), &|_| {
                     drop(keep(EventHandle::create(context, event()).unwrap()));
                 })
             }),
         ),
         (
             "cudarc",
-            Box::new(|t| {
-                run_once(t, &|_| (), &|_| {
+            Box::new(|t, cpus| {
+                run_once(t, cpus, &|_| (), &|_| {
                     drop(keep(cudarc_context.new_event(None).unwrap()));
                 })
             }),
         ),
         (
             "handles-cuda recycled",
-            Box::new(|t| {
-                run_once(t, &|_| (), &|_| {
+            Box::new(|t, cpus| {
+                run_once(t, cpus, &|_| (), &|_| {
                     drop(keep(recycler.acquire().unwrap()));
                 })
             }),
         ),
     ];
-    for ((name, _), rates) in event_variants.iter().zip(interleaved(&event_variants)) {
+    for ((name, _), rates) in event_variants.iter().zip(interleaved(&event_variants, &THREADS, SCALING_ROUNDS, &[])) {
         row("event create+drop (interleaved)", name, rates);
+    }
+    // The one-thread column again with the thread pinned, on three CPUs in turn, with more
+    // rounds: where an unpinned thread lands moves this column by more than the variants
+    // differ. (Only the first cell of each row is measured.)
+    for cpu in three_cpus() {
+        let rates = interleaved(&event_variants, &[1], 3 * SCALING_ROUNDS, &[cpu]);
+        for ((name, _), rates) in event_variants.iter().zip(rates) {
+            row(&format!("event create+drop, 1 thread pinned to CPU {cpu}"), name, rates);
+        }
     }
     row(
         "event create+record+drop, a stream per thread",
@@ -1083,12 +1132,18 @@ fn main() {
         );
         report(
             "event create+drop on a fresh thread, context bound (timing off)",
-            &on_a_fresh_thread(&context, || events(&context, &cudarc_context)),
+            &on_a_fresh_thread(&context, None, || events(&context, &cudarc_context)),
         );
         report(
             "floor parts on a fresh thread (ns, ratio to first row)",
-            &on_a_fresh_thread(&context, || floor_parts(&context)),
+            &on_a_fresh_thread(&context, None, || floor_parts(&context)),
         );
+        for cpu in three_cpus() {
+            report(
+                &format!("event create+drop on a fresh thread pinned to CPU {cpu}, context bound"),
+                &on_a_fresh_thread(&context, Some(cpu), || events(&context, &cudarc_context)),
+            );
+        }
         scaling(&context, &pool);
         return;
     }
