@@ -17,7 +17,7 @@ use crate::counted::{Counted, CountedWeak, Uncounted};
 use crate::error::drop_without_unwinding;
 use crate::release::release;
 use crate::report::{DeleteFailure, report};
-use crate::{CloseError, DeleteError, RawValue, Resource, ThreadSafe};
+use crate::{CloseError, DeleteError, RawValue, Registry, Resource, ThreadSafe};
 
 /// How a handle relates to its raw resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,10 +30,14 @@ pub enum Ownership {
     WithOwner,
 }
 
-enum Keep {
-    /// An owned resource; `registered` says whether the box was entered in its type's registry
-    /// when it was made (then its drop removes the entry).
-    Owned { registered: bool },
+enum Keep<R: Resource> {
+    /// An owned resource, and the registry the box was entered in when it was made, if any:
+    /// its drop removes the entry from that same registry. Kept rather than asked of
+    /// `R::registry()` again, which a hand-written `Resource` may answer differently later;
+    /// an entry left behind would name a freed box.
+    Owned {
+        registry: Option<&'static Registry<R>>,
+    },
     Borrowed,
     WithOwner(#[allow(dead_code)] OwnerValue),
     /// An owned resource already deleted by `close`.
@@ -78,7 +82,7 @@ impl Drop for OwnerValue {
 pub struct HandleBox<R: Resource> {
     raw: R::Raw,
     record: R,
-    keep: Keep,
+    keep: Keep<R>,
 }
 
 // SAFETY: the box is shared between threads only if the resource opted in through the unsafe
@@ -90,7 +94,7 @@ unsafe impl<R: ThreadSafe + Send + Sync> Send for HandleBox<R> {}
 unsafe impl<R: ThreadSafe + Send + Sync> Sync for HandleBox<R> {}
 
 impl<R: Resource> HandleBox<R> {
-    fn new(raw: R::Raw, keep: Keep, record: R) -> Self {
+    fn new(raw: R::Raw, keep: Keep<R>, record: R) -> Self {
         R::live().increment();
         let boxed = HandleBox { raw, record, keep };
         // With-owner boxes are traced by `from_raw_with_owner`, which knows the owner's type.
@@ -127,6 +131,12 @@ impl<R: Resource> HandleBox<R> {
         drop_without_unwinding(error);
     }
 
+    /// Whether the box was entered in a registry when it was made.
+    #[inline(always)]
+    fn is_registered(&self) -> bool {
+        matches!(self.keep, Keep::Owned { registry: Some(_) })
+    }
+
     fn ownership(&self) -> Ownership {
         match self.keep {
             Keep::Owned { .. } | Keep::Closed => Ownership::Owned,
@@ -156,13 +166,13 @@ impl<R: Resource> Drop for HandleBox<R> {
                 matches!(self.keep, Keep::Owned { .. }),
             );
         }
-        if let Keep::Owned { registered } = self.keep {
+        if let Keep::Owned { registry } = self.keep {
             if let Err(error) = self.delete_now() {
                 self.report_failure(error);
             }
             // Before the allocation can be freed (which only follows this drop): the registry's
             // entry is an address counted nowhere, valid while it is there.
-            if registered && let Some(registry) = R::registry() {
+            if let Some(registry) = registry {
                 registry.unregister(self.raw, core::ptr::from_ref(self));
             }
         }
@@ -207,9 +217,7 @@ impl<R: Resource> Handle<R> {
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
         let registry = R::registry();
-        let keep = Keep::Owned {
-            registered: registry.is_some(),
-        };
+        let keep = Keep::Owned { registry };
         let handle = Handle::new(Counted::new(HandleBox::new(raw, keep, record)));
         if let Some(registry) = registry {
             registry.register(&handle);
@@ -229,7 +237,7 @@ impl<R: Resource> Handle<R> {
     ///   record's metadata rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
     pub unsafe fn from_raw_owned_unregistered(raw: R::Raw, record: R) -> Self {
-        let keep = Keep::Owned { registered: false };
+        let keep = Keep::Owned { registry: None };
         Handle::new(Counted::new(HandleBox::new(raw, keep, record)))
     }
 
@@ -328,10 +336,7 @@ impl<R: Resource> Handle<R> {
     /// `false` for borrowed and with-owner handles, for types without a registry, and for
     /// [`Handle::from_raw_owned_unregistered`].
     pub fn is_registered(&self) -> bool {
-        matches!(
-            self.inner.get().keep,
-            Keep::Owned { registered: true }
-        )
+        self.inner.get().is_registered()
     }
 
     /// Whether two handles share one box (not merely the same raw value).
@@ -356,9 +361,9 @@ impl<R: Resource> Handle<R> {
                 // The registry's entry is this allocation's address, which identifies our entry.
                 let identity = last.as_ptr();
                 let boxed = last.get_mut();
-                let result = if let Keep::Owned { registered } = boxed.keep {
+                let result = if let Keep::Owned { registry } = boxed.keep {
                     let result = boxed.delete_now();
-                    if registered && let Some(registry) = R::registry() {
+                    if let Some(registry) = registry {
                         registry.unregister(boxed.raw, identity);
                     }
                     result
@@ -447,9 +452,12 @@ impl<R: Resource> Drop for Handle<R> {
         // taken exactly once (the consuming methods go through `into_inner`, which skips `Drop`).
         let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
         // A type without a registry is usually dropped unshared (no weak handle), so its drop
-        // first checks for that. A registered one never does: a lookup may upgrade its entry
-        // (an address counted nowhere) at any instant, which only the decrement excludes.
-        release(inner, core::mem::needs_drop::<R>(), R::registry().is_none());
+        // first checks for that. A registered box never does: a lookup may upgrade its entry
+        // (an address counted nowhere) at any instant, which only the decrement excludes. The
+        // box's own answer decides (a hand-written `registry()` may have changed its mind);
+        // for a derived type with a registry the first test is a constant `false`.
+        let unique_first = R::registry().is_none() && !inner.get().is_registered();
+        release(inner, core::mem::needs_drop::<R>(), unique_first);
     }
 }
 

@@ -58,7 +58,8 @@ loom::thread_local! {
 
 /// Drops one strong reference to a box, tearing down the box and, iteratively, everything it
 /// was the last owner of. `record_has_drop_glue` is `needs_drop` of the box's record, a
-/// constant at the call site, as is `unique_first`.
+/// constant at the call site; `unique_first` is a constant `false` for a derived type with a
+/// registry, and otherwise whether the box itself is in no registry.
 #[inline(always)]
 pub(crate) fn release<B: 'static>(
     inner: Counted<B>,
@@ -66,8 +67,8 @@ pub(crate) fn release<B: 'static>(
     unique_first: bool,
 ) {
     // A reference that is not the last (the common case) tears nothing down: one decrement.
-    // `unique_first` (a constant at the call site) first looks for the only reference of any
-    // kind, which needs no decrement (`Counted::release`).
+    // `unique_first` first looks for the only reference of any kind, which needs no
+    // decrement (`Counted::release`).
     let Some(last) = inner.release(unique_first) else {
         return;
     };

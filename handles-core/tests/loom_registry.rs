@@ -1,6 +1,7 @@
 //! loom models of the registry (`registry.rs`), whose entries are box addresses counted
-//! nowhere: a lookup racing the last drop of the registered handle, a lookup racing `close`,
-//! and a new box of a reused raw value racing the old box's drop. Run with:
+//! nowhere: a lookup racing the last drop of the registered handle, `close`, and a parked drop
+//! (the iterative release's); a new box of a reused raw value racing the old box's drop; and
+//! the freed box's address reused at once (the spares) while a lookup runs. Run with:
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test -p handles-core --test loom_registry --release`
 //!
@@ -158,4 +159,74 @@ fn a_reused_raw_value_races_the_old_drop() {
         exactly_once(new_counters);
         assert!(REGISTRY.is_empty());
     });
+}
+
+/// A registered box whose last strong handle is dropped inside another box's drop: the
+/// iterative release parks it (strong 0, its entry still in the registry) and drops it after
+/// the outer box, while another thread looks its raw value up.
+#[test]
+fn a_lookup_races_a_parked_box() {
+    loom::model(|| {
+        let (parked, parked_counters) = make(7);
+        let holder_counters: &'static Counters = Box::leak(Box::new(Counters {
+            deleted: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(0),
+        }));
+        let record = Node {
+            counters: holder_counters,
+            _guard: Guard(holder_counters),
+        };
+        // SAFETY: a made-up raw value that nothing deletes (a with-owner handle deletes
+        // nothing); its owner value holds the registered box's only handle.
+        let holder = unsafe { Handle::<Node>::from_raw_with_owner(9, record, parked) };
+        let thread = thread::spawn(|| {
+            if let Some(found) = REGISTRY.lookup(7) {
+                alive(&found);
+                drop(found);
+            }
+        });
+        drop(holder);
+        thread.join().unwrap();
+        exactly_once(parked_counters);
+        assert!(REGISTRY.lookup(7).is_none());
+        assert!(REGISTRY.is_empty());
+    });
+}
+
+/// The dropping thread reuses the freed box at once (its spares) for a new box of the same
+/// raw value, while another thread looks the raw value up: a found handle is always the live
+/// one, the old box's unregister never removes the new entry.
+#[test]
+fn address_reuse_races_a_lookup() {
+    static REUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    loom::model(|| {
+        let (old, old_counters) = make(7);
+        let old_addr = old.record() as *const Node as usize;
+        let thread = thread::spawn(|| {
+            if let Some(found) = REGISTRY.lookup(7) {
+                alive(&found);
+                drop(found);
+            }
+        });
+        drop(old);
+        let (new, new_counters) = make(7);
+        let reused = new.record() as *const Node as usize == old_addr;
+        thread.join().unwrap();
+        if reused {
+            REUSED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        exactly_once(old_counters);
+        let found = REGISTRY.lookup(7).expect("the new entry stays");
+        assert!(found.ptr_eq(&new));
+        drop(found);
+        drop(new);
+        exactly_once(new_counters);
+        assert!(REGISTRY.is_empty());
+    });
+    let reused = REUSED.load(std::sync::atomic::Ordering::SeqCst);
+    println!("executions with the old address reused: {reused}");
+    assert!(
+        reused > 0,
+        "the spare was never reused: the model is weaker than meant"
+    );
 }

@@ -281,13 +281,20 @@ fn lookups_racing_last_drops_find_live_handles_or_none() {
         let node = NodeHandle::create(None);
         let id = node.id();
         assert!(node.is_registered());
-        assert_eq!(node.weak_count(), 0, "the registry's entry is not a weak handle");
+        assert_eq!(
+            node.weak_count(),
+            0,
+            "the registry's entry is not a weak handle"
+        );
         let looking = std::thread::spawn(move || {
             for _ in 0..4 {
                 if let Some(found) = NodeHandle::lookup(id) {
                     assert_eq!(found.id(), id);
                     assert!(found.is_owning());
-                    assert!(events_for(&[id]).is_empty(), "a found handle is not deleted yet");
+                    assert!(
+                        events_for(&[id]).is_empty(),
+                        "a found handle is not deleted yet"
+                    );
                 }
             }
         });

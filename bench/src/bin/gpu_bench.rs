@@ -853,7 +853,11 @@ fn aggregate<S>(
     setup: impl Fn(usize) -> S + Sync,
     op: impl Fn(&mut S) + Sync,
 ) -> f64 {
-    handles_bench::median((0..5).map(|_| run_once(threads, &[], &setup, &op)).collect())
+    handles_bench::median(
+        (0..5)
+            .map(|_| run_once(threads, &[], &setup, &op))
+            .collect(),
+    )
 }
 
 /// Runs of several variants interleaved: `SCALING_ROUNDS` rounds at each thread count, each
@@ -960,7 +964,11 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
             }),
         ),
     ];
-    for ((name, _), rates) in event_variants.iter().zip(interleaved(&event_variants, &THREADS, SCALING_ROUNDS, &[])) {
+    for ((name, _), rates) in
+        event_variants
+            .iter()
+            .zip(interleaved(&event_variants, &THREADS, SCALING_ROUNDS, &[]))
+    {
         row("event create+drop (interleaved)", name, rates);
     }
     // The one-thread column again with the thread pinned, on three CPUs in turn, with more
@@ -969,7 +977,11 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
     for cpu in three_cpus() {
         let rates = interleaved(&event_variants, &[1], 3 * SCALING_ROUNDS, &[cpu]);
         for ((name, _), rates) in event_variants.iter().zip(rates) {
-            row(&format!("event create+drop, 1 thread pinned to CPU {cpu}"), name, rates);
+            row(
+                &format!("event create+drop, 1 thread pinned to CPU {cpu}"),
+                name,
+                rates,
+            );
         }
     }
     row(
