@@ -66,6 +66,7 @@ impl Drop for Restore {
 /// call's value is dropped (a handle made inside is destroyed by its own deleter, in the
 /// context it was made in) and the restore's error is returned: a failure never leaks what
 /// the call made, nor leaves the thread in the wrong context silently.
+#[inline(always)]
 pub(crate) fn in_context<T, E: From<Error>>(
     context: CUcontext,
     call: impl FnOnce() -> Result<T, E>,
@@ -77,6 +78,17 @@ pub(crate) fn in_context<T, E: From<Error>>(
     if previous == context {
         return call();
     }
+    in_another_context(previous, context, call)
+}
+
+/// [`in_context`] when `context` is not the current one (`previous` is): out of line, so the
+/// common case inlines into its caller.
+#[inline(never)]
+fn in_another_context<T, E: From<Error>>(
+    previous: CUcontext,
+    context: CUcontext,
+    call: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
     set_current(context)?;
     let restore = Restore(previous);
     let called = call();
