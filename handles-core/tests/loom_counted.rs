@@ -11,18 +11,15 @@
 //! record dropped.
 #![cfg(loom)]
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+mod loom_support;
+
 use loom::thread;
+use loom_support::{Counters, Guard};
 
 use handles_core::ResourceHandle;
 
-struct Counters {
-    deleted: AtomicUsize,
-    dropped: AtomicUsize,
-}
-
 fn delete_item(_: u64, item: &Item) -> Result<(), std::io::Error> {
-    item.counters.deleted.fetch_add(1, Ordering::SeqCst);
+    item.counters.delete();
     Ok(())
 }
 
@@ -36,19 +33,8 @@ struct Item {
 // SAFETY: the raw value is plain data that any thread may use and delete.
 unsafe impl handles_core::ThreadSafe for Item {}
 
-struct Guard(&'static Counters);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 fn make() -> (ItemHandle, &'static Counters) {
-    let counters: &'static Counters = Box::leak(Box::new(Counters {
-        deleted: AtomicUsize::new(0),
-        dropped: AtomicUsize::new(0),
-    }));
+    let counters: &'static Counters = Counters::leaked();
     let record = Item {
         counters,
         guard: Guard(counters),
@@ -60,13 +46,11 @@ fn make() -> (ItemHandle, &'static Counters) {
 /// Asserts the record is still alive: a handle in hand must never see it dropped.
 fn alive(handle: &ItemHandle) {
     let counters = handle.counters();
-    assert_eq!(counters.deleted.load(Ordering::SeqCst), 0);
-    assert_eq!(counters.dropped.load(Ordering::SeqCst), 0);
+    counters.assert_alive();
 }
 
 fn exactly_once(counters: &Counters) {
-    assert_eq!(counters.deleted.load(Ordering::SeqCst), 1);
-    assert_eq!(counters.dropped.load(Ordering::SeqCst), 1);
+    counters.assert_exactly_once();
 }
 
 #[test]

@@ -11,15 +11,12 @@
 //! `tests/tests/runtime.rs`, checks that no upgrade touches a freed allocation).
 #![cfg(loom)]
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+mod loom_support;
+
 use loom::thread;
+use loom_support::{Counters, Guard};
 
 use handles_core::{CloseError, DeleteError, Handle, LiveCount, Registry, Resource};
-
-struct Counters {
-    deleted: AtomicUsize,
-    dropped: AtomicUsize,
-}
 
 /// A registered resource, declared by hand: the derive's registry is a `const` static, which
 /// loom's (per-execution) primitives cannot be.
@@ -27,14 +24,6 @@ struct Node {
     counters: &'static Counters,
     /// Gives the record drop glue, so the last drop goes through the iterative release.
     _guard: Guard,
-}
-
-struct Guard(&'static Counters);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-    }
 }
 
 loom::lazy_static! {
@@ -48,7 +37,7 @@ impl Resource for Node {
     const NAME: &'static str = "Node";
 
     fn delete(_: u64, node: &Self) -> Result<(), DeleteError> {
-        node.counters.deleted.fetch_add(1, Ordering::SeqCst);
+        node.counters.delete();
         Ok(())
     }
 
@@ -65,10 +54,7 @@ impl Resource for Node {
 unsafe impl handles_core::ThreadSafe for Node {}
 
 fn make(raw: u64) -> (Handle<Node>, &'static Counters) {
-    let counters: &'static Counters = Box::leak(Box::new(Counters {
-        deleted: AtomicUsize::new(0),
-        dropped: AtomicUsize::new(0),
-    }));
+    let counters: &'static Counters = Counters::leaked();
     let record = Node {
         counters,
         _guard: Guard(counters),
@@ -80,13 +66,11 @@ fn make(raw: u64) -> (Handle<Node>, &'static Counters) {
 /// Asserts the record is still alive: a handle in hand must never see it dropped.
 fn alive(handle: &Handle<Node>) {
     let counters = handle.record().counters;
-    assert_eq!(counters.deleted.load(Ordering::SeqCst), 0);
-    assert_eq!(counters.dropped.load(Ordering::SeqCst), 0);
+    counters.assert_alive();
 }
 
 fn exactly_once(counters: &Counters) {
-    assert_eq!(counters.deleted.load(Ordering::SeqCst), 1);
-    assert_eq!(counters.dropped.load(Ordering::SeqCst), 1);
+    counters.assert_exactly_once();
 }
 
 #[test]
@@ -145,7 +129,7 @@ fn a_reused_raw_value_races_the_old_drop() {
         let (old, old_counters) = make(7);
         let thread = thread::spawn(move || drop(old));
         // Wait for the old deleter, as the driver would before handing the value out again.
-        while old_counters.deleted.load(Ordering::SeqCst) == 0 {
+        while !old_counters.has_been_deleted() {
             thread::yield_now();
         }
         let (new, new_counters) = make(7);
@@ -168,10 +152,7 @@ fn a_reused_raw_value_races_the_old_drop() {
 fn a_lookup_races_a_parked_box() {
     loom::model(|| {
         let (parked, parked_counters) = make(7);
-        let holder_counters: &'static Counters = Box::leak(Box::new(Counters {
-            deleted: AtomicUsize::new(0),
-            dropped: AtomicUsize::new(0),
-        }));
+        let holder_counters: &'static Counters = Counters::leaked();
         let record = Node {
             counters: holder_counters,
             _guard: Guard(holder_counters),
@@ -198,7 +179,8 @@ fn a_lookup_races_a_parked_box() {
 /// one, the old box's unregister never removes the new entry.
 #[test]
 fn address_reuse_races_a_lookup() {
-    static REUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static REUSED: AtomicUsize = AtomicUsize::new(0);
     loom::model(|| {
         let (old, old_counters) = make(7);
         let old_addr = old.record() as *const Node as usize;
@@ -213,7 +195,7 @@ fn address_reuse_races_a_lookup() {
         let reused = new.record() as *const Node as usize == old_addr;
         thread.join().unwrap();
         if reused {
-            REUSED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            REUSED.fetch_add(1, Ordering::SeqCst);
         }
         exactly_once(old_counters);
         let found = REGISTRY.lookup(7).expect("the new entry stays");
@@ -223,7 +205,7 @@ fn address_reuse_races_a_lookup() {
         exactly_once(new_counters);
         assert!(REGISTRY.is_empty());
     });
-    let reused = REUSED.load(std::sync::atomic::Ordering::SeqCst);
+    let reused = REUSED.load(Ordering::SeqCst);
     println!("executions with the old address reused: {reused}");
     assert!(
         reused > 0,
