@@ -309,8 +309,10 @@ impl<T> Last<T> {
         // SAFETY: the strong count is 0 and this is the reference that brought it there (or
         // the one that swapped 1 for 0, or found itself the only reference of any kind): no
         // other strong reference exists, no weak one can upgrade, and the value has not been
-        // dropped (that is this type's `Drop`).
-        unsafe { &mut self.ptr.as_mut().value }
+        // dropped (that is this type's `Drop`). Only the value is borrowed, through the raw
+        // pointer: a failing upgrade (a weak handle's, or a registry lookup's) may still load
+        // the counts meanwhile, which a borrow of the whole allocation would race.
+        unsafe { &mut (*self.ptr.as_ptr()).value }
     }
 
     /// The value's address (see [`Counted::as_ptr`]).
