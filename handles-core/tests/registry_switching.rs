@@ -342,32 +342,41 @@ impl Resource for Slow {
 // SAFETY: plain numbers.
 unsafe impl handles_core::ThreadSafe for Slow {}
 
+/// Closes `handle` (retrying while a racing upgrade holds it) while another thread runs
+/// `upgrade` in a loop and drops what it gets.
+fn close_while_upgrading(
+    mut handle: Handle<Slow>,
+    upgrade: impl Fn() -> Option<Handle<Slow>> + Send + 'static,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                drop(upgrade());
+                std::thread::yield_now();
+            }
+        })
+    };
+    loop {
+        match handle.close() {
+            Ok(()) => break,
+            Err(CloseError::StillShared(back)) => handle = back,
+            Err(CloseError::Deleter(e)) => panic!("{e}"),
+        }
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::SeqCst);
+    looker.join().unwrap();
+}
+
 #[test]
 fn close_races_lookup() {
     let rounds = if cfg!(miri) { 6 } else { 2000 };
     for _ in 0..rounds {
         // SAFETY: one live owner of raw 3; delete does nothing to it.
-        let mut h = unsafe { Handle::from_raw_owned(3u64, Slow) };
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let looker = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    drop(SLOW_REG.lookup(3));
-                    std::thread::yield_now();
-                }
-            })
-        };
-        loop {
-            match h.close() {
-                Ok(()) => break,
-                Err(CloseError::StillShared(back)) => h = back,
-                Err(CloseError::Deleter(e)) => panic!("{e}"),
-            }
-            std::thread::yield_now();
-        }
-        stop.store(true, Ordering::SeqCst);
-        looker.join().unwrap();
+        let handle = unsafe { Handle::from_raw_owned(3u64, Slow) };
+        close_while_upgrading(handle, || SLOW_REG.lookup(3));
         assert!(SLOW_REG.is_empty());
     }
 }
@@ -378,27 +387,8 @@ fn close_races_weak_upgrade() {
     let rounds = if cfg!(miri) { 6 } else { 2000 };
     for _ in 0..rounds {
         // SAFETY: unregistered; delete does nothing.
-        let mut h = unsafe { Handle::from_raw_owned_unregistered(4u64, Slow) };
-        let weak = h.downgrade();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let looker = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    drop(weak.upgrade());
-                    std::thread::yield_now();
-                }
-            })
-        };
-        loop {
-            match h.close() {
-                Ok(()) => break,
-                Err(CloseError::StillShared(back)) => h = back,
-                Err(CloseError::Deleter(e)) => panic!("{e}"),
-            }
-            std::thread::yield_now();
-        }
-        stop.store(true, Ordering::SeqCst);
-        looker.join().unwrap();
+        let handle = unsafe { Handle::from_raw_owned_unregistered(4u64, Slow) };
+        let weak = handle.downgrade();
+        close_while_upgrading(handle, move || weak.upgrade());
     }
 }
