@@ -130,23 +130,26 @@ fn too_many_references() -> ! {
 
 impl<T> Counted<T> {
     /// A new allocation holding `value`, with one strong reference.
+    ///
+    /// Inlined, and the block found before the value is written: the value is then stored
+    /// into the block field by field where it is made, rather than built on the stack and
+    /// copied (wide loads of narrow stores just made, which stall on store forwarding).
+    #[inline(always)]
     pub(crate) fn new(value: T) -> Self {
-        let inner = Inner {
-            counts: Counts {
-                word: AtomicU64::new(STRONG | WEAK),
-            },
-            value: ManuallyDrop::new(value),
-        };
         let layout = Layout::new::<Inner<T>>();
         let ptr = match spare::take(layout) {
-            Some(block) => {
-                let ptr = block.cast::<Inner<T>>();
-                // SAFETY: a spare block is allocated with this layout, owned by us and
-                // uninitialised; writing it whole makes it an `Inner<T>`.
-                unsafe { ptr.as_ptr().write(inner) };
-                ptr
-            }
-            None => NonNull::from(Box::leak(Box::new(inner))),
+            Some(block) => block.cast::<Inner<T>>(),
+            None => allocate::<T>(),
+        };
+        // SAFETY: `ptr` is a block of this layout (a spare one, allocated with it, or fresh),
+        // owned by us and uninitialised; writing it whole makes it an `Inner<T>`.
+        unsafe {
+            ptr.as_ptr().write(Inner {
+                counts: Counts {
+                    word: AtomicU64::new(STRONG | WEAK),
+                },
+                value: ManuallyDrop::new(value),
+            })
         };
         Counted {
             ptr,
@@ -360,6 +363,20 @@ impl Drop for ErasedLast {
     }
 }
 
+/// A fresh, uninitialised block for an `Inner<T>`, from the global allocator (no spare was
+/// kept): out of line, off the hot path.
+#[inline(never)]
+fn allocate<T>() -> NonNull<Inner<T>> {
+    let layout = Layout::new::<Inner<T>>();
+    const { assert!(size_of::<Inner<T>>() != 0, "an `Inner` holds its counts") };
+    // SAFETY: the layout's size is not zero (the counts are in it, checked above).
+    let block = unsafe { std::alloc::alloc(layout) };
+    match NonNull::new(block) {
+        Some(block) => block.cast(),
+        None => std::alloc::handle_alloc_error(layout),
+    }
+}
+
 /// Frees the allocation at `ptr`: kept as this thread's spare (`spare.rs`) if there is room,
 /// else given back to the allocator.
 ///
@@ -373,7 +390,7 @@ unsafe fn free<T>(ptr: NonNull<Inner<T>>) {
     // SAFETY: the caller's contract: an unreachable block of this layout, holding nothing to
     // drop (the counts are plain atomics, the value is gone).
     if let Some(block) = unsafe { spare::give(ptr.cast(), layout) } {
-        // SAFETY: allocated by the global allocator with `layout` (by `Box::new`, or as a
+        // SAFETY: allocated by the global allocator with `layout` (by `allocate`, or as a
         // spare of the same layout), and unreachable.
         unsafe { std::alloc::dealloc(block.as_ptr(), layout) };
     }

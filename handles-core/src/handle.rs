@@ -94,6 +94,7 @@ unsafe impl<R: ThreadSafe + Send + Sync> Send for HandleBox<R> {}
 unsafe impl<R: ThreadSafe + Send + Sync> Sync for HandleBox<R> {}
 
 impl<R: Resource> HandleBox<R> {
+    #[inline(always)]
     fn new(raw: R::Raw, keep: Keep<R>, record: R) -> Self {
         R::live().increment();
         let boxed = HandleBox { raw, record, keep };
@@ -148,6 +149,13 @@ impl<R: Resource> HandleBox<R> {
     /// Runs the deleter once, catching a panic. Marks the box closed so `Drop` will not run it.
     fn delete_now(&mut self) -> Result<(), DeleteError> {
         self.keep = Keep::Closed;
+        self.run_deleter()
+    }
+
+    /// Runs the deleter, catching a panic. Called once per box: by [`HandleBox::delete_now`],
+    /// or by `Drop` (which runs once, so it leaves no mark).
+    #[inline(always)]
+    fn run_deleter(&self) -> Result<(), DeleteError> {
         let (raw, record) = (self.raw, &self.record);
         match catch_unwind(AssertUnwindSafe(|| R::delete(raw, record))) {
             Ok(result) => result,
@@ -157,6 +165,7 @@ impl<R: Resource> HandleBox<R> {
 }
 
 impl<R: Resource> Drop for HandleBox<R> {
+    #[inline(always)]
     fn drop(&mut self) {
         #[cfg(feature = "tracing")]
         if crate::trace::enabled() {
@@ -167,7 +176,7 @@ impl<R: Resource> Drop for HandleBox<R> {
             );
         }
         if let Keep::Owned { registry } = self.keep {
-            if let Err(error) = self.delete_now() {
+            if let Err(error) = self.run_deleter() {
                 self.report_failure(error);
             }
             // Before the allocation can be freed (which only follows this drop): the registry's
@@ -215,6 +224,7 @@ impl<R: Resource> Handle<R> {
     /// - `record` must describe `raw` truthfully: the deleter and every method that trusts the
     ///   record's metadata (a length, a size, a device) rely on it.
     /// - The record's owners must keep alive whatever `raw` needs until the deleter has run.
+    #[inline(always)]
     pub unsafe fn from_raw_owned(raw: R::Raw, record: R) -> Self {
         let registry = R::registry();
         let keep = Keep::Owned { registry };

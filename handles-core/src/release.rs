@@ -4,11 +4,14 @@
 //! Dropping a box drops its record, whose owner handles may be the last ones of their boxes,
 //! whose records hold more owners: done naively, a chain of n links recurses n frames deep
 //! (a million-link list of nodes that own their parents overflows any thread's stack). Instead,
-//! the first last-drop on a thread (the outermost) keeps a list on its own stack frame and
-//! publishes a pointer to it in a thread-local; while it is published, a handle that is about to
-//! release its box's last strong reference is parked on that list rather than dropped in place,
-//! and the outermost drop empties the list in a loop. The recursion depth is therefore
-//! constant, and each dependent is still torn down (deleter first) before the owners it parked.
+//! a thread-local says what runs. The first last drop on a thread (the outermost) only marks it
+//! and drops its box in place: most teardowns release no other box (an event's context is still
+//! held elsewhere), and then that mark is all the bookkeeping. The first last drop nested in it
+//! keeps a list on its own stack frame and publishes a pointer to it; while it is published, a
+//! handle that is about to release its box's last strong reference is parked on that list
+//! rather than dropped in place, and the nested drop empties the list in a loop. At most two
+//! last drops are in place on the stack at once, so the recursion depth is constant, and each
+//! dependent is still torn down (deleter first) before the owners it parked.
 //!
 //! The thread-local is a plain pointer with no destructor, so it is there for as long as the
 //! thread runs, including while other thread-locals' destructors drop handles at thread exit:
@@ -21,9 +24,9 @@
 //! another handle here; a with-owner value goes through `release_value` by itself) skips the
 //! bookkeeping, and otherwise the bookkeeping is a few thread-local loads and stores.
 //!
-//! If a record's `Drop` panics while the outermost drop empties the list, the list's remaining
-//! entries are dropped as the frame unwinds, each under `catch_unwind`, so that a second panic
-//! cannot abort the thread.
+//! If a record's `Drop` panics while the list is emptied, the list's remaining entries are
+//! dropped as the frame unwinds, each under `catch_unwind`, so that a second panic cannot abort
+//! the thread; the mark is put back on every exit.
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -39,14 +42,15 @@ enum Parked {
     Value(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
 }
 
-/// The outermost drop's list of parked references.
+/// The first nested drop's list of parked references.
 type ParkedList = RefCell<Vec<Parked>>;
 
 // A `Cell` of a raw pointer with a `const` initialiser and no destructor: reading it is a plain
 // thread-local load, and it never goes away before the thread does.
 #[cfg(not(loom))]
 std::thread_local! {
-    /// The list of the outermost drop running on this thread, or null when none runs.
+    /// Null when no last drop runs on this thread; [`RUNNING`] while the outermost one runs
+    /// alone; else the list of the first drop nested in it.
     static OUTERMOST: Cell<*const ParkedList> = const { Cell::new(std::ptr::null()) };
 }
 
@@ -89,7 +93,8 @@ pub(crate) fn release_value(value: Box<dyn Any + Send + Sync>) {
 }
 
 /// The last reference to a box, or a with-owner value: dropped in place by the outermost drop
-/// (statically dispatched, the common case), parked as a [`Parked`] by a nested one.
+/// and the first nested one (statically dispatched, the common case), parked as a [`Parked`]
+/// by any deeper one.
 trait Releasable: Sized {
     fn park(self) -> Parked;
 }
@@ -108,18 +113,42 @@ impl Releasable for Box<dyn Any + Send + Sync> {
     }
 }
 
+/// What [`OUTERMOST`] holds while an outermost last drop runs but no nested one has yet: not a
+/// list (never dereferenced), only a mark that the next last drop is nested.
+const RUNNING: *const ParkedList = std::ptr::dangling();
+
 #[inline(never)]
 fn release_last<T: Releasable>(item: T) {
     let current = OUTERMOST.with(Cell::get);
-    if !current.is_null() {
-        // SAFETY: a non-null pointer is published only by the outermost drop below, for the
-        // extent of its frame, on this thread, and cleared before that frame ends (by
-        // `Unpublish` when it unwinds); this call runs inside that extent, on the same thread.
-        // The list is borrowed only for this push and for each pop, which call no user code.
-        let list = unsafe { &*current };
-        list.borrow_mut().push(item.park());
+    if current.is_null() {
+        // The outermost last drop on this thread: dropped in place, with only a mark, so that
+        // a last drop its teardown causes knows it is nested. Most teardowns cause none (an
+        // event's context is still held elsewhere), and then no list is made at all.
+        OUTERMOST.with(|outermost| outermost.set(RUNNING));
+        let on_unwind = Restore(std::ptr::null());
+        drop(item);
+        std::mem::forget(on_unwind);
+        OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
         return;
     }
+    if current == RUNNING {
+        nested_first(item);
+        return;
+    }
+    // SAFETY: a pointer other than null and `RUNNING` is published only by `nested_first`, for
+    // the extent of its frame, on this thread, and replaced before that frame ends (by
+    // `Unpublish` when it unwinds); this call runs inside that extent, on the same thread. The
+    // list is borrowed only for this push and for each pop, which call no user code.
+    let list = unsafe { &*current };
+    list.borrow_mut().push(item.park());
+}
+
+/// The first last drop nested in the outermost one: it publishes a list, on its own stack
+/// frame, drops `item` in place (every last drop nested in that is parked on the list), then
+/// empties the list in a loop. At most two last drops are therefore in place on a thread's
+/// stack at once, the outermost and this one, whatever the depth of the chain.
+#[inline(never)]
+fn nested_first<T: Releasable>(item: T) {
     // Never dropped in place: an empty `Vec::new()` owns no buffer, and whoever makes the list
     // allocate (`drain`, or `Unpublish` on unwind) takes its buffer out and frees it, so the
     // common case (nothing parked) runs no drop glue for the list.
@@ -131,7 +160,18 @@ fn release_last<T: Releasable>(item: T) {
         drain(&list);
     }
     std::mem::forget(on_unwind);
-    OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
+    OUTERMOST.with(|outermost| outermost.set(RUNNING));
+}
+
+/// Puts the thread's mark back to what it was if the outermost drop unwinds (a record's `Drop`
+/// panicked); forgotten on normal completion.
+struct Restore(*const ParkedList);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let previous = self.0;
+        OUTERMOST.with(|outermost| outermost.set(previous));
+    }
 }
 
 /// Drops what nested drops parked, in a loop until the list stays empty, then frees its buffer.
@@ -148,15 +188,16 @@ fn drain(list: &ParkedList) {
     drop(std::mem::take(&mut *list.borrow_mut()));
 }
 
-/// Unpublishes the list and drops its remaining entries if the outermost drop unwinds (a
-/// record's `Drop` panicked); forgotten on normal completion. Each entry is dropped under
-/// `catch_unwind`, after the list is unpublished, so that each is then an outermost drop of its
-/// own.
+/// Unpublishes the list and drops its remaining entries if the first nested drop unwinds (a
+/// record's `Drop` panicked); forgotten on normal completion. The mark goes back to
+/// [`RUNNING`] (the outermost drop is still on the stack, unwinding too), and each entry is
+/// dropped under `catch_unwind`, after the list is unpublished, so that each is then the first
+/// nested drop of its own.
 struct Unpublish<'a>(&'a ParkedList);
 
 impl Drop for Unpublish<'_> {
     fn drop(&mut self) {
-        OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
+        OUTERMOST.with(|outermost| outermost.set(RUNNING));
         let remaining = std::mem::take(&mut *self.0.borrow_mut());
         for item in remaining.into_iter().rev() {
             drop_without_unwinding(item);

@@ -102,7 +102,7 @@ pub(crate) unsafe fn give(block: NonNull<u8>, layout: Layout) -> Option<NonNull<
         // SAFETY: this thread's list, borrowed only for these few lines (no user code).
         let counts = unsafe { &mut *spares.counts.get() };
         let count = usize::from(counts[class]);
-        if count == DEPTH {
+        if count >= DEPTH {
             return false;
         }
         // SAFETY: as above.

@@ -64,6 +64,35 @@ fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measure
             Variant::new("handles-cuda EventRecycler acquire+drop", || {
                 drop(keep(recycler.acquire().unwrap()));
             }),
+            // The driver calls each library makes, without the library: what the driver
+            // charges for the context checks in this sequence, apart from the code around them.
+            Variant::new(
+                "raw, cuCtxGetCurrent before the create (ours' calls)",
+                || {
+                    let (mut current, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
+                    // SAFETY: the primary context is current on this thread.
+                    unsafe {
+                        ok(sys::cuCtxGetCurrent(&mut current));
+                        ok(sys::cuEventCreate(&mut event, flags));
+                        ok(sys::cuEventDestroy_v2(keep(event)));
+                    }
+                    keep(current);
+                },
+            ),
+            Variant::new(
+                "raw, cuCtxGetCurrent before each call (cudarc's calls)",
+                || {
+                    let (mut current, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
+                    // SAFETY: the primary context is current on this thread.
+                    unsafe {
+                        ok(sys::cuCtxGetCurrent(&mut current));
+                        ok(sys::cuEventCreate(&mut event, flags));
+                        ok(sys::cuCtxGetCurrent(&mut current));
+                        ok(sys::cuEventDestroy_v2(keep(event)));
+                    }
+                    keep(current);
+                },
+            ),
         ],
         ROUNDS,
         2000,

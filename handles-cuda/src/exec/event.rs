@@ -118,15 +118,15 @@ impl EventHandle {
     pub fn create(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
         let raw_flags = flags.to_raw()?;
         let context = context.keep_alive()?.into_owned();
-        let raw_context = context.as_cu();
-        let record = Event {
-            device: context.device(),
-            context: Some(context),
-            flags,
-        };
-        in_context(raw_context, || {
+        in_context(context.as_cu(), || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             let raw = out(|raw| unsafe { driver!(cuEventCreate(raw, raw_flags)) })?;
+            // Made after the call, straight into the handle's box.
+            let record = Event {
+                device: context.device(),
+                context: Some(context),
+                flags,
+            };
             // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
             Ok(unsafe { EventHandle::from_raw(raw, record) })
         })
