@@ -117,7 +117,9 @@ impl Releasable for Box<dyn Any + Send + Sync> {
 /// list (never dereferenced), only a mark that the next last drop is nested.
 const RUNNING: *const ParkedList = std::ptr::dangling();
 
-#[inline(never)]
+/// Inlined into the handle's drop: the outermost case is a thread-local load, two stores and
+/// the box's drop; the others are out of line.
+#[inline(always)]
 fn release_last<T: Releasable>(item: T) {
     let current = OUTERMOST.with(Cell::get);
     if current.is_null() {
@@ -131,14 +133,22 @@ fn release_last<T: Releasable>(item: T) {
         OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
         return;
     }
+    release_nested(current, item);
+}
+
+/// A last drop nested in another: the first one keeps the list, any deeper one is parked.
+#[inline(never)]
+fn release_nested<T: Releasable>(current: *const ParkedList, item: T) {
     if current == RUNNING {
         nested_first(item);
         return;
     }
-    // SAFETY: a pointer other than null and `RUNNING` is published only by `nested_first`, for
-    // the extent of its frame, on this thread, and replaced before that frame ends (by
-    // `Unpublish` when it unwinds); this call runs inside that extent, on the same thread. The
-    // list is borrowed only for this push and for each pop, which call no user code.
+    // SAFETY: `current` is what `OUTERMOST` held when the caller read it, on this thread, with
+    // no code run since. A pointer other than null and `RUNNING` is published only by
+    // `nested_first`, for the extent of its frame, on this thread, and replaced before that
+    // frame ends (by `Unpublish` when it unwinds); this call runs inside that extent, on the
+    // same thread. The list is borrowed only for this push and for each pop, which call no
+    // user code.
     let list = unsafe { &*current };
     list.borrow_mut().push(item.park());
 }

@@ -131,6 +131,7 @@ pub(crate) fn completed(call: &'static str, code: CUresult) -> Result<bool> {
 /// Maps the status of a deleter's driver call. `CUDA_ERROR_DEINITIALIZED` means the driver has
 /// already shut down at process exit and released everything itself: that is not a failure
 /// worth reporting.
+#[inline]
 pub(crate) fn deleter_status(result: Result<()>) -> Result<()> {
     match result {
         Err(error) if error.is_deinitialized() => Ok(()),

@@ -33,6 +33,7 @@ pub struct Event {
 // SAFETY: the CUDA driver API lets events be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for Event {}
 
+#[inline]
 fn destroy_event(raw: CUevent, _: &Event) -> Result<()> {
     // SAFETY: the handle owns `raw` and this deleter runs once.
     deleter_status(unsafe { driver!(cuEventDestroy_v2(raw)) })
