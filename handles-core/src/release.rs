@@ -117,9 +117,10 @@ impl Releasable for Box<dyn Any + Send + Sync> {
 /// list (never dereferenced), only a mark that the next last drop is nested.
 const RUNNING: *const ParkedList = std::ptr::dangling();
 
-/// Inlined into the handle's drop: the outermost case is a thread-local load, two stores and
-/// the box's drop; the others are out of line.
-#[inline(always)]
+/// Out of line, so that the handle's drop (inlined at every use) stays a decrement and a
+/// branch; the outermost case here is a thread-local load, two stores and the box's drop, and
+/// the nested ones are further out of line.
+#[inline(never)]
 fn release_last<T: Releasable>(item: T) {
     let current = OUTERMOST.with(Cell::get);
     if current.is_null() {
