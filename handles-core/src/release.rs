@@ -128,7 +128,7 @@ fn release_last<T: Releasable>(item: T) {
         // a last drop its teardown causes knows it is nested. Most teardowns cause none (an
         // event's context is still held elsewhere), and then no list is made at all.
         OUTERMOST.with(|outermost| outermost.set(RUNNING));
-        let on_unwind = Restore(std::ptr::null());
+        let on_unwind = Clear;
         drop(item);
         std::mem::forget(on_unwind);
         OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
@@ -174,14 +174,13 @@ fn nested_first<T: Releasable>(item: T) {
     OUTERMOST.with(|outermost| outermost.set(RUNNING));
 }
 
-/// Puts the thread's mark back to what it was if the outermost drop unwinds (a record's `Drop`
-/// panicked); forgotten on normal completion.
-struct Restore(*const ParkedList);
+/// Clears the thread's mark if the outermost drop unwinds (a record's `Drop` panicked);
+/// forgotten on normal completion.
+struct Clear;
 
-impl Drop for Restore {
+impl Drop for Clear {
     fn drop(&mut self) {
-        let previous = self.0;
-        OUTERMOST.with(|outermost| outermost.set(previous));
+        OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
     }
 }
 
