@@ -28,28 +28,40 @@ fn class(layout: Layout) -> Option<usize> {
         .then(|| layout.size() / 8 - 1)
 }
 
+/// One size class's spares and their count, together in one cache line: a take or a give
+/// touches that line alone (and the thread-local's state).
+#[repr(C, align(64))]
+struct Class {
+    blocks: [*mut u8; DEPTH],
+    count: u8,
+}
+
 struct Spares {
     /// Only this thread touches them, and never re-entrantly: no user code runs between a
     /// borrow and its end (see `take` and `give`).
-    blocks: UnsafeCell<[[*mut u8; DEPTH]; CLASSES]>,
-    counts: UnsafeCell<[u8; CLASSES]>,
+    classes: UnsafeCell<[Class; CLASSES]>,
 }
 
 impl Spares {
     const fn new() -> Self {
+        const EMPTY: Class = Class {
+            blocks: [std::ptr::null_mut(); DEPTH],
+            count: 0,
+        };
         Spares {
-            blocks: UnsafeCell::new([[std::ptr::null_mut(); DEPTH]; CLASSES]),
-            counts: UnsafeCell::new([0; CLASSES]),
+            classes: UnsafeCell::new([EMPTY; CLASSES]),
         }
     }
 }
 
 impl Drop for Spares {
     fn drop(&mut self) {
-        let (blocks, counts) = (self.blocks.get_mut(), self.counts.get_mut());
-        for (class, (blocks, &count)) in blocks.iter().zip(counts.iter()).enumerate() {
-            let layout = Layout::from_size_align((class + 1) * 8, 8).expect("a valid layout");
-            for &block in &blocks[..usize::from(count)] {
+        for (class, kept) in self.classes.get_mut().iter().enumerate() {
+            // Every class's layout is valid (a multiple of 8 up to `LARGEST`, aligned to 8).
+            let Ok(layout) = Layout::from_size_align((class + 1) * 8, 8) else {
+                continue;
+            };
+            for &block in &kept.blocks[..usize::from(kept.count)] {
                 // SAFETY: every kept block was allocated with its class's layout (`give`'s
                 // contract) and is owned by this list alone.
                 unsafe { std::alloc::dealloc(block, layout) };
@@ -76,12 +88,10 @@ pub(crate) fn take(layout: Layout) -> Option<NonNull<u8>> {
     SPARES
         .try_with(|spares| {
             // SAFETY: this thread's list, borrowed only for these few lines (no user code).
-            let counts = unsafe { &mut *spares.counts.get() };
-            let count = counts[class].checked_sub(1)?;
-            counts[class] = count;
-            // SAFETY: as above.
-            let blocks = unsafe { &*spares.blocks.get() };
-            NonNull::new(blocks[class][usize::from(count)])
+            let kept = unsafe { &mut (*spares.classes.get())[class] };
+            let count = kept.count.checked_sub(1)?;
+            kept.count = count;
+            NonNull::new(*kept.blocks.get(usize::from(count))?)
         })
         .ok()
         .flatten()
@@ -100,15 +110,13 @@ pub(crate) unsafe fn give(block: NonNull<u8>, layout: Layout) -> Option<NonNull<
     };
     let kept = SPARES.try_with(|spares| {
         // SAFETY: this thread's list, borrowed only for these few lines (no user code).
-        let counts = unsafe { &mut *spares.counts.get() };
-        let count = usize::from(counts[class]);
-        if count >= DEPTH {
+        let kept = unsafe { &mut (*spares.classes.get())[class] };
+        let count = usize::from(kept.count);
+        let Some(slot) = kept.blocks.get_mut(count) else {
             return false;
-        }
-        // SAFETY: as above.
-        let blocks = unsafe { &mut *spares.blocks.get() };
-        blocks[class][count] = block.as_ptr();
-        counts[class] += 1;
+        };
+        *slot = block.as_ptr();
+        kept.count += 1;
         true
     });
     match kept {

@@ -2,7 +2,7 @@
 //! medians and ratios to raw. Run on a machine with a GPU:
 //! `cargo run --release -p handles-bench --bin gpu_bench` (or `.gpu/gpu_bench` after
 //! `scripts/gpu-collect.sh`). Prints a Markdown table; `gpu_bench core` prints only the rows
-//! of the handle layer's own costs.
+//! of the handle layer's own costs, and `gpu_bench events` only the event create+drop rows.
 
 use std::sync::Arc;
 
@@ -918,7 +918,8 @@ fn interleaved(
 }
 
 /// The scaling table: aggregate throughput (million ops/s) at 1 to 16 threads.
-fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
+/// The scaling table; with `events_only`, its event create+drop rows alone.
+fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle, events_only: bool) {
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
     let raw_context = context.as_cu() as usize;
     let bind = move || {
@@ -1012,6 +1013,9 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle) {
                 rates,
             );
         }
+    }
+    if events_only {
+        return;
     }
     row(
         "event create+record+drop, a stream per thread",
@@ -1151,6 +1155,22 @@ fn main() {
     let core_only = std::env::args().nth(1).as_deref() == Some("core");
     println!("| op | variant | median ns/op | ratio to first row |");
     println!("|---|---|---|---|");
+    // `gpu_bench events`: the event create+drop rows alone (the main thread, fresh pinned
+    // threads and the scaling table's), for several alternations of builds in one call.
+    if std::env::args().nth(1).as_deref() == Some("events") {
+        report(
+            "event create+drop (timing off)",
+            &events(&context, &cudarc_context),
+        );
+        for cpu in three_cpus() {
+            report(
+                &format!("event create+drop on a fresh thread pinned to CPU {cpu}, context bound"),
+                &on_a_fresh_thread(&context, Some(cpu), || events(&context, &cudarc_context)),
+            );
+        }
+        scaling(&context, &pool, true);
+        return;
+    }
     occupancy::report_all(&context, &stream);
     report(
         "event create+drop (timing off)",
@@ -1185,7 +1205,7 @@ fn main() {
                 &on_a_fresh_thread(&context, Some(cpu), || events(&context, &cudarc_context)),
             );
         }
-        scaling(&context, &pool);
+        scaling(&context, &pool, false);
         return;
     }
     report(
@@ -1237,5 +1257,5 @@ fn main() {
         "a loop of 100 kernels, until done: host-driven vs a while node",
         &conditional::conditional_loops(&context, &stream),
     );
-    scaling(&context, &pool);
+    scaling(&context, &pool, false);
 }
