@@ -98,6 +98,41 @@ fn delete_node(raw: u64, node: &Node) -> Result<(), Refused> {
     }
 }
 
+/// Links deleted so far in this process (see [`Link`]).
+pub static LINKS_DELETED: AtomicU64 = AtomicU64::new(0);
+
+fn delete_link(_: u64, link: &Link) -> Result<(), std::io::Error> {
+    // Deleted before its owner: the parent is still alive.
+    if let Some(parent) = &link.parent {
+        assert!(parent.strong_count() >= 1);
+    }
+    LINKS_DELETED.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A list node that owns the node before it, as trees and lists of handles do; its deleter
+/// only counts ([`LINKS_DELETED`]) and checks that its parent is still alive.
+#[derive(ResourceHandle)]
+#[handle(raw = u64, delete = delete_link)]
+pub struct Link {
+    /// The link before this one.
+    #[owner]
+    pub parent: Option<LinkHandle>,
+}
+
+// SAFETY: a plain id; nothing is done with it from any thread.
+unsafe impl handles_core::ThreadSafe for Link {}
+
+/// A chain of `depth` links with ids from `first_id`, each owning the one before: the last.
+pub fn link_chain(depth: usize, first_id: u64) -> Option<LinkHandle> {
+    let mut tail: Option<LinkHandle> = None;
+    for id in first_id..first_id + depth as u64 {
+        // SAFETY: stand-in ids that nothing else owns; the deleter only counts.
+        tail = Some(unsafe { LinkHandle::from_raw(id, Link { parent: tail }) });
+    }
+    tail
+}
+
 /// A node in a tree of resources: optionally owned by a parent node of the same type.
 #[derive(ResourceHandle)]
 #[handle(raw = u64, accessor = id, delete = delete_node, registry)]

@@ -12,42 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
 use handles_core::{ResourceHandle, ThreadSafe};
+use handles_tests::{LINKS_DELETED, LinkHandle, link_chain};
 
 const fn scaled(native: usize, under_miri: usize) -> usize {
     if cfg!(miri) { under_miri } else { native }
 }
 
-static LINKS_DELETED: AtomicU64 = AtomicU64::new(0);
 static NODES_DELETED: AtomicU64 = AtomicU64::new(0);
-
-fn delete_link(_: u64, link: &Link) -> Result<(), std::io::Error> {
-    // Deleted before its owner: the parent is still alive.
-    if let Some(parent) = &link.parent {
-        assert!(parent.strong_count() >= 1);
-    }
-    LINKS_DELETED.fetch_add(1, Ordering::Relaxed);
-    Ok(())
-}
-
-/// A list node that owns the node before it.
-#[derive(ResourceHandle)]
-#[handle(raw = u64, delete = delete_link)]
-struct Link {
-    #[owner]
-    parent: Option<LinkHandle>,
-}
-
-// SAFETY: a plain id; nothing is done with it from any thread.
-unsafe impl ThreadSafe for Link {}
-
-fn link_chain(depth: usize, first_id: u64) -> Option<LinkHandle> {
-    let mut tail: Option<LinkHandle> = None;
-    for id in first_id..first_id + depth as u64 {
-        // SAFETY: stand-in ids that nothing else owns; the deleter only counts.
-        tail = Some(unsafe { LinkHandle::from_raw(id, Link { parent: tail }) });
-    }
-    tail
-}
 
 /// A record field whose `Drop` panics when armed: user code that unwinds out of a release.
 struct Bomb(bool);

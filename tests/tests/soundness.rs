@@ -5,14 +5,16 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use handles_core::{CacheSlot, RawValue, Resource, ResourceHandle, ThreadSafe, WeakCache};
-use handles_tests::{Behaviour, NodeHandle, fresh_id, serial};
+use handles_tests::{
+    Behaviour, LINKS_DELETED, Link, LinkHandle, NodeHandle, fresh_id, link_chain, serial,
+};
 
 /// Counts the bytes this test binary has allocated and not freed.
 struct CountingAllocator;
@@ -386,28 +388,6 @@ fn weak_cache_recovers_when_a_key_clone_panics() {
 // ---------------------------------------------------------------------------------------------
 // 6. An owner chain of any depth drops without overflowing the stack.
 
-static LINKS_DELETED: AtomicU64 = AtomicU64::new(0);
-
-fn delete_link(_: u64, link: &Link) -> Result<(), std::io::Error> {
-    // Deleted before its owner: the parent must not be deleted yet.
-    if let Some(parent) = &link.parent {
-        assert!(parent.strong_count() >= 1);
-    }
-    LINKS_DELETED.fetch_add(1, Ordering::Relaxed);
-    Ok(())
-}
-
-/// A list node that owns the node before it, as trees and lists of handles do.
-#[derive(ResourceHandle)]
-#[handle(raw = u64, delete = delete_link)]
-struct Link {
-    #[owner]
-    parent: Option<LinkHandle>,
-}
-
-// SAFETY: a plain id; nothing is done with it from any thread.
-unsafe impl ThreadSafe for Link {}
-
 #[test]
 fn a_million_deep_owner_chain_drops_on_a_2_mib_thread() {
     let _serial = serial();
@@ -454,15 +434,6 @@ fn a_million_deep_chain_of_with_owner_values_drops_on_a_2_mib_thread() {
 
 thread_local! {
     static KEPT_CHAIN: std::cell::RefCell<Option<LinkHandle>> = const { std::cell::RefCell::new(None) };
-}
-
-fn link_chain(depth: usize, first_id: u64) -> Option<LinkHandle> {
-    let mut tail: Option<LinkHandle> = None;
-    for id in first_id..first_id + depth as u64 {
-        // SAFETY: stand-in ids that nothing else owns; the deleter only counts.
-        tail = Some(unsafe { LinkHandle::from_raw(id, Link { parent: tail }) });
-    }
-    tail
 }
 
 #[test]

@@ -68,36 +68,33 @@ fn events(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) -> Measure
             // charges for the context checks in this sequence, apart from the code around them.
             Variant::new(
                 "raw, cuCtxGetCurrent before the create (ours' calls)",
-                || {
-                    let (mut current, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
-                    // SAFETY: the primary context is current on this thread.
-                    unsafe {
-                        ok(sys::cuCtxGetCurrent(&mut current));
-                        ok(sys::cuEventCreate(&mut event, flags));
-                        ok(sys::cuEventDestroy_v2(keep(event)));
-                    }
-                    keep(current);
-                },
+                || checked_pair(flags, false),
             ),
             Variant::new(
                 "raw, cuCtxGetCurrent before each call (cudarc's calls)",
-                || {
-                    let (mut current, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
-                    // SAFETY: the primary context is current on this thread.
-                    unsafe {
-                        ok(sys::cuCtxGetCurrent(&mut current));
-                        ok(sys::cuEventCreate(&mut event, flags));
-                        ok(sys::cuCtxGetCurrent(&mut current));
-                        ok(sys::cuEventDestroy_v2(keep(event)));
-                    }
-                    keep(current);
-                },
+                || checked_pair(flags, true),
             ),
         ],
         ROUNDS,
         2000,
         || {},
     )
+}
+
+/// The raw event pair with `cuCtxGetCurrent` before the create, and with `again` before the
+/// destroy too.
+fn checked_pair(flags: u32, again: bool) {
+    let (mut current, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the primary context is current on this thread; the event is destroyed once.
+    unsafe {
+        ok(sys::cuCtxGetCurrent(&mut current));
+        ok(sys::cuEventCreate(&mut event, flags));
+        if again {
+            ok(sys::cuCtxGetCurrent(&mut current));
+        }
+        ok(sys::cuEventDestroy_v2(keep(event)));
+    }
+    keep(current);
 }
 
 /// Events that are recorded once each on `stream` before they go: the raw pair with a record
@@ -1130,6 +1127,16 @@ fn scaling(context: &ContextHandle, pool: &MemoryPoolHandle, events_only: bool) 
     );
 }
 
+/// The event create+drop rows on a fresh thread pinned to each of three CPUs, context bound.
+fn pinned_event_rows(context: &ContextHandle, cudarc_context: &Arc<CudaContext>) {
+    for cpu in three_cpus() {
+        report(
+            &format!("event create+drop on a fresh thread pinned to CPU {cpu}, context bound"),
+            &on_a_fresh_thread(context, Some(cpu), || events(context, cudarc_context)),
+        );
+    }
+}
+
 fn main() {
     if let Err(error) = handles_cuda::driver::ensure_loaded() {
         println!("gpu_bench needs a CUDA driver: {error}");
@@ -1162,12 +1169,7 @@ fn main() {
             "event create+drop (timing off)",
             &events(&context, &cudarc_context),
         );
-        for cpu in three_cpus() {
-            report(
-                &format!("event create+drop on a fresh thread pinned to CPU {cpu}, context bound"),
-                &on_a_fresh_thread(&context, Some(cpu), || events(&context, &cudarc_context)),
-            );
-        }
+        pinned_event_rows(&context, &cudarc_context);
         scaling(&context, &pool, true);
         return;
     }
@@ -1199,12 +1201,7 @@ fn main() {
             "floor parts on a fresh thread (ns, ratio to first row)",
             &on_a_fresh_thread(&context, None, || floor_parts(&context)),
         );
-        for cpu in three_cpus() {
-            report(
-                &format!("event create+drop on a fresh thread pinned to CPU {cpu}, context bound"),
-                &on_a_fresh_thread(&context, Some(cpu), || events(&context, &cudarc_context)),
-            );
-        }
+        pinned_event_rows(&context, &cudarc_context);
         scaling(&context, &pool, false);
         return;
     }
