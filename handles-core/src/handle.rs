@@ -467,7 +467,7 @@ impl<R: Resource> Drop for Handle<R> {
         // box's own answer decides (a hand-written `registry()` may have changed its mind);
         // for a derived type with a registry the first test is a constant `false`.
         let unique_first = R::registry().is_none() && !inner.get().is_registered();
-        release(inner, core::mem::needs_drop::<R>(), unique_first);
+        release(inner, unique_first);
     }
 }
 

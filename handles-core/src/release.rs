@@ -20,13 +20,14 @@
 //! The fast path (a handle that is not the last) is the one decrement of the count, which also
 //! tells the last reference that it is the last ([`crate::counted::Counted::release`]): what is
 //! parked is a box no other reference can reach any more, never a reference that might still
-//! be shared. A last drop of a box whose record has no drop glue (so its teardown cannot drop
-//! another handle here; a with-owner value goes through `release_value` by itself) skips the
-//! bookkeeping, and otherwise the bookkeeping is a few thread-local loads and stores.
+//! be shared. Every last drop takes the bookkeeping, a few thread-local loads and stores: even
+//! a record with no drop glue has a deleter, which is user code and may drop handles.
 //!
 //! If a record's `Drop` panics while the list is emptied, the list's remaining entries are
-//! dropped as the frame unwinds, each under `catch_unwind`, so that a second panic cannot abort
-//! the thread; the mark is put back on every exit.
+//! dropped as the frame unwinds, each under `catch_unwind`, and a first nested drop that starts
+//! while the thread unwinds (the outermost record's drop panicked, and its drop glue goes on)
+//! is caught the same way, so that a second panic cannot abort the process; the mark is put
+//! back on every exit.
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -61,28 +62,19 @@ loom::thread_local! {
 }
 
 /// Drops one strong reference to a box, tearing down the box and, iteratively, everything it
-/// was the last owner of. `record_has_drop_glue` is `needs_drop` of the box's record, a
-/// constant at the call site; `unique_first` is a constant `false` for a derived type with a
+/// was the last owner of. `unique_first` is a constant `false` for a derived type with a
 /// registry, and otherwise whether the box itself is in no registry.
 #[inline(always)]
-pub(crate) fn release<B: 'static>(
-    inner: Counted<B>,
-    record_has_drop_glue: bool,
-    unique_first: bool,
-) {
+pub(crate) fn release<B: 'static>(inner: Counted<B>, unique_first: bool) {
     // A reference that is not the last (the common case) tears nothing down: one decrement.
     // `unique_first` first looks for the only reference of any kind, which needs no
     // decrement (`Counted::release`).
     let Some(last) = inner.release(unique_first) else {
         return;
     };
-    // A box whose record has no drop glue (known at compile time) cannot drop another handle
-    // here (a with-owner value goes through `release_value` by itself): dropped in place, with
-    // no bookkeeping.
-    if !record_has_drop_glue {
-        drop(last);
-        return;
-    }
+    // Every last drop goes through the bookkeeping, a record without drop glue's too: its
+    // deleter is user code, which may drop the last handle of another box (a chain of such
+    // deleters recursed as deep as the chain while these boxes were dropped in place).
     release_last(last);
 }
 
@@ -166,7 +158,14 @@ fn nested_first<T: Releasable>(item: T) {
     let list: ManuallyDrop<ParkedList> = ManuallyDrop::new(RefCell::new(Vec::new()));
     OUTERMOST.with(|outermost| outermost.set(&*list));
     let on_unwind = Unpublish(&list);
-    drop(item);
+    if std::thread::panicking() {
+        // Released while the thread unwinds (the outermost record's drop panicked, and its
+        // drop glue is dropping the rest): a second panic here would abort the process, so it
+        // is caught, as for the entries `Unpublish` drops.
+        drop_without_unwinding(item);
+    } else {
+        drop(item);
+    }
     if list.borrow().capacity() != 0 {
         drain(&list);
     }

@@ -19,6 +19,8 @@ const fn scaled(native: usize, under_miri: usize) -> usize {
 }
 
 static NODES_DELETED: AtomicU64 = AtomicU64::new(0);
+/// The tests of this file count deletions process-wide: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A record field whose `Drop` panics when armed: user code that unwinds out of a release.
 struct Bomb(bool);
@@ -63,6 +65,9 @@ fn node(id: u64, parent: Option<NodeHandle>, links: usize, armed: bool) -> NodeH
 
 #[test]
 fn a_record_that_panics_in_its_drop_leaves_the_release_usable_at_every_depth() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let depth = scaled(1_000_000, 2_000);
     thread::Builder::new()
         .stack_size(2 << 20)
@@ -97,4 +102,142 @@ fn a_record_that_panics_in_its_drop_leaves_the_release_usable_at_every_depth() {
         6,
         "every node was deleted, those whose record panicked included"
     );
+}
+
+static PAIRS_DELETED: AtomicU64 = AtomicU64::new(0);
+
+fn delete_pair(_: u64, _: &Pair) -> Result<(), std::io::Error> {
+    PAIRS_DELETED.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A node whose bomb drops before its two owners (fields drop in declaration order): when the
+/// bomb panics, the owners are released while the thread unwinds.
+#[derive(ResourceHandle)]
+#[handle(raw = u64, delete = delete_pair)]
+struct Pair {
+    bomb: Bomb,
+    #[owner]
+    first: Option<PairHandle>,
+    #[owner]
+    second: Option<PairHandle>,
+}
+
+// SAFETY: a plain id; nothing is done with it from any thread.
+unsafe impl ThreadSafe for Pair {}
+
+static NEXT_PAIR_ID: AtomicU64 = AtomicU64::new(1);
+
+fn pair(first: Option<PairHandle>, second: Option<PairHandle>, armed: bool) -> PairHandle {
+    let id = NEXT_PAIR_ID.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: a fresh stand-in id that nothing else owns; the deleter only counts.
+    unsafe {
+        PairHandle::from_raw(
+            id,
+            Pair {
+                bomb: Bomb(armed),
+                first,
+                second,
+            },
+        )
+    }
+}
+
+fn bomb() -> PairHandle {
+    pair(None, None, true)
+}
+
+/// Drops `handle` and expects its first panic back, with `deleted` more pairs deleted.
+fn drop_expecting_a_panic(handle: PairHandle, deleted: u64) {
+    let before = PAIRS_DELETED.load(Ordering::Relaxed);
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(handle))).is_err());
+    assert_eq!(PAIRS_DELETED.load(Ordering::Relaxed) - before, deleted);
+}
+
+/// Records that panic while another record's drop is unwinding: the owners the unwinding drop
+/// glue releases are caught, never a second panic that aborts the process (found in review:
+/// with the outermost drop keeping no list, the first nested one ran in place there).
+#[test]
+fn a_second_panic_while_a_release_unwinds_is_caught() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // The outermost record panics, then its owner's record too.
+    drop_expecting_a_panic(pair(Some(bomb()), None, true), 2);
+    // Two owners of one record panic: the second is released while the first unwinds.
+    drop_expecting_a_panic(pair(Some(bomb()), Some(bomb()), false), 3);
+    // A with-owner handle whose record and owner value both panic.
+    let id = NEXT_PAIR_ID.fetch_add(1, Ordering::Relaxed);
+    let record = Pair {
+        bomb: Bomb(true),
+        first: None,
+        second: None,
+    };
+    // SAFETY: a stand-in id; a with-owner handle deletes nothing.
+    let with_owner = unsafe { PairHandle::from_raw_with_owner(id, record, Bomb(true)) };
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(with_owner))).is_err());
+    // Boxes left on a list when it unwinds, whose owners panic as they are dropped.
+    let first = pair(
+        Some(pair(Some(bomb()), Some(bomb()), false)),
+        Some(pair(None, Some(bomb()), false)),
+        false,
+    );
+    drop_expecting_a_panic(pair(Some(first), None, false), 7);
+}
+
+/// For each leaf id, the handle its deleter releases (the leaf made before it).
+static NEXT_LEAF: std::sync::Mutex<Vec<Option<LeafHandle>>> = std::sync::Mutex::new(Vec::new());
+
+fn delete_leaf(raw: u64, _: &Leaf) -> Result<(), std::io::Error> {
+    // The deleter releases the next box of the chain: a release started inside a release.
+    let mut next = NEXT_LEAF
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let released = next.get_mut(raw as usize).and_then(Option::take);
+    drop(next);
+    drop(released);
+    Ok(())
+}
+
+/// A resource whose record has no drop glue: only its deleter can release another handle.
+#[derive(ResourceHandle)]
+#[handle(raw = u64, delete = delete_leaf)]
+struct Leaf {}
+
+// SAFETY: a plain id; nothing is done with it from any thread.
+unsafe impl ThreadSafe for Leaf {}
+
+/// A chain of deleters, each dropping the last handle of the next box, for records with no drop
+/// glue: constant stack (found in review: such boxes were dropped in place with no bookkeeping,
+/// so each link recursed a few frames deeper).
+#[test]
+fn a_chain_of_deleters_without_drop_glue_drops_on_a_small_stack() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let depth = scaled(1_000_000, 2_000);
+    thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let mut previous: Option<LeafHandle> = None;
+            for id in 0..depth as u64 {
+                // SAFETY: stand-in ids that nothing else owns.
+                let handle = unsafe { LeafHandle::from_raw(id, Leaf {}) };
+                let mut next = NEXT_LEAF
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                next.push(previous.take());
+                drop(next);
+                previous = Some(handle);
+            }
+            drop(previous);
+        })
+        .unwrap()
+        .join()
+        .expect("the chain of deleters dropped without overflowing the stack");
+    let next = NEXT_LEAF
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    assert!(next.iter().all(Option::is_none), "every leaf was released");
+    assert_eq!(LeafHandle::live_count(), Some(0));
 }
