@@ -98,6 +98,20 @@ fn delete_node(raw: u64, node: &Node) -> Result<(), Refused> {
     }
 }
 
+/// Runs `body` on a new thread with a 2 MiB stack (what a deep release must fit in) and returns
+/// what it returned; a panic or a stack overflow there fails the caller with `what`.
+pub fn on_a_2_mib_thread<T: Send + 'static>(
+    what: &str,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(body)
+        .expect("a thread")
+        .join()
+        .expect(what)
+}
+
 /// Links deleted so far in this process (see [`Link`]).
 pub static LINKS_DELETED: AtomicU64 = AtomicU64::new(0);
 

@@ -9,18 +9,15 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread;
 
 use handles_core::{ResourceHandle, ThreadSafe};
-use handles_tests::{LINKS_DELETED, LinkHandle, link_chain};
+use handles_tests::{LINKS_DELETED, LinkHandle, link_chain, on_a_2_mib_thread, serial};
 
 const fn scaled(native: usize, under_miri: usize) -> usize {
     if cfg!(miri) { under_miri } else { native }
 }
 
 static NODES_DELETED: AtomicU64 = AtomicU64::new(0);
-/// The tests of this file count deletions process-wide: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A record field whose `Drop` panics when armed: user code that unwinds out of a release.
 struct Bomb(bool);
@@ -38,120 +35,107 @@ fn delete_node(_: u64, _: &Node) -> Result<(), std::io::Error> {
     Ok(())
 }
 
-/// A node owning another node and a chain of links, whose drop may panic after its owners were
-/// released (fields drop in declaration order).
+/// A node owning up to two nodes and a chain of links, with a bomb that drops before its owners
+/// are released and one that drops after (fields drop in declaration order): when the first
+/// panics, the owners are released while the thread unwinds.
 #[derive(ResourceHandle)]
 #[handle(raw = u64, delete = delete_node)]
 struct Node {
+    early: Bomb,
     #[owner]
     parent: Option<NodeHandle>,
     #[owner]
+    second: Option<NodeHandle>,
+    #[owner]
     links: Option<LinkHandle>,
-    bomb: Bomb,
+    late: Bomb,
 }
 
 // SAFETY: a plain id; nothing is done with it from any thread.
 unsafe impl ThreadSafe for Node {}
 
-fn node(id: u64, parent: Option<NodeHandle>, links: usize, armed: bool) -> NodeHandle {
-    let record = Node {
-        parent,
-        links: link_chain(links, id * 10_000_000),
-        bomb: Bomb(armed),
-    };
-    // SAFETY: stand-in ids that nothing else owns; the deleter only counts.
+static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(1);
+
+fn make(record: Node) -> NodeHandle {
+    let id = NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: a fresh stand-in id that nothing else owns; the deleter only counts.
     unsafe { NodeHandle::from_raw(id, record) }
+}
+
+/// A node over a chain of `links`, whose late bomb is armed as told.
+fn node(parent: Option<NodeHandle>, links: usize, armed: bool) -> NodeHandle {
+    let first_link = NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed) * 10_000_000;
+    make(Node {
+        early: Bomb(false),
+        parent,
+        second: None,
+        links: link_chain(links, first_link),
+        late: Bomb(armed),
+    })
+}
+
+/// A node of two owners, whose early bomb is armed as told.
+fn pair(first: Option<NodeHandle>, second: Option<NodeHandle>, armed: bool) -> NodeHandle {
+    make(Node {
+        early: Bomb(armed),
+        parent: first,
+        second,
+        links: None,
+        late: Bomb(false),
+    })
+}
+
+fn bomb() -> NodeHandle {
+    pair(None, None, true)
+}
+
+fn nodes_deleted() -> u64 {
+    NODES_DELETED.load(Ordering::Relaxed)
 }
 
 #[test]
 fn a_record_that_panics_in_its_drop_leaves_the_release_usable_at_every_depth() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = serial();
     let depth = scaled(1_000_000, 2_000);
-    thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(move || {
+    let (links_before, nodes_before) = (LINKS_DELETED.load(Ordering::Relaxed), nodes_deleted());
+    on_a_2_mib_thread(
+        "every release completed or unwound without overflowing the stack",
+        move || {
             // The outermost last drop panics, after its owners (a deep chain) were released.
-            let outermost = node(1, None, depth, true);
+            let outermost = node(None, depth, true);
             assert!(catch_unwind(AssertUnwindSafe(|| drop(outermost))).is_err());
             // The first nested one panics, with a deep chain parked on its list, which is
             // dropped as it unwinds; then the outermost unwinds too.
-            let nested = node(2, None, depth, true);
-            let child = node(3, Some(nested), 0, false);
+            let nested = node(None, depth, true);
+            let child = node(Some(nested), 0, false);
             assert!(catch_unwind(AssertUnwindSafe(|| drop(child))).is_err());
             // A drop deeper still panics while it is dropped from the list: the chain below it
             // is still released.
-            let deep = node(4, None, depth, true);
-            let middle = node(5, Some(deep), 0, false);
-            let top = node(6, Some(middle), 0, false);
+            let deep = node(None, depth, true);
+            let middle = node(Some(deep), 0, false);
+            let top = node(Some(middle), 0, false);
             assert!(catch_unwind(AssertUnwindSafe(|| drop(top))).is_err());
             // The thread's release is as new: a deep chain still drops on this small stack.
             drop(link_chain(depth, 90_000_000));
-        })
-        .unwrap()
-        .join()
-        .expect("every release completed or unwound without overflowing the stack");
+        },
+    );
     assert_eq!(
-        LINKS_DELETED.load(Ordering::Relaxed),
+        LINKS_DELETED.load(Ordering::Relaxed) - links_before,
         4 * depth as u64,
         "every link was deleted"
     );
     assert_eq!(
-        NODES_DELETED.load(Ordering::Relaxed),
+        nodes_deleted() - nodes_before,
         6,
         "every node was deleted, those whose record panicked included"
     );
 }
 
-static PAIRS_DELETED: AtomicU64 = AtomicU64::new(0);
-
-fn delete_pair(_: u64, _: &Pair) -> Result<(), std::io::Error> {
-    PAIRS_DELETED.fetch_add(1, Ordering::Relaxed);
-    Ok(())
-}
-
-/// A node whose bomb drops before its two owners (fields drop in declaration order): when the
-/// bomb panics, the owners are released while the thread unwinds.
-#[derive(ResourceHandle)]
-#[handle(raw = u64, delete = delete_pair)]
-struct Pair {
-    bomb: Bomb,
-    #[owner]
-    first: Option<PairHandle>,
-    #[owner]
-    second: Option<PairHandle>,
-}
-
-// SAFETY: a plain id; nothing is done with it from any thread.
-unsafe impl ThreadSafe for Pair {}
-
-static NEXT_PAIR_ID: AtomicU64 = AtomicU64::new(1);
-
-fn pair(first: Option<PairHandle>, second: Option<PairHandle>, armed: bool) -> PairHandle {
-    let id = NEXT_PAIR_ID.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: a fresh stand-in id that nothing else owns; the deleter only counts.
-    unsafe {
-        PairHandle::from_raw(
-            id,
-            Pair {
-                bomb: Bomb(armed),
-                first,
-                second,
-            },
-        )
-    }
-}
-
-fn bomb() -> PairHandle {
-    pair(None, None, true)
-}
-
 /// Drops `handle` and expects its first panic back, with `deleted` more pairs deleted.
-fn drop_expecting_a_panic(handle: PairHandle, deleted: u64) {
-    let before = PAIRS_DELETED.load(Ordering::Relaxed);
+fn drop_expecting_a_panic(handle: NodeHandle, deleted: u64) {
+    let before = nodes_deleted();
     assert!(catch_unwind(AssertUnwindSafe(|| drop(handle))).is_err());
-    assert_eq!(PAIRS_DELETED.load(Ordering::Relaxed) - before, deleted);
+    assert_eq!(nodes_deleted() - before, deleted);
 }
 
 /// Records that panic while another record's drop is unwinding: the owners the unwinding drop
@@ -159,22 +143,22 @@ fn drop_expecting_a_panic(handle: PairHandle, deleted: u64) {
 /// with the outermost drop keeping no list, the first nested one ran in place there).
 #[test]
 fn a_second_panic_while_a_release_unwinds_is_caught() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = serial();
     // The outermost record panics, then its owner's record too.
     drop_expecting_a_panic(pair(Some(bomb()), None, true), 2);
     // Two owners of one record panic: the second is released while the first unwinds.
     drop_expecting_a_panic(pair(Some(bomb()), Some(bomb()), false), 3);
     // A with-owner handle whose record and owner value both panic.
-    let id = NEXT_PAIR_ID.fetch_add(1, Ordering::Relaxed);
-    let record = Pair {
-        bomb: Bomb(true),
-        first: None,
+    let id = NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed);
+    let record = Node {
+        early: Bomb(true),
+        parent: None,
         second: None,
+        links: None,
+        late: Bomb(false),
     };
     // SAFETY: a stand-in id; a with-owner handle deletes nothing.
-    let with_owner = unsafe { PairHandle::from_raw_with_owner(id, record, Bomb(true)) };
+    let with_owner = unsafe { NodeHandle::from_raw_with_owner(id, record, Bomb(true)) };
     assert!(catch_unwind(AssertUnwindSafe(|| drop(with_owner))).is_err());
     // Boxes left on a list when it unwinds, whose owners panic as they are dropped.
     let first = pair(
@@ -212,13 +196,11 @@ unsafe impl ThreadSafe for Leaf {}
 /// so each link recursed a few frames deeper).
 #[test]
 fn a_chain_of_deleters_without_drop_glue_drops_on_a_small_stack() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = serial();
     let depth = scaled(1_000_000, 2_000);
-    thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(move || {
+    on_a_2_mib_thread(
+        "the chain of deleters dropped without overflowing the stack",
+        move || {
             let mut previous: Option<LeafHandle> = None;
             for id in 0..depth as u64 {
                 // SAFETY: stand-in ids that nothing else owns.
@@ -231,10 +213,8 @@ fn a_chain_of_deleters_without_drop_glue_drops_on_a_small_stack() {
                 previous = Some(handle);
             }
             drop(previous);
-        })
-        .unwrap()
-        .join()
-        .expect("the chain of deleters dropped without overflowing the stack");
+        },
+    );
     let next = NEXT_LEAF
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use handles_core::{CacheSlot, RawValue, Resource, ResourceHandle, ThreadSafe, WeakCache};
 use handles_tests::{
-    Behaviour, LINKS_DELETED, Link, LinkHandle, NodeHandle, fresh_id, link_chain, serial,
+    Behaviour, LINKS_DELETED, Link, LinkHandle, NodeHandle, fresh_id, link_chain,
+    on_a_2_mib_thread, serial,
 };
 
 /// Counts the bytes this test binary has allocated and not freed.
@@ -394,14 +395,10 @@ fn a_million_deep_owner_chain_drops_on_a_2_mib_thread() {
     let depth = scaled(1_000_000, 2_000);
     let deleted_before = LINKS_DELETED.load(Ordering::Relaxed);
     let live_before = LinkHandle::live_count();
-    thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(move || {
-            drop(link_chain(depth, 0));
-        })
-        .unwrap()
-        .join()
-        .expect("the chain dropped without overflowing the stack");
+    on_a_2_mib_thread(
+        "the chain dropped without overflowing the stack",
+        move || drop(link_chain(depth, 0)),
+    );
     assert_eq!(
         LINKS_DELETED.load(Ordering::Relaxed) - deleted_before,
         depth as u64
