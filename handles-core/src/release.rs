@@ -24,9 +24,10 @@
 //! a record with no drop glue has a deleter, which is user code and may drop handles.
 //!
 //! If a record's `Drop` panics while the list is emptied, the list's remaining entries are
-//! dropped as the frame unwinds, each under `catch_unwind`, and a first nested drop that starts
-//! while the thread unwinds (the outermost record's drop panicked, and its drop glue goes on)
-//! is caught the same way, so that a second panic cannot abort the process; the mark is put
+//! dropped as the frame unwinds, each under `catch_unwind`, and a last drop dropped in place
+//! while the thread unwinds (an unrelated panic unwinds through the handle, or the outermost
+//! record's drop panicked and its drop glue goes on) is caught the same way
+//! ([`drop_in_place_here`]), so that a second panic cannot abort the process; the mark is put
 //! back on every exit.
 
 use std::any::Any;
@@ -121,7 +122,7 @@ fn release_last<T: Releasable>(item: T) {
         // event's context is still held elsewhere), and then no list is made at all.
         OUTERMOST.with(|outermost| outermost.set(RUNNING));
         let on_unwind = Clear;
-        drop(item);
+        drop_in_place_here(item);
         std::mem::forget(on_unwind);
         OUTERMOST.with(|outermost| outermost.set(std::ptr::null()));
         return;
@@ -158,19 +159,33 @@ fn nested_first<T: Releasable>(item: T) {
     let list: ManuallyDrop<ParkedList> = ManuallyDrop::new(RefCell::new(Vec::new()));
     OUTERMOST.with(|outermost| outermost.set(&*list));
     let on_unwind = Unpublish(&list);
-    if std::thread::panicking() {
-        // Released while the thread unwinds (the outermost record's drop panicked, and its
-        // drop glue is dropping the rest): a second panic here would abort the process, so it
-        // is caught, as for the entries `Unpublish` drops.
-        drop_without_unwinding(item);
-    } else {
-        drop(item);
-    }
+    drop_in_place_here(item);
     if list.borrow().capacity() != 0 {
         drain(&list);
     }
     std::mem::forget(on_unwind);
     OUTERMOST.with(|outermost| outermost.set(RUNNING));
+}
+
+/// Drops a last reference in place, in the outermost last drop or the first nested one: the
+/// one home of "a release never aborts the process". While the thread unwinds (an unrelated
+/// panic drops the handle, or a record's drop panicked and its drop glue goes on), a second
+/// panic from a record's `Drop` would abort, so it is caught (and its payload dropped without
+/// unwinding); otherwise a panic reaches the caller, as any `Drop`'s does.
+#[inline(always)]
+fn drop_in_place_here<T>(item: T) {
+    if std::thread::panicking() {
+        drop_while_unwinding(item);
+    } else {
+        drop(item);
+    }
+}
+
+/// [`drop_in_place_here`] on an unwinding thread: out of line, off the common path.
+#[cold]
+#[inline(never)]
+fn drop_while_unwinding<T>(item: T) {
+    drop_without_unwinding(item);
 }
 
 /// Clears the thread's mark if the outermost drop unwinds (a record's `Drop` panicked);

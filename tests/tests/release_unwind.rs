@@ -169,6 +169,33 @@ fn a_second_panic_while_a_release_unwinds_is_caught() {
     drop_expecting_a_panic(pair(Some(first), None, false), 7);
 }
 
+/// A handle whose record panics in its drop, dropped by an unrelated unwind (a panic in the
+/// scope that holds it): the outermost last drop runs while the thread unwinds, so the
+/// record's panic is caught there instead of aborting the process with "panic in a destructor
+/// during cleanup" (F2: the outermost drop dropped the box in place without looking; this
+/// test's process aborted before the fix). The box is still deleted, and the unrelated panic
+/// is the one that reaches the caller.
+#[test]
+fn a_panicking_record_dropped_by_an_unrelated_unwind_does_not_abort() {
+    let _serial = serial();
+    let before = nodes_deleted();
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        let _held = bomb();
+        std::panic::panic_any("an unrelated panic");
+    }));
+    let payload = unwound.expect_err("the unrelated panic reaches the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"an unrelated panic"));
+    assert_eq!(nodes_deleted() - before, 1, "the panicking record's box was deleted");
+    // The same with an owner chain below it: the owners are released while unwinding too.
+    let before = nodes_deleted();
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        let _held = pair(Some(bomb()), Some(node(None, 3, true)), true);
+        std::panic::panic_any("an unrelated panic");
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(nodes_deleted() - before, 3, "every node was deleted once");
+}
+
 /// For each leaf id, the handle its deleter releases (the leaf made before it).
 static NEXT_LEAF: std::sync::Mutex<Vec<Option<LeafHandle>>> = std::sync::Mutex::new(Vec::new());
 
