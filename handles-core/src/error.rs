@@ -29,13 +29,7 @@ impl DeleteError {
     #[cold]
     #[inline(never)]
     pub(crate) fn from_panic(payload: Box<dyn Any + Send>) -> Self {
-        let message = if let Some(text) = payload.downcast_ref::<&'static str>() {
-            (*text).to_owned()
-        } else if let Some(text) = payload.downcast_ref::<String>() {
-            text.clone()
-        } else {
-            "a panic with a non-string payload".to_owned()
-        };
+        let message = panic_message(&*payload);
         drop_without_unwinding(payload);
         DeleteError::Panicked(message)
     }
@@ -88,6 +82,18 @@ pub(crate) fn drop_without_unwinding<T>(value: T) {
         };
     }
     std::mem::forget(payload);
+}
+
+/// A panic payload's message: its text if it is a string, else a fixed phrase. Reads the
+/// payload only; dropping it is the caller's.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&'static str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
 }
 
 /// Why [`close`](crate::Handle::close) did not delete the resource cleanly.

@@ -64,7 +64,9 @@ pub use handles_macros::ResourceHandle;
 pub use live::LiveCount;
 pub use raw::RawValue;
 pub use registry::Registry;
-pub use report::{DeleteFailure, report_panic, reset_report_hook, set_report_hook};
+pub use report::{
+    DeleteFailure, report_panic, report_panic_of, reset_report_hook, set_report_hook,
+};
 pub use resource::{Owner, Resource, ResourceHandle, ThreadSafe, WeakResourceHandle};
 
 /// Items used by the derive's generated code. Not a public API.

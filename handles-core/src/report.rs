@@ -61,10 +61,16 @@ pub fn reset_report_hook() {
 /// what panicked, `raw` the value it was running for, and the error says "panicked: " and the
 /// payload's message. Never unwinds, and drops the payload without letting its `Drop` unwind.
 pub fn report_panic(type_name: &'static str, raw: isize, payload: Box<dyn std::any::Any + Send>) {
-    let message = match DeleteError::from_panic(payload) {
-        DeleteError::Panicked(message) => message,
-        DeleteError::Failed(error) => error.to_string(),
-    };
+    report_panic_of(type_name, raw, &*payload);
+    crate::error::drop_without_unwinding(payload);
+}
+
+/// [`report_panic`] without taking the payload: reports it and leaves its drop to the caller,
+/// for a caller on a thread where the payload must not be dropped (a C library's callback
+/// thread, where a payload that owns a handle would run its deleter: the caller hands it to a
+/// thread of its own instead). Never unwinds.
+pub fn report_panic_of(type_name: &'static str, raw: isize, payload: &(dyn std::any::Any + Send)) {
+    let message = crate::error::panic_message(payload);
     let error = DeleteError::new(CaughtPanic(message));
     report(&DeleteFailure {
         type_name,

@@ -809,6 +809,14 @@ pub enum GraphRule {
         "a launch with a programmatic event cannot be captured; use programmatic serialization, which becomes a programmatic edge of the graph"
     )]
     ProgrammaticEventInCapture,
+    /// A conditional node reads a handle made with no default that no kernel node of its
+    /// graph takes as a parameter: nothing would define the condition, so every launch would
+    /// read an undefined value (and a while node might never end). Give the handle a default
+    /// (`GraphHandle::create_conditional(Some(..))`) or pass it to a kernel node that sets it.
+    #[error(
+        "a conditional node reads a handle with no default value that no kernel node of the graph sets"
+    )]
+    UndefinedCondition,
 }
 
 /// The crate's result type.

@@ -35,6 +35,8 @@ pub struct ConditionalHandle {
     default: Option<u32>,
     /// Whether a conditional node already reads it (shared by the clones).
     used: Arc<AtomicBool>,
+    /// Whether a kernel node of its graph takes it as a parameter (shared by the clones).
+    set_by_kernel: Arc<AtomicBool>,
 }
 
 impl ConditionalHandle {
@@ -45,6 +47,7 @@ impl ConditionalHandle {
             root,
             default,
             used: Arc::new(AtomicBool::new(false)),
+            set_by_kernel: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -77,6 +80,17 @@ impl ConditionalHandle {
             return Err(Error::ConditionalInUse);
         }
         Ok(())
+    }
+
+    /// Notes that a kernel node of its graph takes it as a parameter (so may set it).
+    pub(crate) fn note_kernel_node(&self) {
+        self.set_by_kernel.store(true, Ordering::Release);
+    }
+
+    /// Whether a conditional node reading it would read an undefined value at every launch:
+    /// it has no default and no kernel node of its graph takes it (so nothing can set it).
+    pub(crate) fn never_defined(&self) -> bool {
+        self.default.is_none() && !self.set_by_kernel.load(Ordering::Acquire)
     }
 
     /// Undoes [`Self::claim`] (the driver refused the node).

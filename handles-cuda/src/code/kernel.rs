@@ -14,10 +14,9 @@ use handles_core::ResourceHandle;
 
 use crate::code::library::{LibraryHandle, kernel_name};
 use crate::driver::call::{driver, out};
-use crate::driver::current::{current_raw, in_context};
 use crate::driver::load::{self, device_count, ensure_loaded, newer, probed};
 use crate::error::{Error, Result};
-use crate::exec::context::ContextHandle;
+use crate::exec::context::in_current_or_primary;
 use crate::sync::lock;
 
 /// A kernel of a loaded library.
@@ -209,14 +208,11 @@ fn cached(slot: &AtomicU32, read: impl FnOnce() -> Result<i32>) -> Result<u32> {
     }
 }
 
-/// Runs `call` in the current context, or in device 0's primary context if none is current:
-/// the driver resolves a kernel in the current context to answer questions about it, even
-/// though kernels belong to no context.
+/// Runs `call` in the current context (kept alive for the call), or in device 0's primary
+/// context if none is current: the driver resolves a kernel in the current context to answer
+/// questions about it, even though kernels belong to no context.
 fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
-    if !current_raw()?.is_null() {
-        return call();
-    }
-    ContextHandle::with_primary(0, |context| in_context(context.as_cu(), call))?
+    in_current_or_primary(|| Ok(0), call)
 }
 
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.

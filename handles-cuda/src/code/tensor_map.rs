@@ -30,10 +30,10 @@ use cudarc::driver::sys;
 use crate::code::tensor_map_im2col::Im2colTensor;
 use crate::code::tensor_map_rules::{self as rules, L2Promotion, OobFill, Swizzle};
 use crate::driver::call::driver;
-use crate::driver::current::{current_raw, in_context};
+use crate::driver::current::in_context;
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result, TensorMapProblem};
-use crate::exec::context::ContextHandle;
+use crate::exec::context::{ContextHandle, in_current_or_primary};
 use crate::memory::typed::DeviceBuffer;
 
 mod sealed {
@@ -141,29 +141,28 @@ impl TiledTensor {
 }
 
 /// Runs `encode` with a context current, as `cuTensorMapEncodeTiled` needs
-/// (`CUDA_ERROR_INVALID_CONTEXT` without one): the caller's, or else the primary context of
-/// the device the memory at `address` belongs to (asked in device 0's primary context; host
-/// memory is encoded in device 0's).
+/// (`CUDA_ERROR_INVALID_CONTEXT` without one): the caller's, kept alive for the call, or else
+/// the primary context of the device the memory at `address` belongs to (asked in device 0's
+/// primary context; host memory is encoded in device 0's).
 fn in_a_context(address: u64, encode: impl FnOnce() -> Result<()>) -> Result<()> {
-    if !current_raw()?.is_null() {
-        return encode();
-    }
-    let ordinal = ContextHandle::with_primary(0, |context| {
-        in_context(context.as_cu(), || {
-            let mut ordinal: std::ffi::c_int = 0;
-            // SAFETY: a context is current; `ordinal` is a valid out-pointer of the
-            // attribute's type (an int); the address is of a live allocation.
-            unsafe {
-                driver!(cuPointerGetAttribute(
-                    (&raw mut ordinal).cast(),
-                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                    address
-                ))
-            }?;
-            Ok(usize::try_from(ordinal).unwrap_or(0))
-        })
-    })??;
-    ContextHandle::with_primary(ordinal, |context| in_context(context.as_cu(), encode))?
+    let device_of_address = || {
+        ContextHandle::with_primary(0, |context| {
+            in_context(context.as_cu(), || {
+                let mut ordinal: std::ffi::c_int = 0;
+                // SAFETY: a context is current; `ordinal` is a valid out-pointer of the
+                // attribute's type (an int); the address is of a live allocation.
+                unsafe {
+                    driver!(cuPointerGetAttribute(
+                        (&raw mut ordinal).cast(),
+                        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                        address
+                    ))
+                }?;
+                Ok(usize::try_from(ordinal).unwrap_or(0))
+            })
+        })?
+    };
+    in_current_or_primary(device_of_address, encode)
 }
 
 /// An encoded tensor map over a typed buffer, passed to kernels as a `const __grid_constant__

@@ -37,6 +37,47 @@ fn set_current(context: CUcontext) -> Result<()> {
     unsafe { driver!(cuCtxSetCurrent(context)) }
 }
 
+std::thread_local! {
+    /// How many scopes that restore their caller's context afterwards are open on this thread:
+    /// [`in_context`] when it switched contexts, and `ContextHandle::run`. User code runs in
+    /// some of them (`run`'s closure, an occupancy query's shared-memory function).
+    static RESTORING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// An open scope that restores its caller's context when it ends, counted for its extent (also
+/// if it unwinds): the one counter that [`refuse_inside_restoring_scope`] reads.
+pub(crate) struct RestoringScope(());
+
+impl RestoringScope {
+    #[inline]
+    pub(crate) fn enter() -> RestoringScope {
+        let _ = RESTORING.try_with(|depth| depth.set(depth.get() + 1));
+        RestoringScope(())
+    }
+}
+
+impl Drop for RestoringScope {
+    #[inline]
+    fn drop(&mut self) {
+        let _ = RESTORING.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
+}
+
+/// Refuses a change of the thread's bound context inside a scope that restores its caller's
+/// context afterwards: the restore may make current the context the change let go of (a
+/// green context bound to the thread, say, destroyed by the change), so the thread would be
+/// left in a destroyed context. The one home of that rule, whatever the scope.
+pub(crate) fn refuse_inside_restoring_scope() -> Result<()> {
+    if RESTORING.try_with(std::cell::Cell::get).unwrap_or(0) > 0 {
+        return Err(Error::WrongContext {
+            what: "a thread's bound context cannot change inside a scope that restores its \
+                   caller's context afterwards (ContextHandle::run's closure, or a callback \
+                   run by a call of this crate in another context)",
+        });
+    }
+    Ok(())
+}
+
 /// Makes the caller's context current again when dropped: on the normal path [`Restore::now`]
 /// does it and returns the status; while unwinding, `Drop` does it and the status is lost (a
 /// drop must not fail), which still leaves the thread in the context it was in.
@@ -91,7 +132,9 @@ fn in_another_context<T, E: From<Error>>(
 ) -> Result<T, E> {
     set_current(context)?;
     let restore = Restore(previous);
+    let scope = RestoringScope::enter();
     let called = call();
+    drop(scope);
     match restore.now() {
         Ok(()) => called,
         // The call's own error wins; only its value is dropped for a failed restore.

@@ -3,10 +3,8 @@
 //! [`EventHandle::completed`] makes a small private *notifier* stream of the event's context
 //! wait for the event (`cuStreamWaitEvent`: its most recent record at that moment) and then run
 //! a host function that marks the shared state done and wakes the task. A notifier is picked
-//! among the context's notifiers that are idle, so a pending completion does not hold back
-//! another; a context keeps at most [`NOTIFIERS_PER_CONTEXT`] of them, and beyond that many
-//! pending completions, new ones queue behind earlier ones (each still resolves no earlier than
-//! its event). An event already complete resolves at once, with no driver call but a query.
+//! among the context's notifiers that are idle, or made when none is, so a pending completion
+//! never holds back another; a context keeps at most [`NOTIFIERS_PER_CONTEXT`] idle ones. An event already complete resolves at once, with no driver call but a query.
 //!
 //! The awaited event is kept in the notifier table (not in the host function, whose captures
 //! are dropped on the disposal thread) until its host function has run: the completion lets go
@@ -36,7 +34,7 @@ use crate::exec::event::EventHandle;
 use crate::exec::stream::{StreamFlags, StreamHandle};
 use crate::sync::lock;
 
-/// The most notifier streams one context keeps.
+/// The most idle notifier streams one context keeps (each pending completion holds one more).
 pub const NOTIFIERS_PER_CONTEXT: usize = 16;
 
 /// The notifier streams of one context, and the events awaited on them whose host functions
@@ -171,28 +169,40 @@ impl EventHandle {
     }
 }
 
-/// An idle notifier stream of `context`, or a new one while there are fewer than
-/// [`NOTIFIERS_PER_CONTEXT`], or else the next in turn.
+/// An idle notifier stream of `context`, or else a new one: a completion never queues behind
+/// another (an unrelated pending event would hold it back, and a program whose held-back
+/// events are released by the task awaiting the later one would deadlock). Idle streams
+/// beyond [`NOTIFIERS_PER_CONTEXT`] are let go of (after the table's lock), so the table keeps
+/// at most that many idle ones, plus one per completion pending at once.
 fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
-    let mut all = lock(&NOTIFIERS);
-    let streams = &mut entry(&mut all, context)?.streams;
-    for (i, stream) in streams.iter().enumerate() {
-        if stream.query()? {
-            // Idle: it goes to the back, so that the next search tries the others first.
-            let stream = streams.remove(i);
-            streams.push(stream.clone());
-            return Ok(stream);
+    let mut surplus = Vec::new();
+    let found = {
+        let mut all = lock(&NOTIFIERS);
+        let streams = &mut entry(&mut all, context)?.streams;
+        let mut idle = None;
+        let mut i = 0;
+        while i < streams.len() {
+            if !streams[i].query()? {
+                i += 1;
+            } else if idle.is_none() {
+                // Idle: it goes to the back, so that the next search tries the others first.
+                idle = Some(streams.remove(i));
+            } else if streams.len() > NOTIFIERS_PER_CONTEXT {
+                surplus.push(streams.remove(i));
+            } else {
+                i += 1;
+            }
         }
-    }
-    if streams.len() < NOTIFIERS_PER_CONTEXT {
-        let stream = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
+        let stream = match idle {
+            Some(stream) => stream,
+            None => StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?,
+        };
         streams.push(stream.clone());
-        return Ok(stream);
-    }
-    // All busy: the one used longest ago, which is likely to finish first.
-    let stream = streams.remove(0);
-    streams.push(stream.clone());
-    Ok(stream)
+        stream
+    };
+    // Dropped after the table's lock: a stream's release may wait for its context.
+    drop(surplus);
+    Ok(found)
 }
 
 /// The table's entry of `context`, made if it has none.

@@ -6,7 +6,9 @@ use cudarc::driver::sys::{CUcontext, CUdevice};
 use handles_core::{CacheSlot, ResourceHandle, WeakCache};
 
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::current::{current_raw, in_context};
+use crate::driver::current::{
+    RestoringScope, current_raw, in_context, refuse_inside_restoring_scope,
+};
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::sync::{take_cache, with_cache};
@@ -85,10 +87,26 @@ thread_local! {
     /// The context [`ContextHandle::bind_to_thread`] made current on this thread, kept alive
     /// for as long as it is bound.
     static BOUND: RefCell<Bound> = const { RefCell::new(Bound(None)) };
+}
 
-    /// How many [`ContextHandle::run`] calls are running on this thread (each restores its
-    /// caller's context when it returns).
-    static RUN_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+/// Runs `call` in whatever context is current, resolved first to a handle that keeps it alive
+/// for the call ([`ContextHandle::current`]: refused with `Err` if nothing can, such as a
+/// primary context another library released while leaving it current); with no context
+/// current, in the primary context of the device `ordinal` names (asked only then), made
+/// current for the call. The one home of "a call in the current context resolves it first",
+/// for calls that need *a* context but name none (kernel attributes, tensor-map encoding).
+pub(crate) fn in_current_or_primary<T>(
+    ordinal: impl FnOnce() -> Result<usize>,
+    call: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    match ContextHandle::current()? {
+        Some(current) => {
+            let called = call();
+            drop(current);
+            called
+        }
+        None => ContextHandle::with_primary(ordinal()?, |context| in_context(context.as_cu(), call))?,
+    }
 }
 
 /// The bound context of a thread. Still bound when the thread exits, it is dropped on the
@@ -102,35 +120,6 @@ impl Drop for Bound {
             crate::exec::disposal::dispose(Box::new(context));
         }
     }
-}
-
-/// Counts a [`ContextHandle::run`] call for its extent (also if it unwinds).
-struct RunDepth;
-
-impl RunDepth {
-    fn enter() -> RunDepth {
-        let _ = RUN_DEPTH.try_with(|depth| depth.set(depth.get() + 1));
-        RunDepth
-    }
-}
-
-impl Drop for RunDepth {
-    fn drop(&mut self) {
-        let _ = RUN_DEPTH.try_with(|depth| depth.set(depth.get().saturating_sub(1)));
-    }
-}
-
-/// Refuses a change of this thread's binding inside [`ContextHandle::run`]: the run restores
-/// its caller's context when it returns, and that may be the bound context, whose last handle
-/// the change could drop (the run would then make a destroyed context current).
-fn refuse_inside_run() -> Result<()> {
-    if RUN_DEPTH.try_with(std::cell::Cell::get).unwrap_or(0) > 0 {
-        return Err(Error::WrongContext {
-            what: "a thread's bound context cannot change inside ContextHandle::run, which \
-                   restores its caller's context afterwards",
-        });
-    }
-    Ok(())
 }
 
 /// An entry on this thread's [`RUNNING`] stack for the extent of a [`ContextHandle::run`] call,
@@ -311,7 +300,7 @@ impl ContextHandle {
     /// restore's error is returned. The caller's context is restored on every exit, also when
     /// `call` panics.
     pub fn run<T, E: From<Error>>(&self, call: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-        let _depth = RunDepth::enter();
+        let _scope = RestoringScope::enter();
         in_context(self.as_cu(), || {
             let _running = Running::enter(self);
             call()
@@ -328,10 +317,11 @@ impl ContextHandle {
     /// binding even if every other handle is dropped; binding another context, or
     /// [`ContextHandle::unbind_thread`], or the thread's exit releases it. A non-owning
     /// reference is resolved to the handle that manages its context, or refused (nothing
-    /// could keep it alive while current). Refused inside [`ContextHandle::run`], which restores
-    /// its caller's context afterwards.
+    /// could keep it alive while current). Refused inside [`ContextHandle::run`] and inside any
+    /// callback this crate runs in another context, which restore their caller's context
+    /// afterwards (`Error::WrongContext`).
     pub fn bind_to_thread(&self) -> Result<()> {
-        refuse_inside_run()?;
+        refuse_inside_restoring_scope()?;
         let context = self.keep_alive()?.into_owned();
         let raw = context.as_cu();
         // Kept first, made current second: a thread whose locals are being torn down cannot
@@ -349,9 +339,10 @@ impl ContextHandle {
 
     /// Undoes [`ContextHandle::bind_to_thread`] on the calling thread: if the bound context is
     /// still current, no context is current afterwards; the thread's handle of it is dropped.
-    /// Does nothing if no context is bound. Refused inside [`ContextHandle::run`].
+    /// Does nothing if no context is bound. Refused where
+    /// [`ContextHandle::bind_to_thread`] is.
     pub fn unbind_thread() -> Result<()> {
-        refuse_inside_run()?;
+        refuse_inside_restoring_scope()?;
         let Some(bound) = with_cache(&BOUND, |bound| bound.0.take()).flatten() else {
             return Ok(());
         };

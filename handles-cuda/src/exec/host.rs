@@ -6,7 +6,8 @@
 //! must never unwind into the driver's C frame. So:
 //!
 //! - The closure runs under `catch_unwind`; a panic is handed to the report hook
-//!   (`handles_core::report_panic`) and the stream goes on.
+//!   (`handles_core::report_panic_of`) and the stream goes on; its payload is dropped on the
+//!   disposal thread, as the captures are.
 //! - The closure is `FnMut`, called through a reference: what it captured is not dropped in the
 //!   host function but sent to a disposal thread of this crate (started on first use), where
 //!   dropping a captured handle may call the driver. Capturing a handle to keep it alive until
@@ -29,10 +30,13 @@ type OneShot = Box<dyn FnMut() + Send + 'static>;
 use crate::exec::disposal::dispose;
 
 /// Runs `call` under `catch_unwind`, reporting a panic as `what`: the one way a closure runs
-/// inside a host function.
+/// inside a host function (a stream's or a graph host node's). Nothing of the closure's is
+/// dropped here: a panic's payload is any value the closure chose (`panic_any(handle)`), whose
+/// drop may call the driver, so it goes to the disposal thread like the captures do.
 pub(crate) fn run_caught(what: &'static str, data: *mut c_void, call: impl FnOnce()) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(call)) {
-        handles_core::report_panic(what, data as isize, payload);
+        handles_core::report_panic_of(what, data as isize, &*payload);
+        dispose(Box::new(payload));
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 
 use cudarc::driver::sys::{CUdeviceptr, CUgraphNode};
 
+use crate::code::conditional::ConditionalHandle;
 use crate::code::kernel::KernelHandle;
 use crate::error::{Error, GraphRule, Result};
 use crate::exec::event::EventHandle;
@@ -54,6 +55,9 @@ pub(crate) struct Book {
     pub(crate) memory: Vec<Owned>,
     /// The executable graph made from this graph, while one lives (graphs with memory nodes).
     instance: Weak<()>,
+    /// The conditional handles that conditional nodes of this graph, or of bodies nested in
+    /// it, read (kept in the outermost graph's book).
+    pub(crate) conditionals: Vec<ConditionalHandle>,
 }
 
 /// What `add_node` learned from a node's attachments: those to keep, and the graph-owned
@@ -169,9 +173,22 @@ impl Book {
             .collect()
     }
 
-    /// The rules of instantiation: every allocation freed, one executable graph at a time.
+    /// `Err(GraphRule::UndefinedCondition)` if a conditional node reads a handle that has no
+    /// default and that no kernel node takes: every launch would read an undefined condition
+    /// (a while node could loop forever). Checked wherever a graph becomes executable
+    /// (instantiation, and a whole-graph update from it).
+    pub(crate) fn refuse_undefined_conditions(&self) -> Result<()> {
+        if self.conditionals.iter().any(ConditionalHandle::never_defined) {
+            return Err(Error::GraphRule(GraphRule::UndefinedCondition));
+        }
+        Ok(())
+    }
+
+    /// The rules of instantiation: conditions defined, every allocation freed, one executable
+    /// graph at a time.
     /// Returns the token the executable graph keeps while it lives (graphs with memory nodes).
     pub(crate) fn instantiating(&mut self) -> Result<Option<Arc<()>>> {
+        self.refuse_undefined_conditions()?;
         if !self.has_memory() {
             return Ok(None);
         }

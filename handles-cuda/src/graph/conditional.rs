@@ -30,6 +30,11 @@ use crate::graph::nodes::{Body, Graph, GraphHandle, GraphNode, NEXT_GRAPH_ID};
 /// conditional nodes themselves (12.3).
 const IF_ELSE_AND_SWITCH: (&str, i32) = ("a conditional node of type if/else or switch", 12080);
 
+/// The most bodies a switch node may have here: each is a driver graph and a handle, made when
+/// the node is added, so an absurd count would exhaust memory (the process would abort) rather
+/// than fail. A switch reads one `u32`; real ones have a handful of cases.
+pub const MAX_SWITCH_BODIES: usize = 1 << 16;
+
 /// The kind of a conditional node, with the bodies it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConditionalKind {
@@ -41,8 +46,8 @@ pub enum ConditionalKind {
     /// One body, run again and again as long as the condition is non-zero when it is
     /// evaluated (before each run): a kernel of the body ends the loop by setting it to 0.
     While,
-    /// `n` bodies (at least one): body `i` runs when the condition is `i`; none runs when it
-    /// is `n` or more (CUDA 12.8).
+    /// `n` bodies (at least one, at most [`MAX_SWITCH_BODIES`]): body `i` runs when the
+    /// condition is `i`; none runs when it is `n` or more (CUDA 12.8).
     Switch(u32),
 }
 
@@ -110,6 +115,13 @@ impl GraphHandle {
                     "a switch node needs at least one body".into(),
                 ));
             }
+            ConditionalKind::Switch(n) if n as usize > MAX_SWITCH_BODIES => {
+                return Err(Error::TooMany {
+                    count: n as usize,
+                    what: "bodies of a switch node",
+                    max: MAX_SWITCH_BODIES,
+                });
+            }
             ConditionalKind::Switch(n) => {
                 require_version(IF_ELSE_AND_SWITCH)?;
                 (
@@ -170,6 +182,11 @@ impl GraphHandle {
             });
         }
         self.record().has_conditional.store(true, Ordering::Relaxed);
+        // The outermost graph's book lists the handles its conditional nodes read, checked
+        // wherever it becomes executable (a handle nothing defines is refused there).
+        crate::sync::lock(&self.home().record().book)
+            .conditionals
+            .push(handle.clone());
         let mut enclosing = self.enclosing().to_vec();
         enclosing.push(self.id());
         let bodies = (0..size as usize)
@@ -244,6 +261,9 @@ impl GraphHandle {
                     graph: self.id(),
                     place: "by a kernel node of another graph",
                 });
+            }
+            if checked.is_ok() {
+                handle.note_kernel_node();
             }
         });
         checked

@@ -260,7 +260,11 @@ impl GraphExecHandle {
         // Both locks across the driver call: no node can be added to `graph` between the copy
         // and the update, and no launch can run the new nodes while reporting the old ones.
         let source = lock(&graph.record().attachments);
-        let source_memory = lock(&graph.record().book).has_memory();
+        let source_memory = {
+            let book = lock(&graph.record().book);
+            book.refuse_undefined_conditions()?;
+            book.has_memory()
+        };
         let mut kept = lock(&self.record().attachments);
         if source_memory || self.record()._instance.is_some() {
             return Err(Error::GraphRule(GraphRule::UpdateWithMemory));

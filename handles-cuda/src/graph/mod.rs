@@ -75,7 +75,7 @@ pub(crate) mod nodes;
 
 pub use self::capture::{Capture, CaptureBranch, CaptureMode};
 pub use self::child::DotFlags;
-pub use self::conditional::{ConditionalKind, ConditionalNode};
+pub use self::conditional::{ConditionalKind, ConditionalNode, MAX_SWITCH_BODIES};
 pub use self::exec::{GraphExec, GraphExecBox, GraphExecHandle, GraphExecWeak};
 pub use self::nodes::{Graph, GraphBox, GraphHandle, GraphNode, GraphWeak};
 pub use crate::code::conditional::{Conditional, ConditionalHandle};
