@@ -234,7 +234,11 @@ impl DevicePtrHandle {
         // its first use, noted before it is queued.
         let host = match pool.location() {
             Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => {
-                let host = HostAccess::pinned();
+                let host = if pool.ipc() {
+                    HostAccess::pinned_exportable()
+                } else {
+                    HostAccess::pinned()
+                };
                 let context = order.home().owning_context()?;
                 host.uses.note(context.as_cu(), || Ok(context.clone()))?;
                 Some(Arc::new(host))

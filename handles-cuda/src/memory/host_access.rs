@@ -19,6 +19,9 @@ pub(crate) struct HostAccess {
     /// For managed memory, the device it was allocated on (whose concurrent managed access
     /// decides whether views are allowed); `None` for pinned host memory.
     managed_on: Option<usize>,
+    /// Whether another process can map and write the memory (an IPC-capable pool's): the
+    /// gate orders only this process's uses, so such memory lends no host view.
+    shared_with_processes: bool,
 }
 
 impl HostAccess {
@@ -27,7 +30,30 @@ impl HostAccess {
             gate: AccessGate::new(),
             uses: ContextsUsed::new(),
             managed_on: None,
+            shared_with_processes: false,
         }
+    }
+
+    /// Pinned memory of a pool that exports it: its uses here are gated and noted as any
+    /// pinned memory's, but it has no host views.
+    pub(crate) fn pinned_exportable() -> Self {
+        HostAccess {
+            shared_with_processes: true,
+            ..HostAccess::pinned()
+        }
+    }
+
+    /// `Err(NotHostAccessible)` if another process can write the memory: a host view would be
+    /// a slice that changes under its borrow (a shared mapping written elsewhere), which safe
+    /// code must not lend.
+    pub(crate) fn refuse_if_shared_with_processes(&self) -> Result<()> {
+        if self.shared_with_processes {
+            return Err(Error::NotHostAccessible {
+                what: "memory of an IPC-capable pool can be written by another process at any \
+                       time, so it has no host view; copy it to host memory instead",
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn managed(device: usize) -> Self {

@@ -128,6 +128,7 @@ impl DevicePtrHandle {
             what: "only owned managed memory, pinned host memory and host-pool allocations \
                    (or views of them) have host views",
         })?;
+        host.refuse_if_shared_with_processes()?;
         let element = std::mem::size_of::<T>().max(1);
         let len = self.size() / element;
         let start = NonNull::new(self.as_cu() as usize as *mut T).ok_or(Error::NothingMade {
