@@ -220,8 +220,24 @@ fn scenario_an_undefined_condition() {
     graph
         .add_conditional_node(&[], &handle, ConditionalKind::If)
         .unwrap();
-    graph.instantiate().unwrap().launch(&stream).unwrap();
-    stream.synchronize().unwrap();
+    // handles-cuda refuses to make it executable (`GraphRule::UndefinedCondition`), so the
+    // misuse is made with raw calls.
+    assert!(matches!(
+        graph.instantiate(),
+        Err(handles_cuda::Error::GraphRule(
+            handles_cuda::GraphRule::UndefinedCondition
+        ))
+    ));
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: the graph is alive and its context current; `exec` is a valid out-pointer; the
+    // executable graph is launched on a live stream of the same context and destroyed after
+    // the stream has finished with it.
+    unsafe {
+        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph.as_cu(), 0));
+        ok(sys::cuGraphLaunch(exec, stream.as_cu()));
+        ok(sys::cuStreamSynchronize(stream.as_cu()));
+        ok(sys::cuGraphExecDestroy(exec));
+    }
 }
 
 #[test]
