@@ -195,10 +195,13 @@ impl GraphExecHandle {
         // Held for the launch: an update cannot swap what the graph keeps while it is noted.
         let attached = lock(&self.record().attachments);
         let plan = &attached.plan;
-        stream.refuse_if_captured()?;
+        // The grid's need is checked first, on the host's own figures: on driver 580 a capture
+        // query of the per-thread stream with a green context current is itself refused
+        // (`CUDA_ERROR_INVALID_HANDLE`), and the reason to give is the grid's.
         if plan.cooperative_sms > 0 {
             refuse_cooperative_on_fewer_sms(plan.cooperative_sms, stream)?;
         }
+        stream.refuse_if_captured()?;
         // The buffers are checked again at every launch, on the device the graph's nodes run
         // on (its context's, whatever the stream): a device's access to a pool can be revoked
         // after the graph was built, and its kernels would fault.
