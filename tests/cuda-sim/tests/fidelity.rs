@@ -11,27 +11,42 @@ use cudarc::driver::sys::{self, CUresult};
 mod common;
 use common::*;
 
+/// The capture probe and its output on an H200, embedded: the test binary needs no source
+/// tree at run time.
+const CAPTURE_PROBE: &str = include_str!("../probes/capture_codes.py");
+const CAPTURE_CODES_H200: &str = include_str!("../probes/capture_codes.h200.txt");
+
 /// `probes/capture_codes.py` prints the same codes under the simulator as on an H200 with
 /// driver 580 (`probes/capture_codes.h200.txt`), line by line.
 #[test]
 fn capture_codes_match_the_h200() {
-    let probes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
     let report = std::env::temp_dir().join(format!("cuda-sim-probe-{}.json", std::process::id()));
     // The simulator by path: a Python whose environment resets the library path still loads
-    // it (and its report is written).
-    let output = cuda_sim::command("python3")
-        .arg(probes.join("capture_codes.py"))
+    // it (and its report is written). The script comes on standard input.
+    let mut child = cuda_sim::command("python3")
+        .arg("-")
         .arg(cuda_sim::library_dir().join("libcuda.so"))
         .sim_report(&report)
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run python3");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin
+            .write_all(CAPTURE_PROBE.as_bytes())
+            .expect("hand the probe to python3");
+    }
+    let output = child.wait_with_output().expect("run python3");
     assert!(
         output.status.success(),
         "the probe failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let simulated = String::from_utf8(output.stdout).unwrap();
-    let measured = std::fs::read_to_string(probes.join("capture_codes.h200.txt")).unwrap();
+    let measured = CAPTURE_CODES_H200;
     let differences: Vec<String> = measured
         .lines()
         .zip(simulated.lines())
@@ -291,6 +306,354 @@ fn peer_touches_need_pool_access() {
     assert_eq!(report.violations[0].call, "cuLaunchKernel");
     assert_eq!(report.violations[1].call, "cuMemsetD8Async");
     let report = report_with("scenario_peer_touch_with_access", two_devices);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
+}
+
+/// Set by the graph's host node of `scenario_a_graph_on_a_green_stream_runs_in_its_context`
+/// when it returns.
+static HOST_NODE_RETURNED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A host node that holds its graph back for 300 ms, so that what follows it is still queued
+/// when the program synchronises.
+unsafe extern "C" fn slow_host_node(_: *mut std::ffi::c_void) {
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    HOST_NODE_RETURNED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A host pool (host NUMA node 0) whose memory device 0 may touch.
+///
+/// # Safety
+///
+/// A context is current.
+unsafe fn host_pool(handle_types: sys::CUmemAllocationHandleType) -> sys::CUmemoryPool {
+    // SAFETY: all-zero is the documented default of the props struct; valid pointers.
+    unsafe {
+        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = handle_types;
+        props.location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+            id: 0,
+        };
+        let mut pool = std::ptr::null_mut();
+        ok(sys::cuMemPoolCreate(&mut pool, &props));
+        set_device_access(pool, true);
+        pool
+    }
+}
+
+/// Grants (or revokes) device 0's access to `pool`.
+///
+/// # Safety
+///
+/// `pool` is alive.
+unsafe fn set_device_access(pool: sys::CUmemoryPool, granted: bool) {
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: 0,
+        },
+        flags: if granted {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        } else {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+        },
+    };
+    // SAFETY: a live pool (the caller's contract) and one valid descriptor.
+    unsafe { ok(sys::cuMemPoolSetAccess(pool, &desc, 1)) };
+}
+
+/// S1: a graph of the primary context, launched on a green context's stream, runs in the
+/// primary context: `cuCtxSynchronize` of the primary context waits for it, as on the H200
+/// (driver-facts, "Graph nodes run in their graph's context": a host view of host-pool memory
+/// waited 3.0 s for the graph's memset, a revocation of the pool's access 3.0 s). The graph's
+/// memset is queued behind a slow host node; after the synchronize its bytes are there, the
+/// device's access can be revoked, and the memory freed on a stream of the primary context:
+/// no `no-access`, no unordered free.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_a_graph_on_a_green_stream_runs_in_its_context() {
+    child();
+    let primary = setup();
+    let (green, _) = green_context();
+    let own = new_stream();
+    // SAFETY: plain driver calls on our own handles with valid pointers; the host pool's
+    // memory is pinned host memory, which the host reads once the device work is complete.
+    unsafe {
+        let pool = host_pool(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE);
+        let mut ptr = 0;
+        ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 4096, pool, own));
+        ok(sys::cuStreamSynchronize(own));
+        let mut graph = std::ptr::null_mut();
+        ok(sys::cuGraphCreate(&mut graph, 0));
+        let host = sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(slow_host_node),
+            userData: std::ptr::null_mut(),
+        };
+        let mut first = std::ptr::null_mut();
+        ok(sys::cuGraphAddHostNode(
+            &mut first,
+            graph,
+            std::ptr::null(),
+            0,
+            &host,
+        ));
+        let memset = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: ptr,
+            pitch: 0,
+            value: 0xab,
+            elementSize: 1,
+            width: 4096,
+            height: 1,
+        };
+        let mut second = std::ptr::null_mut();
+        ok(sys::cuGraphAddMemsetNode(
+            &mut second,
+            graph,
+            &first,
+            1,
+            &memset,
+            primary,
+        ));
+        let mut exec = std::ptr::null_mut();
+        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        let mut green_stream = std::ptr::null_mut();
+        ok(sys::cuGreenCtxStreamCreate(&mut green_stream, green, 1, 0));
+        ok(sys::cuGraphLaunch(exec, green_stream));
+        // The primary context is current: its synchronisation covers the graph.
+        ok(sys::cuCtxSynchronize());
+        assert!(
+            HOST_NODE_RETURNED.load(std::sync::atomic::Ordering::SeqCst),
+            "cuCtxSynchronize of the graph's context returned before the graph ran"
+        );
+        let bytes = std::slice::from_raw_parts(ptr as usize as *const u8, 4096);
+        assert!(
+            bytes.iter().all(|&b| b == 0xab),
+            "the graph's memset is visible"
+        );
+        set_device_access(pool, false);
+        ok(sys::cuMemFreeAsync(ptr, own));
+        ok(sys::cuStreamSynchronize(own));
+        ok(sys::cuGraphExecDestroy(exec));
+        ok(sys::cuGraphDestroy(graph));
+        ok(sys::cuStreamDestroy_v2(green_stream));
+        ok(sys::cuMemPoolDestroy(pool));
+        ok(sys::cuGreenCtxDestroy(green));
+    }
+    destroy_stream(own);
+    teardown();
+}
+
+#[test]
+fn a_graph_on_a_green_stream_runs_in_its_context() {
+    let report = report_of("scenario_a_graph_on_a_green_stream_runs_in_its_context");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
+}
+
+/// S2: this process imports its own IPC host pool's allocation. The import succeeds, but a
+/// memset through it fails with `CUDA_ERROR_INVALID_VALUE`, as on the H200 (driver-facts);
+/// copies into it are refused the same way (not measured), copies out of it are not. A
+/// kernel's store through it is a `no-access` violation (a load is fine): what the GPU does
+/// then was not measured, and the driver refuses the memset.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_a_same_process_import_of_a_host_pool_refuses_device_writes() {
+    child();
+    setup();
+    let stream = new_stream();
+    let library = load();
+    let fill = kernel(library, c"fill_u32");
+    let copy = kernel(library, c"copy_u32");
+    // SAFETY: plain driver calls on our own handles with valid pointers; the descriptor is
+    // our own, closed at the end.
+    unsafe {
+        let pool =
+            host_pool(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        let mut ptr = 0;
+        ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 4096, pool, stream));
+        ok(sys::cuMemsetD8Async(ptr, 7, 4096, stream));
+        let mut fd: i32 = -1;
+        ok(sys::cuMemPoolExportToShareableHandle(
+            (&mut fd as *mut i32).cast(),
+            pool,
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        ));
+        let mut data: sys::CUmemPoolPtrExportData = std::mem::zeroed();
+        ok(sys::cuMemPoolExportPointer(&mut data, ptr));
+        let mut imported_pool = std::ptr::null_mut();
+        ok(sys::cuMemPoolImportFromShareableHandle(
+            &mut imported_pool,
+            fd as usize as *mut std::ffi::c_void,
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        ));
+        set_device_access(imported_pool, true);
+        let mut import = 0;
+        ok(sys::cuMemPoolImportPointer(
+            &mut import,
+            imported_pool,
+            &mut data,
+        ));
+        ok(sys::cuStreamSynchronize(stream));
+        // Device writes through the import: refused.
+        assert_eq!(
+            sys::cuMemsetD8Async(import, 1, 4096, stream),
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            "driver 580 refuses the memset"
+        );
+        let host = [3u8; 64];
+        assert_eq!(
+            sys::cuMemcpyHtoDAsync_v2(import + 64, host.as_ptr().cast(), 64, stream),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            sys::cuMemcpyDtoDAsync_v2(import, ptr + 1024, 64, stream),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        // Reads through it, and writes through the exporter's own pointer: accepted.
+        let mut back = [0u8; 64];
+        ok(sys::cuMemcpyDtoHAsync_v2(
+            back.as_mut_ptr().cast(),
+            import,
+            64,
+            stream,
+        ));
+        ok(sys::cuMemsetD8Async(ptr + 2048, 9, 16, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        assert_eq!(back, [7u8; 64], "nothing was written through the import");
+        // A kernel reads through the import; one that writes through it is stopped.
+        let mut scratch = 0;
+        ok(sys::cuMemAllocAsync(&mut scratch, 256, stream));
+        let launch = |function: sys::CUkernel, params: &mut [*mut std::ffi::c_void]| {
+            sys::cuLaunchKernel(
+                function.cast(),
+                1,
+                1,
+                1,
+                64,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        let (mut dst, mut src, mut n) = (scratch, import, 64u32);
+        ok(launch(
+            copy,
+            &mut [
+                (&mut dst as *mut u64).cast(),
+                (&mut src as *mut u64).cast(),
+                (&mut n as *mut u32).cast(),
+            ],
+        ));
+        let (mut target, mut value) = (import, 5u32);
+        assert_eq!(
+            launch(
+                fill,
+                &mut [
+                    (&mut target as *mut u64).cast(),
+                    (&mut value as *mut u32).cast(),
+                    (&mut n as *mut u32).cast(),
+                ],
+            ),
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        ok(sys::cuMemFreeAsync(scratch, stream));
+        ok(sys::cuMemFreeAsync(import, stream));
+        ok(sys::cuMemFreeAsync(ptr, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        ok(sys::cuMemPoolDestroy(imported_pool));
+        ok(sys::cuMemPoolDestroy(pool));
+        ok(sys::cuLibraryUnload(library));
+        libc::close(fd);
+    }
+    destroy_stream(stream);
+    teardown();
+}
+
+#[test]
+fn a_same_process_import_of_a_host_pool_refuses_device_writes() {
+    let report = report_of("scenario_a_same_process_import_of_a_host_pool_refuses_device_writes");
+    // Only the kernel's store is a violation; the refused memset and copies are the driver's
+    // own answers.
+    assert_eq!(kinds(&report), ["no-access"], "{:?}", report.violations);
+    assert_eq!(report.violations[0].call, "cuLaunchKernel");
+    assert!(
+        report.violations[0]
+            .message
+            .contains("import of its own IPC host pool"),
+        "{}",
+        report.violations[0].message
+    );
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
+}
+
+/// review23b: with a green context's context current, the per-thread default stream does
+/// not exist: `cuStreamIsCapturing(CU_STREAM_PER_THREAD)` answers
+/// `CUDA_ERROR_INVALID_HANDLE`, as driver 580 did on the H200 (`review23b.rs` and
+/// `cuda_rules.rs` D8), and so does every other call on that token here. The null and legacy
+/// tokens are the green context's default stream; in the primary context the per-thread
+/// stream is there.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_no_per_thread_stream_in_a_green_context() {
+    child();
+    let primary = setup();
+    let (green, context) = green_context();
+    let per_thread = 2usize as sys::CUstream;
+    let legacy = 1usize as sys::CUstream;
+    // SAFETY: plain driver calls with valid out-pointers; the tokens are the driver's.
+    unsafe {
+        ok(sys::cuCtxSetCurrent(context));
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        assert_eq!(
+            sys::cuStreamIsCapturing(per_thread, &mut status),
+            CUresult::CUDA_ERROR_INVALID_HANDLE
+        );
+        assert_eq!(
+            sys::cuStreamSynchronize(per_thread),
+            CUresult::CUDA_ERROR_INVALID_HANDLE
+        );
+        for token in [std::ptr::null_mut(), legacy] {
+            ok(sys::cuStreamIsCapturing(token, &mut status));
+            assert_eq!(
+                status,
+                sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+            );
+        }
+        ok(sys::cuCtxSetCurrent(primary));
+        status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        ok(sys::cuStreamIsCapturing(per_thread, &mut status));
+        assert_eq!(
+            status,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        );
+        ok(sys::cuGreenCtxDestroy(green));
+    }
+    teardown();
+}
+
+#[test]
+fn no_per_thread_stream_in_a_green_context() {
+    let report = report_of("scenario_no_per_thread_stream_in_a_green_context");
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert!(
         report.leaks_without_primary().is_empty(),

@@ -29,13 +29,17 @@ pub struct Timeline {
     pub label: String,
 }
 
-/// One use of an allocation: on which timeline, at which epoch, by which call.
+/// One use of an allocation: on which timeline, at which epoch, by which call, and (for device
+/// work) on which device it runs. The device is that of the context the work runs in, which
+/// for a graph's nodes is the graph's context, whatever the launch stream's
+/// (`Sim::enqueue`); `None` for the host's operations.
 #[derive(Clone, Copy, Debug)]
 pub struct Use {
     pub timeline: usize,
     pub epoch: u64,
     pub call: &'static str,
     pub seq: u64,
+    pub device: Option<usize>,
 }
 
 pub use super::verdict::Violation;
@@ -92,6 +96,7 @@ impl Checker {
             epoch,
             call,
             seq,
+            device: None,
         }
     }
 

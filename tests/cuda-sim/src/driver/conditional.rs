@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::errors::{INVALID_VALUE, NOT_SUPPORTED};
+use super::errors::{INVALID_VALUE, NOT_SUPPORTED, OUT_OF_MEMORY};
 use super::streams::Target;
 use super::types::{CuResult, Raw};
 use super::work::{ConditionalOp, Op};
@@ -37,6 +37,12 @@ const ASSIGN_DEFAULT: u32 = 1;
 /// A while node stops after this many runs of its body, with a violation: on the GPU the
 /// loop would not end.
 const MAX_ITERATIONS: u64 = 1 << 20;
+/// The most bodies a switch node gets here. The driver documents any size above zero; each
+/// body is a graph, so a size like `u32::MAX` would need 4 billion of them (the simulator
+/// aborted the process allocating their handles). Beyond this limit the node is refused with
+/// `CUDA_ERROR_OUT_OF_MEMORY`, as a driver out of memory for them would refuse it (what driver
+/// 580 answers for such sizes was not measured).
+pub const MAX_SWITCH_BODIES: u32 = 1 << 16;
 
 /// `CUDA_CONDITIONAL_NODE_PARAMS`.
 #[repr(C)]
@@ -100,7 +106,8 @@ impl Op {
             // The driver refuses memory nodes in bodies, as in child graphs.
             | Op::GraphAlloc { .. }
             | Op::GraphFree { .. }
-            | Op::ResetConditionals(_) => false,
+            | Op::ResetConditionals(_)
+            | Op::LaunchDone(_) => false,
         }
     }
 }
@@ -221,7 +228,14 @@ impl Sim {
         if !valid {
             return Err(INVALID_VALUE);
         }
-        let bodies: Vec<Raw> = (0..params.size).map(|_| self.create_graph()).collect();
+        if params.size > MAX_SWITCH_BODIES {
+            return Err(OUT_OF_MEMORY);
+        }
+        let mut bodies: Vec<Raw> = Vec::new();
+        bodies
+            .try_reserve_exact(params.size as usize)
+            .map_err(|_| OUT_OF_MEMORY)?;
+        bodies.extend((0..params.size).map(|_| self.create_graph()));
         let op = Op::Conditional(Box::new(ConditionalOp {
             handle: params.handle,
             kind: params.kind,

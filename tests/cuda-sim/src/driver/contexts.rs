@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::checker::Clock;
 use super::errors::{INVALID_CONTEXT, INVALID_VALUE};
 use super::types::{CuResult, Raw};
 use super::{Kind, Sim};
@@ -27,6 +28,13 @@ pub struct Context {
     pub streams: Vec<usize>,
     /// The green context this context is the `cuCtxFromGreenCtx` view of.
     pub green: Option<Raw>,
+    /// Graphs of this context launched on other contexts' streams: their nodes run in this
+    /// context (driver-facts, "Graph nodes run in their graph's context"), so
+    /// `cuCtxSynchronize` waits for them. `launched` joins the launch stream's clock at the end
+    /// of each such launch; `launches_pending` counts those whose last node has not run yet
+    /// (queued behind a host function).
+    pub launched: Clock,
+    pub launches_pending: u64,
 }
 
 impl Context {
@@ -41,6 +49,8 @@ impl Context {
             blocking: Vec::new(),
             streams: vec![legacy],
             green: None,
+            launched: Clock::new(),
+            launches_pending: 0,
         }
     }
 }
@@ -195,14 +205,48 @@ impl Sim {
         Ok(())
     }
 
-    /// The timelines the host waits for in `cuCtxSynchronize`.
+    /// The timelines the host waits for in `cuCtxSynchronize`: the context's streams, and
+    /// its graphs launched on other contexts' streams up to the end of each launch.
     pub fn synchronize_context(&mut self, raw: Raw) -> Result<(), CuResult> {
         self.forbid_context_capture(raw)?;
-        let timelines = self.context(raw)?.streams.clone();
+        let context = self.context(raw)?;
+        let (timelines, launched) = (context.streams.clone(), context.launched.clone());
         for timeline in timelines {
             self.checker.host_waits(timeline);
         }
+        self.checker.host_waits_clock(&launched);
         self.host_synchronised();
         Ok(())
+    }
+
+    /// A launch of a graph of `context` on a stream of another context begins: until its
+    /// last node ran (`foreign_launch_done`), the context's synchronisations wait for it.
+    pub fn foreign_launch_started(&mut self, context: Raw) {
+        if let Some(context) = self.contexts.get_mut(&context) {
+            context.launches_pending += 1;
+        }
+    }
+
+    /// The last node of a launch of a graph of `context` on another context's stream ran on
+    /// `timeline` (`None`: the launch stopped early, nothing more of it will run): the
+    /// context's synchronisations are ordered after the stream up to here.
+    pub fn foreign_launch_done(&mut self, context: Raw, timeline: Option<usize>) {
+        let clock = timeline.map(|timeline| self.checker.clock(timeline).clone());
+        if let Some(context) = self.contexts.get_mut(&context) {
+            context.launches_pending = context.launches_pending.saturating_sub(1);
+            if let Some(clock) = clock {
+                super::checker::join(&mut context.launched, &clock);
+            }
+        }
+    }
+
+    /// Whether a launch of a graph of `context` (or, with `device`, of any context of that
+    /// device) on another context's stream has nodes left to run.
+    pub fn foreign_launches_pending(&self, context: Option<Raw>, device: Option<usize>) -> bool {
+        self.contexts
+            .values()
+            .filter(|c| context.is_none_or(|raw| c.raw == raw))
+            .filter(|c| device.is_none_or(|d| c.device == d))
+            .any(|c| c.launches_pending > 0)
     }
 }

@@ -132,7 +132,11 @@ impl Sim {
                 Queued::Wait(target, event, generation)
             }
             op if !busy => return self.execute(target, &op),
-            op => Queued::Op(target, self.stage_pageable(op)),
+            op => {
+                // Refused at the call, as the driver refuses it, not when it would run.
+                self.refuse_import_writes(&op)?;
+                Queued::Op(target, self.stage_pageable(op))
+            }
         };
         self.deferred
             .queues

@@ -67,15 +67,16 @@ impl Sim {
         Ok(())
     }
 
-    /// An event may only be recorded on a stream of its own context.
+    /// An event may only be recorded on a stream of its own context (or, by a graph's event
+    /// record node, in the graph's context, on whichever stream the graph was launched).
     fn check_event_context(&mut self, raw: Raw, target: Target) -> Result<(), CuResult> {
         let context = self.event(raw)?.context;
-        if target.context != context {
+        if target.work != context {
             self.checker.violation(
                 "wrong-context",
                 format!(
                     "event {raw:#x} of context {context:#x} recorded on a stream of context {:#x}",
-                    target.context
+                    target.work
                 ),
             );
             return Err(INVALID_HANDLE);

@@ -313,7 +313,7 @@ export_fns! {
     fn cuCtxSynchronize() {
         super::wait_for(|sim| {
             let raw = sim.require_current("cuCtxSynchronize")?;
-            if sim.busy_in(Some(raw), None) {
+            if sim.busy_in(Some(raw), None) || sim.foreign_launches_pending(Some(raw), None) {
                 return Ok(None);
             }
             sim.synchronize_context(raw).map(Some)
@@ -514,7 +514,7 @@ export_fns! {
         // It waits for all work on the device (`free_sync`), queued work included.
         super::wait_for(|sim| {
             let device = sim.current_device("cuMemFree")?;
-            if sim.busy_in(None, Some(device)) {
+            if sim.busy_in(None, Some(device)) || sim.foreign_launches_pending(None, Some(device)) {
                 return Ok(None);
             }
             sim.free_sync(ptr, false).map(Some)
@@ -541,7 +541,7 @@ export_fns! {
     fn cuMemFreeHost(ptr: *mut c_void) {
         super::wait_for(|sim| {
             let device = sim.current_device("cuMemFreeHost")?;
-            if sim.busy_in(None, Some(device)) {
+            if sim.busy_in(None, Some(device)) || sim.foreign_launches_pending(None, Some(device)) {
                 return Ok(None);
             }
             sim.free_sync(ptr as usize as u64, true).map(Some)

@@ -26,7 +26,7 @@
 //! As for `exports`: pointer arguments follow the driver API's contract (arrays of `count`
 //! and `numAttrs` entries).
 
-use super::errors::INVALID_VALUE;
+use super::errors::{INVALID_VALUE, OUT_OF_MEMORY};
 use super::exports::put;
 use super::types::*;
 use super::work::Op;
@@ -51,19 +51,29 @@ const NO_COPY: usize = usize::MAX;
 /// A refusal and the copy it concerns.
 type Refusal = (CuResult, usize);
 
-/// Reads `count` entries of an in-array, refusing null.
+/// Reads `count` entries of an in-array, refusing null, and a count no array of `T` can have
+/// (more than `isize::MAX` bytes): `CUDA_ERROR_INVALID_VALUE`. The copy is allocated fallibly:
+/// a count whose copy does not fit in memory is `CUDA_ERROR_OUT_OF_MEMORY`, never an abort of
+/// the process.
 ///
 /// # Safety
 ///
 /// A non-null `array` points to `count` readable entries.
 unsafe fn entries<T: Copy>(array: *const T, count: usize) -> Result<Vec<T>, Refusal> {
-    if array.is_null() {
+    if array.is_null()
+        || count
+            .checked_mul(std::mem::size_of::<T>())
+            .is_none_or(|bytes| bytes > isize::MAX as usize)
+    {
         return Err((INVALID_VALUE, NO_COPY));
     }
+    let mut entries = Vec::new();
+    entries
+        .try_reserve_exact(count)
+        .map_err(|_| (OUT_OF_MEMORY, NO_COPY))?;
     // SAFETY: `count` entries, by the caller's contract; read unaligned, as `get` does.
-    Ok((0..count)
-        .map(|i| unsafe { array.add(i).read_unaligned() })
-        .collect())
+    entries.extend((0..count).map(|i| unsafe { array.add(i).read_unaligned() }));
+    Ok(entries)
 }
 
 /// The copies of a batch, as `cuMemcpyAsync` operations, once the arguments are valid.
@@ -107,7 +117,9 @@ unsafe fn parse(
             return Err((INVALID_VALUE, start));
         }
     }
-    let mut ops = Vec::with_capacity(count);
+    let mut ops = Vec::new();
+    ops.try_reserve_exact(count)
+        .map_err(|_| (OUT_OF_MEMORY, NO_COPY))?;
     for i in 0..count {
         let (dst, src, len) = (dsts[i], srcs[i], sizes[i]);
         if len > 0 && (dst == 0 || src == 0) {

@@ -12,7 +12,7 @@ use super::errors::{INVALID_VALUE, NOT_SUPPORTED};
 use super::exports::{get, put};
 use super::graphs::GRAPH_EXEC_UPDATE_FAILURE;
 use super::types::*;
-use super::work::{HostCall, Op};
+use super::work::Op;
 use super::{Sim, with_sim};
 
 /// The dependency list of a node-adding call.
@@ -106,7 +106,8 @@ pub(super) fn memset_op(params: &MemsetNodeParams) -> Result<Op, CuResult> {
         return Err(INVALID_VALUE);
     }
     let width = params.element_size as usize;
-    if params.height > 1 && params.pitch < params.width * width {
+    let row = params.width.checked_mul(width).ok_or(INVALID_VALUE)?;
+    if params.height > 1 && params.pitch < row {
         return Err(INVALID_VALUE);
     }
     Ok(Op::Memset {
@@ -331,20 +332,54 @@ export_fns! {
     }
 
     fn cuGraphLaunch(exec: Raw, stream: Raw) {
-        let ops = with_sim(|sim| {
+        let (ops, work) = with_sim(|sim| {
             let target = sim.stream(stream, "cuGraphLaunch")?;
             sim.graph_launch_ops(exec, target)
         })?;
-        // One stream operation per node, in order; host nodes run between their neighbours,
-        // outside the lock.
+        // One stream operation per node, in order, on the launch stream's timeline and in the
+        // graph's context; host nodes run between their neighbours, outside the lock. A node
+        // that fails stops the launch, but its end (`Op::LaunchDone`) is still noted, so that
+        // the graph's context does not wait for it for ever.
+        let mut status = Ok(());
         for op in ops {
-            let (timeline, calls): (usize, Vec<HostCall>) = with_sim(|sim| {
-                let target = sim.stream(stream, "cuGraphLaunch")?;
+            let done = match op {
+                Op::LaunchDone(context) => Some(context),
+                _ => None,
+            };
+            if status.is_err() && done.is_none() {
+                continue;
+            }
+            let ran = with_sim(|sim| {
+                let target = match done {
+                    // The end needs no live stream: it only notes the stream's clock.
+                    Some(_) => work,
+                    None => sim.stream(stream, "cuGraphLaunch")?.running(work.work, work.work_device),
+                };
                 Ok((target.timeline, sim.run_or_defer(target, op)?))
-            })?;
-            // Host nodes start on threads of their own; what follows them is queued.
-            super::deferred::start_hosts(calls.into_iter().map(|call| (timeline, call)).collect());
+            });
+            match ran {
+                // Host nodes start on threads of their own; what follows them is queued.
+                Ok((timeline, calls)) => super::deferred::start_hosts(
+                    calls.into_iter().map(|call| (timeline, call)).collect(),
+                ),
+                Err(code) => {
+                    if let Some(context) = done {
+                        let _ = with_sim(|sim| {
+                            sim.foreign_launch_done(context, None);
+                            Ok(())
+                        });
+                    }
+                    if status.is_ok() {
+                        status = Err(code);
+                    }
+                }
+            }
+            if done.is_some() {
+                // A `cuCtxSynchronize` of the graph's context may be waiting for this.
+                super::notify_idle();
+            }
         }
+        status?;
         // The next launch of this executable graph is ordered after this one.
         with_sim(|sim| {
             let target = sim.stream(stream, "cuGraphLaunch")?;

@@ -205,7 +205,7 @@ impl Sim {
             AllocKind::Graph,
             None,
             device,
-            Some(target.context),
+            Some(target.work),
             Some(operation),
         );
         Ok(())

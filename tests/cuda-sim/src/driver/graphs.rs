@@ -2,7 +2,10 @@
 //! only depend on nodes added before it, so that order is topological. Instantiation copies
 //! the node list (the graph may be destroyed afterwards, as with the driver) and takes its own
 //! references to the graph's user objects. A launch executes the nodes in order, one stream
-//! operation per node on the launch stream, checking the handles and memory they use then.
+//! operation per node on the launch stream's timeline, checking the handles and memory they
+//! use then. The nodes run in the exec's context (the one current at instantiation), whatever
+//! the launch stream's, as driver 580 runs them: their memory touches are checked for that
+//! context's device, and `cuCtxSynchronize` of that context waits for the launch.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,6 +55,8 @@ pub struct GraphExec {
     pub graph: Raw,
     /// Nodes turned off by `cuGraphNodeSetEnabled`: launches run them as empty nodes.
     pub disabled: BTreeSet<Raw>,
+    /// The context current at instantiation, which the nodes run in.
+    pub context: Raw,
 }
 
 impl Sim {
@@ -138,7 +143,7 @@ impl Sim {
         if flags & !INSTANTIATE_FLAGS != 0 {
             return Err(INVALID_VALUE);
         }
-        self.require_current("cuGraphInstantiateWithFlags")?;
+        let context = self.require_current("cuGraphInstantiateWithFlags")?;
         self.refuse_body(graph, "instantiating")?;
         let source = graph;
         let graph = self.graph(graph)?;
@@ -168,6 +173,7 @@ impl Sim {
                 user_objects,
                 graph: source,
                 disabled: BTreeSet::new(),
+                context,
             },
         );
         Ok(raw)
@@ -214,9 +220,22 @@ impl Sim {
     }
 
     /// The operations a launch of `exec` runs on `target`, in order (child graphs
-    /// expanded); while `target` captures, the launch is recorded as one child-graph node and
-    /// nothing is returned.
-    pub fn graph_launch_ops(&mut self, exec: Raw, target: Target) -> Result<Vec<Op>, CuResult> {
+    /// expanded), and the target they run on: `target`'s stream, running work of the exec's
+    /// context. On another context's stream the last operation is `Op::LaunchDone`, and the
+    /// exec's context counts the launch as pending until it ran. While `target` captures, the
+    /// launch is recorded as one child-graph node and nothing is returned.
+    pub fn graph_launch_ops(
+        &mut self,
+        exec: Raw,
+        target: Target,
+    ) -> Result<(Vec<Op>, Target), CuResult> {
+        let context = self.graph_exec(exec)?.context;
+        // A destroyed context leaves the nodes to the stream's (the driver's behaviour then
+        // was not measured).
+        let work = match self.contexts.get(&context) {
+            Some(ctx) => target.running(context, ctx.device),
+            None => target,
+        };
         let ops: Vec<Op> = {
             let graph_exec = self.graph_exec(exec)?;
             // The launch starts with its conditional handles at their defaults; a disabled
@@ -233,11 +252,15 @@ impl Sim {
         self.check_memory_launch(exec, &ops, target)?;
         if self.capturing.contains_key(&target.timeline) {
             self.capture_op(target, Op::Child(ops))?;
-            return Ok(Vec::new());
+            return Ok((Vec::new(), work));
         }
         self.check_legacy_capture(target, false)?;
-        let mut flat = Vec::with_capacity(ops.len());
+        let mut flat = Vec::with_capacity(ops.len() + 1);
         Op::flatten(ops, &mut flat);
-        Ok(flat)
+        if work.work != target.context {
+            self.foreign_launch_started(work.work);
+            flat.push(Op::LaunchDone(work.work));
+        }
+        Ok((flat, work))
     }
 }

@@ -25,12 +25,14 @@ pub const MISALIGNED_ADDRESS: CuResult = 716;
 pub const ASSERT: CuResult = 710;
 
 /// One region a kernel may touch: a live allocation (or module variable), or one it may
-/// not (another device's pool memory without access, a mapping without access).
+/// not (another device's pool memory without access, a mapping without access), or may only
+/// read (an import of this process's own IPC host pool: `Sim::refuses_device_writes`).
 #[derive(Clone, Copy, Debug)]
 struct Region {
     start: u64,
     end: u64,
     denied: bool,
+    read_only: bool,
 }
 
 /// The snapshot the interpreter checks every global access against.
@@ -79,11 +81,12 @@ impl Snapshot {
 }
 
 impl Memory for Snapshot {
-    fn check(&self, addr: u64, len: u64, _write: bool) -> Option<usize> {
+    fn check(&self, addr: u64, len: u64, write: bool) -> Option<usize> {
         let index = self.find(addr)?;
         let region = &self.regions[index];
         let end = addr.checked_add(len)?;
-        (!region.denied && end <= region.end).then_some(index)
+        let refused = region.denied || write && region.read_only;
+        (!refused && end <= region.end).then_some(index)
     }
 
     fn regions(&self) -> usize {
@@ -91,7 +94,8 @@ impl Memory for Snapshot {
     }
 
     /// Regions are sorted, do not overlap and do not change during a launch, so an approved
-    /// region approves every access inside it (denied regions are never approved).
+    /// region approves every access of the same kind inside it (denied regions are never
+    /// approved, read-only ones never for a write).
     fn region_bounds(&self, region: usize) -> Option<(u64, u64)> {
         self.regions.get(region).map(|r| (r.start, r.end))
     }
@@ -134,7 +138,7 @@ impl Sim {
             let library = self.library(library)?;
             (library.module.clone(), library.globals.clone())
         };
-        let device = self.timeline_device(op.timeline);
+        let device = self.operation_device(op);
         let starts: Vec<u64> = self.allocs.keys().copied().collect();
         let regions = starts
             .iter()
@@ -144,6 +148,7 @@ impl Sim {
                     start,
                     end: start + alloc.size,
                     denied: !self.may_touch(start, device),
+                    read_only: self.refuses_device_writes(start),
                 }
             })
             .collect();
@@ -201,6 +206,20 @@ impl Sim {
                     "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) {access} {len} bytes at {addr:#x} (`{pc_text}`)"
                 );
                 let (kind, what) = match snapshot.find(addr).map(|i| snapshot.regions[i]) {
+                    Some(region)
+                        if write
+                            && region.read_only
+                            && !region.denied
+                            && addr.saturating_add(len) <= region.end =>
+                    {
+                        (
+                            "no-access",
+                            format!(
+                                "{who}: the allocation at {:#x} is this process's import of its own IPC host pool's memory, which driver 580 refuses device writes to",
+                                region.start
+                            ),
+                        )
+                    }
                     Some(region) if region.denied => (
                         "no-access",
                         format!(

@@ -15,6 +15,7 @@ use super::types::{
     ACCESS_NONE, ACCESS_READWRITE, CuResult, EVENT_DISABLE_TIMING, EVENT_INTERPROCESS,
     HANDLE_TYPE_POSIX_FD, LOCATION_DEVICE, MemLocation, Raw,
 };
+use super::work::Op;
 use super::{Kind, Sim};
 
 const POINTER_MAGIC: &[u8; 8] = b"CUSIMPTR";
@@ -73,6 +74,7 @@ impl Sim {
                 location,
                 ipc: true,
                 arena,
+                revoked: vec![false; access.len()],
                 access,
                 release_threshold: 0,
                 reuse: [1, 1, 1],
@@ -147,6 +149,83 @@ impl Sim {
         Ok(addr)
     }
 
+    /// Whether the allocation starting at `start` is an import, made in this process, of an
+    /// IPC host pool this process created. Driver 580 maps such an import, but refuses device
+    /// writes through it: `cuMemsetD8Async` fails with `CUDA_ERROR_INVALID_VALUE`
+    /// (driver-facts, "Graph nodes run in their graph's context", measured 2026-12-04).
+    pub fn refuses_device_writes(&self, start: u64) -> bool {
+        let Some(alloc) = self.allocs.get(&start) else {
+            return false;
+        };
+        alloc.kind == AllocKind::Import
+            && alloc
+                .pool
+                .and_then(|raw| self.pools.get(&raw))
+                .is_some_and(Pool::own_host_import)
+    }
+
+    /// Refuses an operation that writes, with device work, an import of this process's own
+    /// IPC host pool (`refuses_device_writes`): `CUDA_ERROR_INVALID_VALUE`, as driver 580
+    /// answers the memset (measured) and, by the same rule, the copies into it (not measured).
+    /// The call fails and nothing runs; a refusal the driver makes is no violation. Kernels'
+    /// stores are checked where they happen (`interp.rs`).
+    pub fn refuse_import_writes(&self, op: &Op) -> Result<(), CuResult> {
+        // `rows` rows of `len` bytes, `pitch` apart, from `dst`.
+        let (dst, len, pitch, rows) = match *op {
+            Op::Memset {
+                dst,
+                pitch,
+                width,
+                count,
+                rows,
+                ..
+            } => (
+                dst,
+                count.saturating_mul(width) as u64,
+                pitch as u64,
+                rows as u64,
+            ),
+            Op::Memcpy { dst, len, .. } => (dst, len as u64, 0, 1),
+            Op::Upload {
+                ref dst, ref data, ..
+            } => (*dst, data.len() as u64, 0, 1),
+            _ => return Ok(()),
+        };
+        if len == 0 || rows == 0 {
+            return Ok(());
+        }
+        // Whether a row meets `[start, end)`: the first row that ends past `start` starts
+        // before `end`. Imports are few; rows may be many.
+        let meets = |start: u64, end: u64| {
+            let first = if dst.saturating_add(len) > start {
+                0
+            } else {
+                match (start - dst - len).checked_div(pitch) {
+                    Some(whole) => whole + 1,
+                    // One row, which ends before `start`.
+                    None => return false,
+                }
+            };
+            first < rows
+                && first
+                    .checked_mul(pitch)
+                    .and_then(|offset| dst.checked_add(offset))
+                    .is_some_and(|row| row < end)
+        };
+        // Pools are few; a program without such an import pays only this scan.
+        if !self.pools.values().any(Pool::own_host_import) {
+            return Ok(());
+        }
+        let refused = self
+            .allocs
+            .values()
+            .filter(|alloc| alloc.kind == AllocKind::Import)
+            .any(|alloc| {
+                self.refuses_device_writes(alloc.addr) && meets(alloc.addr, alloc.addr + alloc.size)
+            });
+        if refused { Err(INVALID_VALUE) } else { Ok(()) }
+    }
+
     /// `cuIpcGetEventHandle`.
     pub fn export_event(&mut self, raw: Raw) -> Result<[u8; 64], CuResult> {
         self.require_current("cuIpcGetEventHandle")?;
@@ -167,6 +246,13 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         self.create_event(EVENT_INTERPROCESS | EVENT_DISABLE_TIMING, true)
+    }
+}
+
+impl Pool {
+    /// Whether this is this process's import of an IPC host pool it created itself.
+    fn own_host_import(&self) -> bool {
+        self.imported && self.device.is_none() && self.uid >> 32 == u64::from(std::process::id())
     }
 }
 

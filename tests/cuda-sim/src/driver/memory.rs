@@ -402,10 +402,21 @@ impl Sim {
             .map(|c| c.device)
     }
 
+    /// The device an operation runs on: its context's (for a graph's nodes, the graph's
+    /// context's, whatever the launch stream's); `None` for the host.
+    pub fn operation_device(&self, operation: Use) -> Option<usize> {
+        operation
+            .device
+            .or_else(|| self.timeline_device(operation.timeline))
+    }
+
     /// A touch by device work of pool memory owned by another device needs that device's
     /// access to the pool (`cuMemPoolSetAccess`); without it the touch is **no access**. Copies
-    /// of a host pool's memory pass without it (driver 580 copied an imported host pool's
-    /// memory with no access set); kernels do not (`interp.rs`: measured, they fault).
+    /// and memsets of a host pool's memory pass while the device was never granted access
+    /// (driver 580 copied an imported host pool's memory with no access set), but not once its
+    /// access was revoked (`PROT_NONE`): the program said the device must not touch it, and
+    /// may read or write it from the host meanwhile. Kernels need access either way
+    /// (`interp.rs`: measured, they fault).
     fn check_pool_access(
         &mut self,
         start: u64,
@@ -417,16 +428,27 @@ impl Sim {
         let Some(pool) = alloc.pool.and_then(|raw| self.pools.get(&raw)) else {
             return Ok(());
         };
-        let (Some(owner), Some(device)) = (pool.device, self.timeline_device(operation.timeline))
-        else {
+        let Some(device) = self.operation_device(operation) else {
             return Ok(());
         };
-        if device == owner || pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE) {
-            return Ok(());
-        }
+        let whose = match pool.device {
+            Some(owner)
+                if device == owner
+                    || pool.access.get(device).is_some_and(|&a| a != ACCESS_NONE) =>
+            {
+                return Ok(());
+            }
+            Some(owner) => format!(
+                "a pool of device {owner} that device {device} has no access to (cuMemPoolSetAccess)"
+            ),
+            None if pool.revoked.get(device).is_some_and(|&revoked| revoked) => format!(
+                "a host pool whose access by device {device} was revoked (cuMemPoolSetAccess, PROT_NONE)"
+            ),
+            None => return Ok(()),
+        };
         let (call, seq) = super::calls::current_call();
         let message = format!(
-            "{call} (call #{seq}) on {} (device {device}) touches [{addr:#x}, +{len}) of a pool of device {owner} that device {device} has no access to (cuMemPoolSetAccess)",
+            "{call} (call #{seq}) on {} (device {device}) touches [{addr:#x}, +{len}) of {whose}",
             self.checker.label(operation.timeline)
         );
         self.checker.violation("no-access", message);

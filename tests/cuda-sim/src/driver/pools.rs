@@ -25,6 +25,9 @@ pub struct Pool {
     pub arena: Arena,
     /// Access per device.
     pub access: Vec<u32>,
+    /// Per device: its access was revoked (`PROT_NONE`) and not granted again since. Device
+    /// touches of a host pool are checked against this (`Sim::check_pool_access`).
+    pub revoked: Vec<bool>,
     pub release_threshold: u64,
     pub reuse: [i32; 3],
     pub max_size: u64,
@@ -86,6 +89,7 @@ impl Pool {
             ipc,
             arena,
             access,
+            revoked: vec![false; devices],
             release_threshold: 0,
             reuse: [1, 1, 1],
             max_size: 0,
@@ -211,6 +215,7 @@ impl Sim {
         }
         for desc in descs {
             pool.access[desc.location.id as usize] = desc.flags;
+            pool.revoked[desc.location.id as usize] = desc.flags == ACCESS_NONE;
         }
         Ok(())
     }
@@ -433,6 +438,17 @@ impl Sim {
         timelines.sort_unstable();
         for timeline in timelines {
             self.checker.host_waits(timeline);
+        }
+        // Graphs of the device's contexts launched on other devices' streams ran on this
+        // device (their nodes run in their graph's context).
+        let launched: Vec<_> = self
+            .contexts
+            .values()
+            .filter(|c| c.device == device)
+            .map(|c| c.launched.clone())
+            .collect();
+        for clock in launched {
+            self.checker.host_waits_clock(&clock);
         }
     }
 

@@ -1,10 +1,11 @@
 //! Streams: created streams with flags and priorities, and the default-stream tokens (null and
 //! `CU_STREAM_LEGACY` name the current context's legacy stream, `CU_STREAM_PER_THREAD` the
-//! calling thread's). Work runs at once; the checker orders it as if it were asynchronous.
+//! calling thread's, which a green context does not have). Work runs at once; the checker
+//! orders it as if it were asynchronous.
 
 use super::checker::Use;
 use super::contexts;
-use super::errors::{INVALID_CONTEXT, INVALID_VALUE};
+use super::errors::{INVALID_CONTEXT, INVALID_HANDLE, INVALID_VALUE};
 use super::types::{CuResult, Raw, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD};
 use super::{Kind, Sim};
 
@@ -22,10 +23,28 @@ pub struct Stream {
 #[derive(Clone, Copy, Debug)]
 pub struct Target {
     pub timeline: usize,
+    /// The stream's context (which its implicit synchronisation follows).
     pub context: Raw,
     pub device: usize,
     /// `None` for created streams; the token otherwise.
     pub token: Option<Raw>,
+    /// The context the work runs in: the stream's, except for the nodes of a graph launched
+    /// on another context's stream, which run in the graph's context (measured on driver
+    /// 580: driver-facts, "Graph nodes run in their graph's context").
+    pub work: Raw,
+    /// That context's device.
+    pub work_device: usize,
+}
+
+impl Target {
+    /// The same stream, running work of `context` (of `device`): a graph's nodes.
+    pub fn running(self, context: Raw, device: usize) -> Target {
+        Target {
+            work: context,
+            work_device: device,
+            ..self
+        }
+    }
 }
 
 pub const LEAST_PRIORITY: i32 = 0;
@@ -36,6 +55,16 @@ impl Sim {
     pub fn stream(&mut self, raw: Raw, what: &str) -> Result<Target, CuResult> {
         if raw == 0 || raw == STREAM_LEGACY || raw == STREAM_PER_THREAD {
             let context = self.require_current(&format!("{what} on a default-stream token"))?;
+            if raw == STREAM_PER_THREAD && self.contexts[&context].green.is_some() {
+                // A green context has no per-thread default stream: driver 580 answers
+                // `cuStreamIsCapturing(CU_STREAM_PER_THREAD)` with CUDA_ERROR_INVALID_HANDLE
+                // while a green context's context is current (measured twice on an H200:
+                // `cuda_rules.rs` D8, `review23b.rs`). Every other call on the token is
+                // refused the same way here; the documentation names only the null and
+                // legacy tokens for green contexts (`cuStreamGetGreenCtx`), and
+                // `probes/green_per_thread.py` prints what the driver answers for each.
+                return Err(INVALID_HANDLE);
+            }
             let thread = contexts::thread_id();
             let label = format!("per-thread stream of thread {thread} in context {context:#x}");
             let existing = self.contexts[&context].per_thread.get(&thread).copied();
@@ -60,6 +89,8 @@ impl Sim {
                 context,
                 device,
                 token: Some(raw),
+                work: context,
+                work_device: device,
             });
         }
         let Some(stream) = self.streams.get(&raw) else {
@@ -78,6 +109,8 @@ impl Sim {
             context,
             device: ctx.device,
             token: None,
+            work: context,
+            work_device: ctx.device,
         })
     }
 
@@ -92,7 +125,9 @@ impl Sim {
         } else {
             Vec::new()
         };
-        self.checker.enqueue(target.timeline, &implicit)
+        let mut operation = self.checker.enqueue(target.timeline, &implicit);
+        operation.device = Some(target.work_device);
+        operation
     }
 
     pub fn create_stream(&mut self, flags: u32, priority: i32) -> Result<Raw, CuResult> {

@@ -86,6 +86,10 @@ pub enum Op {
     /// The start of a launch of this executable graph: its conditional handles take their
     /// defaults. Not a node.
     ResetConditionals(Raw),
+    /// The end of a launch of a graph of this context on another context's stream: the
+    /// context's synchronisations are ordered after the stream up to here
+    /// (`Sim::foreign_launch_done`). Not a node.
+    LaunchDone(Raw),
 }
 
 impl Op {
@@ -99,7 +103,7 @@ impl Op {
             Op::EventWait(_) => NODE_WAIT_EVENT,
             Op::Host(..) => NODE_HOST,
             Op::Child(_) => NODE_GRAPH,
-            Op::Empty | Op::ResetConditionals(_) => NODE_EMPTY,
+            Op::Empty | Op::ResetConditionals(_) | Op::LaunchDone(_) => NODE_EMPTY,
             Op::Conditional(_) => NODE_CONDITIONAL,
             Op::GraphAlloc { .. } => NODE_MEM_ALLOC,
             Op::GraphFree { .. } => NODE_MEM_FREE,
@@ -121,6 +125,7 @@ impl Sim {
     /// Executes `op` now as one operation of `target`'s stream. Host functions are returned
     /// for the caller to call, in order, once the lock is released.
     pub fn execute(&mut self, target: Target, op: &Op) -> Result<Vec<HostCall>, CuResult> {
+        self.refuse_import_writes(op)?;
         match op {
             Op::Kernel(launch) => {
                 let operation = self.enqueue(target);
@@ -136,18 +141,19 @@ impl Sim {
             } => {
                 let operation = self.enqueue(target);
                 let row = count.checked_mul(width).ok_or(INVALID_VALUE)?;
-                let starts: Vec<u64> = (0..rows)
-                    .map(|r| {
-                        r.checked_mul(pitch)
-                            .and_then(|offset| dst.checked_add(offset as u64))
-                            .ok_or(INVALID_VALUE)
-                    })
-                    .collect::<Result<_, _>>()?;
-                for &start in &starts {
-                    self.touch(start, row as u64, operation, true)?;
+                // The rows' starts, computed twice rather than collected: `rows` is the
+                // caller's number (a 2-D memset's height), and every row must lie in an
+                // allocation, so the first pass stops at the first row outside memory.
+                let start_of = |r: usize| {
+                    r.checked_mul(pitch)
+                        .and_then(|offset| dst.checked_add(offset as u64))
+                        .ok_or(INVALID_VALUE)
+                };
+                for r in 0..rows {
+                    self.touch(start_of(r)?, row as u64, operation, true)?;
                 }
                 let bytes = value.to_le_bytes();
-                for start in starts {
+                for start in (0..rows).map(|r| start_of(r).expect("checked above")) {
                     for i in 0..count {
                         // SAFETY: `touch` checked that each row lies in one live allocation,
                         // which is mapped, writable memory of this simulator.
@@ -220,6 +226,7 @@ impl Sim {
             }
             Op::Conditional(conditional) => self.run_conditional(target, conditional)?,
             &Op::ResetConditionals(exec) => self.reset_conditionals(exec),
+            &Op::LaunchDone(context) => self.foreign_launch_done(context, Some(target.timeline)),
             &Op::GraphAlloc { addr, size } => self.run_graph_alloc(target, addr, size)?,
             &Op::GraphFree { addr } => self.run_graph_free(target, addr)?,
         }

@@ -1,0 +1,244 @@
+//! Checks of the simulator that no H200 measurement decides: device work touching a host
+//! pool whose access by the device was revoked is a violation (as for another device's pool
+//! without access), and absurd sizes and counts are driver errors, never an abort of the
+//! process.
+
+use cudarc::driver::sys::{self, CUresult};
+
+mod common;
+use common::*;
+
+/// Grants (or revokes) device 0's access to `pool`.
+///
+/// # Safety
+///
+/// `pool` is alive.
+unsafe fn set_device_access(pool: sys::CUmemoryPool, granted: bool) -> CUresult {
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: 0,
+        },
+        flags: if granted {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        } else {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+        },
+    };
+    // SAFETY: a live pool (the caller's contract) and one valid descriptor.
+    unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) }
+}
+
+/// S3: device 0's access to a host pool is granted, then revoked. A memset, a copy out of it
+/// and a kernel are then each a `no-access` violation (and fail); once access is granted
+/// again, the same memset is fine.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_device_touches_after_a_host_pool_revocation() {
+    child();
+    setup();
+    let stream = new_stream();
+    let library = load();
+    let fill = kernel(library, c"fill_u32");
+    // SAFETY: plain driver calls on our own handles with valid pointers.
+    unsafe {
+        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+            id: 0,
+        };
+        let mut pool = std::ptr::null_mut();
+        ok(sys::cuMemPoolCreate(&mut pool, &props));
+        ok(set_device_access(pool, true));
+        let mut ptr = 0;
+        ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 4096, pool, stream));
+        ok(sys::cuMemsetD8Async(ptr, 1, 4096, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        ok(set_device_access(pool, false));
+        assert_eq!(
+            sys::cuMemsetD8Async(ptr, 2, 4096, stream),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        let mut back = [0u8; 64];
+        assert_eq!(
+            sys::cuMemcpyDtoHAsync_v2(back.as_mut_ptr().cast(), ptr, 64, stream),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        let (mut target, mut value, mut n) = (ptr, 5u32, 64u32);
+        let mut params = [
+            (&mut target as *mut u64).cast::<std::ffi::c_void>(),
+            (&mut value as *mut u32).cast(),
+            (&mut n as *mut u32).cast(),
+        ];
+        assert_eq!(
+            sys::cuLaunchKernel(
+                fill.cast(),
+                1,
+                1,
+                1,
+                64,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ),
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        ok(set_device_access(pool, true));
+        ok(sys::cuMemsetD8Async(ptr, 3, 4096, stream));
+        ok(sys::cuMemFreeAsync(ptr, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        ok(sys::cuMemPoolDestroy(pool));
+        ok(sys::cuLibraryUnload(library));
+    }
+    destroy_stream(stream);
+    teardown();
+}
+
+#[test]
+fn device_touches_after_a_host_pool_revocation() {
+    let report = report_of("scenario_device_touches_after_a_host_pool_revocation");
+    assert_eq!(
+        kinds(&report),
+        ["no-access", "no-access", "no-access"],
+        "{:?}",
+        report.violations
+    );
+    let calls: Vec<&str> = report.violations.iter().map(|v| v.call.as_str()).collect();
+    assert_eq!(
+        calls,
+        ["cuMemsetD8Async", "cuMemcpyDtoHAsync_v2", "cuLaunchKernel"]
+    );
+    assert!(
+        report.violations[0].message.contains("revoked"),
+        "{}",
+        report.violations[0].message
+    );
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
+}
+
+/// F12: a switch node of `u32::MAX` bodies (the simulator used to abort allocating their
+/// handles), a batch of copies whose arrays could not exist, and a memset node whose height
+/// reaches far past its allocation are driver errors; the process goes on.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_absurd_sizes_are_driver_errors() {
+    child();
+    setup();
+    let stream = new_stream();
+    // SAFETY: plain driver calls on our own handles with valid pointers; the batch's arrays
+    // are never read (its count is refused first).
+    unsafe {
+        let mut graph = std::ptr::null_mut();
+        ok(sys::cuGraphCreate(&mut graph, 0));
+        let mut current = std::ptr::null_mut();
+        ok(sys::cuCtxGetCurrent(&mut current));
+        let switch = |size: u32| {
+            let mut handle = 0;
+            ok(sys::cuGraphConditionalHandleCreate(
+                &mut handle,
+                graph,
+                current,
+                0,
+                sys::CU_GRAPH_COND_ASSIGN_DEFAULT,
+            ));
+            let mut params: sys::CUgraphNodeParams = std::mem::zeroed();
+            params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+            params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+                handle,
+                type_: sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_SWITCH,
+                size,
+                phGraph_out: std::ptr::null_mut(),
+                ctx: current,
+            };
+            let mut node = std::ptr::null_mut();
+            sys::cuGraphAddNode_v2(
+                &mut node,
+                graph,
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                &mut params,
+            )
+        };
+        assert_eq!(switch(u32::MAX), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        assert_eq!(switch((1 << 16) + 1), CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        ok(switch(3));
+        ok(sys::cuGraphDestroy(graph));
+
+        let mut attributes = sys::CUmemcpyAttributes {
+            srcAccessOrder: sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            srcLocHint: std::mem::zeroed(),
+            dstLocHint: std::mem::zeroed(),
+            flags: 0,
+        };
+        let (mut dst, mut src, mut size, mut start) = (0u64, 0u64, 0usize, 0usize);
+        assert_eq!(
+            sys::cuMemcpyBatchAsync_v2(
+                &mut dst,
+                &mut src,
+                &mut size,
+                usize::MAX / 8,
+                &mut attributes,
+                &mut start,
+                1,
+                stream,
+            ),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+
+        let mut ptr = 0;
+        ok(sys::cuMemAlloc_v2(&mut ptr, 4096));
+        let mut graph = std::ptr::null_mut();
+        ok(sys::cuGraphCreate(&mut graph, 0));
+        let memset = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: ptr,
+            pitch: 1 << 40,
+            value: 1,
+            elementSize: 1,
+            width: 16,
+            height: 1 << 40,
+        };
+        let mut node = std::ptr::null_mut();
+        ok(sys::cuGraphAddMemsetNode(
+            &mut node,
+            graph,
+            std::ptr::null(),
+            0,
+            &memset,
+            current,
+        ));
+        let mut exec = std::ptr::null_mut();
+        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        assert_eq!(
+            sys::cuGraphLaunch(exec, stream),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        ok(sys::cuStreamSynchronize(stream));
+        ok(sys::cuGraphExecDestroy(exec));
+        ok(sys::cuGraphDestroy(graph));
+        ok(sys::cuMemFree_v2(ptr));
+    }
+    destroy_stream(stream);
+    teardown();
+}
+
+#[test]
+fn absurd_sizes_are_driver_errors() {
+    let report = report_of("scenario_absurd_sizes_are_driver_errors");
+    // The memset node's second row lies in no allocation.
+    assert_eq!(kinds(&report), ["out-of-bounds"], "{:?}", report.violations);
+    assert_eq!(report.violations[0].call, "cuGraphLaunch");
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
+}
