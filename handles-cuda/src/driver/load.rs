@@ -343,29 +343,169 @@ pub(crate) use probed;
 mod tests {
     use super::CAPABILITIES;
 
+    /// `(path under src/, text)` of each of the crate's source files.
+    type Source = (&'static str, &'static str);
+
+    /// Embeds the named files of `src/` when the test is compiled, so that the test binary
+    /// needs no source tree at run time. `every_module_file_is_embedded` keeps the list
+    /// complete.
+    macro_rules! sources {
+        ($($path:literal),* $(,)?) => {
+            &[$(($path, include_str!(concat!("../", $path)))),*]
+        };
+    }
+
+    /// Every source file of the crate. A new module's file goes here (the test below names it).
+    const SOURCES: &[Source] = sources![
+        "lib.rs",
+        "code/conditional.rs",
+        "code/image.rs",
+        "code/kernel.rs",
+        "code/launch.rs",
+        "code/launch_attributes.rs",
+        "code/library.rs",
+        "code/mod.rs",
+        "code/occupancy.rs",
+        "code/params.rs",
+        "code/program.rs",
+        "code/tensor_map.rs",
+        "code/tensor_map_im2col.rs",
+        "code/tensor_map_rules.rs",
+        "driver/call.rs",
+        "driver/capture.rs",
+        "driver/current.rs",
+        "driver/load.rs",
+        "driver/mod.rs",
+        "error.rs",
+        "exec/completion.rs",
+        "exec/completion_protocol.rs",
+        "exec/context.rs",
+        "exec/device.rs",
+        "exec/disposal.rs",
+        "exec/event.rs",
+        "exec/event_recycler.rs",
+        "exec/green.rs",
+        "exec/host.rs",
+        "exec/mod.rs",
+        "exec/stream.rs",
+        "exec/stream_recycler.rs",
+        "graph/book.rs",
+        "graph/capture.rs",
+        "graph/child.rs",
+        "graph/conditional.rs",
+        "graph/exec.rs",
+        "graph/host.rs",
+        "graph/launch_plan.rs",
+        "graph/memory_nodes.rs",
+        "graph/mod.rs",
+        "graph/node_update.rs",
+        "graph/nodes.rs",
+        "interop.rs",
+        "ipc/event.rs",
+        "ipc/fd_passing.rs",
+        "ipc/fd_taking.rs",
+        "ipc/mod.rs",
+        "ipc/pointer.rs",
+        "ipc/pool.rs",
+        "ipc/token.rs",
+        "memory/batch.rs",
+        "memory/copy.rs",
+        "memory/device_ptr.rs",
+        "memory/growable.rs",
+        "memory/host_access.rs",
+        "memory/host_view.rs",
+        "memory/managed.rs",
+        "memory/mod.rs",
+        "memory/pool.rs",
+        "memory/pool_tuning.rs",
+        "memory/reach.rs",
+        "memory/remote.rs",
+        "memory/typed.rs",
+        "memory/vmm.rs",
+        "order/access_gate.rs",
+        "order/contexts_used.rs",
+        "order/contexts_used_protocol.rs",
+        "order/mod.rs",
+        "order/stream_order.rs",
+        "order/stream_order_protocol.rs",
+        "sync.rs",
+    ];
+
     /// Every call of a listed function goes through `probed!`: no `driver!(cuName(` and no
     /// `sys::cuName(` for a name in the table anywhere in the crate's sources.
     #[test]
     fn listed_functions_are_called_only_through_the_probe() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = vec![src];
         let mut offenders = Vec::new();
-        while let Some(path) = files.pop() {
-            if path.is_dir() {
-                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
+        for &(path, text) in SOURCES {
             for capability in CAPABILITIES {
                 for form in ["driver!(", "sys::"] {
                     let needle = format!("{form}{}(", capability.symbol);
                     if text.contains(&needle) {
-                        offenders.push(format!("{}: {needle}", path.display()));
+                        offenders.push(format!("src/{path}: {needle}"));
                     }
                 }
             }
         }
         assert!(offenders.is_empty(), "unprobed calls: {offenders:#?}");
+    }
+
+    /// The file a `mod name;` declaration in `parent` (a path under `src/`) loads, in both
+    /// forms (`name.rs`, `name/mod.rs`), as the compiler looks for it.
+    fn module_files(parent: &str, name: &str) -> [String; 2] {
+        let dir = if parent == "lib.rs" {
+            String::new()
+        } else if let Some(dir) = parent.strip_suffix("/mod.rs") {
+            format!("{dir}/")
+        } else {
+            format!("{}/", parent.trim_end_matches(".rs"))
+        };
+        [format!("{dir}{name}.rs"), format!("{dir}{name}/mod.rs")]
+    }
+
+    /// Each module the embedded sources declare (`mod name;`, from `lib.rs` down) is itself
+    /// embedded, and each embedded file is a declared module: a module file added to the
+    /// crate but not to [`SOURCES`] fails this test, which names it.
+    #[test]
+    fn every_module_file_is_embedded() {
+        let embedded: std::collections::BTreeSet<&str> =
+            SOURCES.iter().map(|&(path, _)| path).collect();
+        let mut declared = std::collections::BTreeSet::from(["lib.rs".to_string()]);
+        let mut missing = Vec::new();
+        for &(path, text) in SOURCES {
+            for line in text.lines() {
+                let line = line.trim();
+                let item = match line.strip_prefix("pub") {
+                    Some(rest) if rest.starts_with('(') => rest
+                        .split_once(')')
+                        .map_or(rest, |(_, after)| after)
+                        .trim_start(),
+                    Some(rest) => rest.trim_start(),
+                    None => line,
+                };
+                let Some(name) = item
+                    .strip_prefix("mod ")
+                    .and_then(|rest| rest.strip_suffix(';'))
+                else {
+                    continue;
+                };
+                let files = module_files(path, name.trim());
+                match files.iter().find(|file| embedded.contains(file.as_str())) {
+                    Some(file) => {
+                        declared.insert(file.clone());
+                    }
+                    None => missing.push(format!("src/{} (declared in src/{path})", files[0])),
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "add these files to SOURCES in src/driver/load.rs: {missing:#?}"
+        );
+        let stale: Vec<&&str> = embedded
+            .iter()
+            .filter(|path| !declared.contains(**path))
+            .collect();
+        assert!(stale.is_empty(), "embedded but not a module: {stale:?}");
     }
 
     #[test]
