@@ -68,4 +68,9 @@ cp target/cuda-sim/libcuda.so .gpu/cuda-sim/libcuda.so
 strip .gpu/cuda-sim/libcuda.so
 cp scripts/gpu-run.sh .gpu/
 cp bench/cuda_core_bench.py .gpu/
+# Every test binary collected above must be in one launcher list of gpu-run.sh (GPU tests,
+# simulator-only, plain or needs-cargo): a new test binary in none fails the collection here.
+lists_logs=$(mktemp -d)
+OUT=$lists_logs scripts/gpu-run.sh lists
+rm -rf "$lists_logs"
 du -sh .gpu

@@ -1,8 +1,54 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|soak|bench|libs]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|soak|bench|libs|lists]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+# The launcher lists. Every test binary gpu-collect.sh copies, .gpu/test-<kind>-<name> (and the
+# outside crate's .gpu/test-cudarc_app), is named here, without its `.gpu/test-`, in exactly one
+# list; the `lists` step checks it, and gpu-collect.sh runs that step.
+# Suites of GPU tests: their ignored tests need a GPU, and run here (--include-ignored).
+gpu_tests=(
+  test-gpu test-gpu_batch test-gpu_device test-gpu_graph_nodes test-gpu_graph_update
+  test-gpu_host test-gpu_kernels test-gpu_launch test-gpu_managed test-gpu_nvrtc
+  test-gpu_process test-gpu_vmm test-review22 test-review23 test-review23b test-soak cudarc_app
+)
+# Simulator-only: their ignored tests are children that their own (not ignored) tests start on
+# the simulator, or a probe run by hand (cudarc_coverage's); they are not GPU tests.
+simulator_only=(
+  test-batch test-checks test-cudarc_coverage test-fidelity test-interpreter test-kernels
+  test-memory_model test-selftest test-tensor_maps test-vmm
+  test-capabilities test-cuda_attacks test-cuda_conditional_rules test-cuda_rules
+  test-cuda_soundness test-fault_sweep test-fd_passing test-fuzz_safe_api test-interop
+  test-review24
+)
+# No ignored tests at all (the `lists` step checks that): tests that run as they are.
+plain=(
+  lib-cuda_sim bin-cuda_sim lib-cuda_sim_ptx lib-handles_bench bin-gpu_bench bin-sim_count
+  lib-handles_core lib-handles_cuda lib-handles_cuda_libs lib-handles_tests
+  test-argument_checks test-ownership test-cache test-cuda_without_driver test-exit test-model
+  test-release_unwind test-runtime test-soundness test-stress
+  test-loom_access_gate test-loom_cache test-loom_completion test-loom_contexts_used
+  test-loom_counted test-loom_registry test-loom_stream_order test-registry_adversarial
+  test-registry_switching test-tracing
+  test-ptx_alu test-ptx_handwritten test-ptx_kernels test-ptx_more test-ptx_review
+  test-ptx_review_faults test-ptx_spread
+)
+# The runner's tests build a crate with cargo, which the GPU machine does not have (the crate's
+# own test binary is .gpu/test-cudarc_app): skipped.
+needs_cargo=(test-runner)
+
+# The lists a collected binary (.gpu/test-NAME, given as NAME) is in, one a line.
+lists_of() {
+  local list entry
+  for list in gpu_tests simulator_only plain needs_cargo; do
+    local -n entries=$list
+    for entry in "${entries[@]}"; do
+      if [ "$entry" = "$1" ]; then echo "$list"; fi
+    done
+  done
+}
+
 logs=${OUT:-gpu-logs}
 # The simulated driver copied by gpu-collect.sh. Only the `on_the_simulator` launchers and the
 # fault sweep load it, in their child processes; every other test uses the real driver.
@@ -16,14 +62,16 @@ for step in "${steps[@]}"; do
     tests)
       for test in .gpu/test-*; do
         echo "== $test" | tee -a "$logs/tests.log"
-        # The runner's tests build a crate with cargo, which the GPU machine does not have (the
-        # crate's own test binary is .gpu/test-cudarc_app).
-        case $test in *-runner) echo "skipped: needs cargo" | tee -a "$logs/tests.log"; continue ;; esac
-        # The ignored tests of these binaries are children that their own (not ignored) tests
-        # start on the simulator; they are not GPU tests.
-        case $test in
-          *-selftest | *-kernels | *-vmm | *-batch | *-memory_model | *-fidelity | *-runner | *-cudarc_coverage | *-interpreter | *-fault_sweep | *-cuda_soundness | *-fd_passing | *-interop | *-cuda_rules | *-cuda_attacks | *-capabilities) ignored=() ;;
-          *) ignored=(--include-ignored) ;;
+        # The launcher lists above say how each binary runs.
+        case $(lists_of "${test#.gpu/test-}") in
+          needs_cargo) echo "skipped: needs cargo" | tee -a "$logs/tests.log"; continue ;;
+          gpu_tests) ignored=(--include-ignored) ;;
+          simulator_only | plain) ignored=() ;;
+          *)
+            echo "$test is not in exactly one launcher list of gpu-run.sh (see its lists step)" | tee -a "$logs/tests.log"
+            status=1
+            continue
+            ;;
         esac
         "$test" ${ignored[@]+"${ignored[@]}"} --skip two_gpus --skip soak --test-threads=1 --nocapture >>"$logs/tests.log" 2>&1 || status=1
         grep -E "^test result|FAILED|panicked" "$logs/tests.log" | tail -n 3
@@ -106,6 +154,33 @@ for step in "${steps[@]}"; do
         done
       fi
       python3 .gpu/cuda_core_bench.py 2>&1 | tee "$logs/cuda_core.log" || status=1
+      ;;
+    lists)
+      # Every collected test binary is in exactly one launcher list, and a binary of the plain
+      # list has no ignored test (one that has them needs gpu_tests or simulator_only).
+      shopt -s nullglob
+      binaries=(.gpu/test-*)
+      shopt -u nullglob
+      if [ ${#binaries[@]} -eq 0 ]; then
+        echo "no .gpu/test-* binaries: run scripts/gpu-collect.sh first"
+        status=1
+      fi
+      for test in "${binaries[@]}"; do
+        name=${test#.gpu/test-}
+        found=$(lists_of "$name" | paste -sd' ' -)
+        case $found in
+          gpu_tests | simulator_only | needs_cargo) ;;
+          plain)
+            if "$test" --list --ignored 2>/dev/null | grep -q ': test$'; then
+              echo "$test has ignored tests but is in the plain list: move it to gpu_tests or simulator_only"
+              status=1
+            fi
+            ;;
+          '') echo "$test is in no launcher list of scripts/gpu-run.sh: add $name to one"; status=1 ;;
+          *) echo "$test is in several launcher lists of scripts/gpu-run.sh ($found): keep one"; status=1 ;;
+        esac
+      done
+      [ $status -eq 0 ] && echo "launcher lists: ${#binaries[@]} test binaries, each in one list"
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
