@@ -177,10 +177,13 @@ fn scenario_an_event_is_refused_on_a_token_of_another_context() {
         matches!(refused, Err(Error::WrongContext { .. })),
         "{refused:?}"
     );
-    // The per-thread stream is asked about captures first; driver 580 has none in a green
-    // context and answers CUDA_ERROR_INVALID_HANDLE, the simulator has one: refused either way.
+    // A green context has no per-thread stream (driver 580 answers CUDA_ERROR_INVALID_HANDLE,
+    // and so does the simulator): refused with a typed error before the driver is asked.
     let refused = green_context.run(|| event.record(&StreamHandle::per_thread()));
-    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::WrongContext { .. })),
+        "{refused:?}"
+    );
     for token in [StreamHandle::legacy(), StreamHandle::per_thread()] {
         // In its own context the same token is fine.
         primary.run(|| event.record(&token)).unwrap();

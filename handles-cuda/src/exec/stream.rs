@@ -205,7 +205,7 @@ impl StreamHandle {
         match self.context() {
             Some(context) => in_context(context.as_cu(), || call(raw)),
             None => {
-                let _current = require_current_context()?;
+                let _current = require_current_context(raw)?;
                 call(raw)
             }
         }
@@ -241,11 +241,11 @@ impl StreamHandle {
         if self.is_default_token() {
             ensure_loaded()?;
         }
+        let raw = self.as_cu();
         let _current = match self.context() {
-            None if self.is_default_token() => Some(require_current_context()?),
+            None if self.is_default_token() => Some(require_current_context(raw)?),
             _ => None,
         };
-        let raw = self.as_cu();
         in_context_of(self.context().as_ref().map(ContextHandle::as_cu), || {
             call(raw)
         })
@@ -272,7 +272,9 @@ impl Queued {
 /// current, the driver call would be invalid, so it is refused before it is made. The current
 /// context must also be one a handle keeps alive (the handle returned is held for the call): a
 /// primary context another library released while leaving it current is refused, not used.
-fn require_current_context() -> Result<ContextHandle> {
+/// The per-thread token has no stream in a green context (driver 580 answers
+/// `CUDA_ERROR_INVALID_HANDLE` for it there), so it is refused with a typed error first.
+fn require_current_context(token: CUstream) -> Result<ContextHandle> {
     let current = current_raw()?;
     if current.is_null() {
         return Err(crate::error::Error::NoCurrentContext {
@@ -280,7 +282,14 @@ fn require_current_context() -> Result<ContextHandle> {
                    current on this thread (use `StreamHandle::legacy_in`)",
         });
     }
-    ContextHandle::owning(current)
+    let context = ContextHandle::owning(current)?;
+    if token == PER_THREAD_STREAM && context.sm_count().is_some() {
+        return Err(crate::error::Error::WrongContext {
+            what: "a green context has no per-thread default stream; use one of its own \
+                   streams, or `StreamHandle::legacy_in`",
+        });
+    }
+    Ok(context)
 }
 
 impl StreamHandle {
@@ -300,7 +309,7 @@ impl StreamHandle {
     #[cold]
     fn bound_to_current(&self) -> Result<StreamHandle> {
         ensure_loaded()?;
-        let context = ContextHandle::owning(current_raw()?)?;
+        let context = require_current_context(self.as_cu())?;
         let record = Stream {
             context: Some(context),
         };
@@ -330,7 +339,7 @@ impl StreamHandle {
         }
         ensure_loaded()?;
         if self.is_default_token() {
-            return ContextHandle::owning(current_raw()?);
+            return require_current_context(self.as_cu());
         }
         // SAFETY: the stream is alive while `self` is; `raw` is a valid out-pointer.
         let raw = out(|raw| unsafe { driver!(cuStreamGetCtx(self.as_cu(), raw)) })?;
