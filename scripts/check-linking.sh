@@ -7,12 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo build -q -p cuda-sim
-scripts/install-nvrtc.sh >/dev/null
+nvrtc=$("$target/debug/cuda-sim" nvrtc)
 # A CUDA root for the linker: the simulator's libcuda.so and NVRTC's library.
 root="$target/linking-root"
 mkdir -p "$root/lib64"
 ln -sf "$target/cuda-sim/libcuda.so" "$root/lib64/libcuda.so"
-ln -sf "$target/nvrtc/nvidia/cu13/lib/libnvrtc.so.13" "$root/lib64/libnvrtc.so"
+ln -sf "$nvrtc/libnvrtc.so.13" "$root/lib64/libnvrtc.so"
 app=$(mktemp -d)
 trap 'rm -rf "$app"' EXIT
 cp -r tests/cuda-sim/fixtures/linked-app/. "$app"

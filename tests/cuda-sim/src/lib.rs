@@ -21,10 +21,16 @@ pub fn library_dir() -> PathBuf {
     }
 }
 
+/// The version of the PyPI package `nvidia-cuda-nvrtc` that [`install_nvrtc`] installs.
+pub const NVRTC_VERSION: &str = "13.5.37";
+
 /// The directory holding NVRTC (`libnvrtc.so.13`), which compiles CUDA C++ to PTX on any CPU:
-/// `CUDA_SIM_NVRTC_DIR` if set; else where `scripts/install-nvrtc.sh` puts the PyPI package
-/// `nvidia-cuda-nvrtc` (`<target>/nvrtc/nvidia/cu13/lib`); else that package in the
-/// `python3` on the path. `None` when none of them has it.
+/// `CUDA_SIM_NVRTC_DIR` if set; else the copy [`install_nvrtc`] keeps next to the simulator
+/// (`<target>/nvrtc/nvidia/cu13/lib`); else the PyPI package `nvidia-cuda-nvrtc` in the
+/// `python3` on the path; else, on first use, it is installed from PyPI by [`install_nvrtc`]
+/// (so `cargo test` on a fresh machine needs no step of its own; set `CUDA_SIM_NO_INSTALL=1`
+/// to forbid that). `None` when none of this yields it (offline, no `pip`), after one line
+/// on standard error that says why.
 pub fn nvrtc_dir() -> Option<PathBuf> {
     static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     if let Some(dir) = std::env::var_os("CUDA_SIM_NVRTC_DIR").filter(|d| !d.is_empty()) {
@@ -32,25 +38,105 @@ pub fn nvrtc_dir() -> Option<PathBuf> {
     }
     FOUND
         .get_or_init(|| {
-            let has = |dir: &Path| dir.join("libnvrtc.so.13").is_file();
-            let installed = library_dir()
-                .parent()
-                .map(|target| target.join("nvrtc/nvidia/cu13/lib"));
-            if let Some(dir) = installed.filter(|dir| has(dir)) {
+            if let Some(dir) = installed_nvrtc() {
                 return Some(dir);
             }
-            let output = Command::new("python3")
-                .args([
-                    "-c",
-                    "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                ])
-                .output()
-                .ok()?;
-            let site = String::from_utf8(output.stdout).ok()?;
-            let dir = Path::new(site.trim()).join("nvidia/cu13/lib");
-            has(&dir).then_some(dir)
+            if let Some(dir) = site_nvrtc() {
+                return Some(dir);
+            }
+            if std::env::var_os("CUDA_SIM_NO_INSTALL").is_some_and(|v| !v.is_empty()) {
+                return None;
+            }
+            match install_nvrtc() {
+                Ok(dir) => Some(dir),
+                Err(why) => {
+                    eprintln!("cuda-sim: NVRTC not found and not installed: {why}");
+                    None
+                }
+            }
         })
         .clone()
+}
+
+/// Where [`install_nvrtc`] keeps NVRTC: `nvrtc/` next to the simulator's directory (the build's
+/// target directory, or the folder `CUDA_SIM_LIBRARY_DIR` is in).
+fn nvrtc_root() -> Option<PathBuf> {
+    library_dir().parent().map(|target| target.join("nvrtc"))
+}
+
+fn has_nvrtc(dir: &Path) -> bool {
+    dir.join("libnvrtc.so.13").is_file()
+}
+
+/// The library directory of the copy [`install_nvrtc`] made, if it is complete and of
+/// [`NVRTC_VERSION`].
+fn installed_nvrtc() -> Option<PathBuf> {
+    let root = nvrtc_root()?;
+    let lib = root.join("nvidia/cu13/lib");
+    (has_nvrtc(&lib) && root.join(format!(".version-{NVRTC_VERSION}")).is_file()).then_some(lib)
+}
+
+/// The PyPI package in the site-packages of the `python3` on the path.
+fn site_nvrtc() -> Option<PathBuf> {
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .ok()?;
+    let site = String::from_utf8(output.stdout).ok()?;
+    let dir = Path::new(site.trim()).join("nvidia/cu13/lib");
+    has_nvrtc(&dir).then_some(dir)
+}
+
+/// Installs NVRTC [`NVRTC_VERSION`] from PyPI (`python3 -m pip install --target`, no GPU
+/// needed) into `<target>/nvrtc`, unless that copy is already there, and returns its library
+/// directory. Safe to run from several processes at once: each installs into a directory of
+/// its own and renames it into place; the first rename wins and the others use its copy.
+pub fn install_nvrtc() -> Result<PathBuf, String> {
+    if let Some(dir) = installed_nvrtc() {
+        return Ok(dir);
+    }
+    let root = nvrtc_root().ok_or("the simulator's directory has no parent")?;
+    let parent = root.parent().ok_or("the NVRTC directory has no parent")?;
+    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let partial = parent.join(format!("nvrtc.partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    eprintln!(
+        "cuda-sim: installing NVRTC {NVRTC_VERSION} from PyPI (nvidia-cuda-nvrtc) into {}",
+        root.display()
+    );
+    let status = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--root-user-action=ignore",
+            "--no-deps",
+            "--target",
+        ])
+        .arg(&partial)
+        .arg(format!("nvidia-cuda-nvrtc=={NVRTC_VERSION}"))
+        .status()
+        .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
+    if !status.success() {
+        let _ = std::fs::remove_dir_all(&partial);
+        return Err(format!("pip install nvidia-cuda-nvrtc=={NVRTC_VERSION}: {status}"));
+    }
+    std::fs::write(partial.join(format!(".version-{NVRTC_VERSION}")), b"")
+        .map_err(|e| e.to_string())?;
+    // A stale copy (another version, or one a failed install left incomplete) goes first.
+    if root.exists() && installed_nvrtc().is_none() {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    if std::fs::rename(&partial, &root).is_err() {
+        // Another process put its copy in place first.
+        let _ = std::fs::remove_dir_all(&partial);
+    }
+    installed_nvrtc().ok_or_else(|| format!("no libnvrtc.so.13 in {} after the install", root.display()))
 }
 
 /// `LD_LIBRARY_PATH` for a program on the simulator: [`library_dir`] first, then

@@ -16,6 +16,7 @@ use cuda_sim::{Report, SimCommand};
 static LIBRARY: &[u8] = include_bytes!(env!("CUDA_SIM_LIBRARY_FILE"));
 
 const USAGE: &str = "usage: cuda-sim run [--strict] [--devices N] [--memory BYTES] [--report PATH] -- PROGRAM [ARGS…]
+       cuda-sim nvrtc   (prints NVRTC's library directory, installing it from PyPI if needed)
 
 Runs PROGRAM, and every process it starts, on the simulated CUDA driver, with NVRTC on the
 library path when it is installed. When they end, prints
@@ -165,7 +166,7 @@ fn run(options: Options) -> Result<ExitCode, String> {
     }
     if cuda_sim::nvrtc_dir().is_none() {
         eprintln!(
-            "cuda-sim: NVRTC not found (set CUDA_SIM_NVRTC_DIR, or run scripts/install-nvrtc.sh); programs that compile CUDA C++ will fail"
+            "cuda-sim: NVRTC not found (set CUDA_SIM_NVRTC_DIR, or let `cuda-sim nvrtc` install it from PyPI); programs that compile CUDA C++ will fail"
         );
     }
     let status = command
@@ -210,6 +211,16 @@ fn run(options: Options) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|command| command == "nvrtc") {
+        // Prints NVRTC's library directory, installing it from PyPI first if needed.
+        return match cuda_sim::nvrtc_dir() {
+            Some(dir) => {
+                println!("{}", dir.display());
+                ExitCode::SUCCESS
+            }
+            None => ExitCode::from(1),
+        };
+    }
     match parse(std::env::args_os().skip(1)) {
         Ok(options) => run(options).unwrap_or_else(|error| {
             eprintln!("cuda-sim: {error}");
