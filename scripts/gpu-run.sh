@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|soak|bench|libs|lists]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|libs|lists]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,6 +86,12 @@ for step in "${steps[@]}"; do
           --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
         grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       done
+      # The third review's reproducers (review24.rs) as plain programs on the real driver; F9
+      # needs two devices.
+      echo "== review24 scenarios on the GPU" | tee -a "$logs/rules.log"
+      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review24 --include-ignored scenario_ --skip f9 \
+        --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
+      grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       ;;
     fidelity)
       # The simulator's memory-model scenarios on the real driver: what they read back there is
@@ -104,20 +110,34 @@ for step in "${steps[@]}"; do
       done
       ;;
     sanitizer)
-      # API errors are not reported: the suites provoke them on purpose (bad sizes, bad IPC
-      # payloads). The exit test is skipped: it leaves memory allocated at exit by design.
-      for test in .gpu/test-test-gpu .gpu/test-test-gpu_kernels .gpu/test-test-gpu_nvrtc .gpu/test-test-gpu_vmm .gpu/test-test-gpu_managed .gpu/test-test-gpu_process .gpu/test-test-soak .gpu/test-cudarc_app; do
+      # memcheck (with leak checking) over the whole GPU suite (every binary of `gpu_tests`),
+      # the tour and the examples. API errors are not reported here: the suites provoke them on
+      # purpose (bad sizes, bad IPC payloads); `sanitizer-api` below runs the tour and the
+      # examples with compute-sanitizer's default options, API errors included. The exit test
+      # is skipped: it leaves memory allocated at exit by design.
+      for name in "${gpu_tests[@]}"; do
+        test=.gpu/$name
+        [ -x "$test" ] || continue
         echo "== compute-sanitizer $test" | tee -a "$logs/sanitizer.log"
         HANDLES_SOAK_SECS=10 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
           --target-processes all "$test" --include-ignored --skip two_gpus --skip process_exit --skip on_the_simulator \
           --test-threads=1 >>"$logs/sanitizer.log" 2>&1 || status=1
         grep -E "ERROR SUMMARY|LEAK SUMMARY|test result" "$logs/sanitizer.log" | tail -n 3
       done
-      for example in tour pipeline memory_server; do
+      for example in tour ipc pipeline memory_server; do
         echo "== compute-sanitizer .gpu/$example" | tee -a "$logs/sanitizer.log"
         compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --target-processes all \
           ".gpu/$example" >>"$logs/sanitizer.log" 2>&1 || status=1
         grep -E "ERROR SUMMARY|LEAK SUMMARY|done$" "$logs/sanitizer.log" | tail -n 3
+      done
+      ;;
+    sanitizer-api)
+      # A user's program under compute-sanitizer's default options (API errors reported): the
+      # tour and the examples must show 0 errors of any kind.
+      for example in tour ipc pipeline memory_server; do
+        echo "== compute-sanitizer (default options) .gpu/$example" | tee -a "$logs/sanitizer_api.log"
+        compute-sanitizer --target-processes all ".gpu/$example" >>"$logs/sanitizer_api.log" 2>&1 || status=1
+        grep -E "ERROR SUMMARY|done$" "$logs/sanitizer_api.log" | tail -n 2
       done
       ;;
     libs)
