@@ -209,6 +209,83 @@ pub enum Error {
         /// The sizes of the parameters asked for.
         found: Vec<usize>,
     },
+    /// A launch refused by a kernel's ready-made bounds check ([`crate::code::check`]):
+    /// parameter `param` (counted from 0) holds `len` elements, and the launch needs `needed`.
+    #[error(
+        "invalid argument: kernel {kernel:?}: parameter {param} holds {len} elements, and this launch needs {needed}"
+    )]
+    OutOfBounds {
+        /// The kernel's name.
+        kernel: String,
+        /// The parameter's position in the kernel's parameter list, from 0.
+        param: usize,
+        /// The elements the launch needs (saturated at `u64::MAX`).
+        needed: u64,
+        /// The elements the argument holds.
+        len: usize,
+    },
+    /// A launch refused by a kernel's ready-made shared-memory check
+    /// ([`crate::code::check::shared_per_thread`]): it asks for `bytes` of dynamic shared
+    /// memory per block, and its blocks need `needed`.
+    #[error(
+        "invalid argument: kernel {kernel:?}: the launch gives {bytes} bytes of dynamic shared memory per block, and its blocks need {needed}"
+    )]
+    SharedOutOfBounds {
+        /// The kernel's name.
+        kernel: String,
+        /// The bytes per block the launch needs (saturated at `u64::MAX`).
+        needed: u64,
+        /// The dynamic shared memory per block the launch asks for.
+        bytes: u32,
+    },
+    /// A ready-made bounds check that names parameter `param` for something it is not (a
+    /// count that is not an integer scalar, a buffer that is not `Elements<T>`, a position past
+    /// the last parameter): refused when the kernel is declared, not at a launch.
+    #[error(
+        "invalid argument: the bounds check of kernel {kernel:?} names parameter {param}, which {what}"
+    )]
+    BadCheck {
+        /// The kernel's name.
+        kernel: String,
+        /// The parameter's position, from 0.
+        param: usize,
+        /// What is wrong with it, in words.
+        what: &'static str,
+    },
+    /// The library has no kernel of that name (the driver's `CUDA_ERROR_NOT_FOUND`). A kernel
+    /// compiled as C++ has a mangled name (`_Z5saxpyfPKfPfj`) unless it is declared
+    /// `extern "C"`.
+    #[error(
+        "no kernel named {name:?} in the library{}; a kernel compiled as C++ has a mangled name unless it is declared `extern \"C\"`",
+        if known.is_empty() { String::new() } else { format!(" (its kernels: {})", known.join(", ")) }
+    )]
+    KernelNotFound {
+        /// The name asked for.
+        name: String,
+        /// The kernels the library holds, where its image says (PTX); empty otherwise.
+        known: Vec<String>,
+    },
+    /// Stream-ordered work on a stream other than the capture's, from inside the closure of
+    /// [`GraphHandle::capture`](crate::graph::GraphHandle::capture) on its thread: it would
+    /// run at once and be left out of the graph. Queue it through the closure's `Capture`.
+    #[error(
+        "stream-ordered work on another stream inside a capture's closure would run at once and be left out of the graph; queue it through the `Capture`"
+    )]
+    OutsideCapture,
+    /// NVRTC cannot compile for the device: it supports none of the architectures up to the
+    /// device's compute capability.
+    #[error(
+        "NVRTC {}.{} cannot compile for compute capability {}.{}: the oldest architecture it supports is {oldest}",
+        nvrtc.0, nvrtc.1, device.0, device.1
+    )]
+    ArchitectureUnsupported {
+        /// The device's compute capability, `(major, minor)`.
+        device: (u32, u32),
+        /// NVRTC's version, `(major, minor)`.
+        nvrtc: (i32, i32),
+        /// The oldest architecture NVRTC compiles for (`75` for `sm_75`).
+        oldest: u32,
+    },
     /// An image that is not a complete cubin, fatbin or PTX text (the driver would read past
     /// it, or cannot load it).
     #[error("invalid argument: not a loadable device-code image: {reason}")]
@@ -578,6 +655,18 @@ pub enum LaunchProblem {
         /// The multiprocessors of the stream's context.
         multiprocessors: u32,
     },
+    /// A one-dimensional launch over `elements` elements with `block` threads per block needs
+    /// more blocks than grid x allows ([`LaunchConfig::for_elements`](crate::LaunchConfig::for_elements)).
+    #[error(
+        "{elements} elements at {block} threads per block need more than the {} blocks grid x allows",
+        i32::MAX
+    )]
+    TooManyElements {
+        /// The elements asked for.
+        elements: usize,
+        /// The threads per block.
+        block: u32,
+    },
 }
 
 /// What is wrong with a tensor map's description ([`Error::BadTensorMap`]), found at encode
@@ -834,5 +923,19 @@ impl Error {
     /// Whether this is the status the driver returns once it has shut down at process exit.
     pub fn is_deinitialized(&self) -> bool {
         self.code() == Some(CUresult::CUDA_ERROR_DEINITIALIZED)
+    }
+
+    /// This error with `name` as its kernel, where it is a bounds-check error whose kernel is
+    /// not named yet (a check names no kernel: the launch that ran it does).
+    #[cold]
+    pub(crate) fn for_kernel(mut self, name: &str) -> Error {
+        if let Error::OutOfBounds { kernel, .. }
+        | Error::SharedOutOfBounds { kernel, .. }
+        | Error::BadCheck { kernel, .. } = &mut self
+            && kernel.is_empty()
+        {
+            name.clone_into(kernel);
+        }
+        self
     }
 }

@@ -9,17 +9,18 @@
 //! # Where things are
 //!
 //! The root holds the types nearly every program names; everything else lives in the module for
-//! its folder, each with a guide that starts from what you want to do.
+//! its folder, each with a guide that starts from what you want to do. A first program imports
+//! everything it needs with `use handles_cuda::prelude::*;` ([`prelude`]).
 //!
 //! | module | for | main types |
 //! |---|---|---|
 //! | [`memory`] | allocating, copying, pools, virtual memory | [`DeviceBuffer`], [`DevicePtrHandle`], [`MemoryPoolHandle`], [`memory::MappingHandle`] |
 //! | [`exec`] | devices, contexts, streams, events, recyclers, green contexts | [`exec::Device`], [`ContextHandle`], [`StreamHandle`], [`EventHandle`], [`exec::EventRecycler`] |
-//! | [`code`] | NVRTC, libraries, kernels, typed launches | [`code::ProgramHandle`], [`LibraryHandle`], [`KernelHandle`], [`code::Elements`] |
+//! | [`code`] | NVRTC, libraries, kernels, bounds checks, typed launches | [`code::ProgramHandle`], [`LibraryHandle`], [`KernelHandle`], [`code::Elements`], [`code::check`] |
 //! | [`graph`] | captured and hand-built graphs, replays | [`graph::GraphHandle`], [`graph::GraphExecHandle`], [`graph::Capture`] |
 //! | [`ipc`] | pools, buffers and events shared between processes | [`ipc::IpcPointer`], [`ipc::send_fd`], [`ipc::take_fd`] |
 //! | [`interop`] | handing objects to and from cudarc | `from_cudarc`, `to_cudarc` |
-//! | [`driver`] | loading the driver, versions, the raw API | [`driver::device_count`], [`driver::sys`] |
+//! | [`driver`] | loading the driver, versions, the raw API | [`driver::device_count`], `driver::sys` (cudarc's bindings, not listed here) |
 //!
 //! Errors are one enum, [`Error`], whose variants carry their values (`OutOfRange { offset, len,
 //! size }`, `NotSupported { function, needs }`, ...), so callers match rather than parse text.
@@ -95,6 +96,7 @@ pub mod graph;
 pub mod interop;
 pub mod ipc;
 pub mod memory;
+pub mod prelude;
 
 mod error;
 mod order;

@@ -77,6 +77,56 @@ fn each_older_driver_the_table_names_gets_errors_or_fallbacks() {
     }
 }
 
+/// A kernel's parameters are asked of the driver without a failing call (compute-sanitizer
+/// reports each failing call as an error of the program): the count comes from
+/// `cuKernelGetParamCount` on a driver of CUDA 13.2 or newer, and from the PTX before, so
+/// `cuKernelGetParamInfo` is called once per parameter and never past the last one. The five
+/// test kernels have 3 + 3 + 3 + 2 + 1 parameters.
+#[test]
+fn kernel_parameters_are_asked_without_a_failing_call() {
+    for (version, counted) in [("12040", 0), ("13000", 0), ("13020", 5)] {
+        let report = run_scenario(
+            "load_the_test_kernels",
+            &[],
+            &[("CUDA_SIM_DRIVER_VERSION", version)],
+        );
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(
+            report.calls.get("cuKernelGetParamInfo"),
+            Some(&12),
+            "driver {version}: {:?}",
+            report.calls
+        );
+        assert_eq!(
+            report
+                .calls
+                .get("cuKernelGetParamCount")
+                .copied()
+                .unwrap_or(0),
+            counted,
+            "driver {version}"
+        );
+        say(format!(
+            "driver {version}: 12 parameter queries for 12 parameters, {counted} counts"
+        ));
+    }
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_load_the_test_kernels() {
+    in_scenario();
+    let kernels = TestKernels::load().unwrap();
+    assert_eq!(
+        kernels.copy.kernel().param_sizes().as_deref(),
+        Some(&[8, 8, 4][..])
+    );
+    assert_eq!(
+        kernels.spin.kernel().param_sizes().as_deref(),
+        Some(&[8][..])
+    );
+}
+
 /// Checks one entry point's result: `Ok`, or `NotSupported` for a function the driver lacks.
 /// Returns the function named by a `NotSupported`.
 fn allowed<T: std::fmt::Debug>(

@@ -3,9 +3,9 @@
 //! simulated driver, which knows the test kernels. None of them returns early.
 
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, KernelHandle, LaunchConfig, LaunchProblem,
-    LibraryHandle, MemoryPoolHandle, PoolProps,
-    code::{Buffer, KernelAttribute, LaunchOptions, ProgramHandle},
+    ContextHandle, DeviceBuffer, DevicePtrHandle, Error, KernelHandle, LaunchConfig, LaunchProblem,
+    LibraryHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+    code::{Buffer, Elements, KernelAttribute, LaunchOptions, ProgramHandle, check},
     graph::{CaptureMode, GraphHandle},
     memory::AllocKind,
 };
@@ -76,8 +76,19 @@ fn a_kernel_fills_a_buffer_and_is_registered_with_its_attributes() {
     assert!(found.ptr_eq(&again));
     assert_eq!(found.name(), "fill_u32");
     assert_eq!(found.param_sizes().as_deref(), Some(&[8, 4, 4][..]));
+    // An unknown name names itself and, from the PTX, the kernels there are.
     let unknown = KernelHandle::get(&kernels.library, "no_such_kernel").unwrap_err();
-    assert!(matches!(unknown, Error::Driver { .. }), "{unknown}");
+    match &unknown {
+        Error::KernelNotFound { name, known } => {
+            assert_eq!(name, "no_such_kernel");
+            assert_eq!(
+                known,
+                &["fill_u32", "add_u32", "copy_u32", "add_one", "spin"]
+            );
+        }
+        other => panic!("expected KernelNotFound, got {other:?}"),
+    }
+    assert!(unknown.to_string().contains("extern \"C\""), "{unknown}");
 
     let threads = again
         .attribute(KernelAttribute::MaxThreadsPerBlock, 0)
@@ -101,6 +112,327 @@ fn a_kernel_fills_a_buffer_and_is_registered_with_its_attributes() {
         .launch(&stream, &config, (&buffer, 1, 32))
         .unwrap();
     stream.synchronize().unwrap();
+    failures.assert_none();
+}
+
+/// The README's first kernel example (`add_one` from the checked-in PTX, declared with a
+/// ready-made check and no closure): an out-of-bounds launch is refused with a variant that
+/// names the kernel and the parameter, on a stream and in a capture, and nothing runs.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_readme_kernel_refuses_an_out_of_bounds_launch() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = StreamHandle::new(&context).unwrap();
+    let library = LibraryHandle::load_ptx(PTX).unwrap();
+    let kernel = KernelHandle::get(&library, "add_one").unwrap();
+    // SAFETY: add_one(data, n) adds 1 to data[i] for i < n only: what `per_thread(1, [0])`
+    // covers.
+    let add_one =
+        unsafe { kernel.checked::<(Elements<u32>, u32)>(check::per_thread(1, [0])) }.unwrap();
+    let data = DeviceBuffer::<u32>::zeroed(4096, &stream).unwrap();
+    let config = LaunchConfig::for_elements(data.len(), 256).unwrap();
+    add_one.launch(&stream, &config, (&data, 4096)).unwrap();
+    refused!(
+        add_one.launch(&stream, &config, (&data, 4097)),
+        Error::OutOfBounds {
+            param: 0,
+            needed: 4097,
+            len: 4096,
+            ..
+        }
+    );
+    let refusal = add_one
+        .launch(&stream, &config, (&data, u32::MAX))
+        .unwrap_err();
+    assert_eq!(
+        refusal,
+        Error::OutOfBounds {
+            kernel: "add_one".into(),
+            param: 0,
+            needed: u64::from(u32::MAX),
+            len: 4096
+        }
+    );
+    // A view of the first half holds 2048 elements.
+    let half = data.slice(0..2048).unwrap();
+    refused!(
+        add_one.launch(&stream, &config, (&half, 2049)),
+        Error::OutOfBounds {
+            needed: 2049,
+            len: 2048,
+            ..
+        }
+    );
+    let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+        refused!(
+            capture.launch(&add_one, &config, (&data, 5000)),
+            Error::OutOfBounds { len: 4096, .. }
+        );
+        capture.launch(&add_one, &config, (&data, 4096))
+    })
+    .unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(
+        data.to_vec(&stream).unwrap(),
+        vec![2; 4096],
+        "only in-bounds launches ran"
+    );
+    drop((exec, graph));
+    failures.assert_none();
+}
+
+/// Each ready-made rule refuses what it does not cover, with the values involved; a rule that
+/// names a parameter for what it is not is refused when the kernel is declared; rules compose,
+/// and hand-written parts get the kernel's name in their refusals.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn ready_made_checks_refuse_what_they_do_not_cover() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let library = LibraryHandle::load_ptx(PTX).unwrap();
+    let fill = KernelHandle::get(&library, "fill_u32").unwrap();
+    type Fill = (Elements<u32>, u32, u32);
+    // Declarations that name parameters for what they are not.
+    let bad = |check: check::Check<Fill>| {
+        // SAFETY: refused before any launch (the declarations below are all wrong).
+        unsafe { fill.checked::<Fill>(check) }.map(drop)
+    };
+    refused!(
+        bad(check::per_thread(0, [0])),
+        Error::BadCheck { param: 0, .. }
+    );
+    refused!(
+        bad(check::per_thread(2, [1])),
+        Error::BadCheck { param: 1, .. }
+    );
+    refused!(
+        bad(check::per_thread(2, [3])),
+        Error::BadCheck { param: 3, .. }
+    );
+    // SAFETY: refused before any launch: a `Buffer` has no element count.
+    let untyped = unsafe { fill.checked::<(Buffer, u32, u32)>(check::per_thread(2, [0])) };
+    match untyped.map(drop) {
+        Err(Error::BadCheck {
+            kernel, param: 0, ..
+        }) => assert_eq!(kernel, "fill_u32"),
+        other => panic!("expected BadCheck, got {other:?}"),
+    }
+    // SAFETY: fill_u32(dst, value, n) writes dst[i] for i < n only (per_thread(2, [0])); the
+    // other rules only refuse more launches (one element per block, per thread, and shared
+    // memory the kernel does not use).
+    let strict = unsafe {
+        fill.checked::<Fill>(
+            check::per_thread(2, [0])
+                .and(check::per_block([0]))
+                .and(check::elements_per_thread(1, [0]))
+                .and(check::shared_per_thread(4)),
+        )
+    }
+    .unwrap();
+    let buffer = DeviceBuffer::<u32>::zeroed(1000, &stream).unwrap();
+    // 1024 threads over 1000 elements: elements_per_thread refuses (the kernel itself is fine).
+    refused!(
+        strict.launch(
+            &stream,
+            &LaunchConfig::for_elements(1000, 256)
+                .unwrap()
+                .with_shared_mem(1024),
+            (&buffer, 7, 1000)
+        ),
+        Error::OutOfBounds {
+            param: 0,
+            needed: 1024,
+            len: 1000,
+            ..
+        }
+    );
+    // 250 blocks of 4 threads: 250 blocks fit, 1000 threads fit; shared memory of 16 bytes
+    // per block is 4 per thread.
+    let four = LaunchConfig::for_elements(1000, 4).unwrap();
+    match strict.launch(&stream, &four, (&buffer, 7, 1000)) {
+        Err(Error::SharedOutOfBounds {
+            kernel,
+            needed: 16,
+            bytes: 0,
+        }) => assert_eq!(kernel, "fill_u32"),
+        other => panic!("expected SharedOutOfBounds, got {other:?}"),
+    }
+    strict
+        .launch(&stream, &four.with_shared_mem(16), (&buffer, 7, 1000))
+        .unwrap();
+    assert_eq!(buffer.to_vec(&stream).unwrap(), vec![7; 1000]);
+    // Count::Threads: a kernel with no guard touches one element per thread.
+    // SAFETY: fill_u32 writes dst[i] for i < n, and i < the launch's threads: covered by a
+    // buffer of at least as many elements as threads.
+    let per_thread =
+        unsafe { fill.checked::<Fill>(check::per_thread(check::Count::Threads, [0])) }.unwrap();
+    refused!(
+        per_thread.launch(
+            &stream,
+            &LaunchConfig::for_elements(1001, 1).unwrap(),
+            (&buffer, 1, 5)
+        ),
+        Error::OutOfBounds {
+            needed: 1001,
+            len: 1000,
+            ..
+        }
+    );
+    // A hand-written part: its refusal gets the kernel's name.
+    // SAFETY: the custom part keeps n within dst, and fill_u32 writes dst[i] for i < n only.
+    let custom = unsafe {
+        fill.checked::<Fill>(check::custom(
+            |(dst, _, n): &(&DeviceBuffer<u32>, u32, u32), _| {
+                if (*n as usize) <= dst.len() {
+                    Ok(())
+                } else {
+                    Err(check::out_of_bounds(0, u64::from(*n), dst.len()))
+                }
+            },
+        ))
+    }
+    .unwrap();
+    assert_eq!(
+        custom
+            .launch(
+                &stream,
+                &LaunchConfig::linear(2000, 256),
+                (&buffer, 1, 2000)
+            )
+            .unwrap_err(),
+        Error::OutOfBounds {
+            kernel: "fill_u32".into(),
+            param: 0,
+            needed: 2000,
+            len: 1000
+        }
+    );
+    custom
+        .launch(
+            &stream,
+            &LaunchConfig::linear(1000, 256),
+            (&buffer, 3, 1000),
+        )
+        .unwrap();
+    assert_eq!(buffer.to_vec(&stream).unwrap(), vec![3; 1000]);
+    failures.assert_none();
+}
+
+/// `LaunchConfig` from a `usize` count, with a checked conversion, and a shared-memory setter.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn launch_configs_come_from_element_counts() {
+    let config = LaunchConfig::for_elements(1000, 256).unwrap();
+    assert_eq!((config.grid, config.block), ([4, 1, 1], [256, 1, 1]));
+    assert_eq!(LaunchConfig::for_elements(0, 32).unwrap().grid, [1, 1, 1]);
+    refused!(
+        LaunchConfig::for_elements(usize::MAX, 1024),
+        Error::BadLaunch {
+            what: LaunchProblem::TooManyElements { block: 1024, .. }
+        }
+    );
+    refused!(
+        LaunchConfig::for_elements(1 << 31, 1),
+        Error::BadLaunch {
+            what: LaunchProblem::TooManyElements { .. }
+        }
+    );
+    refused!(
+        LaunchConfig::for_elements(10, 0),
+        Error::BadLaunch {
+            what: LaunchProblem::Block { threads: 0, .. }
+        }
+    );
+    refused!(
+        LaunchConfig::for_elements(10, 2048),
+        Error::BadLaunch {
+            what: LaunchProblem::Block { threads: 2048, .. }
+        }
+    );
+    assert_eq!(config.with_shared_mem(4096).shared_mem_bytes, 4096);
+    assert_eq!(
+        config.with_shared_mem(usize::MAX).shared_mem_bytes,
+        u32::MAX
+    );
+    // A launch with more shared memory than the kernel may have is refused before the driver.
+    let _serial = serial();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = StreamHandle::new(&context).unwrap();
+    let kernels = TestKernels::load().unwrap();
+    let buffer = DevicePtrHandle::alloc(&context, 64).unwrap();
+    refused!(
+        kernels.fill.launch(
+            &stream,
+            &LaunchConfig::linear(16, 16).with_shared_mem(usize::MAX),
+            (&buffer, 0, 16)
+        ),
+        Error::BadLaunch {
+            what: LaunchProblem::SharedMemory {
+                bytes: u32::MAX,
+                ..
+            }
+        }
+    );
+    stream.synchronize().unwrap();
+}
+
+/// Inside a capture's closure, work on a stream other than the capture's is refused with a
+/// typed error instead of running at once outside the graph; the capture's own work, and
+/// allocations and frees on outer streams, go ahead; other threads are not affected.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn outer_stream_work_inside_a_capture_is_refused() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let kernels = TestKernels::load().unwrap();
+    let data = DevicePtrHandle::alloc_async(256 * 4, &stream).unwrap();
+    data.memset_async(0, 256 * 4, &stream).unwrap();
+    stream.synchronize().unwrap();
+    let config = LaunchConfig::linear(256, 128);
+    // Thread-local: the other thread below is then outside the driver's own capture rules too,
+    // and what is refused here is this crate's refusal (it does not depend on the mode).
+    let graph = GraphHandle::capture(&context, CaptureMode::ThreadLocal, |capture| {
+        refused!(
+            kernels.add_one.launch(&stream, &config, (&data, 256)),
+            Error::OutsideCapture
+        );
+        refused!(data.memset_async(0, 4, &stream), Error::OutsideCapture);
+        refused!(stream.launch_host(|| {}), Error::OutsideCapture);
+        // An allocation and a free on the outer stream are not work of the graph.
+        let scratch = DevicePtrHandle::alloc_async(64, &stream).unwrap();
+        drop(scratch);
+        // Another thread's work is its own.
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let other = handles_tests::stream(&context);
+                    let mine = DevicePtrHandle::alloc_async(64, &other).unwrap();
+                    mine.memset_async(0, 64, &other).unwrap();
+                    other.synchronize().unwrap();
+                })
+                .join()
+                .unwrap();
+        });
+        capture.launch(&kernels.add_one, &config, (&data, 256))
+    })
+    .unwrap();
+    // Nothing of the refused work ran, and the closure's end lifts the refusal.
+    assert_eq!(read_words(&data, &stream), vec![0; 256]);
+    kernels
+        .add_one
+        .launch(&stream, &config, (&data, 256))
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    exec.launch(&stream).unwrap();
+    assert_eq!(read_words(&data, &stream), vec![3; 256]);
     failures.assert_none();
 }
 

@@ -691,6 +691,213 @@ extern "C" __global__ void saxpy(float a, const float *x, float *y, unsigned n) 
     failures.assert_none();
 }
 
+/// A first program as the README writes it (its first kernel example, saxpy, then a block
+/// reduction): one import, one call to compile and load, kernels declared with ready-made
+/// checks and no closure, a block reduction over dynamic shared
+/// memory checked against the host, and each refusal a variant naming kernel and parameter.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_first_program_needs_no_hand_written_check() {
+    use handles_cuda::prelude::*;
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = StreamHandle::new(&context).unwrap();
+    let device = Device::new(0).unwrap();
+    let (major, minor) = device.compute_capability().unwrap();
+    let option = ProgramHandle::gpu_architecture(&device).unwrap();
+    assert_eq!(
+        option,
+        format!("--gpu-architecture=compute_{major}{minor}"),
+        "NVRTC compiles for every architecture of the simulated and the test GPUs"
+    );
+    let library = LibraryHandle::from_cuda_source(
+        r#"
+extern "C" __global__ void saxpy(float a, const float *x, float *y, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+extern "C" __global__ void block_sum(const float *in, float *out, unsigned n) {
+    extern __shared__ float partial[];
+    unsigned t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    partial[t] = i < n ? in[i] : 0.0f;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) partial[t] += partial[t + s];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = partial[0];
+}
+
+extern "C" __global__ void fill_signed(int *xs, int n, int value) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) xs[i] = value;
+}"#,
+        &device,
+    )
+    .unwrap();
+    // SAFETY: saxpy(a, x, y, n) touches x[i] and y[i] for i < n only.
+    let saxpy = unsafe {
+        KernelHandle::get(&library, "saxpy")
+            .unwrap()
+            .checked::<(f32, Elements<f32>, Elements<f32>, u32)>(check::per_thread(3, [1, 2]))
+    }
+    .unwrap();
+    // SAFETY: block_sum reads in[i] for i < n only, writes out[b] for its own block b only,
+    // and uses one float of dynamic shared memory per thread of its block.
+    let block_sum = unsafe {
+        KernelHandle::get(&library, "block_sum")
+            .unwrap()
+            .checked::<(Elements<f32>, Elements<f32>, u32)>(
+                check::per_thread(2, [0])
+                    .and(check::per_block([1]))
+                    .and(check::shared_per_thread(4)),
+            )
+    }
+    .unwrap();
+    // SAFETY: fill_signed(xs, n, value) writes xs[i] for 0 <= i < n only.
+    let fill_signed = unsafe {
+        KernelHandle::get(&library, "fill_signed")
+            .unwrap()
+            .checked::<(Elements<i32>, i32, i32)>(check::per_thread(1, [0]))
+    }
+    .unwrap();
+
+    let n = 10_000usize;
+    let x: Vec<f32> = (0..n).map(|i| (i % 17) as f32).collect();
+    let xd = DeviceBuffer::from_slice(&x, &stream).unwrap();
+    let yd = DeviceBuffer::from_slice(&vec![1.0f32; n], &stream).unwrap();
+    let config = LaunchConfig::for_elements(n, 256).unwrap();
+    saxpy
+        .launch(&stream, &config, (2.0, &xd, &yd, n as u32))
+        .unwrap();
+    let y = yd.to_vec(&stream).unwrap();
+    assert!(y.iter().zip(&x).all(|(&y, &x)| y == 2.0 * x + 1.0));
+    // As in the README's first kernel example: one element too many is refused at the first
+    // buffer that is too short, x (parameter 1).
+    assert_eq!(
+        saxpy
+            .launch(&stream, &config, (2.0, &xd, &yd, n as u32 + 1))
+            .unwrap_err(),
+        Error::OutOfBounds {
+            kernel: "saxpy".into(),
+            param: 1,
+            needed: n as u64 + 1,
+            len: n
+        }
+    );
+    let short = DeviceBuffer::<f32>::zeroed(n - 1, &stream).unwrap();
+    assert_eq!(
+        saxpy
+            .launch(&stream, &config, (2.0, &xd, &short, n as u32))
+            .unwrap_err(),
+        Error::OutOfBounds {
+            kernel: "saxpy".into(),
+            param: 2,
+            needed: n as u64,
+            len: n - 1
+        }
+    );
+
+    let blocks = n.div_ceil(256);
+    let sums = DeviceBuffer::<f32>::zeroed(blocks, &stream).unwrap();
+    let reduce = config.with_shared_mem(256 * 4);
+    block_sum
+        .launch(&stream, &reduce, (&yd, &sums, n as u32))
+        .unwrap();
+    let got = sums.to_vec(&stream).unwrap();
+    for (block, sum) in got.iter().enumerate() {
+        let expected: f32 = y[block * 256..((block + 1) * 256).min(n)].iter().sum();
+        assert_eq!(*sum, expected, "block {block}");
+    }
+    match block_sum.launch(&stream, &config, (&yd, &sums, n as u32)) {
+        Err(Error::SharedOutOfBounds {
+            kernel,
+            needed: 1024,
+            bytes: 0,
+        }) => assert_eq!(kernel, "block_sum"),
+        other => panic!("expected SharedOutOfBounds, got {other:?}"),
+    }
+    let few = DeviceBuffer::<f32>::zeroed(blocks - 1, &stream).unwrap();
+    match block_sum.launch(&stream, &reduce, (&yd, &few, n as u32)) {
+        Err(Error::OutOfBounds {
+            param: 1,
+            needed,
+            len,
+            ..
+        }) => assert_eq!((needed, len), (blocks as u64, blocks - 1)),
+        other => panic!("expected OutOfBounds, got {other:?}"),
+    }
+
+    // A negative count is refused: C compares it with an unsigned index as a huge number.
+    let xs = DeviceBuffer::<i32>::zeroed(64, &stream).unwrap();
+    let small = LaunchConfig::for_elements(64, 64).unwrap();
+    fill_signed.launch(&stream, &small, (&xs, 64, -7)).unwrap();
+    assert_eq!(xs.to_vec(&stream).unwrap(), vec![-7; 64]);
+    match fill_signed.launch(&stream, &small, (&xs, -1, 5)) {
+        Err(Error::OutOfBounds {
+            needed, len: 64, ..
+        }) => assert_eq!(needed, u64::from(u32::MAX)),
+        other => panic!("expected OutOfBounds, got {other:?}"),
+    }
+
+    // A kernel declared without `extern "C"` has a mangled name, which the error lists.
+    let mangled = LibraryHandle::from_cuda_source(
+        "__global__ void scale(float *xs, unsigned n) { if (threadIdx.x < n) xs[threadIdx.x] *= 2; }",
+        &device,
+    )
+    .unwrap();
+    match KernelHandle::get(&mangled, "scale") {
+        Err(Error::KernelNotFound { name, known }) => {
+            assert_eq!(name, "scale");
+            assert_eq!(known, ["_Z5scalePfj"]);
+        }
+        other => panic!("expected KernelNotFound, got {other:?}"),
+    }
+    failures.assert_none();
+}
+
+/// `compile(&[])` needs no architecture: NVRTC's default (the oldest it supports) runs on any
+/// newer device; `compile_for` picks the device's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn compile_without_an_architecture_and_for_the_device() {
+    use handles_cuda::exec::Device;
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (_context, stream) = setup();
+    let device = Device::new(0).unwrap();
+    let source = r#"extern "C" __global__ void seven(unsigned *out) { out[threadIdx.x] = 7; }"#;
+    let target = |program: &ProgramHandle| -> String {
+        let ptx = String::from_utf8(program.ptx().unwrap()).unwrap();
+        let line = ptx
+            .lines()
+            .find(|line| line.starts_with(".target"))
+            .unwrap();
+        line.to_owned()
+    };
+    let plain = ProgramHandle::new(source, "plain.cu").unwrap();
+    plain.compile(&[]).unwrap();
+    let default = target(&plain);
+    let for_device = ProgramHandle::new(source, "device.cu").unwrap();
+    for_device.compile_for(&device).unwrap();
+    assert_eq!(
+        target(&for_device),
+        format!(".target sm_{}", device.arch().unwrap())
+    );
+    assert_ne!(default, target(&for_device), "{default}");
+    for program in [plain, for_device] {
+        let library = LibraryHandle::load_data(&program.ptx().unwrap()).unwrap();
+        let out = zeroed::<u32>(&_context, &stream, 32);
+        kernel::<(Buffer,)>(&library, "seven")
+            .launch(&stream, &LaunchConfig::linear(32, 32), (&out,))
+            .unwrap();
+        assert_eq!(download::<u32>(&out, &stream), vec![7; 32]);
+    }
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]

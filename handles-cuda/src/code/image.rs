@@ -157,6 +157,92 @@ fn check_fatbin(image: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The kernels a PTX image defines, each with its number of parameters: the `.entry`
+/// directives of its text, as the PTX ISA writes them (`.visible .entry name(.param …, …)`).
+/// `None` for an image that is not PTX (a cubin or a fatbin) or whose entries cannot be read.
+/// The counts let a kernel's parameters be asked of the driver without probing past the last
+/// one, which drivers before `cuKernelGetParamCount` answer with an error (see
+/// `code/kernel.rs`).
+pub(crate) fn ptx_entries(image: &[u8]) -> Option<Vec<(String, usize)>> {
+    if image.starts_with(ELF_MAGIC)
+        || matches!(
+            read_u32(image, 0),
+            Some(FATBIN_MAGIC | FATBIN_WRAPPER_MAGIC)
+        )
+    {
+        return None;
+    }
+    let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
+    let text = std::str::from_utf8(&image[..end]).ok()?;
+    let code = without_comments(text);
+    let mut entries = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find(".entry") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + ".entry".len()..];
+        // A whole word: `.entry` and not the tail of another directive or a name.
+        if before.is_some_and(|c| !c.is_whitespace())
+            || !rest.starts_with(|c: char| c.is_whitespace())
+        {
+            continue;
+        }
+        rest = rest.trim_start();
+        let name_len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%')))
+            .unwrap_or(rest.len());
+        if name_len == 0 {
+            return None;
+        }
+        let name = rest[..name_len].to_owned();
+        rest = rest[name_len..].trim_start();
+        let params = match rest.strip_prefix('(') {
+            Some(list) => {
+                let close = list.find(')')?;
+                let params = list[..close]
+                    .split(',')
+                    .filter(|param| !param.trim().is_empty())
+                    .count();
+                if list[..close].matches(".param").count() != params {
+                    return None;
+                }
+                rest = &list[close + 1..];
+                params
+            }
+            None => 0,
+        };
+        entries.push((name, params));
+    }
+    Some(entries)
+}
+
+/// `text` with its `//` and `/* */` comments replaced by spaces (PTX has no string literals
+/// outside of `.file` names, which hold no comment markers that matter here).
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let line = rest.find("//");
+        let block = rest.find("/*");
+        let (at, closing) = match (line, block) {
+            (Some(l), Some(b)) if b < l => (b, "*/"),
+            (Some(l), _) => (l, "\n"),
+            (None, Some(b)) => (b, "*/"),
+            (None, None) => {
+                out.push_str(rest);
+                return out;
+            }
+        };
+        out.push_str(&rest[..at]);
+        out.push(' ');
+        rest = &rest[at + 2..];
+        match rest.find(closing) {
+            Some(end) if closing == "*/" => rest = &rest[end + 2..],
+            Some(end) => rest = &rest[end..],
+            None => return out,
+        }
+    }
+}
+
 /// `[offset, offset + size)` lies inside `image`.
 fn within(image: &[u8], offset: u64, size: u64, what: &str) -> Result<()> {
     match offset.checked_add(size) {
@@ -223,6 +309,44 @@ mod tests {
         let mut wrapper = FATBIN_WRAPPER_MAGIC.to_le_bytes().to_vec();
         wrapper.extend_from_slice(&[0; 20]);
         assert!(checked_image(&wrapper).is_err());
+    }
+
+    #[test]
+    fn ptx_entries_are_read_with_their_parameter_counts() {
+        let ptx = b"
+            .version 8.0
+            .target sm_90 // a comment with .entry fake(.param .u32 x)
+            .address_size 64
+            /* .entry hidden(.param .u64 a) */
+            .visible .entry saxpy(
+                .param .f32 saxpy_param_0,
+                .param .u64 .ptr .global .align 4 saxpy_param_1, // x
+                .param .align 8 .b8 saxpy_param_2[16],
+                .param .u32 saxpy_param_3
+            )
+            .maxntid 256, 1, 1
+            { ret; }
+            .visible .entry spin
+            { ret; }
+            .entry _Z4noneif(.param .u32 a, .param .f32 b) { ret; }
+            .visible .entry empty() { ret; }
+            .func helper(.param .u32 x) { ret; }
+            \0";
+        assert_eq!(
+            ptx_entries(ptx).unwrap(),
+            [
+                ("saxpy".to_owned(), 4),
+                ("spin".to_owned(), 0),
+                ("_Z4noneif".to_owned(), 2),
+                ("empty".to_owned(), 0),
+            ]
+        );
+        assert_eq!(ptx_entries(b"\x7fELF\x02\x01"), None);
+        assert_eq!(
+            ptx_entries(b".version 8.0\n.entry broken(.param .u32 a"),
+            None
+        );
+        assert_eq!(ptx_entries(b".version 8.0\n.entry (.param .u32 a)"), None);
     }
 
     #[test]

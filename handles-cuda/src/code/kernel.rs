@@ -103,13 +103,22 @@ static REGISTERING: Mutex<()> = Mutex::new(());
 
 impl KernelHandle {
     /// The kernel `name` of `library` (`cuLibraryGetKernel`): the registered handle if one is
-    /// alive, else a new one. An unknown name is the driver's `CUDA_ERROR_NOT_FOUND`.
+    /// alive, else a new one. An unknown name is [`Error::KernelNotFound`], which lists the
+    /// library's kernels where its image says (a C++ kernel's name is mangled unless it is
+    /// declared `extern "C"`).
     pub fn get(library: &LibraryHandle, name: &str) -> Result<Self> {
         ensure_loaded()?;
         let c_name = kernel_name(name)?;
         let raw = out(|raw| {
             // SAFETY: the library is alive; `c_name` is NUL-terminated; `raw` is an out-pointer.
             unsafe { driver!(cuLibraryGetKernel(raw, library.as_cu(), c_name.as_ptr())) }
+        })
+        .map_err(|error| match error.code() {
+            Some(sys::CUresult::CUDA_ERROR_NOT_FOUND) => Error::KernelNotFound {
+                name: name.to_owned(),
+                known: library.record().kernel_names(),
+            },
+            _ => error,
         })?;
         let _registering = lock(&REGISTERING);
         if let Some(known) = Self::lookup(raw) {
@@ -118,7 +127,7 @@ impl KernelHandle {
         let record = Kernel {
             library: library.clone(),
             name: name.to_owned(),
-            param_sizes: in_some_context(|| param_sizes(raw))?,
+            param_sizes: in_some_context(|| param_sizes(raw, library.record().param_count(name)))?,
             limits: (0..device_count()?).map(|_| Limits::default()).collect(),
         };
         // SAFETY: a kernel of a library the record keeps loaded; `release_kernel` deletes
@@ -216,12 +225,25 @@ fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
 }
 
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.
-fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
+///
+/// The number of parameters comes from `cuKernelGetParamCount` (CUDA 13.2) where the driver
+/// has it, else from the kernel's PTX (`in_image`, the `.param`s of its `.entry`), so that no
+/// call fails: a failing call is an error in the user's tools (compute-sanitizer reports each
+/// one). Only for a cubin or a fatbin on an older driver is the list still probed until the
+/// driver answers `CUDA_ERROR_INVALID_VALUE` past the last parameter.
+fn param_sizes(kernel: CUkernel, in_image: Option<usize>) -> Result<Option<Vec<usize>>> {
     if !newer::cuKernelGetParamInfo.available() {
         return Ok(None);
     }
+    let count = match param_count(kernel)? {
+        Some(count) => Some(count),
+        None => in_image,
+    };
     let mut sizes = Vec::new();
     loop {
+        if count.is_some_and(|count| sizes.len() >= count) {
+            return Ok(Some(sizes));
+        }
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: the kernel is alive; both out-pointers are valid. An index past the last
         // parameter is answered with CUDA_ERROR_INVALID_VALUE, which ends the list.
@@ -243,4 +265,19 @@ fn param_sizes(kernel: CUkernel) -> Result<Option<Vec<usize>>> {
             });
         }
     }
+}
+
+/// The number of parameters of `kernel` (`cuKernelGetParamCount`), where the driver has it.
+fn param_count(kernel: CUkernel) -> Result<Option<usize>> {
+    type ParamCount = unsafe extern "C" fn(CUkernel, *mut usize) -> sys::CUresult;
+    // SAFETY: the signature of `cuKernelGetParamCount` (CUDA 13.2).
+    let Some(count_of) = (unsafe { newer::cuKernelGetParamCount.function::<ParamCount>() }) else {
+        return Ok(None);
+    };
+    let mut count = 0usize;
+    // SAFETY: the kernel is alive; `count` is a valid out-pointer.
+    crate::driver::call::check("cuKernelGetParamCount", unsafe {
+        count_of(kernel, &mut count)
+    })?;
+    Ok(Some(count))
 }

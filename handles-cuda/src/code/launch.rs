@@ -15,9 +15,11 @@
 //! - the kernel's library notes the launch's context, so that its unload waits for the kernel.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUfunction, CUstream};
 
+use crate::code::check::{self, Check};
 use crate::code::kernel::KernelHandle;
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
@@ -62,13 +64,50 @@ impl LaunchConfig {
     }
 
     /// A one-dimensional launch of at least `elements` threads, `block` per block (the grid
-    /// is rounded up; `elements` 0 still launches one block).
+    /// is rounded up; `elements` 0 still launches one block). [`Self::for_elements`] takes a
+    /// `usize`.
     pub fn linear(elements: u32, block: u32) -> Self {
         let block = block.max(1);
         LaunchConfig {
             grid: [elements.div_ceil(block).max(1), 1, 1],
             block: [block, 1, 1],
             shared_mem_bytes: 0,
+        }
+    }
+
+    /// A one-dimensional launch of at least `elements` threads (a buffer's `len()`), `block`
+    /// per block: the grid is rounded up, and `elements` 0 still launches one block. More
+    /// blocks than grid x allows is [`LaunchProblem::TooManyElements`], and a block of 0
+    /// threads or more than 1024 is [`LaunchProblem::Block`].
+    pub fn for_elements(elements: usize, block: u32) -> Result<Self> {
+        if block == 0 || block > 1024 {
+            return Err(config_error(LaunchProblem::Block {
+                axis: 'x',
+                threads: block,
+                limit: 1024,
+            }));
+        }
+        let blocks = elements.div_ceil(block as usize).max(1);
+        match u32::try_from(blocks) {
+            Ok(blocks) if blocks <= i32::MAX as u32 => Ok(LaunchConfig {
+                grid: [blocks, 1, 1],
+                block: [block, 1, 1],
+                shared_mem_bytes: 0,
+            }),
+            _ => Err(config_error(LaunchProblem::TooManyElements {
+                elements,
+                block,
+            })),
+        }
+    }
+
+    /// This configuration with `bytes` of dynamic shared memory per block. A launch checks it
+    /// against the kernel's limit on its device ([`LaunchProblem::SharedMemory`]); a size
+    /// above `u32::MAX` is kept as `u32::MAX`, which every launch refuses.
+    pub fn with_shared_mem(self, bytes: usize) -> Self {
+        LaunchConfig {
+            shared_mem_bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+            ..self
         }
     }
 
@@ -213,14 +252,15 @@ pub struct ProgrammaticEvent {
     pub trigger_at_block_start: bool,
 }
 
-/// The check a [`TypedKernel`] runs on each launch's arguments and configuration before the
-/// launch: `Ok` only when the kernel, given them, stays inside its buffers.
+/// A hand-written check a [`TypedKernel`] runs on each launch's arguments and configuration
+/// before the launch: `Ok` only when the kernel, given them, stays inside its buffers. The
+/// ready-made ones are in [`crate::code::check`].
 pub type BoundsCheck<P> = for<'a> fn(&<P as KernelParams>::Args<'a>, &LaunchConfig) -> Result<()>;
 
 /// A kernel with a known parameter list and a bounds check, launched with safe calls.
 pub struct TypedKernel<P: KernelParams> {
     kernel: KernelHandle,
-    bounds: BoundsCheck<P>,
+    check: Arc<Check<P>>,
     _params: PhantomData<fn(P)>,
 }
 
@@ -228,7 +268,7 @@ impl<P: KernelParams> Clone for TypedKernel<P> {
     fn clone(&self) -> Self {
         TypedKernel {
             kernel: self.kernel.clone(),
-            bounds: self.bounds,
+            check: Arc::clone(&self.check),
             _params: PhantomData,
         }
     }
@@ -244,9 +284,10 @@ impl<P: KernelParams> std::fmt::Debug for TypedKernel<P> {
 }
 
 impl KernelHandle {
-    /// This kernel with the parameter list `P` and the bounds check `bounds`, ready for safe
-    /// launches. Where the driver reports parameter sizes (CUDA 12.4 and later), a list that
-    /// does not match `P`'s sizes is an `Err`.
+    /// This kernel with the parameter list `P` and the hand-written bounds check `bounds`,
+    /// ready for safe launches. Where the driver reports parameter sizes (CUDA 12.4 and later),
+    /// a list that does not match `P`'s sizes is an `Err`. For the usual shapes of a kernel's
+    /// accesses, [`checked`](Self::checked) takes ready-made rules instead of a closure.
     ///
     /// # Safety
     ///
@@ -269,6 +310,42 @@ impl KernelHandle {
     ///   out-of-bounds shared-memory access, no trap-free infinite loop that is relied on to
     ///   end, no use of a buffer's memory after the kernel returns).
     pub unsafe fn typed<P: KernelParams>(&self, bounds: BoundsCheck<P>) -> Result<TypedKernel<P>> {
+        // SAFETY: the caller's promise is `checked`'s, with `bounds` as the only check.
+        unsafe { self.checked(check::custom(bounds)) }
+    }
+
+    /// This kernel with the parameter list `P` and the bounds check `check`, built from the
+    /// ready-made rules of [`crate::code::check`] (and hand-written parts, [`check::custom`]),
+    /// ready for safe launches: [`typed`](Self::typed) without a hand-written closure. A rule
+    /// that names a parameter for what it is not is [`Error::BadCheck`]; where the driver
+    /// reports parameter sizes, a list that does not match `P`'s is [`Error::ParamMismatch`].
+    ///
+    /// # Safety
+    ///
+    /// [`typed`](Self::typed)'s contract, with `check` in place of `bounds`. For every launch
+    /// through the returned value:
+    ///
+    /// - the kernel's parameters are exactly `P`, in order, as [`typed`](Self::typed) states;
+    /// - whenever `check` accepts the launch (every rule, and every [`check::custom`] part),
+    ///   the kernel reads and writes device memory only inside the `len()` elements of each
+    ///   [`Elements<T>`](crate::code::Elements) argument, the `size()` bytes of each
+    ///   [`Buffer`](crate::code::Buffer) argument (and through each tensor map only what the
+    ///   map describes), or memory it owns itself, and does nothing else that is undefined
+    ///   behaviour on the device (no shared-memory access beyond its static shared memory and
+    ///   the dynamic shared memory the launch gives, among the rest that `typed` lists).
+    ///
+    /// The rules compare sizes; they do not read the kernel's code. The second point holds
+    /// when the kernel touches each parameter a rule names only in the shape that rule's
+    /// function documents ([`check::per_thread`]: element `i` only for `i < n`;
+    /// [`check::per_block`]: only the element of its own block; [`check::elements_per_thread`]:
+    /// at most `k` elements per thread, all below `k` times the launch's threads;
+    /// [`check::shared_per_thread`]: at most that many bytes of dynamic shared memory per
+    /// thread of its block), and touches every parameter no rule names only within its length
+    /// whatever the launch (or as a [`check::custom`] part of `check` guarantees).
+    pub unsafe fn checked<P: KernelParams>(&self, check: Check<P>) -> Result<TypedKernel<P>> {
+        check
+            .validate()
+            .map_err(|error| error.for_kernel(self.name()))?;
         if let Some(sizes) = self.param_sizes() {
             let expected = P::sizes();
             if *sizes != expected {
@@ -281,7 +358,7 @@ impl KernelHandle {
         }
         Ok(TypedKernel {
             kernel: self.clone(),
-            bounds,
+            check: Arc::new(check),
             _params: PhantomData,
         })
     }
@@ -313,6 +390,14 @@ impl<P: KernelParams> TypedKernel<P> {
         &self.kernel
     }
 
+    /// Runs the bounds check; a refusal names this kernel.
+    #[inline]
+    fn run_check(&self, args: &P::Args<'_>, config: &LaunchConfig) -> Result<()> {
+        self.check
+            .run(args, config)
+            .map_err(|error| error.for_kernel(self.kernel.name()))
+    }
+
     /// Launches the kernel on `stream` (`cuLaunchKernel`): the configuration and the bounds
     /// check run first, and every buffer argument is reported as used on `stream`, so no
     /// free overtakes the kernel.
@@ -322,7 +407,7 @@ impl<P: KernelParams> TypedKernel<P> {
         config: &LaunchConfig,
         args: P::Args<'_>,
     ) -> Result<()> {
-        (self.bounds)(&args, config)?;
+        self.run_check(&args, config)?;
         launch::<P>(&self.kernel, stream, config, None, &args)
     }
 
@@ -335,7 +420,7 @@ impl<P: KernelParams> TypedKernel<P> {
         ordinal: usize,
         mut check_buffer: impl FnMut(&'a DevicePtrHandle) -> Result<()>,
     ) -> Result<()> {
-        (self.bounds)(args, config)?;
+        self.run_check(args, config)?;
         let (max_threads, max_shared) = self.kernel.launch_limits(ordinal)?;
         config.check(max_threads, max_shared)?;
         let mut reachable = Ok(());
@@ -363,7 +448,7 @@ impl<P: KernelParams> TypedKernel<P> {
         options: Option<&LaunchOptions>,
         args: &P::Args<'_>,
     ) -> Result<(Queued, u32)> {
-        (self.bounds)(args, config)?;
+        self.run_check(args, config)?;
         if let Some(options) = options {
             if options.programmatic_event.is_some() {
                 return Err(Error::GraphRule(GraphRule::ProgrammaticEventInCapture));
@@ -390,7 +475,7 @@ impl<P: KernelParams> TypedKernel<P> {
         options: &LaunchOptions,
         args: P::Args<'_>,
     ) -> Result<()> {
-        (self.bounds)(&args, config)?;
+        self.run_check(&args, config)?;
         options.check(config)?;
         launch::<P>(&self.kernel, stream, config, Some(options), &args)
     }

@@ -20,11 +20,13 @@ use std::path::Path;
 use cudarc::driver::sys::{CUcontext, CUlibrary};
 use handles_core::ResourceHandle;
 
-use crate::code::image::checked_image;
+use crate::code::image::{checked_image, ptx_entries};
+use crate::code::program::ProgramHandle;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::load::{ensure_loaded, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::device::Device;
 use crate::exec::stream::StreamHandle;
 use crate::order::contexts_used::ContextsUsed;
 
@@ -39,6 +41,8 @@ use crate::order::contexts_used::ContextsUsed;
 #[handle(raw = CUlibrary, accessor = as_cu, delete = unload_library)]
 pub struct Library {
     launched_in: ContextsUsed,
+    /// The kernels the image defines and their parameter counts, where the image is PTX.
+    entries: Option<Vec<(String, usize)>>,
 }
 // SAFETY: the CUDA driver API lets libraries be used and unloaded from any thread.
 unsafe impl handles_core::ThreadSafe for Library {}
@@ -49,7 +53,26 @@ impl Library {
     pub fn reference() -> Library {
         Library {
             launched_in: ContextsUsed::new(),
+            entries: None,
         }
+    }
+
+    /// The number of parameters of kernel `name`, where the library's image says (PTX).
+    pub(crate) fn param_count(&self, name: &str) -> Option<usize> {
+        let entries = self.entries.as_ref()?;
+        entries
+            .iter()
+            .find(|(entry, _)| entry == name)
+            .map(|&(_, count)| count)
+    }
+
+    /// The names of the library's kernels, where its image says (PTX); empty otherwise.
+    pub(crate) fn kernel_names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .flatten()
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 }
 
@@ -66,8 +89,15 @@ impl LibraryHandle {
     /// or an empty one, is an [`Error::BadImage`], never a read past the slice; PTX
     /// without a terminating NUL gets one.
     pub fn load_data(image: &[u8]) -> Result<Self> {
+        Self::load_with_entries(image, None)
+    }
+
+    /// [`Self::load_data`], with the kernels and parameter counts of the PTX the image was
+    /// compiled from where it is not PTX itself (a cubin NVRTC compiled from the same source).
+    fn load_with_entries(image: &[u8], entries: Option<Vec<(String, usize)>>) -> Result<Self> {
         ensure_loaded()?;
         let image = checked_image(image)?;
+        let entries = ptx_entries(&image).or(entries);
         let raw = out(|raw| {
             // SAFETY: `image` is a complete image the driver reads within its bounds (checked
             // above); no options are passed; `raw` is a valid out-pointer.
@@ -84,7 +114,31 @@ impl LibraryHandle {
                 ))
             }
         })?;
-        Ok(Self::owning(raw))
+        Ok(Self::owning(raw, entries))
+    }
+
+    /// Compiles CUDA C++ `source` with NVRTC for `device` and loads it: one call for
+    /// [`ProgramHandle::new`], [`ProgramHandle::compile_for`], [`ProgramHandle::ptx`] and
+    /// [`Self::load_data`]. Kernels keep their C++ names only when declared `extern "C"`. A
+    /// failed compilation is an [`Error::Nvrtc`] with the compiler's log. A driver older than
+    /// the NVRTC refuses its PTX (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`); the source is then
+    /// compiled again for the device's real architecture (`sm_XY`, machine code the driver
+    /// loads without compiling) and that is loaded instead.
+    pub fn from_cuda_source(source: &str, device: &Device) -> Result<Self> {
+        let program = ProgramHandle::new(source, "source.cu")?;
+        let option = ProgramHandle::gpu_architecture(device)?;
+        program.compile(&[&option])?;
+        let ptx = program.ptx()?;
+        match Self::load_data(&ptx) {
+            Err(error)
+                if error.code()
+                    == Some(cudarc::driver::sys::CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION) =>
+            {
+                program.compile(&[&option.replace("compute_", "sm_")])?;
+                Self::load_with_entries(&program.cubin()?, ptx_entries(&ptx))
+            }
+            loaded => loaded,
+        }
     }
 
     /// Loads a library from PTX source text.
@@ -101,6 +155,7 @@ impl LibraryHandle {
         let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InteriorNul {
             what: format!("path {path:?}"),
         })?;
+        let entries = ptx_file_entries(path);
         let raw = out(|raw| {
             // SAFETY: `name` is a NUL-terminated path; no options; `raw` is a valid out-pointer.
             unsafe {
@@ -116,11 +171,14 @@ impl LibraryHandle {
                 ))
             }
         })?;
-        Ok(Self::owning(raw))
+        Ok(Self::owning(raw, entries))
     }
 
-    fn owning(raw: CUlibrary) -> Self {
-        let record = Library::reference();
+    fn owning(raw: CUlibrary, entries: Option<Vec<(String, usize)>>) -> Self {
+        let record = Library {
+            entries,
+            ..Library::reference()
+        };
         // SAFETY: a freshly loaded library owned by nobody else; `unload_library` unloads it
         // once, after the work its kernels were launched for.
         unsafe { LibraryHandle::from_raw(raw, record) }
@@ -155,6 +213,19 @@ impl LibraryHandle {
         unsafe { probed!(cuLibraryGetKernelCount(&mut count, self.as_cu())) }?;
         Ok(count as usize)
     }
+}
+
+/// The entries of a PTX file ([`ptx_entries`]); `None` for a cubin or a fatbin (read no
+/// further than their magic) or a file that cannot be read.
+fn ptx_file_entries(path: &Path) -> Option<Vec<(String, usize)>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut text = Vec::new();
+    file.by_ref().take(4).read_to_end(&mut text).ok()?;
+    // The magic of a cubin or a fatbin: not read further.
+    ptx_entries(&text)?;
+    file.read_to_end(&mut text).ok()?;
+    ptx_entries(&text)
 }
 
 /// A kernel name as the driver takes it.

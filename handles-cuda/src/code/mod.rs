@@ -4,10 +4,11 @@
 //!
 //! | to | use |
 //! |---|---|
-//! | compile CUDA C++ at run time | [`ProgramHandle::new`], `compile`, `ptx` |
+//! | compile CUDA C++ and load it, in one call | [`LibraryHandle::from_cuda_source`] (for a [`Device`](crate::exec::Device)) |
+//! | compile CUDA C++ at run time, step by step | [`ProgramHandle::new`], [`ProgramHandle::compile_for`] (the device's architecture) or [`ProgramHandle::compile`] (your options), `ptx` |
 //! | load PTX, a cubin or a fatbin | [`LibraryHandle::load_ptx`], [`LibraryHandle::load_data`], [`LibraryHandle::load_file`] |
-//! | find a kernel | [`KernelHandle::get`] |
-//! | launch it | [`KernelHandle::typed`] (the one `unsafe` promise: parameter types and a [`BoundsCheck`]), then [`TypedKernel::launch`] with a [`LaunchConfig`] |
+//! | find a kernel | [`KernelHandle::get`]; a name it lacks is [`Error::KernelNotFound`](crate::Error::KernelNotFound) (declare kernels `extern "C"`, or their names are mangled) |
+//! | launch it | [`KernelHandle::checked`] with ready-made bounds rules ([`check`]), or [`KernelHandle::typed`] with a hand-written [`BoundsCheck`]: the one `unsafe` promise; then [`TypedKernel::launch`] with a [`LaunchConfig`] ([`LaunchConfig::for_elements`], [`LaunchConfig::with_shared_mem`]) |
 //! | pass memory | [`Elements<T>`] for a [`crate::DeviceBuffer<T>`] (bounds in elements), [`Buffer`] for bytes; scalars as themselves |
 //! | let a graph's kernel set a conditional node's condition | [`Conditional`] for a [`ConditionalHandle`] (kernel nodes of its graph only) |
 //! | cooperative or programmatic dependent launches, clusters, priorities | [`TypedKernel::launch_ex`] with [`LaunchOptions`] (see [`launch_attributes`]) |
@@ -16,34 +17,30 @@
 //! | pass an im2col TMA descriptor (convolutions) | [`TensorMap::im2col`] from a [`crate::DeviceBuffer<T>`] and an [`Im2colTensor`] (corners, channels per pixel, pixels per column, [`Interleave`]) |
 //!
 //! ```no_run
-//! use handles_cuda::code::{Elements, ProgramHandle};
-//! use handles_cuda::{ContextHandle, DeviceBuffer, Error, KernelHandle, LaunchConfig, LibraryHandle};
-//! use handles_cuda::{StreamFlags, StreamHandle};
+//! use handles_cuda::prelude::*;
 //!
 //! # fn main() -> handles_cuda::Result<()> {
 //! let context = ContextHandle::primary(0)?;
-//! let stream = StreamHandle::create(&context, StreamFlags::default(), 0)?;
-//! let program = ProgramHandle::new(
+//! let stream = StreamHandle::new(&context)?;
+//! let library = LibraryHandle::from_cuda_source(
 //!     r#"extern "C" __global__ void scale(float *xs, unsigned n, float by) {
 //!            unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
 //!            if (i < n) xs[i] *= by;
 //!        }"#,
-//!     "scale.cu",
+//!     &Device::new(0)?,
 //! )?;
-//! program.compile(&["--gpu-architecture=compute_90"])?;
-//! let library = LibraryHandle::load_data(&program.ptx()?)?;
-//! // SAFETY: scale(xs, n, by) touches xs[i] for i < n only, and the check keeps n within xs.
+//! // SAFETY: scale(xs, n, by) touches xs[i] for i < n only, which `per_thread(1, [0])`
+//! // (parameter 1 is n, parameter 0 holds at least n elements) covers.
 //! let scale = unsafe {
-//!     KernelHandle::get(&library, "scale")?.typed::<(Elements<f32>, u32, f32)>(
-//!         |(xs, n, _): &(&DeviceBuffer<f32>, u32, f32), _| {
-//!             if *n as usize <= xs.len() { Ok(()) }
-//!             else { Err(Error::InvalidArgument("n exceeds the buffer".into())) }
-//!         },
-//!     )?
+//!     KernelHandle::get(&library, "scale")?
+//!         .checked::<(Elements<f32>, u32, f32)>(check::per_thread(1, [0]))?
 //! };
 //! let xs = DeviceBuffer::from_slice(&vec![1.0f32; 1024], &stream)?;
-//! scale.launch(&stream, &LaunchConfig::linear(1024, 256), (&xs, 1024, 2.0))?;
+//! scale.launch(&stream, &LaunchConfig::for_elements(xs.len(), 256)?, (&xs, 1024, 2.0))?;
 //! assert!(xs.to_vec(&stream)?.iter().all(|&x| x == 2.0));
+//! // n past the buffer: refused before the driver, naming the kernel and the parameter.
+//! let refused = scale.launch(&stream, &LaunchConfig::for_elements(2048, 256)?, (&xs, 2048, 2.0));
+//! assert!(matches!(refused, Err(Error::OutOfBounds { param: 0, needed: 2048, len: 1024, .. })));
 //! # Ok(()) }
 //! ```
 //!
@@ -52,8 +49,10 @@
 //! - **Libraries, kernels, launches.** `Library` (context-independent `cuLibraryLoadData`; the
 //!   image's size headers are checked first, since the driver takes no length) → `Kernel` (no
 //!   deleter: it goes with its library; registered, one handle per raw kernel). The one unsafe
-//!   promise is `KernelHandle::typed`: parameter types (checked against `cuKernelGetParamInfo`)
-//!   and a bounds check under which the kernel stays in its buffers. A launch checks the
+//!   promise is `KernelHandle::typed` or `checked`: parameter types (checked against
+//!   `cuKernelGetParamInfo`, counted by `cuKernelGetParamCount` or from the PTX so that no
+//!   call fails) and a bounds check under which the kernel stays in its buffers; a refused
+//!   launch names the kernel (`OutOfBounds`). A launch checks the
 //!   configuration against the kernel's limits on the stream's device (cached per device), then
 //!   reports each `Buffer` argument as used on the stream (the ordering rule above) and notes the
 //!   context in the library, whose unload synchronises every noted context first
@@ -61,6 +60,7 @@
 //!   allocations use the same context tracking: `cuMemFree` does not wait for streams. Work that
 //!   was queued before a failed context restore is still reported (`Queued::then`).
 
+pub mod check;
 pub(crate) mod conditional;
 pub(crate) mod image;
 pub(crate) mod kernel;

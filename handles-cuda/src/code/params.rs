@@ -50,7 +50,56 @@ pub trait KernelParam: sealed::Sealed {
     fn conditional<'a>(_arg: &Self::Arg<'a>) -> Option<&'a ConditionalHandle> {
         None
     }
+    /// Whether the argument holds a number of elements that [`crate::code::check`]'s rules
+    /// compare with (an [`Elements<T>`] parameter).
+    const HOLDS_ELEMENTS: bool = false;
+    /// Whether the argument can be a count for [`crate::code::check`]'s rules (an integer
+    /// scalar).
+    const IS_COUNT: bool = false;
+    /// The elements an [`Elements<T>`] argument holds.
+    fn elements(_arg: &Self::Arg<'_>) -> Option<usize> {
+        None
+    }
+    /// An integer argument as a count: its value, a negative one as a C kernel compares it
+    /// with an unsigned index (its bits as the unsigned type of its width, a huge number).
+    fn count(_arg: &Self::Arg<'_>) -> Option<u64> {
+        None
+    }
 }
+
+/// A scalar as a count of elements, for [`KernelParam::count`].
+trait AsCount: Copy {
+    const IS_COUNT: bool;
+    fn as_count(self) -> Option<u64>;
+}
+
+macro_rules! counts {
+    ($($int:ty => $unsigned:ty),* $(,)?) => {$(
+        impl AsCount for $int {
+            const IS_COUNT: bool = true;
+            #[inline]
+            fn as_count(self) -> Option<u64> {
+                // The bits as the unsigned type of the same width: what C compares with an
+                // unsigned index after the usual conversions.
+                Some(self as $unsigned as u64)
+            }
+        }
+    )*};
+}
+counts!(u8 => u8, i8 => u8, u16 => u16, i16 => u16, u32 => u32, i32 => u32, u64 => u64, i64 => u64);
+
+macro_rules! not_counts {
+    ($($float:ty),* $(,)?) => {$(
+        impl AsCount for $float {
+            const IS_COUNT: bool = false;
+            #[inline]
+            fn as_count(self) -> Option<u64> {
+                None
+            }
+        }
+    )*};
+}
+not_counts!(f32, f64);
 
 macro_rules! scalar_params {
     ($($scalar:ty),* $(,)?) => {$(
@@ -63,6 +112,11 @@ macro_rules! scalar_params {
                 let mut bytes = [0u8; 8];
                 bytes[..Self::SIZE].copy_from_slice(&arg.to_ne_bytes());
                 bytes
+            }
+            const IS_COUNT: bool = <$scalar as AsCount>::IS_COUNT;
+            #[inline]
+            fn count(arg: &$scalar) -> Option<u64> {
+                arg.as_count()
             }
         }
     )*};
@@ -105,6 +159,11 @@ impl<T: bytemuck::Pod> KernelParam for Elements<T> {
     }
     fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
         Some(arg.as_bytes())
+    }
+    const HOLDS_ELEMENTS: bool = true;
+    #[inline]
+    fn elements(arg: &&DeviceBuffer<T>) -> Option<usize> {
+        Some(arg.len())
     }
 }
 
@@ -164,6 +223,16 @@ pub trait KernelParams: sealed::Sealed {
     fn for_each_buffer<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a DevicePtrHandle));
     /// Calls `each` with every conditional-handle argument.
     fn for_each_conditional<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a ConditionalHandle));
+    /// Whether parameter `index` is one whose elements [`crate::code::check`]'s rules count
+    /// (see [`KernelParam::HOLDS_ELEMENTS`]); `false` past the last parameter.
+    fn holds_elements(index: usize) -> bool;
+    /// Whether parameter `index` can be a count (see [`KernelParam::IS_COUNT`]); `false` past
+    /// the last parameter.
+    fn is_count(index: usize) -> bool;
+    /// The elements argument `index` holds ([`KernelParam::elements`]).
+    fn elements_at(args: &Self::Args<'_>, index: usize) -> Option<usize>;
+    /// Argument `index` as a count ([`KernelParam::count`]).
+    fn count_at(args: &Self::Args<'_>, index: usize) -> Option<u64>;
 }
 
 impl sealed::Sealed for () {}
@@ -180,6 +249,18 @@ impl KernelParams for () {
     }
     fn for_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle)) {}
     fn for_each_conditional<'a>(_: &(), _: impl FnMut(&'a ConditionalHandle)) {}
+    fn holds_elements(_: usize) -> bool {
+        false
+    }
+    fn is_count(_: usize) -> bool {
+        false
+    }
+    fn elements_at(_: &(), _: usize) -> Option<usize> {
+        None
+    }
+    fn count_at(_: &(), _: usize) -> Option<u64> {
+        None
+    }
 }
 
 macro_rules! param_tuples {
@@ -230,6 +311,30 @@ macro_rules! param_tuples {
                         each(handle);
                     }
                 )+
+            }
+            fn holds_elements(index: usize) -> bool {
+                [$($param::HOLDS_ELEMENTS),+].get(index).copied().unwrap_or(false)
+            }
+            fn is_count(index: usize) -> bool {
+                [$($param::IS_COUNT),+].get(index).copied().unwrap_or(false)
+            }
+            #[inline]
+            fn elements_at(args: &Self::Args<'_>, index: usize) -> Option<usize> {
+                $(
+                    if index == $index {
+                        return $param::elements(&args.$index);
+                    }
+                )+
+                None
+            }
+            #[inline]
+            fn count_at(args: &Self::Args<'_>, index: usize) -> Option<u64> {
+                $(
+                    if index == $index {
+                        return $param::count(&args.$index);
+                    }
+                )+
+                None
             }
         }
     )*};

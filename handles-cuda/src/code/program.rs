@@ -13,6 +13,7 @@ use cudarc::nvrtc::sys::{self as nvrtc, nvrtcProgram, nvrtcResult};
 use handles_core::ResourceHandle;
 
 use crate::error::{Error, Result};
+use crate::exec::device::Device;
 use crate::sync::lock;
 
 /// A CUDA C++ program for the runtime compiler.
@@ -74,6 +75,27 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
+/// The architectures the loaded NVRTC compiles for (`75` for `sm_75`, …), ascending.
+fn supported_architectures() -> Result<Vec<u32>> {
+    ensure_nvrtc()?;
+    let mut count = 0;
+    // SAFETY: NVRTC is loaded; `count` is a valid out-pointer.
+    status("nvrtcGetNumSupportedArchs", unsafe {
+        nvrtc::nvrtcGetNumSupportedArchs(&mut count)
+    })?;
+    let mut archs = vec![0; usize::try_from(count).unwrap_or(0)];
+    if !archs.is_empty() {
+        // SAFETY: NVRTC is loaded; `archs` has room for the `count` entries it reported.
+        status("nvrtcGetSupportedArchs", unsafe {
+            nvrtc::nvrtcGetSupportedArchs(archs.as_mut_ptr())
+        })?;
+    }
+    Ok(archs
+        .into_iter()
+        .filter_map(|arch| u32::try_from(arch).ok())
+        .collect())
+}
+
 fn status(call: &'static str, result: nvrtcResult) -> Result<()> {
     if result == nvrtcResult::NVRTC_SUCCESS {
         return Ok(());
@@ -123,8 +145,50 @@ impl ProgramHandle {
         lock(&self.record().calls)
     }
 
+    /// Compiles the program for `device`: PTX for the newest virtual architecture NVRTC
+    /// supports up to the device's compute capability ([`Self::gpu_architecture`]), which
+    /// the driver compiles for the device when it loads it. A failed compilation is an
+    /// [`Error::Nvrtc`] whose `log` is the compiler's log.
+    pub fn compile_for(&self, device: &Device) -> Result<()> {
+        self.compile(&[&Self::gpu_architecture(device)?])
+    }
+
+    /// The option that compiles for `device`: `--gpu-architecture=compute_XY`, with `XY` the
+    /// device's compute capability, or the newest architecture the loaded NVRTC supports below
+    /// it ([`Error::ArchitectureUnsupported`] if it supports none that old).
+    pub fn gpu_architecture(device: &Device) -> Result<String> {
+        let (major, minor) = device.compute_capability()?;
+        let wanted = major * 10 + minor;
+        let supported = supported_architectures()?;
+        let arch = if supported.is_empty() {
+            wanted
+        } else {
+            match supported
+                .iter()
+                .copied()
+                .filter(|&arch| arch <= wanted)
+                .max()
+            {
+                Some(arch) => arch,
+                None => {
+                    return Err(Error::ArchitectureUnsupported {
+                        device: (major, minor),
+                        nvrtc: nvrtc_version()?,
+                        oldest: supported.iter().copied().min().unwrap_or(0),
+                    });
+                }
+            }
+        };
+        Ok(format!("--gpu-architecture=compute_{arch}"))
+    }
+
     /// Compiles the program with `options` (such as `--gpu-architecture=sm_90`). A failed
     /// compilation is an [`Error::Nvrtc`] whose `log` is the compiler's log.
+    ///
+    /// Without a `--gpu-architecture` option, NVRTC compiles PTX for its own default virtual
+    /// architecture (the oldest it supports: `compute_75` for NVRTC 13), which any newer
+    /// device runs, though without the newer instructions; [`Self::compile_for`] picks the
+    /// device's.
     pub fn compile(&self, options: &[&str]) -> Result<()> {
         let options = options
             .iter()

@@ -49,6 +49,36 @@ impl Drop for CaptureInProgress {
     }
 }
 
+thread_local! {
+    /// How many `GraphHandle::capture` closures run on this thread now (nested captures count
+    /// each).
+    static CLOSURES_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a capture's closure running on this thread for as long as it lives: stream-ordered
+/// work through handles on this thread is refused meanwhile (it would run at once, outside
+/// the graph), except the capture's own.
+pub(crate) struct ClosureOnThisThread(std::marker::PhantomData<*const ()>);
+
+impl ClosureOnThisThread {
+    pub(crate) fn begin() -> ClosureOnThisThread {
+        CLOSURES_HERE.with(|count| count.set(count.get() + 1));
+        ClosureOnThisThread(std::marker::PhantomData)
+    }
+}
+
+impl Drop for ClosureOnThisThread {
+    fn drop(&mut self) {
+        CLOSURES_HERE.with(|count| count.set(count.get() - 1));
+    }
+}
+
+/// Whether a capture's closure runs on this thread now. Read only where a capture runs at all
+/// ([`foreign_capture_possible`]), so it costs nothing otherwise.
+pub(crate) fn in_capture_closure() -> bool {
+    CLOSURES_HERE.with(std::cell::Cell::get) != 0
+}
+
 /// Whether some stream may be capturing without this crate knowing: a stream is lent, or a
 /// capture runs (two relaxed loads). A relaxed load suffices: a loan or a capture begun by
 /// another thread is ordered before this thread's use of that stream only by that use's own

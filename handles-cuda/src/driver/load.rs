@@ -217,6 +217,21 @@ impl Capability {
         available
     }
 
+    /// The function, looked up by name, if the driver has it: for functions that cudarc's
+    /// bindings of the chosen CUDA version do not declare, which `probed!` cannot call.
+    ///
+    /// # Safety
+    ///
+    /// `F` must be the function's exact C signature (an `unsafe extern "C" fn` type).
+    pub(crate) unsafe fn function<F: Copy>(&self) -> Option<F> {
+        if !self.available() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_bytes_with_nul(self.symbol_nul.as_bytes()).ok()?;
+        // SAFETY: the caller vouches for `F`.
+        unsafe { function(name) }
+    }
+
     /// `Ok` if the function can be called; else the error that names it and its version (or
     /// the driver's own error, when there is no driver).
     #[inline]
@@ -266,6 +281,8 @@ capabilities! {
     cuGreenCtxDestroy = 12040,
     cuGreenCtxStreamCreate = 12050,
     cuKernelGetParamInfo = 12040,
+    // Not in cudarc's bindings before CUDA 13.2: looked up by name (`Capability::function`).
+    cuKernelGetParamCount = 13020,
     cuLibraryGetKernelCount = 12040,
     // Batched copies: the bindings of CUDA 12.8 and 12.9 declare the first form (with a
     // `failIdx` out-parameter); those of 13.0 on declare only `_v2`, without it, which drivers
@@ -310,7 +327,8 @@ pub(crate) fn require_version(use_: (&'static str, i32)) -> Result<()> {
 /// CUDA version that brought it (1000 × major + 10 × minor). On a driver that is older, or that
 /// does not export one of them, every call that needs it returns [`Error::NotSupported`]
 /// naming it (or uses a fallback: `elapsed_ms` falls back to `cuEventElapsedTime`, a
-/// kernel's parameter sizes are then unknown, and `StreamHandle::copy_batch` queues one
+/// kernel's parameter sizes are then unknown (without `cuKernelGetParamInfo`) or counted from
+/// its PTX (without `cuKernelGetParamCount`), and `StreamHandle::copy_batch` queues one
 /// `cuMemcpyAsync` per copy).
 pub fn newer_functions() -> impl Iterator<Item = (&'static str, i32)> {
     CAPABILITIES
@@ -358,6 +376,8 @@ mod tests {
     /// Every source file of the crate. A new module's file goes here (the test below names it).
     const SOURCES: &[Source] = sources![
         "lib.rs",
+        "prelude.rs",
+        "code/check.rs",
         "code/conditional.rs",
         "code/image.rs",
         "code/kernel.rs",

@@ -31,5 +31,7 @@ pub use self::load::{
     MIN_DRIVER_VERSION, device_count, driver_version, ensure_loaded, is_available, mem_get_info,
     newer_functions,
 };
-/// The raw driver API, as used by this crate (cudarc's bindings).
+/// The raw driver API, as used by this crate: cudarc's bindings, documented by cudarc
+/// (`cudarc::driver::sys`), and not listed again in these docs.
+#[doc(no_inline)]
 pub use cudarc::driver::sys;

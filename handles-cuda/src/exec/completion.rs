@@ -144,7 +144,7 @@ impl EventHandle {
             })?,
         };
         let notifier = notifier(&context)?;
-        notifier.refuse_if_captured()?;
+        notifier.refuse_foreign_capture()?;
         notifier
             .queue(|raw_stream| {
                 // SAFETY: the stream and the event are alive (handles held).
@@ -152,7 +152,7 @@ impl EventHandle {
             })
             .status?;
         let wake = Arc::clone(&shared);
-        notifier.launch_host(move || {
+        notifier.queue_host(move || {
             if let Some(waker) = wake.complete() {
                 waker.wake_by_ref();
                 // Dropped on the disposal thread, never in the host function.

@@ -64,9 +64,16 @@ impl StreamHandle {
     /// (`handles_core::report_panic`), and the stream goes on.
     ///
     /// Refused with [`Error::Capturing`](crate::Error::Capturing) while another library
-    /// captures the stream; on `Err`, `f` is dropped here and never runs.
+    /// captures the stream, and with [`Error::OutsideCapture`](crate::Error::OutsideCapture)
+    /// inside a capture's closure; on `Err`, `f` is dropped here and never runs.
     pub fn launch_host<F: FnMut() + Send + 'static>(&self, f: F) -> Result<()> {
         self.refuse_if_captured()?;
+        self.queue_host(f)
+    }
+
+    /// [`Self::launch_host`] after the caller checked the stream's capture state (the
+    /// crate's own host functions, which go ahead inside a capture's closure).
+    pub(crate) fn queue_host<F: FnMut() + Send + 'static>(&self, f: F) -> Result<()> {
         let data = Box::into_raw(Box::new(Box::new(f) as OneShot)).cast::<c_void>();
         let queued = self.queue(|raw_stream| {
             // SAFETY: the stream is alive; `run_once` takes ownership of `data`, the box

@@ -6,7 +6,7 @@ use handles_core::ResourceHandle;
 
 use crate::driver::call::completed;
 use crate::driver::call::{deleter_status, driver, out};
-use crate::driver::capture::{foreign_capture_possible, is_capturing};
+use crate::driver::capture::{foreign_capture_possible, in_capture_closure, is_capturing};
 use crate::driver::current::{current_raw, device_of, in_context, in_context_of};
 use crate::driver::load::ensure_loaded;
 use crate::error::Result;
@@ -52,6 +52,13 @@ pub struct StreamFlags {
 }
 
 impl StreamHandle {
+    /// Creates a stream in `context` with the default flags (it synchronises with the legacy
+    /// default stream, as `cuStreamCreate`'s streams do) and priority 0: [`Self::create`]
+    /// with `StreamFlags::default()` and `0`.
+    pub fn new(context: &ContextHandle) -> Result<Self> {
+        Self::create(context, StreamFlags::default(), 0)
+    }
+
     /// Creates a stream in `context` with the given flags and priority (lower numbers are
     /// higher priority; the driver clamps out-of-range values). The context is made current
     /// only for the call, and the caller's context is restored.
@@ -152,8 +159,28 @@ impl StreamHandle {
     /// reference memory that this crate does not know to keep alive, and an allocation or a
     /// free would become a graph node instead of happening. On a stream this crate created
     /// and never lent, two relaxed loads; otherwise one `cuStreamIsCapturing`.
+    ///
+    /// Also refuses the work inside a `GraphHandle::capture` closure on its thread
+    /// ([`Error::OutsideCapture`](crate::error::Error::OutsideCapture)): it would run at once
+    /// and be left out of the graph (the capture's own work queues on its private streams,
+    /// without this check).
     #[inline]
     pub(crate) fn refuse_if_captured(&self) -> Result<()> {
+        if !self.may_be_captured_elsewhere() && !foreign_capture_possible() {
+            return Ok(());
+        }
+        if in_capture_closure() {
+            return Err(crate::error::Error::OutsideCapture);
+        }
+        self.refuse_if_captured_now()
+    }
+
+    /// [`Self::refuse_if_captured`] for allocations, releases and the crate's own
+    /// bookkeeping (a notifier's host function), which go ahead inside a capture's closure:
+    /// a buffer allocated there is made for the graph's work, and one dropped there is freed
+    /// as anywhere else, not leaked.
+    #[inline]
+    pub(crate) fn refuse_foreign_capture(&self) -> Result<()> {
         if !self.may_be_captured_elsewhere() && !foreign_capture_possible() {
             return Ok(());
         }

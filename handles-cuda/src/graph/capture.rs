@@ -157,6 +157,12 @@ impl GraphHandle {
     /// of its own is created in `context`, captured in `mode` while `record` runs, and the
     /// graph is returned with everything the captured work referenced attached. If `record`
     /// or the capture fails, the capture is ended and its partial graph destroyed.
+    ///
+    /// While `record` runs, stream-ordered work through handles on any other stream from its
+    /// thread (a launch, copy, memset, event record or wait, host function or graph launch on
+    /// an outer stream) is refused with [`Error::OutsideCapture`]: it would run at once and be
+    /// left out of the graph. Allocations and frees on outer streams go ahead, and other
+    /// threads are not affected.
     pub fn capture(
         context: &ContextHandle,
         mode: CaptureMode,
@@ -192,7 +198,11 @@ impl GraphHandle {
         // Ended whatever happened, also if `record` panics: a stream must not be left
         // capturing (and the guard drops before `_counted`, so the count still covers it).
         let ending = EndCapture::new(capture);
-        let recorded = record(ending.capture());
+        let recorded = {
+            // Work on any other stream from this thread is refused while `record` runs.
+            let _closure = crate::driver::capture::ClosureOnThisThread::begin();
+            record(ending.capture())
+        };
         let (capture, graph, ended) = ending.end();
         let attachments = capture.attachments.into_inner();
         let made = (!graph.is_null()).then(|| Self::owning(graph, context, attachments));

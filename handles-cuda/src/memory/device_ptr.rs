@@ -228,7 +228,7 @@ impl DevicePtrHandle {
         stream: &StreamHandle,
     ) -> Result<Self> {
         check_size(size)?;
-        stream.refuse_if_captured()?;
+        stream.refuse_foreign_capture()?;
         let mut order = StreamOrder::new(stream.bound()?)?;
         // Host-pool memory can be viewed from the host: its allocation, queued on `stream`, is
         // its first use, noted before it is queued.

@@ -266,7 +266,7 @@ impl StreamOrder {
         let state = lock(&self.state);
         // A free queued on a stream that other code captures would become a graph node, run
         // once per launch of that graph (or never): leaked and reported instead.
-        state.home.refuse_if_captured()?;
+        state.home.refuse_foreign_capture()?;
         Self::order_home(&state, |home| {
             // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
             unsafe { driver!(cuMemFreeAsync(raw, home)) }
@@ -287,7 +287,7 @@ impl StreamOrder {
         }
         let state = lock(&self.state);
         // Another library's free on a stream that is being captured would become a graph node.
-        state.home.refuse_if_captured()?;
+        state.home.refuse_foreign_capture()?;
         Self::order_home(&state, |_| Ok(()))
     }
 

@@ -805,6 +805,69 @@ fn kernels_graphs_and_user_objects_work() {
     }
 }
 
+/// `cuKernelGetParamCount` (CUDA 13.2): each test kernel's parameter count where the driver
+/// the simulator plays has it (the parent sets `CUDA_SIM_DRIVER_VERSION`), else
+/// `CUDA_ERROR_NOT_SUPPORTED`. cudarc's CUDA 13.0 bindings do not declare it: looked up by name.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_param_count() {
+    child();
+    setup();
+    let library = load();
+    let has = std::env::var("CUDA_SIM_DRIVER_VERSION")
+        .ok()
+        .and_then(|version| version.parse::<i32>().ok())
+        .is_some_and(|version| version >= 13020);
+    type ParamCount = unsafe extern "C" fn(sys::CUkernel, *mut usize) -> CUresult;
+    // SAFETY: the simulator's export has this signature; the library stays loaded.
+    let count_of = unsafe {
+        *sys::culib()
+            .get::<ParamCount>(b"cuKernelGetParamCount\0")
+            .unwrap()
+    };
+    for (name, params) in [
+        (c"fill_u32", 3),
+        (c"add_u32", 3),
+        (c"copy_u32", 3),
+        (c"add_one", 2),
+        (c"spin", 1),
+    ] {
+        let mut count = usize::MAX;
+        // SAFETY: a live kernel; `count` is a valid out-pointer.
+        let status = unsafe { count_of(kernel(library, name), &mut count) };
+        if has {
+            assert_eq!(
+                (status, count),
+                (CUresult::CUDA_SUCCESS, params),
+                "{name:?}"
+            );
+        } else {
+            assert_eq!(status, CUresult::CUDA_ERROR_NOT_SUPPORTED, "{name:?}");
+        }
+    }
+    // SAFETY: a null out-pointer, which the driver refuses.
+    let null = unsafe { count_of(kernel(library, c"spin"), std::ptr::null_mut()) };
+    assert_ne!(null, CUresult::CUDA_SUCCESS);
+    unload(library);
+    teardown();
+}
+
+#[test]
+fn the_parameter_count_follows_the_driver_version() {
+    for version in ["13000", "13020"] {
+        let report = report_with("scenario_param_count", |command| {
+            command.env("CUDA_SIM_DRIVER_VERSION", version);
+        });
+        assert!(report.violations.is_empty(), "{version}: {report:?}");
+        assert_eq!(
+            report.calls.get("cuKernelGetParamCount"),
+            Some(&6),
+            "{version}: {:?}",
+            report.calls
+        );
+    }
+}
+
 #[test]
 fn misuse_is_reported() {
     let cases = [

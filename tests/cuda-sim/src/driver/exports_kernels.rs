@@ -13,6 +13,9 @@ use super::types::*;
 use super::work::Op;
 use super::{Sim, with_sim};
 
+/// The driver version that brought `cuKernelGetParamCount` (CUDA 13.2).
+const PARAM_COUNT_VERSION: i32 = 13020;
+
 /// The bytes of a NUL-terminated string argument (without the NUL), rejecting null.
 pub(super) fn c_bytes<'a>(text: *const c_char) -> Result<&'a [u8], CuResult> {
     if text.is_null() {
@@ -177,6 +180,21 @@ export_fns! {
             put(size, param.size)?;
         }
         Ok(())
+    }
+
+    /// CUDA 13.2. A driver the simulator plays older than that has no such function: it
+    /// answers `CUDA_ERROR_NOT_SUPPORTED` then (a real one lacks the symbol).
+    fn cuKernelGetParamCount(kernel: Raw, count: *mut usize) {
+        if super::exports::simulated_version() < PARAM_COUNT_VERSION {
+            return Err(super::errors::NOT_SUPPORTED);
+        }
+        let params = with_sim(|sim| {
+            // Assumed to resolve the kernel in the current context, as cuKernelGetParamInfo
+            // does on driver 580.
+            sim.require_current("cuKernelGetParamCount")?;
+            Ok(sim.kernel(kernel)?.entry.params.len())
+        })?;
+        put(count, params)
     }
 
     fn cuKernelGetAttribute(value: *mut c_int, attribute: c_uint, kernel: Raw, device: CuDevice) {
