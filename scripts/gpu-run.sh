@@ -116,7 +116,7 @@ for step in "${steps[@]}"; do
       # examples with compute-sanitizer's default options, API errors included. The exit test
       # is skipped: it leaves memory allocated at exit by design.
       for name in "${gpu_tests[@]}"; do
-        test=.gpu/$name
+        test=.gpu/test-$name
         [ -x "$test" ] || continue
         echo "== compute-sanitizer $test" | tee -a "$logs/sanitizer.log"
         HANDLES_SOAK_SECS=10 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
