@@ -128,11 +128,23 @@ fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags
 }
 
 /// Revokes every peer device's access, one `cuMemPoolSetAccess` per device: the driver rejects
-/// a list that includes the owning device, so one call for all devices changes nothing.
-fn revoke_peer_access(pool: CUmemoryPool, owner: Option<usize>) -> Result<usize> {
+/// a list that includes the owning device, so one call for all devices changes nothing. A pool
+/// whose location is unknown here (an import: the exporter's device owns it) is asked only
+/// about the devices this process granted (`granted`), so that the owner, whose revocation the
+/// driver refuses, is never named: no failing call, which compute-sanitizer would report.
+fn revoke_peer_access(
+    pool: CUmemoryPool,
+    location: Option<PoolLocation>,
+    granted: Vec<usize>,
+) -> Result<usize> {
+    let owner = owning_device(&location);
+    let devices = match location {
+        Some(_) => (0..load::device_count()?).collect(),
+        None => granted,
+    };
     let mut revoked = 0;
     let mut first_error = None;
-    for device in 0..load::device_count()? {
+    for device in devices {
         if Some(device) == owner {
             continue;
         }
@@ -151,7 +163,7 @@ fn revoke_peer_access(pool: CUmemoryPool, owner: Option<usize>) -> Result<usize>
         // SAFETY: the pool is alive; `desc` is one valid descriptor.
         match unsafe { driver!(cuMemPoolSetAccess(pool, &desc, 1)) } {
             Ok(()) => revoked += 1,
-            // An imported pool does not know its owning device; the driver rejects revoking
+            // An import's owner granted through this crate too: the driver rejects revoking
             // the owner, which is the one device that must keep access.
             Err(error)
                 if owner.is_none()
@@ -175,11 +187,12 @@ fn owning_device(location: &Option<PoolLocation>) -> Option<usize> {
 fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
     // Every pointer is gone and its free queued; work of other devices on the memory is waited
     // for before their access goes.
+    let mut granted = Vec::new();
     if let Some(remote) = remote::forget(raw) {
         deleter_status(remote.wait_for_uses())?;
+        granted = remote.granted();
     }
-    let owner = owning_device(&pool.location);
-    let revoked = deleter_status(revoke_peer_access(raw, owner).map(drop));
+    let revoked = deleter_status(revoke_peer_access(raw, pool.location, granted).map(drop));
     // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
     // none is left; this deleter runs once.
     let destroyed = deleter_status(unsafe { driver!(cuMemPoolDestroy(raw)) });
@@ -281,14 +294,23 @@ impl MemoryPoolHandle {
             },
         };
         // SAFETY: the pool is alive; `desc` is one valid descriptor.
-        unsafe { driver!(cuMemPoolSetAccess(self.as_cu(), &desc, 1)) }
+        unsafe { driver!(cuMemPoolSetAccess(self.as_cu(), &desc, 1)) }?;
+        remote::of(self.as_cu()).note_access(ordinal, enabled);
+        Ok(())
     }
 
     /// Revokes every peer device's access to this pool, with one `cuMemPoolSetAccess` per
     /// device that has access, and returns how many were revoked. The deleter of an owned pool
     /// does this before destroying it.
     pub fn revoke_peer_access(&self) -> Result<usize> {
-        self.revoking(|| revoke_peer_access(self.as_cu(), self.owning_device()))
+        let remote = remote::of(self.as_cu());
+        let granted = remote.granted();
+        let revoked =
+            self.revoking(|| revoke_peer_access(self.as_cu(), self.location(), granted.clone()))?;
+        for device in granted {
+            remote.note_access(device, false);
+        }
+        Ok(revoked)
     }
 
     /// Runs a revocation after the uses of this pool's memory from other devices (see

@@ -9,6 +9,7 @@
 //! pool) lives as long as the process, and a stale entry of a pool destroyed elsewhere can only
 //! make a later revocation wait for more than it needs.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUmemoryPool;
@@ -24,6 +25,9 @@ use crate::sync::lock;
 pub(crate) struct RemoteAccess {
     uses: ContextsUsed,
     gate: AccessGate,
+    /// The devices (bit `ordinal`, for ordinals below 64) this process granted access to the
+    /// pool through this crate and has not revoked since.
+    granted: AtomicU64,
 }
 
 /// Per pool with remote uses or a revocation, by raw value (few: a linear scan).
@@ -38,6 +42,7 @@ pub(crate) fn of(pool: CUmemoryPool) -> Arc<RemoteAccess> {
     let entry = Arc::new(RemoteAccess {
         uses: ContextsUsed::new(),
         gate: AccessGate::new(),
+        granted: AtomicU64::new(0),
     });
     table.push((pool as usize, entry.clone()));
     entry
@@ -51,6 +56,24 @@ pub(crate) fn forget(pool: CUmemoryPool) -> Option<Arc<RemoteAccess>> {
 }
 
 impl RemoteAccess {
+    /// Notes that device `ordinal`'s access was granted (`true`) or revoked (`false`).
+    pub(crate) fn note_access(&self, ordinal: usize, enabled: bool) {
+        let Some(bit) = 1u64.checked_shl(ordinal as u32) else {
+            return;
+        };
+        if enabled {
+            self.granted.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.granted.fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    /// The devices granted access through this crate, as ordinals.
+    pub(crate) fn granted(&self) -> Vec<usize> {
+        let bits = self.granted.load(Ordering::Relaxed);
+        (0..64).filter(|ordinal| bits & (1 << ordinal) != 0).collect()
+    }
+
     /// Begins a use, to be ended by [`Self::end`] once its work is queued; refused while a
     /// revocation runs.
     pub(crate) fn begin(&self) -> Result<()> {
