@@ -233,7 +233,11 @@ fn scenario_an_undefined_condition() {
     // executable graph is launched on a live stream of the same context and destroyed after
     // the stream has finished with it.
     unsafe {
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph.as_cu(), 0));
+        ok(sys::cuGraphInstantiateWithFlags(
+            &mut exec,
+            graph.as_cu(),
+            0,
+        ));
         ok(sys::cuGraphLaunch(exec, stream.as_cu()));
         ok(sys::cuStreamSynchronize(stream.as_cu()));
         ok(sys::cuGraphExecDestroy(exec));

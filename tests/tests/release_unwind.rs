@@ -185,7 +185,11 @@ fn a_panicking_record_dropped_by_an_unrelated_unwind_does_not_abort() {
     }));
     let payload = unwound.expect_err("the unrelated panic reaches the caller");
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"an unrelated panic"));
-    assert_eq!(nodes_deleted() - before, 1, "the panicking record's box was deleted");
+    assert_eq!(
+        nodes_deleted() - before,
+        1,
+        "the panicking record's box was deleted"
+    );
     // The same with an owner chain below it: the owners are released while unwinding too.
     let before = nodes_deleted();
     let unwound = catch_unwind(AssertUnwindSafe(|| {

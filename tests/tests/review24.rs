@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaContext;
 use handles_cuda::code::{OccupancyFlags, SharedPerBlock};
 use handles_cuda::exec::{EventFlags, GreenContextHandle, flush_disposals};
-use handles_cuda::memory::PoolLocation;
 use handles_cuda::graph::{ConditionalKind, GraphHandle, MAX_SWITCH_BODIES};
+use handles_cuda::memory::PoolLocation;
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, Error, EventHandle, GraphRule, KernelHandle, LaunchConfig,
     LibraryHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
@@ -40,7 +40,10 @@ fn non_blocking(context: &ContextHandle) -> StreamHandle {
 
 #[test]
 fn f5_an_occupancy_callback_cannot_unbind_a_bound_green_context() {
-    clean("f5_an_occupancy_callback_cannot_unbind_a_bound_green_context", "1");
+    clean(
+        "f5_an_occupancy_callback_cannot_unbind_a_bound_green_context",
+        "1",
+    );
 }
 
 /// What the shared-memory function saw when it tried to unbind the thread's context.
@@ -300,7 +303,10 @@ fn scenario_f6_a_completion_is_not_held_back_by_busy_notifiers() {
     event.record(&free).unwrap();
     let resolved = resolves_within(event.completed().unwrap(), Duration::from_secs(10));
     open.store(true, Ordering::SeqCst);
-    assert!(resolved, "an unrelated pending completion held this one back");
+    assert!(
+        resolved,
+        "an unrelated pending completion held this one back"
+    );
     for completion in pending {
         assert!(resolves_within(completion, Duration::from_secs(20)));
     }

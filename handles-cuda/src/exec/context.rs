@@ -105,7 +105,9 @@ pub(crate) fn in_current_or_primary<T>(
             drop(current);
             called
         }
-        None => ContextHandle::with_primary(ordinal()?, |context| in_context(context.as_cu(), call))?,
+        None => {
+            ContextHandle::with_primary(ordinal()?, |context| in_context(context.as_cu(), call))?
+        }
     }
 }
 

@@ -86,9 +86,9 @@ pub(crate) mod stream;
 pub(crate) mod stream_recycler;
 
 pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers};
-pub use self::disposal::flush_disposals;
 pub use self::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use self::device::{Device, DeviceProperties, DeviceUuid, PciLocation};
+pub use self::disposal::flush_disposals;
 pub use self::event::{Event, EventBox, EventFlags, EventHandle, EventWeak};
 pub use self::event_recycler::{EventRecycler, RecycledEvent, clear_recycled_events};
 pub use self::green::{GreenContext, GreenContextBox, GreenContextHandle, GreenContextWeak};

@@ -178,7 +178,11 @@ impl Book {
     /// (a while node could loop forever). Checked wherever a graph becomes executable
     /// (instantiation, and a whole-graph update from it).
     pub(crate) fn refuse_undefined_conditions(&self) -> Result<()> {
-        if self.conditionals.iter().any(ConditionalHandle::never_defined) {
+        if self
+            .conditionals
+            .iter()
+            .any(ConditionalHandle::never_defined)
+        {
             return Err(Error::GraphRule(GraphRule::UndefinedCondition));
         }
         Ok(())

@@ -71,7 +71,9 @@ impl RemoteAccess {
     /// The devices granted access through this crate, as ordinals.
     pub(crate) fn granted(&self) -> Vec<usize> {
         let bits = self.granted.load(Ordering::Relaxed);
-        (0..64).filter(|ordinal| bits & (1 << ordinal) != 0).collect()
+        (0..64)
+            .filter(|ordinal| bits & (1 << ordinal) != 0)
+            .collect()
     }
 
     /// Begins a use, to be ended by [`Self::end`] once its work is queued; refused while a

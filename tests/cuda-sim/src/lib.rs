@@ -124,7 +124,9 @@ pub fn install_nvrtc() -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot run python3 -m pip: {e}"))?;
     if !status.success() {
         let _ = std::fs::remove_dir_all(&partial);
-        return Err(format!("pip install nvidia-cuda-nvrtc=={NVRTC_VERSION}: {status}"));
+        return Err(format!(
+            "pip install nvidia-cuda-nvrtc=={NVRTC_VERSION}: {status}"
+        ));
     }
     std::fs::write(partial.join(format!(".version-{NVRTC_VERSION}")), b"")
         .map_err(|e| e.to_string())?;
@@ -136,7 +138,8 @@ pub fn install_nvrtc() -> Result<PathBuf, String> {
         // Another process put its copy in place first.
         let _ = std::fs::remove_dir_all(&partial);
     }
-    installed_nvrtc().ok_or_else(|| format!("no libnvrtc.so.13 in {} after the install", root.display()))
+    installed_nvrtc()
+        .ok_or_else(|| format!("no libnvrtc.so.13 in {} after the install", root.display()))
 }
 
 /// `LD_LIBRARY_PATH` for a program on the simulator: [`library_dir`] first, then

@@ -211,7 +211,10 @@ fn run(options: Options) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|command| command == "nvrtc") {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|command| command == "nvrtc")
+    {
         // Prints NVRTC's library directory, installing it from PyPI first if needed.
         return match cuda_sim::nvrtc_dir() {
             Some(dir) => {
