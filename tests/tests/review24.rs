@@ -287,21 +287,34 @@ fn scenario_f6_a_completion_is_not_held_back_by_busy_notifiers() {
     })
     .unwrap();
     // More pending completions than a context keeps notifiers, all held back by the gate.
-    let pending: Vec<_> = (0..handles_cuda::exec::NOTIFIERS_PER_CONTEXT + 1)
+    let mut pending: Vec<_> = (0..handles_cuda::exec::NOTIFIERS_PER_CONTEXT + 1)
         .map(|_| {
             let event = EventHandle::create(&context, EventFlags::default()).unwrap();
             event.record(&held).unwrap();
-            event.completed().unwrap()
+            Box::pin(event.completed().unwrap())
         })
         .collect();
-    // An unrelated event on another stream, complete shortly: its completion resolves while
+    // They are held back indeed.
+    assert!(!resolves_within(pending[0].as_mut(), Duration::from_millis(50)));
+    // An unrelated event on another stream, held by a gate of its own until its completion
+    // was asked for (so that a notifier is needed), then let go: its completion resolves while
     // the others are pending (it waited behind one of them before the fix).
     let free = non_blocking(&context);
+    let go = Arc::new(AtomicBool::new(false));
+    let seen_go = Arc::clone(&go);
+    free.launch_host(move || {
+        while !seen_go.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    })
+    .unwrap();
     let buffer = DevicePtrHandle::alloc(&context, 1024).unwrap();
     buffer.memset_async(7, 1024, &free).unwrap();
     let event = EventHandle::create(&context, EventFlags::default()).unwrap();
     event.record(&free).unwrap();
-    let resolved = resolves_within(event.completed().unwrap(), Duration::from_secs(10));
+    let completion = event.completed().unwrap();
+    go.store(true, Ordering::SeqCst);
+    let resolved = resolves_within(completion, Duration::from_secs(10));
     open.store(true, Ordering::SeqCst);
     assert!(
         resolved,
