@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
 mkdir -p .gpu
-examples=(tour ipc pipeline memory_server)
+examples=(tour ipc pipeline memory_server why_handles)
 cargo build --release -p handles-cuda ${examples[@]/#/--example }
 for example in "${examples[@]}"; do cp "target/release/examples/$example" ".gpu/$example"; done
 cargo build --release -p handles-cuda-libs --example gemm --example all_reduce
@@ -58,7 +58,7 @@ rm -rf "$app"
 cargo build --release -p handles-bench --bin gpu_bench
 cp target/release/gpu_bench .gpu/gpu_bench
 # Debug info would push the folder past the 64 MiB the device call carries.
-strip .gpu/test-* .gpu/tour .gpu/ipc .gpu/pipeline .gpu/memory_server .gpu/gemm .gpu/all_reduce
+strip .gpu/test-* .gpu/tour .gpu/ipc .gpu/pipeline .gpu/memory_server .gpu/why_handles .gpu/gemm .gpu/all_reduce
 strip .gpu/gpu_bench
 # The simulated driver, for the `on_the_simulator` launchers and the fault sweep; only their
 # child processes load it (gpu-run.sh sets CUDA_SIM_LIBRARY_DIR), everything else uses the real

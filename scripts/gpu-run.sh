@@ -104,8 +104,9 @@ for step in "${steps[@]}"; do
       done
       ;;
     tour)
-      # handles-cuda's examples: the tour, then IPC, the inference pipeline and the memory server.
-      for example in tour ipc pipeline memory_server; do
+      # handles-cuda's examples: the tour, then IPC, the inference pipeline, the memory server,
+      # and why handles (its cudarc programs misuse memory on purpose, each in a child process).
+      for example in tour ipc pipeline memory_server why_handles; do
         ".gpu/$example" 2>&1 | tee "$logs/$example.log" || status=1
       done
       ;;
