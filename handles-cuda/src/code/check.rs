@@ -43,9 +43,14 @@
 
 use std::marker::PhantomData;
 
-use crate::code::launch::{BoundsCheck, LaunchConfig};
+use crate::code::config::LaunchConfig;
 use crate::code::params::KernelParams;
 use crate::error::{Error, Result};
+
+/// A hand-written check a [`TypedKernel`](crate::code::TypedKernel) runs on each launch's arguments and configuration
+/// before the launch: `Ok` only when the kernel, given them, stays inside its buffers. The
+/// ready-made ones are in [`crate::code::check`].
+pub type BoundsCheck<P> = for<'a> fn(&<P as KernelParams>::Args<'a>, &LaunchConfig) -> Result<()>;
 
 /// How many elements a rule needs, where it is not a fixed number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

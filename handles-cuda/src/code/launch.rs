@@ -17,9 +17,10 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUcontext, CUfunction, CUstream};
+use cudarc::driver::sys::{self, CUcontext, CUfunction};
 
-use crate::code::check::{self, Check};
+use crate::code::check::{self, BoundsCheck, Check};
+use crate::code::config::{LaunchConfig, config_error};
 use crate::code::kernel::KernelHandle;
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
@@ -29,140 +30,6 @@ use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::{Queued, StreamHandle};
 use crate::memory::device_ptr::DevicePtrHandle;
-
-/// The shape of a launch: grid and block dimensions and dynamic shared memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LaunchConfig {
-    /// Blocks in x, y and z.
-    pub grid: [u32; 3],
-    /// Threads per block in x, y and z.
-    pub block: [u32; 3],
-    /// Dynamic shared memory per block, in bytes.
-    pub shared_mem_bytes: u32,
-}
-
-impl LaunchConfig {
-    /// This shape as the driver takes it, on `stream` with `attributes`: the one place where
-    /// the grid and block are spread into the driver's fields (launches, kernel nodes).
-    pub(crate) fn raw(
-        &self,
-        stream: CUstream,
-        attributes: &mut [sys::CUlaunchAttribute],
-    ) -> sys::CUlaunchConfig {
-        sys::CUlaunchConfig {
-            gridDimX: self.grid[0],
-            gridDimY: self.grid[1],
-            gridDimZ: self.grid[2],
-            blockDimX: self.block[0],
-            blockDimY: self.block[1],
-            blockDimZ: self.block[2],
-            sharedMemBytes: self.shared_mem_bytes,
-            hStream: stream,
-            attrs: attributes.as_mut_ptr(),
-            numAttrs: attributes.len() as u32,
-        }
-    }
-
-    /// A one-dimensional launch of at least `elements` threads, `block` per block (the grid
-    /// is rounded up; `elements` 0 still launches one block). [`Self::for_elements`] takes a
-    /// `usize`.
-    pub fn linear(elements: u32, block: u32) -> Self {
-        let block = block.max(1);
-        LaunchConfig {
-            grid: [elements.div_ceil(block).max(1), 1, 1],
-            block: [block, 1, 1],
-            shared_mem_bytes: 0,
-        }
-    }
-
-    /// A one-dimensional launch of at least `elements` threads (a buffer's `len()`), `block`
-    /// per block: the grid is rounded up, and `elements` 0 still launches one block. More
-    /// blocks than grid x allows is [`LaunchProblem::TooManyElements`], and a block of 0
-    /// threads or more than 1024 is [`LaunchProblem::Block`].
-    pub fn for_elements(elements: usize, block: u32) -> Result<Self> {
-        if block == 0 || block > 1024 {
-            return Err(config_error(LaunchProblem::Block {
-                axis: 'x',
-                threads: block,
-                limit: 1024,
-            }));
-        }
-        let blocks = elements.div_ceil(block as usize).max(1);
-        match u32::try_from(blocks) {
-            Ok(blocks) if blocks <= i32::MAX as u32 => Ok(LaunchConfig {
-                grid: [blocks, 1, 1],
-                block: [block, 1, 1],
-                shared_mem_bytes: 0,
-            }),
-            _ => Err(config_error(LaunchProblem::TooManyElements {
-                elements,
-                block,
-            })),
-        }
-    }
-
-    /// This configuration with `bytes` of dynamic shared memory per block. A launch checks it
-    /// against the kernel's limit on its device ([`LaunchProblem::SharedMemory`]); a size
-    /// above `u32::MAX` is kept as `u32::MAX`, which every launch refuses.
-    pub fn with_shared_mem(self, bytes: usize) -> Self {
-        LaunchConfig {
-            shared_mem_bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
-            ..self
-        }
-    }
-
-    /// The total number of threads per block.
-    pub fn threads_per_block(&self) -> u64 {
-        self.block.iter().map(|&d| u64::from(d)).product()
-    }
-
-    /// Checks the limits every device has, and the kernel's own on the launch's device.
-    fn check(&self, max_threads: u32, max_shared: u32) -> Result<()> {
-        const GRID_LIMITS: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
-        const BLOCK_LIMITS: [u32; 3] = [1024, 1024, 64];
-        for (&axis, (&blocks, &limit)) in ['x', 'y', 'z']
-            .iter()
-            .zip(self.grid.iter().zip(&GRID_LIMITS))
-        {
-            if blocks == 0 || blocks > limit {
-                return Err(config_error(LaunchProblem::Grid {
-                    axis,
-                    blocks,
-                    limit,
-                }));
-            }
-        }
-        for (&axis, (&threads, &limit)) in ['x', 'y', 'z']
-            .iter()
-            .zip(self.block.iter().zip(&BLOCK_LIMITS))
-        {
-            if threads == 0 || threads > limit {
-                return Err(config_error(LaunchProblem::Block {
-                    axis,
-                    threads,
-                    limit,
-                }));
-            }
-        }
-        if self.threads_per_block() > u64::from(max_threads) {
-            return Err(config_error(LaunchProblem::ThreadsPerBlock {
-                threads: self.threads_per_block(),
-                max: max_threads,
-            }));
-        }
-        if self.shared_mem_bytes > max_shared {
-            return Err(config_error(LaunchProblem::SharedMemory {
-                bytes: self.shared_mem_bytes,
-                max: max_shared,
-            }));
-        }
-        Ok(())
-    }
-}
-
-fn config_error(what: LaunchProblem) -> Error {
-    Error::BadLaunch { what }
-}
 
 /// Extra launch attributes for [`TypedKernel::launch_ex`] (`cuLaunchKernelEx`). Cooperative
 /// and programmatic dependent launches are explained in [`crate::code::launch_attributes`].
@@ -251,11 +118,6 @@ pub struct ProgrammaticEvent {
     /// `griddepcontrol.launch_dependents` or exits (`triggerAtBlockStart`).
     pub trigger_at_block_start: bool,
 }
-
-/// A hand-written check a [`TypedKernel`] runs on each launch's arguments and configuration
-/// before the launch: `Ok` only when the kernel, given them, stays inside its buffers. The
-/// ready-made ones are in [`crate::code::check`].
-pub type BoundsCheck<P> = for<'a> fn(&<P as KernelParams>::Args<'a>, &LaunchConfig) -> Result<()>;
 
 /// A kernel with a known parameter list and a bounds check, launched with safe calls.
 pub struct TypedKernel<P: KernelParams> {

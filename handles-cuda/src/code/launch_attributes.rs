@@ -47,8 +47,9 @@
 
 use cudarc::driver::sys::{self, CUcontext};
 
+use crate::code::config::LaunchConfig;
 use crate::code::kernel::KernelHandle;
-use crate::code::launch::{LaunchConfig, LaunchOptions};
+use crate::code::launch::LaunchOptions;
 use crate::error::{Error, LaunchProblem, Result};
 use crate::exec::device::Device;
 use crate::exec::stream::StreamHandle;

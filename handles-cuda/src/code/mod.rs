@@ -62,6 +62,7 @@
 
 pub mod check;
 pub(crate) mod conditional;
+pub(crate) mod config;
 pub(crate) mod image;
 pub(crate) mod kernel;
 pub(crate) mod launch;
@@ -74,9 +75,11 @@ pub(crate) mod tensor_map;
 pub(crate) mod tensor_map_im2col;
 pub(crate) mod tensor_map_rules;
 
+pub use self::check::BoundsCheck;
 pub use self::conditional::{Conditional, ConditionalHandle};
+pub use self::config::LaunchConfig;
 pub use self::kernel::{Kernel, KernelAttribute, KernelBox, KernelHandle, KernelWeak};
-pub use self::launch::{BoundsCheck, LaunchConfig, LaunchOptions, ProgrammaticEvent, TypedKernel};
+pub use self::launch::{LaunchOptions, ProgrammaticEvent, TypedKernel};
 pub use self::library::{Library, LibraryBox, LibraryHandle, LibraryWeak};
 pub use self::occupancy::{OccupancyFlags, PotentialBlockSize, SharedPerBlock};
 pub use self::params::{Buffer, KernelParam, KernelParams};

@@ -18,8 +18,9 @@ use std::ffi::c_int;
 
 use cudarc::driver::sys::{self, CUfunction};
 
+use crate::code::config::LaunchConfig;
 use crate::code::kernel::KernelHandle;
-use crate::code::launch::{LaunchConfig, LaunchOptions};
+use crate::code::launch::LaunchOptions;
 use crate::driver::call::{driver, out};
 use crate::driver::current::in_context;
 use crate::error::{Error, Result};

@@ -379,6 +379,7 @@ mod tests {
         "prelude.rs",
         "code/check.rs",
         "code/conditional.rs",
+        "code/config.rs",
         "code/image.rs",
         "code/kernel.rs",
         "code/launch.rs",

@@ -5,7 +5,8 @@
 
 use cudarc::driver::sys::{self, CUgraph};
 
-use crate::code::launch::{LaunchConfig, LaunchOptions, TypedKernel};
+use crate::code::config::LaunchConfig;
+use crate::code::launch::{LaunchOptions, TypedKernel};
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
 use crate::error::{Error, GraphRule, Result};

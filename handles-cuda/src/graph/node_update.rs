@@ -18,7 +18,8 @@
 
 use cudarc::driver::sys::CUgraphNode;
 
-use crate::code::launch::{LaunchConfig, TypedKernel};
+use crate::code::config::LaunchConfig;
+use crate::code::launch::TypedKernel;
 use crate::code::params::KernelParams;
 use crate::driver::call::driver;
 use crate::driver::current::in_context;

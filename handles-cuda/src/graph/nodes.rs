@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use cudarc::driver::sys::{self, CUgraph, CUgraphNode};
 use handles_core::ResourceHandle;
 
+use crate::code::config::LaunchConfig;
 use crate::code::kernel::KernelHandle;
-use crate::code::launch::{LaunchConfig, TypedKernel};
+use crate::code::launch::TypedKernel;
 use crate::code::params::KernelParams;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
