@@ -247,14 +247,24 @@ impl Kit {
         LaunchConfig::for_elements(elements, BLOCK)
     }
 
+    /// add_one over the `N` elements of `data`, captured into a graph with the defaults, and
+    /// the graph instantiated.
+    fn capture_add_one(
+        &self,
+        data: &DeviceBuffer<u32>,
+    ) -> handles_cuda::Result<(GraphHandle, GraphExecHandle)> {
+        let config = Kit::config(N)?;
+        let graph = GraphHandle::capture(&self.context, CaptureMode::default(), |capture| {
+            capture.launch(&self.add_one, &config, (data, N as u32))
+        })?;
+        let exec = graph.instantiate()?;
+        Ok((graph, exec))
+    }
+
     /// Captured with the defaults, replayed 10 times, read back.
     fn capture(&self) -> handles_cuda::Result<String> {
         let data = DeviceBuffer::<u32>::zeroed(N, &self.stream)?;
-        let config = Kit::config(N)?;
-        let graph = GraphHandle::capture(&self.context, CaptureMode::default(), |capture| {
-            capture.launch(&self.add_one, &config, (&data, N as u32))
-        })?;
-        let exec = graph.instantiate()?;
+        let (_graph, exec) = self.capture_add_one(&data)?;
         for _ in 0..10 {
             exec.launch(&self.stream)?;
         }
@@ -273,11 +283,7 @@ impl Kit {
     /// The buffer dropped after the capture; the graph replayed 10 times.
     fn replay(&self) -> handles_cuda::Result<String> {
         let data = DeviceBuffer::<u32>::zeroed(N, &self.stream)?;
-        let config = Kit::config(N)?;
-        let graph = GraphHandle::capture(&self.context, CaptureMode::default(), |capture| {
-            capture.launch(&self.add_one, &config, (&data, N as u32))
-        })?;
-        let exec = graph.instantiate()?;
+        let (graph, exec) = self.capture_add_one(&data)?;
         drop(graph);
         let weak = data.as_bytes().downgrade();
         drop(data);
@@ -403,6 +409,17 @@ mod cudarc_side {
             .load_function("add_one")
     }
 
+    /// What every program but `per_thread` starts from: add_one in `context`, a new stream
+    /// and a zeroed buffer of `N` elements on it.
+    fn add_one_on_a_stream(
+        context: &Arc<CudaContext>,
+    ) -> Result<(CudaFunction, Arc<CudaStream>, CudaSlice<u32>), DriverError> {
+        let kernel = add_one(context)?;
+        let stream = context.new_stream()?;
+        let data = stream.alloc_zeros::<u32>(N)?;
+        Ok((kernel, stream, data))
+    }
+
     /// Launches add_one(data, n) on `stream`.
     fn launch(
         stream: &CudaStream,
@@ -420,9 +437,7 @@ mod cudarc_side {
 
     fn capture() -> Result<(), DriverError> {
         let context = CudaContext::new(0)?;
-        let kernel = add_one(&context)?;
-        let stream = context.new_stream()?;
-        let mut data = stream.alloc_zeros::<u32>(N)?;
+        let (kernel, stream, mut data) = add_one_on_a_stream(&context)?;
         step(
             "begin_capture",
             stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL),
@@ -446,9 +461,7 @@ mod cudarc_side {
         // SAFETY: its contract is about ordering work on several streams; everything here
         // runs on one stream.
         unsafe { context.disable_event_tracking() };
-        let kernel = add_one(&context)?;
-        let stream = context.new_stream()?;
-        let mut data = stream.alloc_zeros::<u32>(N)?;
+        let (kernel, stream, mut data) = add_one_on_a_stream(&context)?;
         stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)?;
         launch(&stream, &kernel, &mut data, N as u32)?;
         let graph = step(
@@ -467,9 +480,7 @@ mod cudarc_side {
 
     fn params() -> Result<(), DriverError> {
         let context = CudaContext::new(0)?;
-        let kernel = add_one(&context)?;
-        let stream = context.new_stream()?;
-        let mut data = stream.alloc_zeros::<u32>(N)?;
+        let (kernel, stream, mut data) = add_one_on_a_stream(&context)?;
         let n = N as u32;
         let mut builder = stream.launch_builder(&kernel);
         builder.arg(&n).arg(&mut data); // swapped: the mistake under test
@@ -482,9 +493,7 @@ mod cudarc_side {
 
     fn bounds() -> Result<(), DriverError> {
         let context = CudaContext::new(0)?;
-        let kernel = add_one(&context)?;
-        let stream = context.new_stream()?;
-        let mut data = stream.alloc_zeros::<u32>(N)?;
+        let (kernel, stream, mut data) = add_one_on_a_stream(&context)?;
         step("launch", launch(&stream, &kernel, &mut data, N as u32 + 1))?;
         step("synchronize", stream.synchronize())
     }

@@ -95,29 +95,19 @@ impl LaunchConfig {
     pub(crate) fn check(&self, max_threads: u32, max_shared: u32) -> Result<()> {
         const GRID_LIMITS: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
         const BLOCK_LIMITS: [u32; 3] = [1024, 1024, 64];
-        for (&axis, (&blocks, &limit)) in ['x', 'y', 'z']
-            .iter()
-            .zip(self.grid.iter().zip(&GRID_LIMITS))
-        {
-            if blocks == 0 || blocks > limit {
-                return Err(config_error(LaunchProblem::Grid {
-                    axis,
-                    blocks,
-                    limit,
-                }));
-            }
+        if let Some((axis, blocks, limit)) = first_out_of_range(self.grid, GRID_LIMITS) {
+            return Err(config_error(LaunchProblem::Grid {
+                axis,
+                blocks,
+                limit,
+            }));
         }
-        for (&axis, (&threads, &limit)) in ['x', 'y', 'z']
-            .iter()
-            .zip(self.block.iter().zip(&BLOCK_LIMITS))
-        {
-            if threads == 0 || threads > limit {
-                return Err(config_error(LaunchProblem::Block {
-                    axis,
-                    threads,
-                    limit,
-                }));
-            }
+        if let Some((axis, threads, limit)) = first_out_of_range(self.block, BLOCK_LIMITS) {
+            return Err(config_error(LaunchProblem::Block {
+                axis,
+                threads,
+                limit,
+            }));
         }
         if self.threads_per_block() > u64::from(max_threads) {
             return Err(config_error(LaunchProblem::ThreadsPerBlock {
@@ -133,6 +123,16 @@ impl LaunchConfig {
         }
         Ok(())
     }
+}
+
+/// The first axis, x then y then z, whose count is 0 or above its limit: its name, the count
+/// and the limit.
+fn first_out_of_range(counts: [u32; 3], limits: [u32; 3]) -> Option<(char, u32, u32)> {
+    ['x', 'y', 'z']
+        .into_iter()
+        .zip(counts.into_iter().zip(limits))
+        .map(|(axis, (count, limit))| (axis, count, limit))
+        .find(|&(_, count, limit)| count == 0 || count > limit)
 }
 
 pub(crate) fn config_error(what: LaunchProblem) -> Error {

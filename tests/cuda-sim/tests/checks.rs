@@ -8,27 +8,6 @@ use cudarc::driver::sys::{self, CUresult};
 mod common;
 use common::*;
 
-/// Grants (or revokes) device 0's access to `pool`.
-///
-/// # Safety
-///
-/// `pool` is alive.
-unsafe fn set_device_access(pool: sys::CUmemoryPool, granted: bool) -> CUresult {
-    let desc = sys::CUmemAccessDesc {
-        location: sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: 0,
-        },
-        flags: if granted {
-            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        } else {
-            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
-        },
-    };
-    // SAFETY: a live pool (the caller's contract) and one valid descriptor.
-    unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) }
-}
-
 /// S3: device 0's access to a host pool is granted, then revoked. A memset, a copy out of it
 /// and a kernel are then each a `no-access` violation (and fail); once access is granted
 /// again, the same memset is fine.
@@ -42,20 +21,12 @@ fn scenario_device_touches_after_a_host_pool_revocation() {
     let fill = kernel(library, c"fill_u32");
     // SAFETY: plain driver calls on our own handles with valid pointers.
     unsafe {
-        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
-        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        props.location = sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
-            id: 0,
-        };
-        let mut pool = std::ptr::null_mut();
-        ok(sys::cuMemPoolCreate(&mut pool, &props));
-        ok(set_device_access(pool, true));
+        let pool = host_pool(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE);
         let mut ptr = 0;
         ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 4096, pool, stream));
         ok(sys::cuMemsetD8Async(ptr, 1, 4096, stream));
         ok(sys::cuStreamSynchronize(stream));
-        ok(set_device_access(pool, false));
+        set_device_access(pool, 0, false);
         assert_eq!(
             sys::cuMemsetD8Async(ptr, 2, 4096, stream),
             CUresult::CUDA_ERROR_INVALID_VALUE
@@ -65,39 +36,21 @@ fn scenario_device_touches_after_a_host_pool_revocation() {
             sys::cuMemcpyDtoHAsync_v2(back.as_mut_ptr().cast(), ptr, 64, stream),
             CUresult::CUDA_ERROR_INVALID_VALUE
         );
-        let (mut target, mut value, mut n) = (ptr, 5u32, 64u32);
-        let mut params = [
-            (&mut target as *mut u64).cast::<std::ffi::c_void>(),
-            (&mut value as *mut u32).cast(),
-            (&mut n as *mut u32).cast(),
-        ];
         // Measured on the H200 (driver 580, 2026-12-04): the memset and the copy above are
         // refused with CUDA_ERROR_INVALID_VALUE there too; the launch returns CUDA_SUCCESS and
         // the fault surfaces at the next synchronisation. The simulator runs a kernel at its
         // launch, so it returns the fault at once; the violation is what this test is about.
         assert_eq!(
-            sys::cuLaunchKernel(
-                fill.cast(),
-                1,
-                1,
-                1,
-                64,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            ),
+            launch_kernel(fill, 1, 64, stream, (ptr, 5u32, 64)),
             CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
         );
-        ok(set_device_access(pool, true));
+        set_device_access(pool, 0, true);
         ok(sys::cuMemsetD8Async(ptr, 3, 4096, stream));
         ok(sys::cuMemFreeAsync(ptr, stream));
         ok(sys::cuStreamSynchronize(stream));
         ok(sys::cuMemPoolDestroy(pool));
-        ok(sys::cuLibraryUnload(library));
     }
+    unload(library);
     destroy_stream(stream);
     teardown();
 }
@@ -111,21 +64,12 @@ fn device_touches_after_a_host_pool_revocation() {
         "{:?}",
         report.violations
     );
-    let calls: Vec<&str> = report.violations.iter().map(|v| v.call.as_str()).collect();
     assert_eq!(
-        calls,
+        calls(&report),
         ["cuMemsetD8Async", "cuMemcpyDtoHAsync_v2", "cuLaunchKernel"]
     );
-    assert!(
-        report.violations[0].message.contains("revoked"),
-        "{}",
-        report.violations[0].message
-    );
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_message_contains(&report, 0, "revoked");
+    assert_no_leaks(&report);
 }
 
 /// F12: a switch node of `u32::MAX` bodies (the simulator used to abort allocating their
@@ -140,8 +84,7 @@ fn scenario_absurd_sizes_are_driver_errors() {
     // SAFETY: plain driver calls on our own handles with valid pointers; the batch's arrays
     // are never read (its count is refused first).
     unsafe {
-        let mut graph = std::ptr::null_mut();
-        ok(sys::cuGraphCreate(&mut graph, 0));
+        let graph = new_graph();
         let mut current = std::ptr::null_mut();
         ok(sys::cuCtxGetCurrent(&mut current));
         let switch = |size: u32| {
@@ -200,8 +143,7 @@ fn scenario_absurd_sizes_are_driver_errors() {
 
         let mut ptr = 0;
         ok(sys::cuMemAlloc_v2(&mut ptr, 4096));
-        let mut graph = std::ptr::null_mut();
-        ok(sys::cuGraphCreate(&mut graph, 0));
+        let graph = new_graph();
         let memset = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: ptr,
             pitch: 1 << 40,
@@ -219,15 +161,13 @@ fn scenario_absurd_sizes_are_driver_errors() {
             &memset,
             current,
         ));
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        let exec = instantiate(graph);
         assert_eq!(
             sys::cuGraphLaunch(exec, stream),
             CUresult::CUDA_ERROR_INVALID_VALUE
         );
         ok(sys::cuStreamSynchronize(stream));
-        ok(sys::cuGraphExecDestroy(exec));
-        ok(sys::cuGraphDestroy(graph));
+        destroy_graph(exec, graph);
         ok(sys::cuMemFree_v2(ptr));
     }
     destroy_stream(stream);
@@ -240,9 +180,5 @@ fn absurd_sizes_are_driver_errors() {
     // The memset node's second row lies in no allocation.
     assert_eq!(kinds(&report), ["out-of-bounds"], "{:?}", report.violations);
     assert_eq!(report.violations[0].call, "cuGraphLaunch");
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_no_leaks(&report);
 }

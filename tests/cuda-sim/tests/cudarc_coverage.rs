@@ -796,21 +796,9 @@ fn managed_prefetch_out_of_range_is_reported() {
         kinds(&report),
         ["out-of-bounds", "out-of-bounds", "double-destroy"]
     );
-    assert!(
-        report.violations[0].message.contains("past the end"),
-        "{:?}",
-        report.violations[0]
-    );
-    assert!(
-        report.violations[1].message.contains("not managed"),
-        "{:?}",
-        report.violations[1]
-    );
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_message_contains(&report, 0, "past the end");
+    assert_message_contains(&report, 1, "not managed");
+    assert_no_leaks(&report);
 }
 
 #[test]

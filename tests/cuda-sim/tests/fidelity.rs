@@ -84,33 +84,14 @@ fn scenario_synchronous_frees_wait_for_the_device() {
         ok(sys::cuMemAlloc_v2(&mut device, 4 * n as usize));
         ok(sys::cuMemAlloc_v2(&mut unused, 256));
         ok(sys::cuMemHostAlloc(&mut host, 4096, 0));
-        let mut value = 7u32;
-        let mut count = n;
-        let mut params = [
-            (&mut device as *mut u64).cast::<std::ffi::c_void>(),
-            (&mut value as *mut u32).cast(),
-            (&mut count as *mut u32).cast(),
-        ];
-        ok(sys::cuLaunchKernel(
-            fill.cast(),
-            4,
-            1,
-            1,
-            256,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        ));
+        ok(launch_kernel(fill, 4, 256, stream, (device, 7u32, n)));
         ok(sys::cuMemcpyHtoDAsync_v2(device, host, 4096, stream));
         // Neither free synchronises with `stream` explicitly.
         ok(sys::cuMemFree_v2(unused));
         ok(sys::cuMemFreeHost(host));
         ok(sys::cuMemFree_v2(device));
-        ok(sys::cuLibraryUnload(library));
     }
+    unload(library);
     destroy_stream(stream);
     teardown();
 }
@@ -118,12 +99,7 @@ fn scenario_synchronous_frees_wait_for_the_device() {
 #[test]
 fn synchronous_frees_wait_for_the_device() {
     let report = report_of("scenario_synchronous_frees_wait_for_the_device");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }
 
 /// The same queue, but the free is stream-ordered on another stream: still unordered.
@@ -224,38 +200,13 @@ fn peer_touch(granted: bool) {
         if granted {
             let mut pool = std::ptr::null_mut();
             ok(sys::cuDeviceGetDefaultMemPool(&mut pool, 0));
-            let desc = sys::CUmemAccessDesc {
-                location: sys::CUmemLocation {
-                    type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                    id: 1,
-                },
-                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
-            ok(sys::cuMemPoolSetAccess(pool, &desc, 1));
+            set_device_access(pool, 1, true);
         }
         ok(sys::cuCtxSetCurrent(contexts[1]));
         let library = load();
         let fill = kernel(library, c"fill_u32");
         let peer = new_stream();
-        let (mut value, mut count) = (3u32, 64u32);
-        let mut params = [
-            (&mut ptr as *mut u64).cast::<std::ffi::c_void>(),
-            (&mut value as *mut u32).cast(),
-            (&mut count as *mut u32).cast(),
-        ];
-        let launched = sys::cuLaunchKernel(
-            fill.cast(),
-            1,
-            1,
-            1,
-            64,
-            1,
-            1,
-            0,
-            peer,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        );
+        let launched = launch_kernel(fill, 1, 64, peer, (ptr, 3u32, 64));
         let memset = sys::cuMemsetD8Async(ptr, 1, 16, peer);
         if granted {
             ok(launched);
@@ -266,7 +217,7 @@ fn peer_touch(granted: bool) {
         }
         ok(sys::cuStreamSynchronize(peer));
         destroy_stream(peer);
-        ok(sys::cuLibraryUnload(library));
+        unload(library);
         ok(sys::cuCtxSetCurrent(contexts[0]));
         ok(sys::cuMemFreeAsync(ptr, own));
         ok(sys::cuStreamSynchronize(own));
@@ -306,12 +257,7 @@ fn peer_touches_need_pool_access() {
     assert_eq!(report.violations[0].call, "cuLaunchKernel");
     assert_eq!(report.violations[1].call, "cuMemsetD8Async");
     let report = report_with("scenario_peer_touch_with_access", two_devices);
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }
 
 /// Set by the graph's host node of `scenario_a_graph_on_a_green_stream_runs_in_its_context`
@@ -324,49 +270,6 @@ static HOST_NODE_RETURNED: std::sync::atomic::AtomicBool =
 unsafe extern "C" fn slow_host_node(_: *mut std::ffi::c_void) {
     std::thread::sleep(std::time::Duration::from_millis(300));
     HOST_NODE_RETURNED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// A host pool (host NUMA node 0) whose memory device 0 may touch.
-///
-/// # Safety
-///
-/// A context is current.
-unsafe fn host_pool(handle_types: sys::CUmemAllocationHandleType) -> sys::CUmemoryPool {
-    // SAFETY: all-zero is the documented default of the props struct; valid pointers.
-    unsafe {
-        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
-        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        props.handleTypes = handle_types;
-        props.location = sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
-            id: 0,
-        };
-        let mut pool = std::ptr::null_mut();
-        ok(sys::cuMemPoolCreate(&mut pool, &props));
-        set_device_access(pool, true);
-        pool
-    }
-}
-
-/// Grants (or revokes) device 0's access to `pool`.
-///
-/// # Safety
-///
-/// `pool` is alive.
-unsafe fn set_device_access(pool: sys::CUmemoryPool, granted: bool) {
-    let desc = sys::CUmemAccessDesc {
-        location: sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: 0,
-        },
-        flags: if granted {
-            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        } else {
-            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
-        },
-    };
-    // SAFETY: a live pool (the caller's contract) and one valid descriptor.
-    unsafe { ok(sys::cuMemPoolSetAccess(pool, &desc, 1)) };
 }
 
 /// S1: a graph of the primary context, launched on a green context's stream, runs in the
@@ -390,8 +293,7 @@ fn scenario_a_graph_on_a_green_stream_runs_in_its_context() {
         let mut ptr = 0;
         ok(sys::cuMemAllocFromPoolAsync(&mut ptr, 4096, pool, own));
         ok(sys::cuStreamSynchronize(own));
-        let mut graph = std::ptr::null_mut();
-        ok(sys::cuGraphCreate(&mut graph, 0));
+        let graph = new_graph();
         let host = sys::CUDA_HOST_NODE_PARAMS {
             fn_: Some(slow_host_node),
             userData: std::ptr::null_mut(),
@@ -421,8 +323,7 @@ fn scenario_a_graph_on_a_green_stream_runs_in_its_context() {
             &memset,
             primary,
         ));
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        let exec = instantiate(graph);
         let mut green_stream = std::ptr::null_mut();
         ok(sys::cuGreenCtxStreamCreate(&mut green_stream, green, 1, 0));
         ok(sys::cuGraphLaunch(exec, green_stream));
@@ -437,12 +338,11 @@ fn scenario_a_graph_on_a_green_stream_runs_in_its_context() {
             bytes.iter().all(|&b| b == 0xab),
             "the graph's memset is visible"
         );
-        set_device_access(pool, false);
+        set_device_access(pool, 0, false);
         ok(sys::cuMemFreeAsync(ptr, own));
         ok(sys::cuStreamSynchronize(own));
-        ok(sys::cuGraphExecDestroy(exec));
-        ok(sys::cuGraphDestroy(graph));
-        ok(sys::cuStreamDestroy_v2(green_stream));
+        destroy_graph(exec, graph);
+        destroy_stream(green_stream);
         ok(sys::cuMemPoolDestroy(pool));
         ok(sys::cuGreenCtxDestroy(green));
     }
@@ -453,12 +353,7 @@ fn scenario_a_graph_on_a_green_stream_runs_in_its_context() {
 #[test]
 fn a_graph_on_a_green_stream_runs_in_its_context() {
     let report = report_of("scenario_a_graph_on_a_green_stream_runs_in_its_context");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }
 
 /// S2: this process imports its own IPC host pool's allocation. The import succeeds, but a
@@ -499,7 +394,7 @@ fn scenario_a_same_process_import_of_a_host_pool_refuses_device_writes() {
             sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
             0,
         ));
-        set_device_access(imported_pool, true);
+        set_device_access(imported_pool, 0, true);
         let mut import = 0;
         ok(sys::cuMemPoolImportPointer(
             &mut import,
@@ -536,40 +431,9 @@ fn scenario_a_same_process_import_of_a_host_pool_refuses_device_writes() {
         // A kernel reads through the import; one that writes through it is stopped.
         let mut scratch = 0;
         ok(sys::cuMemAllocAsync(&mut scratch, 256, stream));
-        let launch = |function: sys::CUkernel, params: &mut [*mut std::ffi::c_void]| {
-            sys::cuLaunchKernel(
-                function.cast(),
-                1,
-                1,
-                1,
-                64,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        let (mut dst, mut src, mut n) = (scratch, import, 64u32);
-        ok(launch(
-            copy,
-            &mut [
-                (&mut dst as *mut u64).cast(),
-                (&mut src as *mut u64).cast(),
-                (&mut n as *mut u32).cast(),
-            ],
-        ));
-        let (mut target, mut value) = (import, 5u32);
+        ok(launch_kernel(copy, 1, 64, stream, (scratch, import, 64)));
         assert_eq!(
-            launch(
-                fill,
-                &mut [
-                    (&mut target as *mut u64).cast(),
-                    (&mut value as *mut u32).cast(),
-                    (&mut n as *mut u32).cast(),
-                ],
-            ),
+            launch_kernel(fill, 1, 64, stream, (import, 5u32, 64)),
             CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
         );
         ok(sys::cuMemFreeAsync(scratch, stream));
@@ -578,7 +442,7 @@ fn scenario_a_same_process_import_of_a_host_pool_refuses_device_writes() {
         ok(sys::cuStreamSynchronize(stream));
         ok(sys::cuMemPoolDestroy(imported_pool));
         ok(sys::cuMemPoolDestroy(pool));
-        ok(sys::cuLibraryUnload(library));
+        unload(library);
         libc::close(fd);
     }
     destroy_stream(stream);
@@ -592,18 +456,8 @@ fn a_same_process_import_of_a_host_pool_refuses_device_writes() {
     // own answers.
     assert_eq!(kinds(&report), ["no-access"], "{:?}", report.violations);
     assert_eq!(report.violations[0].call, "cuLaunchKernel");
-    assert!(
-        report.violations[0]
-            .message
-            .contains("import of its own IPC host pool"),
-        "{}",
-        report.violations[0].message
-    );
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_message_contains(&report, 0, "import of its own IPC host pool");
+    assert_no_leaks(&report);
 }
 
 /// review23b: with a green context's context current, the per-thread default stream does
@@ -654,10 +508,5 @@ fn scenario_no_per_thread_stream_in_a_green_context() {
 #[test]
 fn no_per_thread_stream_in_a_green_context() {
     let report = report_of("scenario_no_per_thread_stream_in_a_green_context");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }

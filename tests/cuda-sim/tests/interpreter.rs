@@ -47,32 +47,6 @@ fn function(module: sys::CUmodule, name: &std::ffi::CStr) -> sys::CUfunction {
     function
 }
 
-/// Launches `f` with `blocks` × `threads` on `stream`, with `params` as `kernelParams`.
-fn launch(
-    f: sys::CUfunction,
-    blocks: u32,
-    threads: u32,
-    stream: sys::CUstream,
-    params: &mut [*mut c_void],
-) -> CUresult {
-    // SAFETY: `params` points at one argument per kernel parameter, of the right sizes.
-    unsafe {
-        sys::cuLaunchKernel(
-            f,
-            blocks,
-            1,
-            1,
-            threads,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
-}
-
 const FILL: &str = r#"
 extern "C" __global__ void fill(int *data, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -96,7 +70,7 @@ fn scenario_one_element_past_the_buffer() {
     ];
     // 4 blocks of 256: thread 232 of block 3 is element 1000.
     assert_eq!(
-        launch(fill, 4, 256, stream, &mut params),
+        launch_1d(fill, 4, 256, stream, &mut params),
         CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
     );
     // SAFETY: our own allocation, stream and module.
@@ -123,7 +97,6 @@ fn scenario_one_element_past_the_buffer() {
 fn one_element_past_the_buffer_is_reported_with_block_and_thread() {
     let report = report_of("scenario_one_element_past_the_buffer");
     assert_eq!(kinds(&report), ["out-of-bounds"], "{:?}", report.violations);
-    let message = &report.violations[0].message;
     for needle in [
         "kernel fill",
         "block [3, 0, 0]",
@@ -132,13 +105,9 @@ fn one_element_past_the_buffer_is_reported_with_block_and_thread() {
         "0 bytes past the end of the 4000-byte allocation",
         "st.global",
     ] {
-        assert!(message.contains(needle), "{needle:?} not in {message}");
+        assert_message_contains(&report, 0, needle);
     }
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_no_leaks(&report);
 }
 
 #[test]
@@ -185,7 +154,7 @@ extern "C" __global__ void use_table(int *out) {
         let mut out = 0u64;
         ok(sys::cuMemAlloc_v2(&mut out, 16));
         let mut params = [(&mut out as *mut u64).cast::<c_void>()];
-        ok(launch(f, 1, 4, std::ptr::null_mut(), &mut params));
+        ok(launch_1d(f, 1, 4, std::ptr::null_mut(), &mut params));
         let mut host = [0i32; 4];
         ok(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), out, 16));
         assert_eq!(host, [15, 25, 35, 45]);
@@ -219,12 +188,7 @@ fn module_variables_are_memory_and_printf_reaches_stdout() {
         "{stdout}"
     );
     let report = report.unwrap();
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }
 
 #[test]
@@ -328,7 +292,7 @@ extern "C" __global__ void polynomial(const float *x, float *y, int n) {
         (&mut n as *mut i32).cast(),
     ];
     let started = std::time::Instant::now();
-    ok(launch(
+    ok(launch_1d(
         f,
         (n as u32) / 256,
         256,

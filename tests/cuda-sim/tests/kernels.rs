@@ -11,46 +11,20 @@ use cudarc::driver::sys::{self, CUresult};
 mod common;
 use common::*;
 
-fn unload(library: sys::CUlibrary) {
-    // SAFETY: our own library.
-    unsafe { ok(sys::cuLibraryUnload(library)) };
-}
-
 /// Launches `kernel` over `threads` threads (blocks of 128) with `(dst, value, n)` or
 /// `(dst, src, n)` style arguments; returns the status.
 fn launch(
     kernel: sys::CUkernel,
     stream: sys::CUstream,
     threads: u32,
-    mut args: (u64, u64, u32),
+    (first, second, n): (u64, u64, u32),
     second_is_u32: bool,
 ) -> CUresult {
-    let mut value = args.1 as u32;
-    let second: *mut c_void = if second_is_u32 {
-        (&mut value as *mut u32).cast()
+    let blocks = threads.div_ceil(128);
+    if second_is_u32 {
+        launch_kernel(kernel, blocks, 128, stream, (first, second as u32, n))
     } else {
-        (&mut args.1 as *mut u64).cast()
-    };
-    let mut params = [
-        (&mut args.0 as *mut u64).cast::<c_void>(),
-        second,
-        (&mut args.2 as *mut u32).cast(),
-    ];
-    // SAFETY: one pointer per kernel parameter, each to a value of the parameter's size.
-    unsafe {
-        sys::cuLaunchKernel(
-            kernel as sys::CUfunction,
-            threads.div_ceil(128),
-            1,
-            1,
-            128,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
+        launch_kernel(kernel, blocks, 128, stream, (first, second, n))
     }
 }
 
@@ -433,8 +407,7 @@ fn scenario_capture() {
             &mut nodes,
         ));
         assert_eq!(nodes, 2);
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        let exec = instantiate(graph);
         ok(sys::cuGraphDestroy(graph));
         ok(sys::cuGraphUpload(exec, stream));
         ok(sys::cuGraphLaunch(exec, stream));
@@ -468,13 +441,11 @@ fn scenario_capture() {
             &mut nodes,
         ));
         assert_eq!(nodes, 2, "memset, kernel: a captured record makes no node");
-        let mut forked = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut forked, graph, 0));
+        let forked = instantiate(graph);
         ok(sys::cuGraphLaunch(forked, stream));
         ok(sys::cuStreamSynchronize(stream));
         assert!(read_u32(ptr, n).iter().all(|&v| v == 42));
-        ok(sys::cuGraphExecDestroy(forked));
-        ok(sys::cuGraphDestroy(graph));
+        destroy_graph(forked, graph);
         ok(sys::cuEventDestroy_v2(fork));
         ok(sys::cuEventDestroy_v2(join));
         destroy_stream(side);
@@ -597,8 +568,7 @@ fn scenario_exec_update() {
         let mut ptr = 0;
         ok(sys::cuMemAlloc_v2(&mut ptr, 4 * n as usize));
         let first = memset_then_fill(fill, ptr, n, 11, true);
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, first, 0));
+        let exec = instantiate(first);
         ok(sys::cuGraphLaunch(exec, stream));
         ok(sys::cuStreamSynchronize(stream));
         assert!(read_u32(ptr, n as usize).iter().all(|&v| v == 11));
@@ -681,12 +651,10 @@ fn scenario_user_objects() {
             1,
             sync,
         ));
-        let mut graph = std::ptr::null_mut();
-        ok(sys::cuGraphCreate(&mut graph, 0));
+        let graph = new_graph();
         let moved = sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE as u32;
         ok(sys::cuGraphRetainUserObject(graph, object, 1, moved));
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        let exec = instantiate(graph);
         ok(sys::cuGraphDestroy(graph));
         assert_eq!(
             DESTROYED.load(Ordering::SeqCst),
@@ -747,16 +715,14 @@ fn scenario_graph_after_unload() {
         let mut ptr = 0;
         ok(sys::cuMemAlloc_v2(&mut ptr, 1024));
         let graph = memset_then_fill(kernel(library, c"fill_u32"), ptr, 256, 1, true);
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
+        let exec = instantiate(graph);
         unload(library);
         assert_eq!(
             sys::cuGraphLaunch(exec, stream),
             CUresult::CUDA_ERROR_INVALID_HANDLE
         );
         ok(sys::cuStreamSynchronize(stream));
-        ok(sys::cuGraphExecDestroy(exec));
-        ok(sys::cuGraphDestroy(graph));
+        destroy_graph(exec, graph);
         ok(sys::cuMemFree_v2(ptr));
     }
     destroy_stream(stream);
@@ -769,13 +735,8 @@ fn scenario_leaks() {
     child();
     setup();
     let _library = load();
-    // SAFETY: valid out-pointers; the graph and exec are leaked on purpose.
-    unsafe {
-        let mut graph = std::ptr::null_mut();
-        ok(sys::cuGraphCreate(&mut graph, 0));
-        let mut exec = std::ptr::null_mut();
-        ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
-    }
+    // The graph and its exec are leaked on purpose.
+    let _leaked = instantiate(new_graph());
 }
 
 #[test]

@@ -138,12 +138,7 @@ fn scenario_random_pool_sizes_read_back() {
 #[test]
 fn random_pool_sizes_read_back_at_the_default_threshold() {
     let report = report_of("scenario_random_pool_sizes_read_back");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
     assert!(report.calls["cuMemAllocAsync"] > 10_000);
     assert!(report.calls["cuStreamSynchronize"] > 10_000);
 }
@@ -187,12 +182,7 @@ fn scenario_sync_neighbours_keep_their_bytes() {
 #[test]
 fn sync_neighbours_keep_their_bytes() {
     let report = report_of("scenario_sync_neighbours_keep_their_bytes");
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }
 
 /// Free space coalesces: with 64 MiB of device memory, many rounds of random sizes (each
@@ -241,10 +231,5 @@ fn free_space_coalesces() {
     let report = report_with("scenario_free_space_coalesces", |command| {
         cuda_sim::SimCommand::sim_memory(command, 64 << 20);
     });
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(
-        report.leaks_without_primary().is_empty(),
-        "{:?}",
-        report.leaks
-    );
+    assert_clean(&report);
 }

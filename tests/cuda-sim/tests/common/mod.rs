@@ -5,6 +5,7 @@
 //! Each test binary includes this module and uses part of it.
 #![allow(dead_code)]
 
+use std::ffi::c_void;
 use std::process::{Command, Output};
 
 use cuda_sim::{Report, SimCommand};
@@ -62,6 +63,39 @@ pub fn report_of(name: &str) -> Report {
 /// The kinds of the report's violations, in order.
 pub fn kinds(report: &Report) -> Vec<&str> {
     report.violations.iter().map(|v| v.kind.as_str()).collect()
+}
+
+/// The calls of the report's violations, in order.
+pub fn calls(report: &Report) -> Vec<&str> {
+    report.violations.iter().map(|v| v.call.as_str()).collect()
+}
+
+/// Asserts that the report lists no leaks but the primary contexts' retains.
+#[track_caller]
+pub fn assert_no_leaks(report: &Report) {
+    assert!(
+        report.leaks_without_primary().is_empty(),
+        "{:?}",
+        report.leaks
+    );
+}
+
+/// Asserts that the report lists no violations and no leaks but the primary contexts'
+/// retains.
+#[track_caller]
+pub fn assert_clean(report: &Report) {
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_no_leaks(report);
+}
+
+/// Asserts that the message of the report's violation `index` contains `needle`.
+#[track_caller]
+pub fn assert_message_contains(report: &Report, index: usize, needle: &str) {
+    let violation = &report.violations[index];
+    assert!(
+        violation.message.contains(needle),
+        "{needle:?} not in {violation:?}"
+    );
 }
 
 /// Refuses to run a scenario that a parent test did not start: alone, without the simulator,
@@ -131,12 +165,131 @@ pub fn load() -> sys::CUlibrary {
     library
 }
 
+pub fn unload(library: sys::CUlibrary) {
+    // SAFETY: our own library.
+    unsafe { ok(sys::cuLibraryUnload(library)) };
+}
+
 /// A kernel of `library` by name.
 pub fn kernel(library: sys::CUlibrary, name: &std::ffi::CStr) -> sys::CUkernel {
     let mut kernel = std::ptr::null_mut();
     // SAFETY: live library, NUL-terminated name.
     unsafe { ok(sys::cuLibraryGetKernel(&mut kernel, library, name.as_ptr())) };
     kernel
+}
+
+/// Launches `f` with `blocks` × `threads` (along x) on `stream`, with `params` as
+/// `kernelParams`; returns the status.
+pub fn launch_1d(
+    f: sys::CUfunction,
+    blocks: u32,
+    threads: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> CUresult {
+    // SAFETY: `params` points at one argument per kernel parameter, of the right sizes.
+    unsafe {
+        sys::cuLaunchKernel(
+            f,
+            blocks,
+            1,
+            1,
+            threads,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// Launches one of the test kernels whose parameters are `(ptr, x, n)` — `fill_u32` and
+/// `add_u32` (`x`: a `u32` value) or `copy_u32` (`x`: the source pointer) — with
+/// `blocks` × `threads` on `stream`; returns the status.
+pub fn launch_kernel<X>(
+    kernel: sys::CUkernel,
+    blocks: u32,
+    threads: u32,
+    stream: sys::CUstream,
+    (mut ptr, mut x, mut n): (sys::CUdeviceptr, X, u32),
+) -> CUresult {
+    let mut params = [
+        (&mut ptr as *mut u64).cast::<c_void>(),
+        (&mut x as *mut X).cast(),
+        (&mut n as *mut u32).cast(),
+    ];
+    launch_1d(kernel.cast(), blocks, threads, stream, &mut params)
+}
+
+/// An empty graph.
+pub fn new_graph() -> sys::CUgraph {
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    unsafe { ok(sys::cuGraphCreate(&mut graph, 0)) };
+    graph
+}
+
+/// `graph` instantiated without flags.
+pub fn instantiate(graph: sys::CUgraph) -> sys::CUgraphExec {
+    let mut exec = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the driver checks the graph handle.
+    unsafe { ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)) };
+    exec
+}
+
+/// Destroys `exec`, then the graph it was instantiated from.
+pub fn destroy_graph(exec: sys::CUgraphExec, graph: sys::CUgraph) {
+    // SAFETY: the caller's own exec and graph, each destroyed once.
+    unsafe {
+        ok(sys::cuGraphExecDestroy(exec));
+        ok(sys::cuGraphDestroy(graph));
+    }
+}
+
+/// Grants (or revokes) `device`'s access to `pool`.
+///
+/// # Safety
+///
+/// `pool` is alive.
+#[track_caller]
+pub unsafe fn set_device_access(pool: sys::CUmemoryPool, device: i32, granted: bool) {
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: device,
+        },
+        flags: if granted {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        } else {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE
+        },
+    };
+    // SAFETY: a live pool (the caller's contract) and one valid descriptor.
+    unsafe { ok(sys::cuMemPoolSetAccess(pool, &desc, 1)) };
+}
+
+/// A host pool (host NUMA node 0) whose memory device 0 may touch.
+///
+/// # Safety
+///
+/// A context is current.
+pub unsafe fn host_pool(handle_types: sys::CUmemAllocationHandleType) -> sys::CUmemoryPool {
+    // SAFETY: all-zero is the documented default of the props struct; valid pointers.
+    unsafe {
+        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.handleTypes = handle_types;
+        props.location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST_NUMA,
+            id: 0,
+        };
+        let mut pool = std::ptr::null_mut();
+        ok(sys::cuMemPoolCreate(&mut pool, &props));
+        set_device_access(pool, 0, true);
+        pool
+    }
 }
 
 pub fn sm_count(resource: &sys::CUdevResource) -> u32 {
