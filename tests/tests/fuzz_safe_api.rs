@@ -28,7 +28,8 @@
 //! | `FUZZ_LEAVE_OUT=Op\|Op` | random programs are generated without these ops (to look past a known finding) |
 //! | `FUZZ_IGNORE=a\|b` | failures whose signature contains `a` or `b` are counted, and do not stop the run |
 //! | `FUZZ_CORPUS=0` / `FUZZ_RANDOM=0` | skip the corpus / the random programs |
-//! | `FUZZ_PROGRAM_FILE=path` | run this one program (its text form) and print its trace |
+//! | `FUZZ_OPEN=1` | also run the open findings (`tests/fuzz-corpus/open/`), printed, not asserted |
+//! | `FUZZ_PROGRAM_FILE=path` | run this one program (its text form) and print its trace; an absolute path (cargo runs the test in `tests/`) |
 //! | `FUZZ_SHRINK=N` | child runs spent shrinking a failure (default 400; 0: no shrinking) |
 //! | `FUZZ_JOBS=N` | children at once (default: the machine's parallelism, at most 4) |
 //! | `FUZZ_MAX_GROUPS=N` | the longest program, in ops and idioms (default 24) |
@@ -98,6 +99,32 @@ const CORPUS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Open findings of the fuzzer (`tests/fuzz-corpus/open/`): minimal programs that fail the
+/// oracle today, run only with `FUZZ_OPEN=1` and printed, not asserted. A fixed one moves to
+/// [`CORPUS`].
+const OPEN: &[(&str, &str)] = &[
+    (
+        "n1_conditional_set_with_no_node",
+        include_str!("../fuzz-corpus/open/n1_conditional_set_with_no_node.prog"),
+    ),
+    (
+        "n2_conditional_setter_not_before_node",
+        include_str!("../fuzz-corpus/open/n2_conditional_setter_not_before_node.prog"),
+    ),
+    (
+        "n3_cudarc_slice_dropped_on_another_thread",
+        include_str!("../fuzz-corpus/open/n3_cudarc_slice_dropped_on_another_thread.prog"),
+    ),
+    (
+        "n3_cudarc_slice_dropped_with_green_bound",
+        include_str!("../fuzz-corpus/open/n3_cudarc_slice_dropped_with_green_bound.prog"),
+    ),
+    (
+        "s4_vmm_peer_mapping_touched_by_its_peer",
+        include_str!("../fuzz-corpus/open/s4_vmm_peer_mapping_touched_by_its_peer.prog"),
+    ),
+];
+
 /// The run's settings, from the environment.
 struct Settings {
     cases: usize,
@@ -108,6 +135,7 @@ struct Settings {
     ignore: Vec<String>,
     leave_out: Vec<String>,
     corpus: bool,
+    open: bool,
     random: bool,
     program_file: Option<String>,
     shrink_budget: usize,
@@ -152,6 +180,7 @@ fn settings() -> Settings {
         ignore: list("FUZZ_IGNORE"),
         leave_out: list("FUZZ_LEAVE_OUT"),
         corpus: var::<u8>("FUZZ_CORPUS").is_none_or(|v| v != 0),
+        open: var::<u8>("FUZZ_OPEN").is_some_and(|v| v != 0),
         random: var::<u8>("FUZZ_RANDOM").is_none_or(|v| v != 0),
         program_file: std::env::var("FUZZ_PROGRAM_FILE").ok(),
         shrink_budget: var("FUZZ_SHRINK").unwrap_or(400),
@@ -192,6 +221,7 @@ struct Tally {
     skipped_by_op: BTreeMap<String, usize>,
     seconds: f64,
     string_errors: BTreeMap<String, usize>,
+    reports: BTreeMap<String, usize>,
     other_failures: BTreeMap<String, usize>,
 }
 
@@ -211,6 +241,9 @@ impl Tally {
         self.seconds += verdict.seconds;
         for message in &verdict.string_errors {
             *self.string_errors.entry(normalize(message)).or_default() += 1;
+        }
+        for line in &verdict.reports {
+            *self.reports.entry(normalize(line)).or_default() += 1;
         }
     }
 }
@@ -236,12 +269,12 @@ fn in_parallel(jobs: usize, count: usize, stop: &AtomicBool, work: impl Fn(usize
     });
 }
 
-/// Runs the corpus; returns the names of the programs that failed.
-fn run_corpus(settings: &Settings, scratch: &Scratch) -> Vec<String> {
+/// Runs `corpus`; returns the names of the programs that failed.
+fn run_corpus(settings: &Settings, scratch: &Scratch, corpus: &[(&str, &str)]) -> Vec<String> {
     let failed = Mutex::new(Vec::new());
     let never = AtomicBool::new(false);
-    in_parallel(settings.jobs, CORPUS.len(), &never, |index| {
-        let (name, text) = CORPUS[index];
+    in_parallel(settings.jobs, corpus.len(), &never, |index| {
+        let (name, text) = corpus[index];
         let program = Program::decode(text)
             .unwrap_or_else(|error| panic!("corpus {name}: not a program: {error}"));
         let verdict = run_program(&program, scratch, 1_000_000 + index);
@@ -292,9 +325,17 @@ fn fuzz_safe_api() {
         }
         return;
     }
+    if settings.open {
+        let failed = run_corpus(&settings, &scratch, OPEN);
+        say(format!(
+            "open findings: {} programs, {} still fail",
+            OPEN.len(),
+            failed.len()
+        ));
+    }
     if settings.corpus {
         let started = Instant::now();
-        let failed = run_corpus(&settings, &scratch);
+        let failed = run_corpus(&settings, &scratch, CORPUS);
         say(format!(
             "corpus: {} programs in {:.1} s, {} failed",
             CORPUS.len(),
@@ -384,6 +425,9 @@ fn fuzz_safe_api() {
         say(format!(
             "    Error::InvalidArgument returned {count} time(s): {message}"
         ));
+    }
+    for (line, count) in &tally.reports {
+        say(format!("    report hook ({count}): {line}"));
     }
     for (signature, count) in &tally.other_failures {
         say(format!(

@@ -201,6 +201,15 @@ fn judge(
     for line in lines_tagged(stdout, "fuzz-fail") {
         problems.push(format!("oracle: {line}"));
     }
+    // The program panics only with payloads of its own, which are not strings: a caught panic
+    // with a message is the library's own, caught where no caller could see it.
+    for line in &reports {
+        if let Some((_, message)) = line.split_once("panicked: ")
+            && message != "a panic with a non-string payload"
+        {
+            problems.push(format!("panic caught and reported: {line}"));
+        }
+    }
     if let Some(report) = report {
         for violation in &report.violations {
             problems.push(format!(
