@@ -557,6 +557,11 @@ export_fns! {
             // Simplification: the driver records a memory-allocation node; the simulator
             // refuses stream-ordered allocation in a capture.
             sim.forbid_capture(target)?;
+            // On a stream outside the capture, a stream-ordered allocation is a "potentially
+            // unsafe" call while this thread's capture forbids those (measured on the H200,
+            // driver 580: cuMemAllocFromPoolAsync on an outer stream inside a thread-local
+            // capture is CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
+            sim.forbid_unsafe_call()?;
             sim.alloc_async(None, size, target)
         })?;
         put(ptr, addr)
@@ -569,6 +574,7 @@ export_fns! {
         let addr = with_sim(|sim| {
             let target = sim.stream(stream, "cuMemAllocFromPoolAsync")?;
             sim.forbid_capture(target)?;
+            sim.forbid_unsafe_call()?;
             sim.alloc_async(Some(pool), size, target)
         })?;
         put(ptr, addr)
