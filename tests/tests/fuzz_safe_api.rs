@@ -33,7 +33,7 @@
 //! | `FUZZ_SHRINK=N` | child runs spent shrinking a failure (default 400; 0: no shrinking) |
 //! | `FUZZ_JOBS=N` | children at once (default: the machine's parallelism, at most 4) |
 //! | `FUZZ_MAX_GROUPS=N` | the longest program, in ops and idioms (default 24) |
-//! | `FUZZ_STATS=1` | also print how often each kind of op found its slots empty |
+//! | `FUZZ_STATS=1` | also print how often each kind of op found its slots empty, and its errors |
 //!
 //! A longer run: `FUZZ_CASES=5000 cargo test -p handles-tests --test fuzz_safe_api --release`.
 //! One case again: `FUZZ_SEED=<its seed> FUZZ_CASES=1 FUZZ_CORPUS=0 FUZZ_PRINT=1 cargo test ...`.
@@ -118,6 +118,10 @@ const OPEN: &[(&str, &str)] = &[
     (
         "n3_cudarc_slice_dropped_with_green_bound",
         include_str!("../fuzz-corpus/open/n3_cudarc_slice_dropped_with_green_bound.prog"),
+    ),
+    (
+        "n4_panicking_records_chain",
+        include_str!("../fuzz-corpus/open/n4_panicking_records_chain.prog"),
     ),
     (
         "s4_vmm_peer_mapping_touched_by_its_peer",
@@ -219,6 +223,7 @@ struct Tally {
     ops: usize,
     skipped: usize,
     skipped_by_op: BTreeMap<String, usize>,
+    errors_by_op: BTreeMap<String, usize>,
     seconds: f64,
     string_errors: BTreeMap<String, usize>,
     reports: BTreeMap<String, usize>,
@@ -236,6 +241,25 @@ impl Tally {
             } else if line.contains("// skipped:") {
                 self.skipped += 1;
                 *self.skipped_by_op.entry(current.to_string()).or_default() += 1;
+            } else if let Some(at) = line.find("// -> Err(") {
+                let error = &line[at + "// -> Err(".len()..];
+                let variant = error
+                    .split(|c: char| !c.is_alphanumeric())
+                    .next()
+                    .unwrap_or("");
+                let detail = if variant == "Driver" {
+                    error
+                        .split("name: \"")
+                        .nth(1)
+                        .and_then(|rest| rest.split('"').next())
+                        .unwrap_or("")
+                } else {
+                    ""
+                };
+                *self
+                    .errors_by_op
+                    .entry(format!("{current}: {variant} {detail}"))
+                    .or_default() += 1;
             }
         }
         self.seconds += verdict.seconds;
@@ -270,18 +294,23 @@ fn in_parallel(jobs: usize, count: usize, stop: &AtomicBool, work: impl Fn(usize
 }
 
 /// Runs `corpus`; returns the names of the programs that failed.
-fn run_corpus(settings: &Settings, scratch: &Scratch, corpus: &[(&str, &str)]) -> Vec<String> {
+fn run_corpus(
+    settings: &Settings,
+    scratch: &Scratch,
+    label: &str,
+    corpus: &[(&str, &str)],
+) -> Vec<String> {
     let failed = Mutex::new(Vec::new());
     let never = AtomicBool::new(false);
     in_parallel(settings.jobs, corpus.len(), &never, |index| {
         let (name, text) = corpus[index];
         let program = Program::decode(text)
-            .unwrap_or_else(|error| panic!("corpus {name}: not a program: {error}"));
+            .unwrap_or_else(|error| panic!("{label} {name}: not a program: {error}"));
         let verdict = run_program(&program, scratch, 1_000_000 + index);
         if verdict.passed() {
-            say(format!("corpus {name}: ok ({:.1} s)", verdict.seconds));
+            say(format!("{label} {name}: ok ({:.1} s)", verdict.seconds));
         } else {
-            print_failure(&format!("corpus {name}"), &program, &verdict);
+            print_failure(&format!("{label} {name}"), &program, &verdict);
             failed
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -326,7 +355,7 @@ fn fuzz_safe_api() {
         return;
     }
     if settings.open {
-        let failed = run_corpus(&settings, &scratch, OPEN);
+        let failed = run_corpus(&settings, &scratch, "open", OPEN);
         say(format!(
             "open findings: {} programs, {} still fail",
             OPEN.len(),
@@ -335,7 +364,7 @@ fn fuzz_safe_api() {
     }
     if settings.corpus {
         let started = Instant::now();
-        let failed = run_corpus(&settings, &scratch, CORPUS);
+        let failed = run_corpus(&settings, &scratch, "corpus", CORPUS);
         say(format!(
             "corpus: {} programs in {:.1} s, {} failed",
             CORPUS.len(),
@@ -420,6 +449,11 @@ fn fuzz_safe_api() {
         let mut skipped: Vec<_> = tally.skipped_by_op.iter().collect();
         skipped.sort_by(|a, b| b.1.cmp(a.1));
         say(format!("    skipped ops by kind: {skipped:?}"));
+        let mut errors: Vec<_> = tally.errors_by_op.iter().collect();
+        errors.sort_by(|a, b| b.1.cmp(a.1));
+        for (what, count) in errors {
+            say(format!("    Err by op ({count}): {what}"));
+        }
     }
     for (message, count) in &tally.string_errors {
         say(format!(

@@ -40,7 +40,7 @@ use handles_cuda::{
 
 use super::program::{
     AttachKind, AttrSel, CaptureBody, CondKind, Ending, HostBody, KernelSel, Mode, Op, PerBlock,
-    PoolKind, Program, RunBody, ThreadJob, ViewInner,
+    PoolKind, PrimaryBody, Program, RunBody, ThreadJob, ViewInner,
 };
 
 /// The payload of every panic a program raises on purpose in a user closure or a record's
@@ -104,6 +104,9 @@ pub struct Bomb {
     /// A buffer the bomb keeps alive.
     #[owner]
     buffer: Option<DevicePtrHandle>,
+    /// Another bomb it keeps alive (a chain of records that may panic).
+    #[owner]
+    next: Option<BombHandle>,
 }
 
 // SAFETY: a plain id; nothing is done with it from any thread.
@@ -398,6 +401,18 @@ fn per_block_rebind(_: u32) -> usize {
     0
 }
 
+fn per_block_stream(_: u32) -> usize {
+    if let Ok(Some(context)) = ContextHandle::current() {
+        let _ = StreamHandle::create(&context, StreamFlags::default(), 0);
+    }
+    0
+}
+
+fn per_block_clear(_: u32) -> usize {
+    handles_cuda::exec::clear_primary_cache();
+    0
+}
+
 fn per_block_panic(_: u32) -> usize {
     std::panic::panic_any(UserPanic("a shared-memory function panicked"))
 }
@@ -631,6 +646,7 @@ impl State {
         let ctx = |v| at(&self.ctx, v);
         let stream = |v| at(&self.streams, v);
         let event = |v| at(&self.events, v);
+        let event_slot = event;
         let buf = |v| at(&self.bufs, v);
         let pool = |v| at(&self.pools, v);
         let graph = |v| at(&self.graphs, v);
@@ -730,8 +746,7 @@ impl State {
             | Op::HostView { b, s, .. }
             | Op::Prefetch { b, s, .. }
             | Op::AttachMem { b, s, .. }
-            | Op::Typed { b, s }
-            | Op::LaunchEx { b, s, .. } => {
+            | Op::Typed { b, s } => {
                 *b = buf(*b);
                 *s = stream(*s);
             }
@@ -830,7 +845,21 @@ impl State {
                 ThreadJob::Await => *a = event(*a),
                 ThreadJob::BindAndExit | ThreadJob::Churn | ThreadJob::RunPanic => *a = ctx(*a),
             },
-            Op::Bomb { owns, .. } if *owns != 255 => *owns = buf(*owns),
+            Op::Bomb { owns, chain, .. } => {
+                if *owns != 255 {
+                    *owns = buf(*owns);
+                }
+                if *chain != 255 {
+                    *chain = bomb(*chain);
+                }
+            }
+            Op::LaunchEx { b, s, event, .. } => {
+                *b = buf(*b);
+                *s = stream(*s);
+                if *event != 255 {
+                    *event = event_slot(*event);
+                }
+            }
             Op::DropBomb { k } => *k = bomb(*k),
             _ => {}
         }
@@ -947,6 +976,45 @@ impl State {
             Op::ClearPrimaryCache {} => {
                 say("handles_cuda::exec::clear_primary_cache();");
                 handles_cuda::exec::clear_primary_cache();
+            }
+            Op::WithPrimary { dev, body } => {
+                let dev = self.dev(dev);
+                let other = (dev + 1) % self.devices;
+                say(format!(
+                    "ContextHandle::with_primary({dev}, |c| {})?;",
+                    match body {
+                        PrimaryBody::Sync => "c.synchronize()".to_string(),
+                        PrimaryBody::ClearCache => "clear_primary_cache()".into(),
+                        PrimaryBody::Stream =>
+                            "drop(StreamHandle::create(c, StreamFlags::default(), 0))".into(),
+                        PrimaryBody::Panic => "panic_any(UserPanic)".into(),
+                        PrimaryBody::Nested =>
+                            format!("ContextHandle::with_primary({other}, |d| d.synchronize())"),
+                        PrimaryBody::Bind => "c.bind_to_thread()".into(),
+                        PrimaryBody::Run => "c.run(|| Ok(()))".into(),
+                    }
+                ));
+                let result = ContextHandle::with_primary(dev, |context| -> Result<(), Error> {
+                    match body {
+                        PrimaryBody::Sync => context.synchronize(),
+                        PrimaryBody::ClearCache => {
+                            handles_cuda::exec::clear_primary_cache();
+                            Ok(())
+                        }
+                        PrimaryBody::Stream => {
+                            StreamHandle::create(context, StreamFlags::default(), 0).map(drop)
+                        }
+                        PrimaryBody::Panic => {
+                            std::panic::panic_any(UserPanic("with_primary's closure panicked"))
+                        }
+                        PrimaryBody::Nested => {
+                            ContextHandle::with_primary(other, ContextHandle::synchronize)?
+                        }
+                        PrimaryBody::Bind => context.bind_to_thread(),
+                        PrimaryBody::Run => context.run(|| Ok::<_, Error>(())),
+                    }
+                });
+                report(result.and_then(|inner| inner))?;
             }
             Op::FlushDisposals {} => {
                 self.open_gates();
@@ -1878,6 +1946,7 @@ impl State {
                 cluster,
                 coop,
                 programmatic,
+                event,
             } => {
                 let (Some(buffer), Some(stream)) = (self.buf(b).cloned(), self.stream(s).cloned())
                 else {
@@ -1885,10 +1954,20 @@ impl State {
                 };
                 let cluster = [None, Some([1, 1, 1]), Some([2, 1, 1]), Some([16, 1, 1])]
                     [cluster as usize % 4];
+                let programmatic_event = if event == 255 {
+                    None
+                } else {
+                    self.event(event)
+                        .map(|e| handles_cuda::code::ProgrammaticEvent {
+                            event: (**e).clone(),
+                            trigger_at_block_start: false,
+                        })
+                };
                 let options = handles_cuda::code::LaunchOptions {
                     cluster,
                     cooperative: coop,
                     programmatic_serialization: programmatic,
+                    programmatic_event,
                     ..Default::default()
                 };
                 say(format!(
@@ -2358,7 +2437,12 @@ impl State {
                     self.failed = true;
                 }
             }
-            Op::Bomb { k, armed, owns } => {
+            Op::Bomb {
+                k,
+                armed,
+                owns,
+                chain,
+            } => {
                 let buffer = if owns == 255 {
                     None
                 } else {
@@ -2369,8 +2453,18 @@ impl State {
                 } else {
                     "None".into()
                 };
+                let next = if chain == 255 {
+                    None
+                } else {
+                    self.bombs[idx(chain, SLOTS)].clone()
+                };
+                let chained = if next.is_some() {
+                    format!("Some(bomb{}.clone())", idx(chain, SLOTS))
+                } else {
+                    "None".into()
+                };
                 say(format!(
-                    "drop(bomb{0}); let bomb{0} = BombHandle::from_raw(id, Bomb {{ fuse: Fuse({armed}), buffer: {owned} }});",
+                    "drop(bomb{0}); let bomb{0} = BombHandle::from_raw(id, Bomb {{ fuse: Fuse({armed}), buffer: {owned}, next: {chained} }});",
                     idx(k, SLOTS)
                 ));
                 self.bombs[idx(k, SLOTS)] = None;
@@ -2382,6 +2476,7 @@ impl State {
                         Bomb {
                             fuse: Fuse(armed),
                             buffer,
+                            next,
                         },
                     )
                 };
@@ -2620,6 +2715,8 @@ impl State {
                 SharedPerBlock::PerBlock(per_block_rebind)
             }
             PerBlock::Panic => SharedPerBlock::PerBlock(per_block_panic),
+            PerBlock::MakeStream => SharedPerBlock::PerBlock(per_block_stream),
+            PerBlock::ClearCache => SharedPerBlock::PerBlock(per_block_clear),
         };
         let function = match action {
             PerBlock::Fixed => "SharedPerBlock::Fixed(0)".to_string(),
@@ -2632,6 +2729,8 @@ impl State {
                 idx(arg, SLOTS)
             ),
             PerBlock::Panic => "SharedPerBlock::PerBlock(|_| panic_any(UserPanic))".into(),
+            PerBlock::MakeStream => "SharedPerBlock::PerBlock(|_| { drop(StreamHandle::create(&ContextHandle::current()?.unwrap(), ..)); 0 })".into(),
+            PerBlock::ClearCache => "SharedPerBlock::PerBlock(|_| { clear_primary_cache(); 0 })".into(),
         };
         say(format!(
             "kernels.fill.kernel().potential_block_size(&c{}, {function}, 0, OccupancyFlags::Default)?;",

@@ -136,6 +136,30 @@ code_enum!(
         Rebind,
         /// A function that panics (resumed after the driver call).
         Panic,
+        /// A function that makes a stream in the current context and drops it.
+        MakeStream,
+        /// A function that clears the thread's primary-context cache.
+        ClearCache,
+    }
+);
+
+code_enum!(
+    /// The closure of `ContextHandle::with_primary`.
+    PrimaryBody {
+        /// Synchronises the context.
+        Sync,
+        /// Clears the thread's primary-context cache (which `with_primary` borrows).
+        ClearCache,
+        /// Makes a stream in the context and drops it.
+        Stream,
+        /// Panics (propagates).
+        Panic,
+        /// Runs `with_primary` of the other device inside.
+        Nested,
+        /// Binds the context to the thread.
+        Bind,
+        /// Runs the context with `ContextHandle::run` inside.
+        Run,
     }
 );
 
@@ -304,6 +328,7 @@ ops! {
     MemInfo { c: u8 },
     Run { c: u8, body: RunBody, arg: u8 },
     ClearPrimaryCache {},
+    WithPrimary { dev: u8, body: PrimaryBody },
     FlushDisposals {},
     CudarcRelease { dev: u8 },
     FromCudarc { c: u8, dev: u8 },
@@ -378,7 +403,7 @@ ops! {
     DropBuf { b: u8 },
     // Kernels.
     Launch { k: KernelSel, b: u8, b2: u8, s: u8, n: u32, block: u32 },
-    LaunchEx { b: u8, s: u8, n: u32, cluster: u8, coop: bool, programmatic: bool },
+    LaunchEx { b: u8, s: u8, n: u32, cluster: u8, coop: bool, programmatic: bool, event: u8 },
     BlockSize { c: u8, action: PerBlock, arg: u8 },
     Occupancy { c: u8, block: u32 },
     KernelAttr { dev: u8, which: AttrSel },
@@ -413,7 +438,7 @@ ops! {
     // Threads and records that panic.
     Thread { t: u8, job: ThreadJob, a: u8, b: u8 },
     Join { t: u8 },
-    Bomb { k: u8, armed: bool, owns: u8 },
+    Bomb { k: u8, armed: bool, owns: u8, chain: u8 },
     DropBomb { k: u8 },
 }
 
@@ -545,6 +570,7 @@ pub fn op() -> BoxedStrategy<Op> {
         1 => slot().prop_map(|c| MemInfo { c }),
         3 => (slot(), RunBody::any(), slot()).prop_map(|(c, body, arg)| Run { c, body, arg }),
         1 => Just(ClearPrimaryCache {}),
+        2 => (dev(), PrimaryBody::any()).prop_map(|(dev, body)| WithPrimary { dev, body }),
         1 => Just(FlushDisposals {}),
         1 => dev().prop_map(|dev| CudarcRelease { dev }),
         1 => (slot(), dev()).prop_map(|(c, dev)| FromCudarc { c, dev }),
@@ -635,8 +661,8 @@ pub fn op() -> BoxedStrategy<Op> {
     let kernels = weighted![
         5 => (KernelSel::any(), slot(), slot(), slot(), elements(), prop_oneof![Just(128u32), Just(1u32), Just(2048u32)])
             .prop_map(|(k, b, b2, s, n, block)| Launch { k, b, b2, s, n, block }),
-        1 => (slot(), slot(), elements(), 0u8..4, any::<bool>(), any::<bool>())
-            .prop_map(|(b, s, n, cluster, coop, programmatic)| LaunchEx { b, s, n, cluster, coop, programmatic }),
+        1 => (slot(), slot(), elements(), 0u8..4, any::<bool>(), any::<bool>(), prop_oneof![Just(255u8), slot()])
+            .prop_map(|(b, s, n, cluster, coop, programmatic, event)| LaunchEx { b, s, n, cluster, coop, programmatic, event }),
         2 => (slot(), PerBlock::any(), slot()).prop_map(|(c, action, arg)| BlockSize { c, action, arg }),
         1 => (slot(), prop_oneof![Just(128u32), Just(0u32), Just(4096u32)]).prop_map(|(c, block)| Occupancy { c, block }),
         1 => (dev(), AttrSel::any()).prop_map(|(dev, which)| KernelAttr { dev, which }),
@@ -675,7 +701,8 @@ pub fn op() -> BoxedStrategy<Op> {
     let others = weighted![
         3 => (0u8..2, ThreadJob::any(), slot(), slot()).prop_map(|(t, job, a, b)| Thread { t, job, a, b }),
         2 => (0u8..2).prop_map(|t| Join { t }),
-        2 => (slot(), any::<bool>(), prop_oneof![Just(255u8), slot()]).prop_map(|(k, armed, owns)| Bomb { k, armed, owns }),
+        2 => (slot(), any::<bool>(), prop_oneof![Just(255u8), slot()], prop_oneof![Just(255u8), slot()])
+            .prop_map(|(k, armed, owns, chain)| Bomb { k, armed, owns, chain }),
         1 => slot().prop_map(|k| DropBomb { k }),
     ];
     weighted![
@@ -758,7 +785,7 @@ fn idiom() -> BoxedStrategy<Vec<Op>> {
             }),
         // A panic that unwinds past the last handle of a record whose Drop panics (F2).
         2 => (slot(), slot(), any::<bool>()).prop_map(|(k, c, owns)| vec![
-            Bomb { k, armed: true, owns: if owns { 0 } else { 255 } },
+            Bomb { k, armed: true, owns: if owns { 0 } else { 255 }, chain: 255 },
             Primary { c, dev: 0 },
             Run { c, body: RunBody::PanicHoldingBomb, arg: k },
         ]),
