@@ -335,12 +335,15 @@ impl Kit {
     fn per_thread(&self) -> handles_cuda::Result<String> {
         let (context, add_one) = (self.context.clone(), self.add_one.clone());
         let data = std::thread::spawn(move || {
-            context.run(|| {
-                let per_thread = StreamHandle::per_thread();
-                let data = DeviceBuffer::<u32>::zeroed(N, &per_thread)?;
-                add_one.launch(&per_thread, &Kit::config(N)?, (&data, N as u32))?;
-                Ok::<_, Error>(data)
-            })
+            // Bound, as cudarc's program binds it: the context stays current until the thread
+            // exits. (Inside `ContextHandle::run`, which makes no context current again on
+            // return, driver 580 was seen to hang in the thread's exit, destroying the
+            // per-thread stream: RELIABILITY.md, "known gaps".)
+            context.bind_to_thread()?;
+            let per_thread = StreamHandle::per_thread();
+            let data = DeviceBuffer::<u32>::zeroed(N, &per_thread)?;
+            add_one.launch(&per_thread, &Kit::config(N)?, (&data, N as u32))?;
+            Ok::<_, Error>(data)
         })
         .join()
         .expect("the allocating thread does not panic")?;

@@ -602,6 +602,45 @@ fn a_per_thread_stream_allocation_dropped_on_another_thread_is_freed_in_order() 
     failures.assert_none();
 }
 
+/// A thread that used the per-thread default stream inside `ContextHandle::run` (which makes
+/// no context current again on return) and handed its buffer out exits: driver 580 hung
+/// forever in such a thread's exit (in its own per-thread teardown) until the library made
+/// that context current again for it (`exec/stream.rs`, `PerThreadUse`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_thread_that_used_the_per_thread_stream_inside_run_exits() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+    let (sent, received) = std::sync::mpsc::channel();
+    let worker = {
+        let (context, add_one) = (context.clone(), kernels.add_one.clone());
+        std::thread::spawn(move || {
+            context.run(|| {
+                let per_thread = StreamHandle::per_thread();
+                let buffer = DevicePtrHandle::alloc_async(4096 * 4, &per_thread)?;
+                buffer.memset_async(0, 4096 * 4, &per_thread)?;
+                let config = handles_cuda::LaunchConfig::linear(4096, 256);
+                add_one.launch(&per_thread, &config, (&buffer, 4096))?;
+                Ok::<_, Error>(buffer)
+            })
+        })
+    };
+    std::thread::spawn(move || {
+        let _ = sent.send(worker.join());
+    });
+    let buffer = received
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the thread exited within 30 s")
+        .expect("the thread did not panic")
+        .unwrap();
+    drop(buffer);
+    context.synchronize().unwrap();
+    drop(kernels);
+    failures.assert_none();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_legacy_stream_allocation_keeps_the_current_primary_context_alive() {
