@@ -336,9 +336,7 @@ impl Kit {
         let (context, add_one) = (self.context.clone(), self.add_one.clone());
         let data = std::thread::spawn(move || {
             // Bound, as cudarc's program binds it: the context stays current until the thread
-            // exits. (Inside `ContextHandle::run`, which makes no context current again on
-            // return, driver 580 was seen to hang in the thread's exit, destroying the
-            // per-thread stream: RELIABILITY.md, "known gaps".)
+            // exits.
             context.bind_to_thread()?;
             let per_thread = StreamHandle::per_thread();
             let data = DeviceBuffer::<u32>::zeroed(N, &per_thread)?;

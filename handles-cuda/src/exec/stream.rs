@@ -310,58 +310,13 @@ fn require_current_context(token: CUstream) -> Result<ContextHandle> {
         });
     }
     let context = ContextHandle::owning(current)?;
-    if token == PER_THREAD_STREAM {
-        if context.sm_count().is_some() {
-            return Err(crate::error::Error::WrongContext {
-                what: "a green context has no per-thread default stream; use one of its own \
-                       streams, or `StreamHandle::legacy_in`",
-            });
-        }
-        note_per_thread_use(&context);
+    if token == PER_THREAD_STREAM && context.sm_count().is_some() {
+        return Err(crate::error::Error::WrongContext {
+            what: "a green context has no per-thread default stream; use one of its own \
+                   streams, or `StreamHandle::legacy_in`",
+        });
     }
     Ok(context)
-}
-
-thread_local! {
-    /// The context whose per-thread default stream this thread used last, kept until the
-    /// thread exits (see [`PerThreadUse`]).
-    static PER_THREAD_USE: std::cell::RefCell<PerThreadUse> =
-        const { std::cell::RefCell::new(PerThreadUse(None)) };
-}
-
-/// Notes that this thread used `context`'s per-thread default stream.
-fn note_per_thread_use(context: &ContextHandle) {
-    let replaced = crate::sync::with_cache(&PER_THREAD_USE, |used| {
-        if used.0.as_ref().is_some_and(|kept| kept.as_cu() == context.as_cu()) {
-            return None;
-        }
-        used.0.replace(context.clone())
-    });
-    // Dropped after the borrow: it may be a context's last handle.
-    drop(replaced);
-}
-
-/// The context of the per-thread default stream a thread used. Driver 580 was seen to hang
-/// forever in a thread's exit when the thread had used a context's per-thread stream and no
-/// context was current any more (`ContextHandle::run` makes none current again on return):
-/// the driver's own per-thread teardown, which runs after these thread-locals are dropped,
-/// never returned. With that context made current again here, as it is for a thread that
-/// left it bound, the thread exits. The handle goes to the disposal thread, as a bound
-/// context's does.
-struct PerThreadUse(Option<ContextHandle>);
-
-impl Drop for PerThreadUse {
-    fn drop(&mut self) {
-        let Some(context) = self.0.take() else {
-            return;
-        };
-        if current_raw().is_ok_and(|current| current.is_null()) {
-            // SAFETY: the context is alive: `context` holds it until the disposal thread
-            // drops it, after this thread's teardown has begun.
-            let _ = unsafe { driver!(cuCtxSetCurrent(context.as_cu())) };
-        }
-        crate::exec::disposal::dispose(Box::new(context));
-    }
 }
 
 impl StreamHandle {
