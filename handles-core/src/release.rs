@@ -167,8 +167,8 @@ fn nested_first<T: Releasable>(item: T) {
     OUTERMOST.with(|outermost| outermost.set(RUNNING));
 }
 
-/// Drops a last reference in place, in the outermost last drop or the first nested one: the
-/// one home of "a release never aborts the process". While the thread unwinds (an unrelated
+/// Drops a last reference in place, in the outermost last drop, the first nested one or the
+/// loop that empties its list: the one home of "a release never aborts the process". While the thread unwinds (an unrelated
 /// panic drops the handle, or a record's drop panicked and its drop glue goes on), a second
 /// panic from a record's `Drop` would abort, so it is caught (and its payload dropped without
 /// unwinding); otherwise a panic reaches the caller, as any `Drop`'s does.
@@ -205,7 +205,9 @@ fn drain(list: &ParkedList) {
         // The borrow ends before the drop: dropping may park more.
         let next = list.borrow_mut().pop();
         match next {
-            Some(next) => drop(next),
+            // In place too: caught if the thread unwinds (the outermost record panicked, and
+            // its drop glue released the box that parked this one).
+            Some(next) => drop_in_place_here(next),
             None => break,
         }
     }

@@ -200,6 +200,19 @@ fn a_panicking_record_dropped_by_an_unrelated_unwind_does_not_abort() {
     assert_eq!(nodes_deleted() - before, 3, "every node was deleted once");
 }
 
+/// A chain of three records, each owning the one before, the outer and the inner one panicking
+/// in their drop: the outer record's panic unwinds through its drop glue, which releases the
+/// middle record (caught, the first nested drop), whose release parks the inner one; the inner
+/// one is dropped from the list while the thread still unwinds, and its panic is caught there
+/// too (found by the safe-API fuzzer, open finding N4: the list's loop dropped it plainly, and
+/// the process aborted with "panic in a destructor during cleanup").
+#[test]
+fn a_record_parked_while_the_thread_unwinds_is_dropped_without_aborting() {
+    let _serial = serial();
+    let chain = pair(Some(pair(Some(bomb()), None, false)), None, true);
+    drop_expecting_a_panic(chain, 3);
+}
+
 /// For each leaf id, the handle its deleter releases (the leaf made before it).
 static NEXT_LEAF: std::sync::Mutex<Vec<Option<LeafHandle>>> = std::sync::Mutex::new(Vec::new());
 
