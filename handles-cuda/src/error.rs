@@ -898,14 +898,22 @@ pub enum GraphRule {
         "a launch with a programmatic event cannot be captured; use programmatic serialization, which becomes a programmatic edge of the graph"
     )]
     ProgrammaticEventInCapture,
-    /// A conditional node reads a handle made with no default that no kernel node of its
-    /// graph takes as a parameter: nothing would define the condition, so every launch would
+    /// A conditional node reads a handle made with no default that no kernel node it depends
+    /// on (in its own graph) takes as a parameter: nothing would define the condition, so every launch would
     /// read an undefined value (and a while node might never end). Give the handle a default
     /// (`GraphHandle::create_conditional(Some(..))`) or pass it to a kernel node that sets it.
     #[error(
-        "a conditional node reads a handle with no default value that no kernel node of the graph sets"
+        "a conditional node reads a handle with no default value that no kernel node before it sets"
     )]
     UndefinedCondition,
+    /// Kernel nodes take a conditional handle that no conditional node reads: the driver gives
+    /// such a set no meaning.
+    #[error("kernel nodes set a conditional handle that no conditional node of the graph reads")]
+    ConditionalNeverRead,
+    /// A kernel node update that changes which conditional handles the node takes: the reading
+    /// nodes were checked against the setters the graph had when it became executable.
+    #[error("a kernel node update cannot change which conditional handles the node takes")]
+    ConditionalSetterChanged,
 }
 
 /// The crate's result type.

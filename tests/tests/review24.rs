@@ -295,7 +295,10 @@ fn scenario_f6_a_completion_is_not_held_back_by_busy_notifiers() {
         })
         .collect();
     // They are held back indeed.
-    assert!(!resolves_within(pending[0].as_mut(), Duration::from_millis(50)));
+    assert!(!resolves_within(
+        pending[0].as_mut(),
+        Duration::from_millis(50)
+    ));
     // An unrelated event on another stream, held by a gate of its own until its completion
     // was asked for (so that a notifier is needed), then let go: its completion resolves while
     // the others are pending (it waited behind one of them before the fix).
@@ -339,6 +342,26 @@ fn f7_f12_undefined_conditions_and_absurd_switches_are_refused() {
     );
 }
 
+/// `set_from(handle, selector)`: sets the condition to `selector[0]`.
+fn set_from_kernel()
+-> handles_cuda::code::TypedKernel<(handles_cuda::graph::Conditional, handles_cuda::code::Buffer)> {
+    let library = handles_tests::conditional_kernels::load().unwrap();
+    let kernel = KernelHandle::get(&library, "set_from").unwrap();
+    // SAFETY: set_from reads the first word of its buffer only, which the check requires.
+    unsafe {
+        kernel.typed(
+            |(_, selector): &(&handles_cuda::graph::ConditionalHandle, &DevicePtrHandle), _| {
+                if selector.size() >= 4 {
+                    Ok(())
+                } else {
+                    Err(Error::InvalidArgument("the selector holds no word".into()))
+                }
+            },
+        )
+    }
+    .unwrap()
+}
+
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_f7_f12_undefined_conditions_and_absurd_switches_are_refused() {
@@ -374,6 +397,62 @@ fn scenario_f7_f12_undefined_conditions_and_absurd_switches_are_refused() {
     node.bodies[0].add_empty_node(&[]).unwrap();
     defined.instantiate().unwrap().launch(&stream).unwrap();
     stream.synchronize().unwrap();
+    // A setter that the reading node does not depend on leaves the first read undefined (N2,
+    // found by the fuzzer); one it depends on defines it. A handle set but read by no node is
+    // refused too (N1, found by the fuzzer).
+    let set_from = set_from_kernel();
+    let selector = DevicePtrHandle::alloc(&context, 4).unwrap();
+    selector.memset_async(0, 4, &stream).unwrap();
+    stream.synchronize().unwrap();
+    let unordered = GraphHandle::create(&context).unwrap();
+    let handle = unordered.create_conditional(None).unwrap();
+    let node = unordered
+        .add_conditional_node(&[], &handle, ConditionalKind::If)
+        .unwrap();
+    node.bodies[0].add_empty_node(&[]).unwrap();
+    unordered
+        .add_kernel_node(
+            &[],
+            &set_from,
+            &LaunchConfig::linear(1, 1),
+            (&handle, &selector),
+        )
+        .unwrap();
+    assert!(matches!(
+        unordered.instantiate(),
+        Err(Error::GraphRule(GraphRule::UndefinedCondition))
+    ));
+    let ordered = GraphHandle::create(&context).unwrap();
+    let handle = ordered.create_conditional(None).unwrap();
+    let set = ordered
+        .add_kernel_node(
+            &[],
+            &set_from,
+            &LaunchConfig::linear(1, 1),
+            (&handle, &selector),
+        )
+        .unwrap();
+    let node = ordered
+        .add_conditional_node(&[set], &handle, ConditionalKind::If)
+        .unwrap();
+    node.bodies[0].add_empty_node(&[]).unwrap();
+    ordered.instantiate().unwrap().launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    let unread = GraphHandle::create(&context).unwrap();
+    let handle = unread.create_conditional(Some(0)).unwrap();
+    unread
+        .add_kernel_node(
+            &[],
+            &set_from,
+            &LaunchConfig::linear(1, 1),
+            (&handle, &selector),
+        )
+        .unwrap();
+    assert!(matches!(
+        unread.instantiate(),
+        Err(Error::GraphRule(GraphRule::ConditionalNeverRead))
+    ));
+    drop((unordered, ordered, unread, selector, set_from));
     // A switch of more bodies than can be made is a typed error, not an abort.
     let switch = GraphHandle::create(&context).unwrap();
     let handle = switch.create_conditional(Some(0)).unwrap();

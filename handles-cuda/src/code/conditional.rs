@@ -8,8 +8,8 @@
 //! kernel with a conditional argument (no graph runs them, and the driver gives a set from
 //! outside a graph launch no meaning).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 
@@ -35,8 +35,20 @@ pub struct ConditionalHandle {
     default: Option<u32>,
     /// Whether a conditional node already reads it (shared by the clones).
     used: Arc<AtomicBool>,
-    /// Whether a kernel node of its graph takes it as a parameter (shared by the clones).
-    set_by_kernel: Arc<AtomicBool>,
+    /// The kernel nodes that take it as a parameter, and what its reading node found (shared
+    /// by the clones).
+    uses: Arc<Mutex<Uses>>,
+}
+
+/// Which nodes set a conditional handle, and whether the node that reads it finds it defined.
+#[derive(Debug, Default)]
+struct Uses {
+    /// Each kernel node that takes the handle: its graph's id and its node (as the graph's book
+    /// keys it).
+    setters: Vec<(u64, usize)>,
+    /// Once a conditional node reads it: whether the condition is defined when that node runs
+    /// (a default, or a setter the node depends on in its own graph).
+    read: Option<bool>,
 }
 
 impl ConditionalHandle {
@@ -47,7 +59,7 @@ impl ConditionalHandle {
             root,
             default,
             used: Arc::new(AtomicBool::new(false)),
-            set_by_kernel: Arc::new(AtomicBool::new(false)),
+            uses: Arc::new(Mutex::new(Uses::default())),
         }
     }
 
@@ -82,15 +94,44 @@ impl ConditionalHandle {
         Ok(())
     }
 
-    /// Notes that a kernel node of its graph takes it as a parameter (so may set it).
-    pub(crate) fn note_kernel_node(&self) {
-        self.set_by_kernel.store(true, Ordering::Release);
+    /// Notes that kernel node `node` of graph `graph` takes it as a parameter (so may set it).
+    pub(crate) fn note_setter(&self, graph: u64, node: usize) {
+        crate::sync::lock(&self.uses).setters.push((graph, node));
     }
 
-    /// Whether a conditional node reading it would read an undefined value at every launch:
-    /// it has no default and no kernel node of its graph takes it (so nothing can set it).
+    /// The kernel nodes of graph `graph` that take it as a parameter.
+    pub(crate) fn setters_in(&self, graph: u64) -> Vec<usize> {
+        crate::sync::lock(&self.uses)
+            .setters
+            .iter()
+            .filter(|&&(of, _)| of == graph)
+            .map(|&(_, node)| node)
+            .collect()
+    }
+
+    /// Whether kernel node `node` of graph `graph` takes it as a parameter.
+    pub(crate) fn is_set_by(&self, graph: u64, node: usize) -> bool {
+        crate::sync::lock(&self.uses)
+            .setters
+            .contains(&(graph, node))
+    }
+
+    /// Notes that a conditional node now reads it, finding it `defined` or not.
+    pub(crate) fn note_reader(&self, defined: bool) {
+        crate::sync::lock(&self.uses).read = Some(defined);
+    }
+
+    /// Whether the node that reads it would read an undefined value at every launch: no default,
+    /// and no kernel node that the reading node depends on (in its own graph) takes it.
     pub(crate) fn never_defined(&self) -> bool {
-        self.default.is_none() && !self.set_by_kernel.load(Ordering::Acquire)
+        crate::sync::lock(&self.uses).read == Some(false)
+    }
+
+    /// Whether kernel nodes set it but no conditional node reads it: the driver gives such a
+    /// set no meaning (the simulator's `conditional-set`).
+    pub(crate) fn set_but_never_read(&self) -> bool {
+        let uses = crate::sync::lock(&self.uses);
+        uses.read.is_none() && !uses.setters.is_empty()
     }
 
     /// Undoes [`Self::claim`] (the driver refused the node).

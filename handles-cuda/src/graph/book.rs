@@ -55,8 +55,8 @@ pub(crate) struct Book {
     pub(crate) memory: Vec<Owned>,
     /// The executable graph made from this graph, while one lives (graphs with memory nodes).
     instance: Weak<()>,
-    /// The conditional handles that conditional nodes of this graph, or of bodies nested in
-    /// it, read (kept in the outermost graph's book).
+    /// The conditional handles that nodes of this graph, or of bodies nested in it, read or
+    /// set (kept in the outermost graph's book).
     pub(crate) conditionals: Vec<ConditionalHandle>,
 }
 
@@ -174,8 +174,9 @@ impl Book {
     }
 
     /// `Err(GraphRule::UndefinedCondition)` if a conditional node reads a handle that has no
-    /// default and that no kernel node takes: every launch would read an undefined condition
-    /// (a while node could loop forever). Checked wherever a graph becomes executable
+    /// default and that no kernel node before it (in its graph) takes: every launch would read
+    /// an undefined condition (a while node could loop forever); `Err(ConditionalNeverRead)`
+    /// if kernel nodes take a handle that no conditional node reads. Checked wherever a graph becomes executable
     /// (instantiation, and a whole-graph update from it).
     pub(crate) fn refuse_undefined_conditions(&self) -> Result<()> {
         if self
@@ -184,6 +185,13 @@ impl Book {
             .any(ConditionalHandle::never_defined)
         {
             return Err(Error::GraphRule(GraphRule::UndefinedCondition));
+        }
+        if self
+            .conditionals
+            .iter()
+            .any(ConditionalHandle::set_but_never_read)
+        {
+            return Err(Error::GraphRule(GraphRule::ConditionalNeverRead));
         }
         Ok(())
     }

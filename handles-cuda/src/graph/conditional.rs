@@ -140,7 +140,18 @@ impl GraphHandle {
         handle.claim()?;
         let mut bodies_out: *mut CUgraph = std::ptr::null_mut();
         let context = self.context().as_cu();
-        let added = self.add_node(dependencies, [], |node, deps| {
+        // Defined when the node runs: a default, or a kernel node of this graph that takes the
+        // handle and that this node depends on (a setter elsewhere, or not before it, leaves the
+        // first read undefined).
+        let defined = std::cell::Cell::new(handle.default_value().is_some());
+        let setters = handle.setters_in(self.id());
+        let check = |book: &crate::graph::book::Book, keys: &[usize]| {
+            if !defined.get() {
+                defined.set(setters.iter().any(|&setter| book.reaches(keys, setter)));
+            }
+            Ok(())
+        };
+        let added = self.add_node_checked(dependencies, [], check, |node, deps| {
             // SAFETY: every field of the parameter struct is an integer, a pointer or an enum
             // whose zero is a valid value (a kernel node type): all-zero is a valid value.
             let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
@@ -168,7 +179,7 @@ impl GraphHandle {
             // SAFETY: the driver filled the conditional member it was given.
             bodies_out = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };
             Ok(())
-        });
+        }, |_| {});
         let node = match added {
             Ok(node) => node,
             Err(error) => {
@@ -182,11 +193,11 @@ impl GraphHandle {
             });
         }
         self.record().has_conditional.store(true, Ordering::Relaxed);
-        // The outermost graph's book lists the handles its conditional nodes read, checked
-        // wherever it becomes executable (a handle nothing defines is refused there).
-        crate::sync::lock(&self.home().record().book)
-            .conditionals
-            .push(handle.clone());
+        // The outermost graph's book lists the handles its nodes read and set, checked wherever
+        // it becomes executable (a handle nothing defines, or one set but never read, is
+        // refused there).
+        handle.note_reader(defined.get());
+        self.home().list_conditional(handle);
         let mut enclosing = self.enclosing().to_vec();
         enclosing.push(self.id());
         let bodies = (0..size as usize)
@@ -249,6 +260,51 @@ impl GraphHandle {
         Ok(())
     }
 
+    /// Lists `handle` in this (outermost) graph's book, once.
+    pub(crate) fn list_conditional(&self, handle: &ConditionalHandle) {
+        let mut book = crate::sync::lock(&self.record().book);
+        if !book
+            .conditionals
+            .iter()
+            .any(|listed| listed.as_cu() == handle.as_cu())
+        {
+            book.conditionals.push(handle.clone());
+        }
+    }
+
+    /// Notes kernel node `node` of this graph as a setter of each conditional handle among its
+    /// arguments, and lists them in the outermost graph's book.
+    pub(crate) fn note_setters<P: KernelParams>(&self, node: &GraphNode, args: &P::Args<'_>) {
+        P::for_each_conditional(args, |handle| {
+            handle.note_setter(self.id(), node.raw as usize);
+            self.home().list_conditional(handle);
+        });
+    }
+
+    /// `Err(ConditionalSetterChanged)` if an update of kernel node `node` would pass other
+    /// conditional handles than the node took.
+    pub(crate) fn refuse_setter_change<P: KernelParams>(
+        &self,
+        node: &GraphNode,
+        args: &P::Args<'_>,
+    ) -> Result<()> {
+        let mut took: Vec<u64> = crate::sync::lock(&self.home().record().book)
+            .conditionals
+            .iter()
+            .filter(|handle| handle.is_set_by(node.graph, node.raw as usize))
+            .map(ConditionalHandle::as_cu)
+            .collect();
+        let mut takes = Vec::new();
+        P::for_each_conditional(args, |handle| takes.push(handle.as_cu()));
+        took.sort_unstable();
+        takes.sort_unstable();
+        takes.dedup();
+        if took != takes {
+            return Err(Error::GraphRule(crate::error::GraphRule::ConditionalSetterChanged));
+        }
+        Ok(())
+    }
+
     /// Checks that every conditional handle among a kernel node's arguments belongs to this
     /// graph's outermost graph.
     pub(crate) fn check_conditionals<P: KernelParams>(&self, args: &P::Args<'_>) -> Result<()> {
@@ -262,9 +318,7 @@ impl GraphHandle {
                     place: "by a kernel node of another graph",
                 });
             }
-            if checked.is_ok() {
-                handle.note_kernel_node();
-            }
+
         });
         checked
     }

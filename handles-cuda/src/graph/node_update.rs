@@ -118,8 +118,11 @@ impl GraphExecHandle {
         kernel.check_launch(config, &args, ordinal, |buffer| {
             self.check_update_buffer(raw_node, buffer, ordinal)
         })?;
-        // As when the node was added: a conditional handle only of the graph's own hierarchy.
-        self.record().source.check_conditionals::<P>(&args)?;
+        // As when the node was added: a conditional handle only of the graph's own hierarchy,
+        // and the same ones the node took (what reads them was checked against those setters).
+        let source = &self.record().source;
+        source.check_conditionals::<P>(&args)?;
+        source.refuse_setter_change::<P>(&node, &args)?;
         let mut attachments = vec![Attachment::Kernel(kernel.kernel().clone())];
         P::for_each_buffer(&args, |buffer| {
             if buffer.graph_owner().is_none() {

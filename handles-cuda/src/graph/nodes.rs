@@ -238,7 +238,7 @@ impl GraphHandle {
             attachments.push(Attachment::Buffer(buffer.clone()))
         });
         let context = self.context().as_cu();
-        self.add_node(dependencies, attachments, |node, deps| {
+        let node = self.add_node(dependencies, attachments, |node, deps| {
             P::with_pointers(&args, |params| {
                 let node_params = kernel_node_params(config, kernel.kernel(), params, context);
                 // SAFETY: the graph is alive; `deps` are nodes of this graph (checked by id);
@@ -254,7 +254,9 @@ impl GraphHandle {
                     ))
                 }
             })
-        })
+        })?;
+        self.note_setters::<P>(&node, &args);
+        Ok(node)
     }
 
     /// Adds a node that fills `len` bytes of `buffer` from byte `offset` with `value`.
