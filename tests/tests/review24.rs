@@ -472,6 +472,51 @@ fn scenario_f7_f12_undefined_conditions_and_absurd_switches_are_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// N3 (found by the fuzzer): a wrapped cudarc slice is freed in its own context, whatever is
+// current on the thread that drops its handle.
+
+#[test]
+fn n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped() {
+    clean(
+        "n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped",
+        "1",
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped() {
+    in_scenario();
+    let cudarc = CudaContext::new(0).unwrap();
+    let cudarc_stream = cudarc.default_stream();
+    let first =
+        DevicePtrHandle::from_cudarc_slice(cudarc_stream.alloc_zeros::<u8>(1024).unwrap()).unwrap();
+    let second =
+        DevicePtrHandle::from_cudarc_slice(cudarc_stream.alloc_zeros::<u8>(64).unwrap()).unwrap();
+    drop(cudarc_stream);
+    // On a thread with no context current.
+    std::thread::spawn(move || drop(first)).join().unwrap();
+    // On a thread with a green context bound.
+    let green = GreenContextHandle::create(0, 8).unwrap();
+    let green_context = green.context().unwrap();
+    std::thread::spawn(move || {
+        green_context.bind_to_thread().unwrap();
+        drop(second);
+        let current = ContextHandle::current().unwrap().unwrap();
+        assert_eq!(
+            current.as_cu(),
+            green_context.as_cu(),
+            "the caller's context is kept"
+        );
+        ContextHandle::unbind_thread().unwrap();
+    })
+    .join()
+    .unwrap();
+    cudarc.synchronize().unwrap();
+    drop((green, cudarc));
+}
+
+// ---------------------------------------------------------------------------------------------
 // S2: memory another process can write lends no host view.
 
 #[test]

@@ -157,13 +157,37 @@ impl ForeignFree {
     }
 
     /// Orders home after every use; on failure leaks the owner value (it is never dropped, so
-    /// the other library never frees the memory) and returns the error.
+    /// the other library never frees the memory) and returns the error. (The owner value is
+    /// dropped with the record, in home's context: see the `Drop` below.)
     fn release(&self) -> Result<()> {
         let ordered = self.order.order_home_after_uses();
         if ordered.is_err() {
             std::mem::forget(lock(&self.owner).take());
         }
         ordered
+    }
+}
+
+impl Drop for ForeignFree {
+    /// Drops the owner value with home's context current: cudarc 0.19's slice frees on its
+    /// stream without binding its context, so on a thread with no context current, or another
+    /// one, its free would fail (a silent leak) or run in the wrong context (found by the
+    /// safe-API fuzzer, open finding N3). The caller's context is current again afterwards.
+    fn drop(&mut self) {
+        let Some(owner) = lock(&self.owner).take() else {
+            return;
+        };
+        match self.order.home().context() {
+            // If the context cannot be made current, the closure (and the owner in it) is
+            // dropped unrun, as before this scope existed.
+            Some(context) => {
+                let _ = in_context(context.as_cu(), move || {
+                    drop(owner);
+                    Ok::<(), Error>(())
+                });
+            }
+            None => drop(owner),
+        }
     }
 }
 
