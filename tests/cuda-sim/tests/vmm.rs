@@ -300,6 +300,90 @@ fn scenario_bad_touches() {
     teardown();
 }
 
+/// The shape of the fuzzer's S4 program (`tests/fuzz-corpus/open/s4_…`), on 2 devices: a
+/// physical allocation of device 1, mapped with read-write access for device 0 only. Work on
+/// a stream of device 0 (a copy to the host, a kernel) has access and passes; the same work on
+/// a stream of device 1, the owner, has none and is refused (`no-access`) until device 1 is
+/// granted access too, after which its copy passes.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_peer_mapping() {
+    child();
+    let mut contexts = [std::ptr::null_mut(); 2];
+    // SAFETY: plain driver calls on our own handles with valid pointers; the refused calls are
+    // refused before any byte moves, and `host` outlives every copy into it (each stream is
+    // synchronised before it is read or dropped).
+    unsafe {
+        ok(sys::cuInit(0));
+        for (device, context) in contexts.iter_mut().enumerate() {
+            ok(sys::cuDevicePrimaryCtxRetain(context, device as i32));
+        }
+        let mut on_device_1 = prop(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE);
+        on_device_1.location = device_location(1);
+        let mut handle = 0;
+        ok(sys::cuMemCreate(&mut handle, GRANULARITY, &on_device_1, 0));
+        let ptr = reserve(GRANULARITY);
+        ok(sys::cuMemMap(ptr, GRANULARITY, 0, handle, 0));
+        read_write(ptr, GRANULARITY); // device 0 only
+        let mut flags = 9;
+        ok(sys::cuMemGetAccess(&mut flags, &device_location(1), ptr));
+        assert_eq!(flags, 0, "the owner has no access until granted");
+
+        let library = load();
+        let fill = kernel(library, c"fill_u32");
+        let mut host = vec![0u8; 64];
+        ok(sys::cuCtxSetCurrent(contexts[0]));
+        let stream_0 = new_stream();
+        ok(launch(fill, stream_0, ptr, 5, 16));
+        ok(sys::cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr().cast(),
+            ptr,
+            host.len(),
+            stream_0,
+        ));
+        ok(sys::cuStreamSynchronize(stream_0));
+        assert_eq!(&host[..4], 5u32.to_le_bytes(), "device 0's kernel wrote it");
+
+        ok(sys::cuCtxSetCurrent(contexts[1]));
+        let stream_1 = new_stream();
+        assert_ne!(
+            sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, host.len(), stream_1),
+            CUresult::CUDA_SUCCESS,
+            "device 1 has no access to its own memory's mapping"
+        );
+        assert_ne!(launch(fill, stream_1, ptr, 6, 16), CUresult::CUDA_SUCCESS);
+        let desc = sys::CUmemAccessDesc {
+            location: device_location(1),
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        ok(sys::cuMemSetAccess(ptr, GRANULARITY, &desc, 1));
+        ok(sys::cuMemcpyDtoHAsync_v2(
+            host.as_mut_ptr().cast(),
+            ptr,
+            host.len(),
+            stream_1,
+        ));
+        ok(sys::cuStreamSynchronize(stream_1));
+        assert_eq!(
+            &host[..4],
+            5u32.to_le_bytes(),
+            "device 1's kernel was refused"
+        );
+        destroy_stream(stream_1);
+
+        ok(sys::cuCtxSetCurrent(contexts[0]));
+        destroy_stream(stream_0);
+        unload(library);
+        ok(sys::cuMemUnmap(ptr, GRANULARITY));
+        ok(sys::cuMemRelease(handle));
+        ok(sys::cuMemAddressFree(ptr, GRANULARITY));
+        ok(sys::cuCtxSetCurrent(std::ptr::null_mut()));
+        for device in 0..2 {
+            ok(sys::cuDevicePrimaryCtxRelease_v2(device));
+        }
+    }
+}
+
 /// Memset on a stream, then unmap: before (`ordered`) or without synchronising the stream.
 fn unmap_after_work(ordered: bool) {
     child();
@@ -830,6 +914,30 @@ fn vmm_and_green_context_misuse_is_reported() {
         message.contains("cuMemUnmap") && message.contains("cuMemsetD32Async"),
         "{message}"
     );
+}
+
+/// S4: a mapping's access is checked for the device doing the work, not the device that owns
+/// the memory: device 0, granted access to device 1's memory, copies and launches on it;
+/// device 1, not granted, is refused (a copy, then a kernel) until it is.
+#[test]
+fn a_mapping_is_checked_against_the_working_devices_access() {
+    let report = report_with("scenario_peer_mapping", |command| {
+        command.sim_devices(2);
+    });
+    assert_eq!(
+        kinds(&report),
+        ["no-access", "no-access"],
+        "{:?}",
+        report.violations
+    );
+    assert_eq!(
+        calls(&report),
+        ["cuMemcpyDtoHAsync_v2", "cuLaunchKernel"],
+        "{:?}",
+        report.violations
+    );
+    assert_message_contains(&report, 0, "no access granted to device 1");
+    assert_no_leaks(&report);
 }
 
 #[test]

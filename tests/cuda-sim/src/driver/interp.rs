@@ -113,10 +113,7 @@ impl Sim {
         if alloc.kind == AllocKind::Mapping {
             return self
                 .mapping_at(start)
-                .is_some_and(|(_, mapping)| match mapping.owner {
-                    Some(owner) => mapping.access[owner] != ACCESS_NONE,
-                    None => mapping.access.iter().any(|&a| a != ACCESS_NONE),
-                });
+                .is_some_and(|(_, mapping)| mapping.accessible_by(device));
         }
         let Some(pool) = alloc.pool.and_then(|raw| self.pools.get(&raw)) else {
             return true;

@@ -13,8 +13,9 @@
 //! Each mapping is an allocation for the checker (`AllocKind::Mapping`): it records its uses
 //! per timeline, so an unmap (a host operation) that is not ordered after them is an
 //! `unordered-unmap`, and a later touch of the unmapped range a `use-after-free`. A mapping is
-//! not accessible until `cuMemSetAccess` grants its device access: a touch before that is
-//! `no-access`.
+//! not accessible to a device until `cuMemSetAccess` grants that device access, owner or not:
+//! a touch by device work (a memset, a copy either way, a kernel) is checked against the
+//! access of the device the work runs on, and without it is `no-access`.
 //!
 //! The descriptor that `cuMemExportToShareableHandle` hands out is a new descriptor of the
 //! memory file; the file's name (`cuda-sim-vmm:<pid>:<id>:<size>:<location>:<types>`, readable
@@ -81,10 +82,25 @@ pub struct Mapping {
     pub size: u64,
     pub physical: u64,
     pub offset: u64,
-    /// The device whose access a touch needs; `None` (host memory): any device's.
+    /// The device the physical memory lives on; `None` for host memory.
     pub owner: Option<usize>,
     /// Access per device (`cuMemSetAccess`); none at first.
     pub access: Vec<u32>,
+}
+
+impl Mapping {
+    /// Whether work of `device` may touch the mapping: that device needs access of its own
+    /// (`cuMemSetAccess`), whether it owns the memory or not (the driver grants the owner
+    /// nothing either). Work with no device (the host's operations) is checked against the
+    /// owner's access, or for host memory any device's.
+    pub fn accessible_by(&self, device: Option<usize>) -> bool {
+        let granted = |d: usize| self.access.get(d).is_some_and(|&a| a != ACCESS_NONE);
+        match (device, self.owner) {
+            (Some(device), _) => granted(device),
+            (None, Some(owner)) => granted(owner),
+            (None, None) => self.access.iter().any(|&a| a != ACCESS_NONE),
+        }
+    }
 }
 
 /// The virtual-memory state of the simulator.
@@ -596,13 +612,15 @@ impl Sim {
     }
 
     /// A touch of `[addr, addr + len)` starting in a mapping: the range may continue into
-    /// adjacent mappings (contiguous virtual memory), every one of which must be accessible.
-    /// Records the use on each.
+    /// adjacent mappings (contiguous virtual memory), every one of which must be accessible
+    /// to the device doing the work (the operation's: its stream's context's, or for a
+    /// graph's nodes the graph's). Records the use on each.
     pub fn touch_mapped(&mut self, addr: u64, len: u64, operation: Use) -> Result<bool, CuResult> {
         let (call, seq) = faults::current_call();
         let Some(end) = addr.checked_add(len) else {
             return Err(INVALID_VALUE);
         };
+        let device = self.operation_device(operation);
         let mut starts = Vec::new();
         let mut cursor = addr;
         while cursor < end {
@@ -613,13 +631,21 @@ impl Sim {
                 self.checker.violation("out-of-bounds", message);
                 return Err(INVALID_VALUE);
             };
-            let accessible = match mapping.owner {
-                Some(device) => mapping.access[device] != ACCESS_NONE,
-                None => mapping.access.iter().any(|&a| a != ACCESS_NONE),
-            };
-            if !accessible {
+            if !mapping.accessible_by(device) {
+                let by = match device {
+                    Some(device) => format!(" (device {device})"),
+                    None => String::new(),
+                };
+                let of = match mapping.owner {
+                    Some(owner) => format!("memory of device {owner}"),
+                    None => "host memory".to_string(),
+                };
+                let whom = match device {
+                    Some(device) => format!("to device {device}"),
+                    None => "to its device".to_string(),
+                };
                 let message = format!(
-                    "{call} (call #{seq}) on {} touches [{addr:#x}, +{len}): the mapping at {start:#x} ({} bytes) has no access granted (cuMemSetAccess)",
+                    "{call} (call #{seq}) on {}{by} touches [{addr:#x}, +{len}): the mapping at {start:#x} ({} bytes, {of}) has no access granted {whom} (cuMemSetAccess)",
                     self.checker.label(operation.timeline),
                     mapping.size
                 );
