@@ -15,7 +15,8 @@
 //! printed as its text (for `tests/fuzz-corpus/`) and as the Rust calls it made.
 //!
 //! The kept corpus (`tests/fuzz-corpus/*.prog`, embedded at compile time) runs first: one
-//! minimal program per defect the fuzzer was shown to find (F2, F5-F10, F12 of issue 37).
+//! minimal program per defect the fuzzer was shown to find (F2, F5-F10, F12 of issue 37; N1-N4
+//! and the simulator's S4, which it found itself), and correct programs that must stay clean.
 //! Then [`CI_CASES`] random programs. Settings, all optional (environment):
 //!
 //! | variable | meaning |
@@ -55,7 +56,8 @@ use simulator::{Scratch, say};
 /// programs per second).
 const CI_CASES: usize = 400;
 
-/// The kept corpus: each defect's minimal program, and programs that must stay clean.
+/// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4 and the
+/// simulator's S4, which the fuzzer found), and programs that must stay clean.
 const CORPUS: &[(&str, &str)] = &[
     (
         "f2_record_drop_panics_during_unwind",
@@ -97,37 +99,44 @@ const CORPUS: &[(&str, &str)] = &[
         "f12_switch_of_huge_count",
         include_str!("../fuzz-corpus/f12_switch_of_huge_count.prog"),
     ),
-];
-
-/// Open findings of the fuzzer (`tests/fuzz-corpus/open/`): minimal programs that fail the
-/// oracle today, run only with `FUZZ_OPEN=1` and printed, not asserted. A fixed one moves to
-/// [`CORPUS`].
-const OPEN: &[(&str, &str)] = &[
     (
         "n1_conditional_set_with_no_node",
-        include_str!("../fuzz-corpus/open/n1_conditional_set_with_no_node.prog"),
+        include_str!("../fuzz-corpus/n1_conditional_set_with_no_node.prog"),
     ),
     (
         "n2_conditional_setter_not_before_node",
-        include_str!("../fuzz-corpus/open/n2_conditional_setter_not_before_node.prog"),
+        include_str!("../fuzz-corpus/n2_conditional_setter_not_before_node.prog"),
     ),
     (
         "n3_cudarc_slice_dropped_on_another_thread",
-        include_str!("../fuzz-corpus/open/n3_cudarc_slice_dropped_on_another_thread.prog"),
+        include_str!("../fuzz-corpus/n3_cudarc_slice_dropped_on_another_thread.prog"),
     ),
     (
         "n3_cudarc_slice_dropped_with_green_bound",
-        include_str!("../fuzz-corpus/open/n3_cudarc_slice_dropped_with_green_bound.prog"),
+        include_str!("../fuzz-corpus/n3_cudarc_slice_dropped_with_green_bound.prog"),
     ),
     (
         "n4_panicking_records_chain",
-        include_str!("../fuzz-corpus/open/n4_panicking_records_chain.prog"),
+        include_str!("../fuzz-corpus/n4_panicking_records_chain.prog"),
     ),
     (
         "s4_vmm_peer_mapping_touched_by_its_peer",
-        include_str!("../fuzz-corpus/open/s4_vmm_peer_mapping_touched_by_its_peer.prog"),
+        include_str!("../fuzz-corpus/s4_vmm_peer_mapping_touched_by_its_peer.prog"),
+    ),
+    (
+        "ok_streams_graphs_and_ipc",
+        include_str!("../fuzz-corpus/ok_streams_graphs_and_ipc.prog"),
+    ),
+    (
+        "ok_completions_and_host_functions",
+        include_str!("../fuzz-corpus/ok_completions_and_host_functions.prog"),
     ),
 ];
+
+/// Open findings of the fuzzer (`tests/fuzz-corpus/open/`): minimal programs that fail the
+/// oracle until their fix lands, run only with `FUZZ_OPEN=1` and printed, not asserted. A fixed
+/// one moves to [`CORPUS`] (N1-N4 and S4 did). None is open now.
+const OPEN: &[(&str, &str)] = &[];
 
 /// The run's settings, from the environment.
 struct Settings {

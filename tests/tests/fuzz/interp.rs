@@ -121,7 +121,11 @@ pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
 const GATE_LIMIT: Duration = Duration::from_secs(4);
 
 /// How long a completion may stay pending after its event completed.
-const LIVENESS: Duration = Duration::from_millis(1500);
+const LIVENESS: Duration = Duration::from_secs(3);
+
+/// How long a program waits for a completion whose event has not completed (held back by the
+/// program itself) before it goes on without it.
+const GIVE_UP: Duration = Duration::from_secs(1);
 
 impl Gate {
     fn wait(&self) {
@@ -354,7 +358,7 @@ enum Awaited {
     Stuck,
 }
 
-/// Polls `future` until it is ready; gives up after [`LIVENESS`] unless `event` completed,
+/// Polls `future` until it is ready; gives up after [`GIVE_UP`] unless `event` completed,
 /// and reports `Stuck` if it stays pending for [`LIVENESS`] after `event` completed (when
 /// `check` says the event was not recorded again since the future was made).
 fn await_bounded(future: &mut Completion, event: &EventHandle, check: bool) -> Awaited {
@@ -372,7 +376,7 @@ fn await_bounded(future: &mut Completion, event: &EventHandle, check: bool) -> A
         match completed_at {
             Some(at) if check && at.elapsed() > LIVENESS => return Awaited::Stuck,
             Some(at) if !check && at.elapsed() > LIVENESS => return Awaited::GaveUp,
-            None if start.elapsed() > LIVENESS => return Awaited::GaveUp,
+            None if start.elapsed() > GIVE_UP => return Awaited::GaveUp,
             _ => std::thread::park_timeout(Duration::from_millis(5)),
         }
     }

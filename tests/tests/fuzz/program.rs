@@ -783,12 +783,24 @@ fn idiom() -> BoxedStrategy<Vec<Op>> {
                 ops.extend([Instantiate { x, g }, ExecLaunch { x, s: 0 }]);
                 ops
             }),
-        // A panic that unwinds past the last handle of a record whose Drop panics (F2).
+        // A panic that unwinds past the last handle of a record whose Drop panics (F2), or
+        // drops a chain of records that may panic as they are released (N4).
         2 => (slot(), slot(), any::<bool>()).prop_map(|(k, c, owns)| vec![
             Bomb { k, armed: true, owns: if owns { 0 } else { 255 }, chain: 255 },
             Primary { c, dev: 0 },
             Run { c, body: RunBody::PanicHoldingBomb, arg: k },
         ]),
+        1 => (slot(), prop::collection::vec(any::<bool>(), 1..4), any::<bool>())
+            .prop_map(|(k, armed, unwinding)| {
+                let mut ops = vec![Bomb { k, armed: true, owns: 255, chain: 255 }];
+                ops.extend(armed.into_iter().map(|armed| Bomb { k, armed, owns: 255, chain: k }));
+                ops.push(if unwinding {
+                    Run { c: 0, body: RunBody::PanicHoldingBomb, arg: k }
+                } else {
+                    DropBomb { k }
+                });
+                ops
+            }),
         // cudarc code ran and released its primary context but left it current, then a tensor
         // map or a kernel attribute (F9). Memory of a green context, or of another device's
         // primary context, keeps no retain of that one.
