@@ -151,35 +151,41 @@ impl GraphHandle {
             }
             Ok(())
         };
-        let added = self.add_node_checked(dependencies, [], check, |node, deps| {
-            // SAFETY: every field of the parameter struct is an integer, a pointer or an enum
-            // whose zero is a valid value (a kernel node type): all-zero is a valid value.
-            let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
-            params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
-            params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
-                handle: handle.as_cu(),
-                type_: raw_kind,
-                size,
-                phGraph_out: std::ptr::null_mut(),
-                ctx: context,
-            };
-            // SAFETY: the graph and its context are alive; `deps` are nodes of this graph
-            // (checked by id); `params` is a conditional node's parameters, and the driver
-            // writes the body array's address into it.
-            unsafe {
-                probed!(cuGraphAddNode_v2(
-                    node,
-                    self.as_cu(),
-                    deps.as_ptr(),
-                    std::ptr::null(),
-                    deps.len(),
-                    &mut params
-                ))
-            }?;
-            // SAFETY: the driver filled the conditional member it was given.
-            bodies_out = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };
-            Ok(())
-        }, |_| {});
+        let added = self.add_node_checked(
+            dependencies,
+            [],
+            check,
+            |node, deps| {
+                // SAFETY: every field of the parameter struct is an integer, a pointer or an enum
+                // whose zero is a valid value (a kernel node type): all-zero is a valid value.
+                let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+                params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+                params.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+                    handle: handle.as_cu(),
+                    type_: raw_kind,
+                    size,
+                    phGraph_out: std::ptr::null_mut(),
+                    ctx: context,
+                };
+                // SAFETY: the graph and its context are alive; `deps` are nodes of this graph
+                // (checked by id); `params` is a conditional node's parameters, and the driver
+                // writes the body array's address into it.
+                unsafe {
+                    probed!(cuGraphAddNode_v2(
+                        node,
+                        self.as_cu(),
+                        deps.as_ptr(),
+                        std::ptr::null(),
+                        deps.len(),
+                        &mut params
+                    ))
+                }?;
+                // SAFETY: the driver filled the conditional member it was given.
+                bodies_out = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };
+                Ok(())
+            },
+            |_| {},
+        );
         let node = match added {
             Ok(node) => node,
             Err(error) => {
@@ -300,7 +306,9 @@ impl GraphHandle {
         takes.sort_unstable();
         takes.dedup();
         if took != takes {
-            return Err(Error::GraphRule(crate::error::GraphRule::ConditionalSetterChanged));
+            return Err(Error::GraphRule(
+                crate::error::GraphRule::ConditionalSetterChanged,
+            ));
         }
         Ok(())
     }
@@ -318,7 +326,6 @@ impl GraphHandle {
                     place: "by a kernel node of another graph",
                 });
             }
-
         });
         checked
     }
