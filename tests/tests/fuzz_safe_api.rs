@@ -136,10 +136,16 @@ const CORPUS: &[(&str, &str)] = &[
 /// Open findings of the fuzzer (`tests/fuzz-corpus/open/`): minimal programs that fail the
 /// oracle until their fix lands, run only with `FUZZ_OPEN=1` and printed, not asserted. A fixed
 /// one moves to [`CORPUS`] (N1-N4 and S4 did).
-const OPEN: &[(&str, &str)] = &[(
-    "s5_exec_dropped_while_its_launch_waits",
-    include_str!("../fuzz-corpus/open/s5_exec_dropped_while_its_launch_waits.prog"),
-)];
+const OPEN: &[(&str, &str)] = &[
+    (
+        "n6_cudarc_slice_of_another_device",
+        include_str!("../fuzz-corpus/open/n6_cudarc_slice_of_another_device.prog"),
+    ),
+    (
+        "s5_exec_dropped_while_its_launch_waits",
+        include_str!("../fuzz-corpus/open/s5_exec_dropped_while_its_launch_waits.prog"),
+    ),
+];
 
 /// The run's settings, from the environment.
 struct Settings {
