@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Context as TaskContext, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaContext;
@@ -202,8 +202,12 @@ fn f10_captures_queued_for_disposal_are_dropped_before_exit() {
     );
 }
 
-/// Holds handles and lets go of them slowly, so that the process would exit first.
-struct SlowDrop(Vec<DevicePtrHandle>, Option<StreamHandle>);
+/// Holds handles (only to drop them) and lets go of them slowly, so that the process would
+/// exit first.
+struct SlowDrop(
+    #[allow(dead_code)] Vec<DevicePtrHandle>,
+    #[allow(dead_code)] Option<StreamHandle>,
+);
 
 impl Drop for SlowDrop {
     fn drop(&mut self) {
@@ -264,7 +268,7 @@ fn resolves_within<F: Future>(future: F, patience: Duration) -> bool {
     let mut future = pin!(future);
     let start = Instant::now();
     while start.elapsed() < patience {
-        if let Poll::Ready(_) = future.as_mut().poll(&mut task) {
+        if future.as_mut().poll(&mut task).is_ready() {
             return true;
         }
         std::thread::sleep(Duration::from_millis(1));
