@@ -520,6 +520,45 @@ fn scenario_n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped() {
     drop((green, cudarc));
 }
 
+// N6 (found by the fuzzer): a cudarc slice of another device is checked for reach like pool
+// memory: refused on a device its pool does not grant, accepted once granted.
+
+#[test]
+fn n6_a_cudarc_slice_of_another_device_is_checked_for_reach() {
+    clean(
+        "n6_a_cudarc_slice_of_another_device_is_checked_for_reach",
+        "2",
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_n6_a_cudarc_slice_of_another_device_is_checked_for_reach() {
+    in_scenario();
+    let cudarc = CudaContext::new(1).unwrap();
+    let cudarc_stream = cudarc.default_stream();
+    let buffer =
+        DevicePtrHandle::from_cudarc_slice(cudarc_stream.alloc_zeros::<u8>(1024).unwrap()).unwrap();
+    cudarc_stream.synchronize().unwrap();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    assert!(matches!(
+        buffer.memset_async(1, 64, &stream),
+        Err(Error::Unreachable {
+            device: 0,
+            owner: Some(1),
+            pool: true
+        })
+    ));
+    // Granted through the pool that served it (device 1's default pool), the same use passes.
+    let pool = MemoryPoolHandle::device_default(1).unwrap();
+    pool.set_peer_access(0, true).unwrap();
+    buffer.memset_async(1, 64, &stream).unwrap();
+    stream.synchronize().unwrap();
+    pool.set_peer_access(0, false).unwrap();
+    drop((buffer, cudarc_stream, pool, stream, context, cudarc));
+}
+
 // ---------------------------------------------------------------------------------------------
 // S2: memory another process can write lends no host view.
 

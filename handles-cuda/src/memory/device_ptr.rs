@@ -168,6 +168,13 @@ impl ForeignFree {
     }
 }
 
+impl ForeignFree {
+    /// The stream the other library frees the memory on.
+    pub(crate) fn home(&self) -> StreamHandle {
+        self.order.home()
+    }
+}
+
 impl Drop for ForeignFree {
     /// Drops the owner value with home's context current: cudarc 0.19's slice frees on its
     /// stream without binding its context, so on a thread with no context current, or another

@@ -1,7 +1,7 @@
 //! CUDA memory pools: created from properties (optionally IPC-capable), the device's pools,
 //! references, and pools imported from another process.
 
-use cudarc::driver::sys::{self, CUmemoryPool};
+use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
 use handles_core::ResourceHandle;
 
 use crate::driver::call::{deleter_status, driver, out};
@@ -125,6 +125,26 @@ fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags
     // SAFETY: the pool is alive; both pointers are valid for the call.
     unsafe { driver!(cuMemPoolGetAccess(&mut flags, pool, &mut location)) }?;
     Ok(flags)
+}
+
+/// Whether the pool that served the stream-ordered memory at `address` grants device
+/// `ordinal` read-write access (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`, then
+/// `cuMemPoolGetAccess`). Memory that no pool served (the driver reports none) is not granted.
+pub(crate) fn pointer_pool_grants(address: CUdeviceptr, ordinal: usize) -> Result<bool> {
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer of the attribute's type (a pool handle); the
+    // address is of live memory (the caller's handle keeps it).
+    unsafe {
+        driver!(cuPointerGetAttribute(
+            (&raw mut pool).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            address
+        ))
+    }?;
+    if pool.is_null() {
+        return Ok(false);
+    }
+    Ok(access_of(pool, ordinal)? == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 }
 
 /// Revokes every peer device's access, one `cuMemPoolSetAccess` per device: the driver rejects

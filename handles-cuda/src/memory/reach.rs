@@ -201,6 +201,30 @@ impl DevicePtrHandle {
                     pool: false,
                 })
             }
+            // Another library's stream-ordered memory (a cudarc slice): on another device than
+            // its home stream's, the pool that served it (as the driver reports it) must grant
+            // `ordinal` access (found by the safe-API fuzzer, open finding N6: it passed
+            // unchecked).
+            (Release::Foreign(foreign), _) => {
+                let home = foreign.home();
+                let device = home.device_ordinal()?;
+                if device == ordinal {
+                    return Ok(());
+                }
+                let context = home.owning_context()?;
+                let granted = crate::driver::current::in_context(context.as_cu(), || {
+                    crate::memory::pool::pointer_pool_grants(self.as_cu(), ordinal)
+                })?;
+                if granted {
+                    Ok(())
+                } else {
+                    Err(Error::Unreachable {
+                        device: ordinal,
+                        owner: Some(device),
+                        pool: true,
+                    })
+                }
+            }
             _ => Ok(()),
         }
     }
