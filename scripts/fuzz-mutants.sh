@@ -35,7 +35,7 @@ signature() {
         F8) echo "call-from-host-function" ;;
         F9) echo "wrong-context" ;;
         F10) echo "leak" ;;
-        F12) echo "abort" ;;
+        F12) echo "abort|hang" ;;
     esac
 }
 without() {

@@ -536,12 +536,14 @@ fn dep() -> BoxedStrategy<u8> {
 }
 
 fn switch_count() -> BoxedStrategy<u32> {
+    // Around the library's cap of 65536 bodies, and far beyond it (never a huge count that a
+    // driver without a cap could still allocate: a reverted cap must fail fast, not swap).
     prop_oneof![
         4 => 0u32..5,
-        1 => Just(u32::MAX),
-        1 => Just(1u32 << 28),
+        2 => Just(u32::MAX),
+        1 => Just(1u32 << 16),
+        1 => Just((1u32 << 16) + 1),
         1 => Just(100_000u32),
-        1 => any::<u32>(),
     ]
     .boxed()
 }
