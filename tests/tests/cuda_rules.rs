@@ -42,13 +42,21 @@ fn scenario_alloc_async_never_uses_a_replaced_current_pool() {
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| {
+            // The allocating threads stop also if this one panics (a pool the driver refuses),
+            // so that a failure is reported instead of a hang.
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(&stop);
             for _ in 0..3000 {
                 let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
                 // The pool made current replaces (and, its last handle gone, destroys) the one
                 // before; this handle drops at once, so only the table keeps it.
                 drop(pool.set_device_current(0).unwrap());
             }
-            stop.store(true, Ordering::Relaxed);
         });
         // Two allocating threads, so that a resolution is almost always under way when the
         // current pool is replaced.
