@@ -87,9 +87,11 @@ for step in "${steps[@]}"; do
         grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       done
       # The third review's reproducers (review24.rs) as plain programs on the real driver; F9
-      # needs two devices.
+      # and N6 need two devices. F6's gates are host functions, which driver 580 runs one at a
+      # time: on the GPU the gate itself holds every later host function back, so F6's program
+      # shows the fix only on the simulator (seen on the H200, 2026-12-04).
       echo "== review24 scenarios on the GPU" | tee -a "$logs/rules.log"
-      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review24 --include-ignored scenario_ --skip f9 \
+      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review24 --include-ignored scenario_ --skip f9 --skip n6 --skip f6 \
         --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
       grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       ;;
