@@ -163,29 +163,13 @@ impl DevicePtrHandle {
         if let Some(pool) = self.pool().as_ref() {
             return match pool.location() {
                 Some(PoolLocation::Device(device)) if device != ordinal => {
-                    if pool.peer_access(ordinal)? {
-                        Ok(())
-                    } else {
-                        Err(Error::Unreachable {
-                            device: ordinal,
-                            owner: Some(device),
-                            pool: true,
-                        })
-                    }
+                    granted_by_pool(pool.peer_access(ordinal)?, ordinal, Some(device))
                 }
                 // The driver makes a host pool's memory accessible from the host only:
                 // each device needs `cuMemPoolSetAccess` (measured on the H200: a kernel on
                 // it faulted with CUDA_ERROR_ILLEGAL_ADDRESS).
                 Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => {
-                    if pool.peer_access(ordinal)? {
-                        Ok(())
-                    } else {
-                        Err(Error::Unreachable {
-                            device: ordinal,
-                            owner: None,
-                            pool: true,
-                        })
-                    }
+                    granted_by_pool(pool.peer_access(ordinal)?, ordinal, None)
                 }
                 _ => Ok(()),
             };
@@ -215,17 +199,22 @@ impl DevicePtrHandle {
                 let granted = crate::driver::current::in_context(context.as_cu(), || {
                     crate::memory::pool::pointer_pool_grants(self.as_cu(), ordinal)
                 })?;
-                if granted {
-                    Ok(())
-                } else {
-                    Err(Error::Unreachable {
-                        device: ordinal,
-                        owner: Some(device),
-                        pool: true,
-                    })
-                }
+                granted_by_pool(granted, ordinal, Some(device))
             }
             _ => Ok(()),
         }
     }
+}
+
+/// `Ok` if the pool holding the memory `granted` device `ordinal` access, else
+/// `Error::Unreachable` naming the memory's device (`owner`, none for a host pool).
+fn granted_by_pool(granted: bool, ordinal: usize, owner: Option<usize>) -> Result<()> {
+    if granted {
+        return Ok(());
+    }
+    Err(Error::Unreachable {
+        device: ordinal,
+        owner,
+        pool: true,
+    })
 }
