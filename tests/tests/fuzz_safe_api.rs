@@ -15,8 +15,8 @@
 //! printed as its text (for `tests/fuzz-corpus/`) and as the Rust calls it made.
 //!
 //! The kept corpus (`tests/fuzz-corpus/*.prog`, embedded at compile time) runs first: one
-//! minimal program per defect the fuzzer was shown to find (F2, F5-F10, F12 of issue 37; N1-N4
-//! and the simulator's S4, which it found itself), and correct programs that must stay clean.
+//! minimal program per defect the fuzzer was shown to find (F2, F5-F10, F12 of issue 37; N1-N4,
+//! N6 and the simulator's S4, which it found itself), and correct programs that must stay clean.
 //! Then [`CI_CASES`] random programs. Settings, all optional (environment):
 //!
 //! | variable | meaning |
@@ -57,8 +57,8 @@ use simulator::{Scratch, say};
 /// mutation table was found within its first 60 programs.
 const CI_CASES: usize = 2000;
 
-/// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4 and the
-/// simulator's S4, which the fuzzer found), and programs that must stay clean.
+/// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4, N6
+/// and the simulator's S4, which the fuzzer found), and programs that must stay clean.
 const CORPUS: &[(&str, &str)] = &[
     (
         "f2_record_drop_panics_during_unwind",
@@ -121,6 +121,10 @@ const CORPUS: &[(&str, &str)] = &[
         include_str!("../fuzz-corpus/n4_panicking_records_chain.prog"),
     ),
     (
+        "n6_cudarc_slice_of_another_device",
+        include_str!("../fuzz-corpus/n6_cudarc_slice_of_another_device.prog"),
+    ),
+    (
         "s4_vmm_peer_mapping_touched_by_its_peer",
         include_str!("../fuzz-corpus/s4_vmm_peer_mapping_touched_by_its_peer.prog"),
     ),
@@ -136,17 +140,11 @@ const CORPUS: &[(&str, &str)] = &[
 
 /// Open findings of the fuzzer (`tests/fuzz-corpus/open/`): minimal programs that fail the
 /// oracle until their fix lands, run only with `FUZZ_OPEN=1` and printed, not asserted. A fixed
-/// one moves to [`CORPUS`] (N1-N4 and S4 did).
-const OPEN: &[(&str, &str)] = &[
-    (
-        "n6_cudarc_slice_of_another_device",
-        include_str!("../fuzz-corpus/open/n6_cudarc_slice_of_another_device.prog"),
-    ),
-    (
-        "s5_exec_dropped_while_its_launch_waits",
-        include_str!("../fuzz-corpus/open/s5_exec_dropped_while_its_launch_waits.prog"),
-    ),
-];
+/// one moves to [`CORPUS`] (N1-N4, N6 and S4 did).
+const OPEN: &[(&str, &str)] = &[(
+    "s5_exec_dropped_while_its_launch_waits",
+    include_str!("../fuzz-corpus/open/s5_exec_dropped_while_its_launch_waits.prog"),
+)];
 
 /// The run's settings, from the environment.
 struct Settings {
