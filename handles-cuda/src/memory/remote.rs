@@ -9,7 +9,6 @@
 //! pool) lives as long as the process, and a stale entry of a pool destroyed elsewhere can only
 //! make a later revocation wait for more than it needs.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::CUmemoryPool;
@@ -27,7 +26,7 @@ pub(crate) struct RemoteAccess {
     gate: AccessGate,
     /// The devices (bit `ordinal`, for ordinals below 64) this process granted access to the
     /// pool through this crate and has not revoked since.
-    granted: AtomicU64,
+    granted: Mutex<u64>,
 }
 
 /// Per pool with remote uses or a revocation, by raw value (few: a linear scan).
@@ -42,7 +41,7 @@ pub(crate) fn of(pool: CUmemoryPool) -> Arc<RemoteAccess> {
     let entry = Arc::new(RemoteAccess {
         uses: ContextsUsed::new(),
         gate: AccessGate::new(),
-        granted: AtomicU64::new(0),
+        granted: Mutex::new(0),
     });
     table.push((pool as usize, entry.clone()));
     entry
@@ -61,16 +60,17 @@ impl RemoteAccess {
         let Some(bit) = 1u64.checked_shl(ordinal as u32) else {
             return;
         };
+        let mut granted = lock(&self.granted);
         if enabled {
-            self.granted.fetch_or(bit, Ordering::Relaxed);
+            *granted |= bit;
         } else {
-            self.granted.fetch_and(!bit, Ordering::Relaxed);
+            *granted &= !bit;
         }
     }
 
     /// The devices granted access through this crate, as ordinals.
     pub(crate) fn granted(&self) -> Vec<usize> {
-        let bits = self.granted.load(Ordering::Relaxed);
+        let bits = *lock(&self.granted);
         (0..64)
             .filter(|ordinal| bits & (1 << ordinal) != 0)
             .collect()
