@@ -262,7 +262,7 @@ pub enum Error {
     KernelNotFound {
         /// The name asked for.
         name: String,
-        /// The kernels the library holds, where its image says (PTX); empty otherwise.
+        /// The kernels the library holds, where its image says (PTX, cubin); empty otherwise.
         known: Vec<String>,
     },
     /// Stream-ordered work on a stream other than the capture's, from inside the closure of
@@ -914,6 +914,9 @@ pub enum GraphRule {
     /// nodes were checked against the setters the graph had when it became executable.
     #[error("a kernel node update cannot change which conditional handles the node takes")]
     ConditionalSetterChanged,
+    /// A switch node with no bodies (`ConditionalKind::Switch(0)`): it could run nothing.
+    #[error("a switch node needs at least one body")]
+    SwitchWithoutBodies,
 }
 
 /// The crate's result type.

@@ -379,7 +379,7 @@ fn conditional_misuse_is_refused() {
     ));
     assert!(matches!(
         mine.add_conditional_node(&[], &handle, ConditionalKind::Switch(0)),
-        Err(Error::InvalidArgument(_))
+        Err(Error::GraphRule(handles_cuda::GraphRule::SwitchWithoutBodies))
     ));
     // The graph is still whole: it runs (both conditions 0, nothing in the bodies runs).
     let exec = mine.instantiate().unwrap();

@@ -157,6 +157,117 @@ fn check_fatbin(image: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The kernels an image defines, each with its number of parameters, where the image says:
+/// the `.entry` directives of PTX text ([`ptx_entries`]), the parameter records of a cubin
+/// ([`cubin_entries`]), or those of a fatbin's first uncompressed cubin or PTX entry (every
+/// entry of a fatbin is compiled from the same source, so all declare the same kernels).
+/// `None` where none of these can be read; the caller then asks the driver.
+pub(crate) fn image_entries(image: &[u8]) -> Option<Vec<(String, usize)>> {
+    if image.starts_with(ELF_MAGIC) {
+        return cubin_entries(image);
+    }
+    if read_u32(image, 0) == Some(FATBIN_MAGIC) {
+        return fatbin_entries(image);
+    }
+    ptx_entries(image)
+}
+
+/// `EIATTR_KPARAM_INFO`: the attribute that describes one parameter of a kernel, one record
+/// per parameter, in a cubin's `.nv.info.<kernel>` section.
+const KERNEL_PARAMETER_RECORD: u8 = 0x17;
+/// The formats of an `.nv.info` record: a byte or a half-word value (four bytes in all), or a
+/// sized value (a two-byte size, then that many bytes).
+const RECORD_BYTE: u8 = 2;
+const RECORD_HALF: u8 = 3;
+const RECORD_SIZED: u8 = 4;
+
+/// The kernels of a cubin with their numbers of parameters: one `.nv.info.<name>` section per
+/// function, holding one `EIATTR_KPARAM_INFO` record per parameter, whose ordinal (bytes 4..6
+/// of its value) numbers the parameters from 0. `None` where a section cannot be read to the
+/// end, or where the ordinals are not exactly `0..count`, so that a wrong count is never
+/// taken: the caller then asks the driver.
+fn cubin_entries(image: &[u8]) -> Option<Vec<(String, usize)>> {
+    let field = |offset: u64, size: usize| read_le(image, usize::try_from(offset).ok()?, size);
+    let (section_offset, section_count, names_index) =
+        (field(0x28, 8)?, field(0x3C, 2)?, field(0x3E, 2)?);
+    let section = |index: u64| {
+        let header = section_offset.checked_add(index.checked_mul(SECTION_HEADER_SIZE)?)?;
+        let (name, offset, size) = (
+            field(header, 4)?,
+            field(header + 0x18, 8)?,
+            field(header + 0x20, 8)?,
+        );
+        let start = usize::try_from(offset).ok()?;
+        let bytes = image.get(start..start.checked_add(usize::try_from(size).ok()?)?)?;
+        Some((name, bytes))
+    };
+    let (_, names) = section(names_index)?;
+    let mut entries = Vec::new();
+    for index in 0..section_count {
+        let (name_at, bytes) = section(index)?;
+        let name = names.get(usize::try_from(name_at).ok()?..)?;
+        let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
+        if let Some(kernel) = name.strip_prefix(".nv.info.") {
+            entries.push((kernel.to_owned(), parameter_records(bytes)?));
+        }
+    }
+    Some(entries)
+}
+
+/// The number of parameters an `.nv.info.<kernel>` section records (see [`cubin_entries`]).
+fn parameter_records(mut records: &[u8]) -> Option<usize> {
+    let mut ordinals = Vec::new();
+    while !records.is_empty() {
+        let (format, attribute) = (*records.first()?, *records.get(1)?);
+        let length = match format {
+            RECORD_BYTE | RECORD_HALF => 4,
+            RECORD_SIZED => 4 + usize::try_from(read_le(records, 2, 2)?).ok()?,
+            _ => return None,
+        };
+        let value = records.get(4..length)?;
+        if format == RECORD_SIZED && attribute == KERNEL_PARAMETER_RECORD {
+            ordinals.push(read_le(value, 4, 2)?);
+        }
+        records = records.get(length..)?;
+    }
+    ordinals.sort_unstable();
+    let numbered = ordinals.iter().zip(0u64..).all(|(&ordinal, at)| ordinal == at);
+    numbered.then_some(ordinals.len())
+}
+
+/// A fatbin entry's kinds and its compression flags (either one marks a compressed payload).
+const FATBIN_PTX: u64 = 1;
+const FATBIN_CUBIN: u64 = 2;
+const FATBIN_COMPRESSED: u64 = 0x2000 | 0x8000;
+
+/// The entries of a fatbin's first uncompressed cubin or PTX entry (see [`image_entries`]).
+fn fatbin_entries(image: &[u8]) -> Option<Vec<(String, usize)>> {
+    let field = |offset: u64, size: usize| read_le(image, usize::try_from(offset).ok()?, size);
+    let header_size = field(6, 2)?;
+    let end = header_size.checked_add(field(8, 8)?)?;
+    let mut entry = header_size;
+    while entry < end {
+        let (kind, entry_header) = (field(entry, 2)?, field(entry + 4, 4)?);
+        let (payload, flags) = (field(entry + 8, 8)?, field(entry + 0x28, 8)?);
+        let start = entry.checked_add(entry_header)?;
+        let next = start.checked_add(payload)?;
+        if flags & FATBIN_COMPRESSED == 0 {
+            let bytes =
+                image.get(usize::try_from(start).ok()?..usize::try_from(next).ok()?)?;
+            let found = match kind {
+                FATBIN_CUBIN => cubin_entries(bytes),
+                FATBIN_PTX => ptx_entries(bytes),
+                _ => None,
+            };
+            if found.is_some() {
+                return found;
+            }
+        }
+        entry = next;
+    }
+    None
+}
+
 /// The kernels a PTX image defines, each with its number of parameters: the `.entry`
 /// directives of its text, as the PTX ISA writes them (`.visible .entry name(.param …, …)`).
 /// `None` for an image that is not PTX (a cubin or a fatbin) or whose entries cannot be read.
@@ -347,6 +458,95 @@ mod tests {
             None
         );
         assert_eq!(ptx_entries(b".version 8.0\n.entry (.param .u32 a)"), None);
+    }
+
+    /// A cubin whose `.nv.info.<name>` sections hold `records` each, as the compiler lays
+    /// them out: section 1 is the section-name table.
+    fn cubin(kernels: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut names = b"\0.shstrtab\0".to_vec();
+        let mut bodies = Vec::new();
+        for (name, records) in kernels {
+            let at = names.len() as u64;
+            names.extend_from_slice(format!(".nv.info.{name}\0").as_bytes());
+            bodies.push((at, records.clone()));
+        }
+        let headers = 64 + 64 * (2 + kernels.len());
+        let mut image = elf(&[], headers);
+        image[0x3C..0x3E].copy_from_slice(&((2 + kernels.len()) as u16).to_le_bytes());
+        image[0x3E..0x40].copy_from_slice(&1u16.to_le_bytes());
+        let put = |image: &mut Vec<u8>, index: usize, name: u64, bytes: &[u8]| {
+            let header = 64 + 64 * index;
+            let offset = image.len() as u64;
+            image.extend_from_slice(bytes);
+            image[header..header + 4].copy_from_slice(&(name as u32).to_le_bytes());
+            image[header + 4..header + 8].copy_from_slice(&3u32.to_le_bytes());
+            image[header + 0x18..header + 0x20].copy_from_slice(&offset.to_le_bytes());
+            image[header + 0x20..header + 0x28]
+                .copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+        };
+        put(&mut image, 1, 1, &names);
+        for (index, (name, records)) in bodies.iter().enumerate() {
+            put(&mut image, 2 + index, *name, records);
+        }
+        image
+    }
+
+    /// A parameter record of ordinal `ordinal` (`EIATTR_KPARAM_INFO`, 12 bytes of value).
+    fn parameter(ordinal: u16) -> Vec<u8> {
+        let mut record = vec![RECORD_SIZED, KERNEL_PARAMETER_RECORD, 12, 0, 0, 0, 0, 0];
+        record.extend_from_slice(&ordinal.to_le_bytes());
+        record.extend_from_slice(&[0, 0, 0, 0xf0, 0x21, 0]);
+        record
+    }
+
+    #[test]
+    fn cubin_entries_count_each_kernels_parameter_records() {
+        let other = vec![RECORD_HALF, 0x1b, 0xff, 0, RECORD_BYTE, 0x6d, 0, 0];
+        let sized = vec![RECORD_SIZED, 0x37, 4, 0, 0x87, 0, 0, 0];
+        let saxpy = [parameter(3), parameter(2), sized.clone(), parameter(1), parameter(0)];
+        let image = cubin(&[
+            ("saxpy", [saxpy.concat(), other.clone()].concat()),
+            ("none", other.clone()),
+        ]);
+        assert!(checked_image(&image).is_ok());
+        assert_eq!(
+            image_entries(&image).unwrap(),
+            [("saxpy".to_owned(), 4), ("none".to_owned(), 0)]
+        );
+        // Ordinals that skip one, a record of an unknown format and a truncated record: no
+        // count rather than a wrong one.
+        let gap = cubin(&[("gap", [parameter(0), parameter(2)].concat())]);
+        assert_eq!(image_entries(&gap), None);
+        let unknown = cubin(&[("odd", vec![9, 0x17, 0, 0])]);
+        assert_eq!(image_entries(&unknown), None);
+        let truncated = cubin(&[("cut", parameter(0)[..10].to_vec())]);
+        assert_eq!(image_entries(&truncated), None);
+
+        // In a fatbin: a compressed entry is passed over for the first readable one.
+        let fatbin = |entries: &[(u16, u64, &[u8])]| {
+            let mut body = Vec::new();
+            for (kind, flags, payload) in entries {
+                let mut header = vec![0u8; 64];
+                header[..2].copy_from_slice(&kind.to_le_bytes());
+                header[4..8].copy_from_slice(&64u32.to_le_bytes());
+                header[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+                header[0x28..0x30].copy_from_slice(&flags.to_le_bytes());
+                body.extend_from_slice(&header);
+                body.extend_from_slice(payload);
+            }
+            let mut image = FATBIN_MAGIC.to_le_bytes().to_vec();
+            image.extend_from_slice(&[1, 0, 16, 0]);
+            image.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            image.extend_from_slice(&body);
+            image
+        };
+        let ptx = b".version 8.0\n.visible .entry k(.param .u32 a, .param .u64 b) { ret; }";
+        let both = fatbin(&[(1, 0x8011, b"zstd bytes"), (2, 0x11, &image)]);
+        assert!(checked_image(&both).is_ok());
+        assert_eq!(image_entries(&both).unwrap().len(), 2);
+        let text = fatbin(&[(2, 0x2011, b"lz4 bytes"), (1, 0x11, ptx)]);
+        assert_eq!(image_entries(&text).unwrap(), [("k".to_owned(), 2)]);
+        assert_eq!(image_entries(&fatbin(&[(2, 0x8011, &image)])), None);
     }
 
     #[test]

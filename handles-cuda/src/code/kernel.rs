@@ -227,10 +227,11 @@ fn in_some_context<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
 /// The byte size of each parameter of `kernel`, when the driver has `cuKernelGetParamInfo`.
 ///
 /// The number of parameters comes from `cuKernelGetParamCount` (CUDA 13.2) where the driver
-/// has it, else from the kernel's PTX (`in_image`, the `.param`s of its `.entry`), so that no
-/// call fails: a failing call is an error in the user's tools (compute-sanitizer reports each
-/// one). Only for a cubin or a fatbin on an older driver is the list still probed until the
-/// driver answers `CUDA_ERROR_INVALID_VALUE` past the last parameter.
+/// has it, else from the library's image (`in_image`: the `.param`s of a PTX `.entry`, or a
+/// cubin's parameter records, see `code/image.rs`), so that no call fails: a failing call is an
+/// error in the user's tools (compute-sanitizer reports each one). Only for an image that says
+/// nothing (a fatbin whose every entry is compressed) on an older driver is the list still
+/// probed until the driver answers `CUDA_ERROR_INVALID_VALUE` past the last parameter.
 fn param_sizes(kernel: CUkernel, in_image: Option<usize>) -> Result<Option<Vec<usize>>> {
     if !newer::cuKernelGetParamInfo.available() {
         return Ok(None);

@@ -20,7 +20,7 @@ use std::path::Path;
 use cudarc::driver::sys::{CUcontext, CUlibrary};
 use handles_core::ResourceHandle;
 
-use crate::code::image::{checked_image, ptx_entries};
+use crate::code::image::{checked_image, image_entries, ptx_entries};
 use crate::code::program::ProgramHandle;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::load::{ensure_loaded, probed};
@@ -41,7 +41,8 @@ use crate::order::contexts_used::ContextsUsed;
 #[handle(raw = CUlibrary, accessor = as_cu, delete = unload_library)]
 pub struct Library {
     launched_in: ContextsUsed,
-    /// The kernels the image defines and their parameter counts, where the image is PTX.
+    /// The kernels the image defines and their parameter counts, where the image says (PTX, a
+    /// cubin, or a fatbin with an uncompressed entry: `image_entries`).
     entries: Option<Vec<(String, usize)>>,
 }
 // SAFETY: the CUDA driver API lets libraries be used and unloaded from any thread.
@@ -57,7 +58,7 @@ impl Library {
         }
     }
 
-    /// The number of parameters of kernel `name`, where the library's image says (PTX).
+    /// The number of parameters of kernel `name`, where the library's image says.
     pub(crate) fn param_count(&self, name: &str) -> Option<usize> {
         let entries = self.entries.as_ref()?;
         entries
@@ -66,7 +67,7 @@ impl Library {
             .map(|&(_, count)| count)
     }
 
-    /// The names of the library's kernels, where its image says (PTX); empty otherwise.
+    /// The names of the library's kernels, where its image says; empty otherwise.
     pub(crate) fn kernel_names(&self) -> Vec<String> {
         self.entries
             .iter()
@@ -97,7 +98,7 @@ impl LibraryHandle {
     fn load_with_entries(image: &[u8], entries: Option<Vec<(String, usize)>>) -> Result<Self> {
         ensure_loaded()?;
         let image = checked_image(image)?;
-        let entries = ptx_entries(&image).or(entries);
+        let entries = image_entries(&image).or(entries);
         let raw = out(|raw| {
             // SAFETY: `image` is a complete image the driver reads within its bounds (checked
             // above); no options are passed; `raw` is a valid out-pointer.
@@ -155,7 +156,7 @@ impl LibraryHandle {
         let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InteriorNul {
             what: format!("path {path:?}"),
         })?;
-        let entries = ptx_file_entries(path);
+        let entries = file_entries(path);
         let raw = out(|raw| {
             // SAFETY: `name` is a NUL-terminated path; no options; `raw` is a valid out-pointer.
             unsafe {
@@ -215,17 +216,10 @@ impl LibraryHandle {
     }
 }
 
-/// The entries of a PTX file ([`ptx_entries`]); `None` for a cubin or a fatbin (read no
-/// further than their magic) or a file that cannot be read.
-fn ptx_file_entries(path: &Path) -> Option<Vec<(String, usize)>> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut text = Vec::new();
-    file.by_ref().take(4).read_to_end(&mut text).ok()?;
-    // The magic of a cubin or a fatbin: not read further.
-    ptx_entries(&text)?;
-    file.read_to_end(&mut text).ok()?;
-    ptx_entries(&text)
+/// The entries of the image in the file at `path` ([`image_entries`]); `None` for a file that
+/// cannot be read (the driver then reports why it cannot load it).
+fn file_entries(path: &Path) -> Option<Vec<(String, usize)>> {
+    image_entries(&std::fs::read(path).ok()?)
 }
 
 /// A kernel name as the driver takes it.

@@ -50,8 +50,8 @@
 //!   image's size headers are checked first, since the driver takes no length) → `Kernel` (no
 //!   deleter: it goes with its library; registered, one handle per raw kernel). The one unsafe
 //!   promise is `KernelHandle::typed` or `checked`: parameter types (checked against
-//!   `cuKernelGetParamInfo`, counted by `cuKernelGetParamCount` or from the PTX so that no
-//!   call fails) and a bounds check under which the kernel stays in its buffers; a refused
+//!   `cuKernelGetParamInfo`, counted by `cuKernelGetParamCount` or from the image, PTX or
+//!   cubin, so that no call fails) and a bounds check under which the kernel stays in its buffers; a refused
 //!   launch names the kernel (`OutOfBounds`). A launch checks the
 //!   configuration against the kernel's limits on the stream's device (cached per device), then
 //!   reports each `Buffer` argument as used on the stream (the ordering rule above) and notes the

@@ -328,7 +328,7 @@ pub(crate) fn require_version(use_: (&'static str, i32)) -> Result<()> {
 /// does not export one of them, every call that needs it returns [`Error::NotSupported`]
 /// naming it (or uses a fallback: `elapsed_ms` falls back to `cuEventElapsedTime`, a
 /// kernel's parameter sizes are then unknown (without `cuKernelGetParamInfo`) or counted from
-/// its PTX (without `cuKernelGetParamCount`), and `StreamHandle::copy_batch` queues one
+/// its image (without `cuKernelGetParamCount`), and `StreamHandle::copy_batch` queues one
 /// `cuMemcpyAsync` per copy).
 pub fn newer_functions() -> impl Iterator<Item = (&'static str, i32)> {
     CAPABILITIES

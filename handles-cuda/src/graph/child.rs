@@ -125,7 +125,9 @@ impl GraphHandle {
     pub fn debug_dot(&self, path: impl AsRef<Path>, flags: DotFlags) -> Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let path = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes()).map_err(|_| {
-            Error::InvalidArgument("the DOT file's path contains a NUL byte".into())
+            Error::InteriorNul {
+                what: format!("the DOT file's path {:?}", path.as_ref()),
+            }
         })?;
         // The lock: no node is added while the driver walks the graph.
         let _attached = lock(&self.home().record().attachments);

@@ -23,7 +23,7 @@ use crate::code::conditional::ConditionalHandle;
 use crate::code::params::KernelParams;
 use crate::driver::call::out;
 use crate::driver::load::{probed, require_version};
-use crate::error::{Error, Result};
+use crate::error::{Error, GraphRule, Result};
 use crate::graph::nodes::{Body, Graph, GraphHandle, GraphNode, NEXT_GRAPH_ID};
 
 /// The CUDA version that brought if/else and switch nodes (12.8); if and while came with
@@ -111,9 +111,7 @@ impl GraphHandle {
                 (sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE, 1)
             }
             ConditionalKind::Switch(0) => {
-                return Err(Error::InvalidArgument(
-                    "a switch node needs at least one body".into(),
-                ));
+                return Err(Error::GraphRule(GraphRule::SwitchWithoutBodies));
             }
             ConditionalKind::Switch(n) if n as usize > MAX_SWITCH_BODIES => {
                 return Err(Error::TooMany {

@@ -187,34 +187,35 @@ fn import_uncached(
     Ok(imported)
 }
 
-/// The base and size of the allocation that contains `raw`, as the driver knows it.
-/// `cuMemGetAddressRange` answers for device memory; for an import of pinned host memory
-/// driver 580 answers `CUDA_ERROR_NOT_FOUND`, and the pointer's range attributes answer.
+/// The base and size of the allocation that contains `raw`, as the driver knows it, asked
+/// with calls that succeed (a failing call is an error in the user's compute-sanitizer run):
+/// `cuMemGetAddressRange` for device memory; for an import of pinned host memory, which it
+/// answers with `CUDA_ERROR_NOT_FOUND` on driver 580, the pointer's range attributes.
 fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdeviceptr, usize)> {
-    let (mut base, mut size) = (0, 0);
-    let by_range = in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), || {
-        // SAFETY: both out-pointers are valid; `raw` was just mapped by the driver.
-        unsafe { driver!(cuMemGetAddressRange_v2(&mut base, &mut size, raw)) }
-    });
-    match by_range {
-        Ok(()) => return Ok((base, size)),
-        Err(error) if error.code() == Some(sys::CUresult::CUDA_ERROR_NOT_FOUND) => {}
-        Err(error) => return Err(error),
-    }
-    let attribute = |attribute, out: *mut std::ffi::c_void| {
-        in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), || {
-            // SAFETY: `out` points to a value of the attribute's type (a 64-bit address or a
-            // `size_t`); `raw` was just mapped by the driver.
-            unsafe { driver!(cuPointerGetAttribute(out, attribute, raw)) }
-        })
+    use sys::CUpointer_attribute::{
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
     };
-    attribute(
-        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-        (&mut base as *mut CUdeviceptr).cast(),
-    )?;
-    attribute(
-        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-        (&mut size as *mut usize).cast(),
-    )?;
-    Ok((base, size))
+    in_context_of(pool.context().as_ref().map(ContextHandle::as_cu), || {
+        let attribute = |attribute, out: *mut std::ffi::c_void| {
+            // SAFETY: `out` points to a value of the attribute's type (a 32-bit memory type, a
+            // 64-bit address or a `size_t`); `raw` was just mapped by the driver.
+            unsafe { driver!(cuPointerGetAttribute(out, attribute, raw)) }
+        };
+        let mut kind = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        attribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (&raw mut kind).cast())?;
+        let (mut base, mut size) = (0, 0);
+        if kind != sys::CUmemorytype::CU_MEMORYTYPE_HOST {
+            // SAFETY: both out-pointers are valid; `raw` was just mapped by the driver.
+            match unsafe { driver!(cuMemGetAddressRange_v2(&mut base, &mut size, raw)) } {
+                Ok(()) => return Ok((base, size)),
+                // A driver that calls host memory device memory: asked as host memory below.
+                Err(error) if error.code() == Some(sys::CUresult::CUDA_ERROR_NOT_FOUND) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        attribute(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (&raw mut base).cast())?;
+        attribute(CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&raw mut size).cast())?;
+        Ok((base, size))
+    })
 }
