@@ -66,6 +66,50 @@ pub fn interleave(
     }
 }
 
+/// The latency distribution of each variant: the median and the 99th percentile, in ns.
+pub struct Latencies {
+    /// The variants' names, in order.
+    pub names: Vec<&'static str>,
+    /// Median ns of one operation, per variant.
+    pub p50: Vec<f64>,
+    /// 99th-percentile ns of one operation, per variant.
+    pub p99: Vec<f64>,
+}
+
+/// Times `samples` single operations of each variant, one of each variant in turn (the
+/// starting variant rotating), after `warmup` untimed ones: the distribution of one
+/// operation's latency rather than a batch's mean.
+pub fn latencies(variants: &mut [Variant<'_>], samples: usize, warmup: usize) -> Latencies {
+    for variant in variants.iter_mut() {
+        for _ in 0..warmup {
+            (variant.run)();
+        }
+    }
+    let mut times = vec![Vec::with_capacity(samples); variants.len()];
+    for sample in 0..samples {
+        for offset in 0..variants.len() {
+            let index = (sample + offset) % variants.len();
+            let start = Instant::now();
+            (variants[index].run)();
+            times[index].push(start.elapsed().as_nanos() as f64);
+        }
+    }
+    let percentile = |values: &mut Vec<f64>, p: f64| {
+        values.sort_by(|a, b| a.total_cmp(b));
+        values[((values.len() - 1) as f64 * p).round() as usize]
+    };
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    for values in &mut times {
+        p50.push(percentile(values, 0.5));
+        p99.push(percentile(values, 0.99));
+    }
+    Latencies {
+        names: variants.iter().map(|variant| variant.name).collect(),
+        p50,
+        p99,
+    }
+}
+
 /// The median of `values`.
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));

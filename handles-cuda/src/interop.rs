@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 
-use crate::driver::call::driver_error;
+use crate::driver::call::{driver, driver_error};
 use crate::driver::capture;
 use crate::driver::current::{KeepCurrent, current_raw, restore_current};
 use crate::driver::load::ensure_loaded;
@@ -279,6 +279,11 @@ impl DevicePtrHandle {
     /// rather than freed while that work may run, and the leak is reported through the report
     /// hook). The slice's stream is the handle's
     /// [`DevicePtrHandle::deallocation_stream`].
+    ///
+    /// The work cudarc queued on the slice before (its `alloc_zeros` memset, copies, kernels)
+    /// is complete when this returns: the slice's stream, made to wait for the slice's pending
+    /// writes, is synchronised, so the handle's first use on any stream reads what cudarc
+    /// wrote, as a use through cudarc's own API on another stream would.
     pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Result<Self> {
         ensure_loaded()?;
         let size = slice.num_bytes();
@@ -289,6 +294,9 @@ impl DevicePtrHandle {
             drop(sync);
             raw
         };
+        // cudarc's work on the slice is done before this crate's streams touch it.
+        // SAFETY: the slice keeps its stream alive for the call.
+        unsafe { driver!(cuStreamSynchronize(cudarc_stream.cu_stream())) }?;
         // SAFETY: the home stream is used only for this crate's ordering of the slice's free
         // (a wait queued before cudarc's own free); it is checked for a capture first, and a
         // capture cudarc begins concurrently would capture cudarc's own free too, which is

@@ -726,6 +726,48 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+/// The completion rows again as latency distributions (one operation at a time, 2,000 of
+/// each): median and p99 of a blocking wait and of awaiting `completed()`.
+fn completion_latencies(context: &ContextHandle, stream: &StreamHandle) {
+    let event = EventHandle::create(context, EventFlags::default()).unwrap();
+    let buffer = DevicePtrHandle::alloc(context, 4096).unwrap();
+    let measured = handles_bench::latencies(
+        &mut [
+            Variant::new("raw memset+cuEventRecord+cuEventSynchronize", || {
+                buffer.memset_async(1, 4096, stream).unwrap();
+                // SAFETY: the event and the stream are alive.
+                unsafe {
+                    ok(sys::cuEventRecord(event.as_cu(), stream.as_cu()));
+                    ok(sys::cuEventSynchronize(event.as_cu()));
+                }
+            }),
+            Variant::new("handles-cuda memset+record+synchronize", || {
+                buffer.memset_async(1, 4096, stream).unwrap();
+                event.record(stream).unwrap();
+                event.synchronize().unwrap();
+            }),
+            Variant::new("handles-cuda memset+record+completed().await", || {
+                buffer.memset_async(1, 4096, stream).unwrap();
+                event.record(stream).unwrap();
+                block_on(event.completed().unwrap());
+            }),
+        ],
+        2000,
+        200,
+    );
+    let (raw50, raw99) = (measured.p50[0], measured.p99[0]);
+    for (index, name) in measured.names.iter().enumerate() {
+        let (p50, p99) = (measured.p50[index], measured.p99[index]);
+        println!(
+            "| 4 KiB memset, record, wait: latency | {name} | p50 {p50:.0} / p99 {p99:.0} | \
+             {:.3} / {:.3} |",
+            p50 / raw50,
+            p99 / raw99
+        );
+    }
+    handles_cuda::exec::clear_notifiers();
+}
+
 /// An event recorded behind a short memset on an idle stream, then waited for: the driver's
 /// blocking `cuEventSynchronize`, cudarc's `CudaEvent::synchronize`, and awaiting
 /// `EventHandle::completed` on a parking executor (a host function wakes it: the wake-up
@@ -1164,6 +1206,12 @@ fn main() {
     println!("|---|---|---|---|");
     // `gpu_bench events`: the event create+drop rows alone (the main thread, fresh pinned
     // threads and the scaling table's), for several alternations of builds in one call.
+    if std::env::args().nth(1).as_deref() == Some("latency") {
+        for _ in 0..5 {
+            completion_latencies(&context, &stream);
+        }
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("events") {
         report(
             "event create+drop (timing off)",
@@ -1250,6 +1298,7 @@ fn main() {
         "4 KiB memset, event record, wait for it",
         &completions(&context, &stream, &cudarc_context, &tracked),
     );
+    completion_latencies(&context, &stream);
     report(
         "a loop of 100 kernels, until done: host-driven vs a while node",
         &conditional::conditional_loops(&context, &stream),
