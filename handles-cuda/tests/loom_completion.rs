@@ -68,30 +68,3 @@ fn a_dropped_future_keeps_no_waker() {
         assert_eq!(std::sync::Arc::strong_count(&wakes), 2);
     });
 }
-
-/// The poller and the host function may both complete the same state (the poller when its
-/// event shows the wait passed, the host function always): the task is woken exactly once if
-/// it was pending, and never left pending.
-#[test]
-fn two_completers_wake_a_pending_task_once() {
-    loom::model(|| {
-        let shared = Arc::new(Shared::new(false));
-        let wakes = std::sync::Arc::new(Counting(AtomicUsize::new(0)));
-        let waker = Waker::from(wakes.clone());
-        let completer = |shared: Arc<Shared>| {
-            loom::thread::spawn(move || {
-                if let Some(waker) = shared.complete() {
-                    waker.wake_by_ref();
-                }
-            })
-        };
-        let (poller, host) = (completer(shared.clone()), completer(shared.clone()));
-        let ready = shared.ready_or_register(&waker);
-        poller.join().unwrap();
-        host.join().unwrap();
-        let woken = wakes.0.load(Ordering::SeqCst);
-        assert!(ready || woken == 1, "pending and woken {woken} times");
-        assert!(woken <= 1);
-        assert!(shared.ready_or_register(&waker));
-    });
-}

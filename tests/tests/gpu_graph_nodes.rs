@@ -379,7 +379,9 @@ fn conditional_misuse_is_refused() {
     ));
     assert!(matches!(
         mine.add_conditional_node(&[], &handle, ConditionalKind::Switch(0)),
-        Err(Error::GraphRule(handles_cuda::GraphRule::SwitchWithoutBodies))
+        Err(Error::GraphRule(
+            handles_cuda::GraphRule::SwitchWithoutBodies
+        ))
     ));
     // The graph is still whole: it runs (both conditions 0, nothing in the bodies runs).
     let exec = mine.instantiate().unwrap();
@@ -415,7 +417,7 @@ fn debug_dot_writes_the_graph() {
     assert!(text.lines().count() > 2, "{text}");
     assert!(matches!(
         graph.debug_dot("bad\0path", DotFlags::NONE),
-        Err(Error::InvalidArgument(_))
+        Err(Error::InteriorNul { .. })
     ));
     failures.assert_none();
 }

@@ -231,7 +231,10 @@ fn parameter_records(mut records: &[u8]) -> Option<usize> {
         records = records.get(length..)?;
     }
     ordinals.sort_unstable();
-    let numbered = ordinals.iter().zip(0u64..).all(|(&ordinal, at)| ordinal == at);
+    let numbered = ordinals
+        .iter()
+        .zip(0u64..)
+        .all(|(&ordinal, at)| ordinal == at);
     numbered.then_some(ordinals.len())
 }
 
@@ -252,8 +255,7 @@ fn fatbin_entries(image: &[u8]) -> Option<Vec<(String, usize)>> {
         let start = entry.checked_add(entry_header)?;
         let next = start.checked_add(payload)?;
         if flags & FATBIN_COMPRESSED == 0 {
-            let bytes =
-                image.get(usize::try_from(start).ok()?..usize::try_from(next).ok()?)?;
+            let bytes = image.get(usize::try_from(start).ok()?..usize::try_from(next).ok()?)?;
             let found = match kind {
                 FATBIN_CUBIN => cubin_entries(bytes),
                 FATBIN_PTX => ptx_entries(bytes),
@@ -503,7 +505,13 @@ mod tests {
     fn cubin_entries_count_each_kernels_parameter_records() {
         let other = vec![RECORD_HALF, 0x1b, 0xff, 0, RECORD_BYTE, 0x6d, 0, 0];
         let sized = vec![RECORD_SIZED, 0x37, 4, 0, 0x87, 0, 0, 0];
-        let saxpy = [parameter(3), parameter(2), sized.clone(), parameter(1), parameter(0)];
+        let saxpy = [
+            parameter(3),
+            parameter(2),
+            sized.clone(),
+            parameter(1),
+            parameter(0),
+        ];
         let image = cubin(&[
             ("saxpy", [saxpy.concat(), other.clone()].concat()),
             ("none", other.clone()),

@@ -7,9 +7,9 @@
 //! never holds back another; a context keeps at most [`NOTIFIERS_PER_CONTEXT`] idle ones. An event already complete resolves at once, with no driver call but a query.
 //!
 //! The awaited event is kept in the notifier table (not in the host function, whose captures
-//! are dropped on the disposal thread) until the notifier has passed its wait (its shared state
-//! is done): the completion lets go of it when it resolves (or is dropped after that), the
-//! table drops the events of completions dropped early once they are done, and
+//! are dropped on the disposal thread) until its host function has run: the completion lets go
+//! of it when it resolves (or is dropped after its host function ran), the table drops the
+//! events of completions dropped early once their host functions have run, and
 //! [`clear_notifiers`] drops the rest after waiting for them, so nothing the table kept
 //! outlives that call.
 //!
@@ -19,22 +19,12 @@
 //! itself breaks the host-function rule (see `StreamHandle::launch_host`).
 //!
 //! Dropping the future early is safe: the host function still runs later and finds no waker.
-//!
-//! A host function wakes the task some 20 µs after the event completes (the driver's callback
-//! thread), several times the latency of a blocking wait. So the notifier also records a fresh
-//! event of its own after its wait, and one *poller* thread queries that event, for at most
-//! [`POLL_FOR`] after `completed` was called, and wakes the task as soon as it completes: a short
-//! wait resolves at the speed of a synchronous one. A longer wait is left to the host function,
-//! so no thread spins while work runs for long; the poller sleeps whenever it has nothing
-//! younger than [`POLL_FOR`] to poll. Whichever of the two completes the shared state first
-//! takes the waker; the other finds none (`completion_protocol.rs`).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
-use std::time::{Duration, Instant};
 
 use crate::driver::call::driver;
 use crate::error::{Error, Result};
@@ -53,7 +43,7 @@ struct Notifiers {
     context: ContextHandle,
     streams: Vec<StreamHandle>,
     /// Each awaited event, by the address of its completion's shared state, kept until that
-    /// completion is done (the notifier has passed its wait by then).
+    /// completion's host function has run (the notifier has passed its wait by then).
     awaited: HashMap<usize, (Arc<Shared>, EventHandle)>,
     /// The size at which the entries of completions dropped early are looked for next
     /// (doubling, so that looking costs O(1) per completion).
@@ -109,9 +99,8 @@ impl Future for Completion {
 }
 
 impl Completion {
-    /// Lets go of the awaited event once the notifier has passed its wait (it has when the
-    /// shared state is done: the host function, or the poller's event recorded after the
-    /// wait, completed it): dropped here, after the table's lock.
+    /// Lets go of the awaited event once the host function has run (it has when the shared
+    /// state is done): dropped here, after the table's lock.
     fn let_go(&mut self) {
         if self.kept_in == 0 || !self.shared.is_done() {
             return;
@@ -162,8 +151,6 @@ impl EventHandle {
                 unsafe { driver!(cuStreamWaitEvent(raw_stream, self.as_cu(), 0)) }
             })
             .status?;
-        // Recorded after the wait: complete once the awaited record is, for the poller.
-        let passed = EventHandle::marker_on(&notifier)?;
         let wake = Arc::clone(&shared);
         notifier.queue_host(move || {
             if let Some(waker) = wake.complete() {
@@ -173,76 +160,12 @@ impl EventHandle {
             }
         })?;
         // The event stays alive until the notifier has passed its wait, however early the
-        // program drops its handles: the table keeps it until the completion is done.
+        // program drops its handles: the table keeps it until the host function has run.
         keep_awaited(&context, Arc::clone(&shared), self.clone())?;
-        poll_briefly(Arc::clone(&shared), passed);
         Ok(Completion {
             shared,
             kept_in: context.as_cu() as usize,
         })
-    }
-}
-
-/// How long after [`EventHandle::completed`] the poller queries the notifier's own event
-/// before it leaves the wake-up to the host function.
-pub const POLL_FOR: Duration = Duration::from_micros(100);
-
-/// The completions the poller queries: each one's shared state, the notifier's event recorded
-/// after its wait, and when polling began.
-static POLLED: Mutex<Vec<(Arc<Shared>, EventHandle, Instant)>> = Mutex::new(Vec::new());
-
-/// The poller thread, started by the first completion that is not ready at once.
-static POLLER: std::sync::OnceLock<Option<std::thread::Thread>> = std::sync::OnceLock::new();
-
-/// Hands a completion to the poller thread (started if it is not running). If the thread cannot
-/// be started, the host function alone wakes the task, as it would after [`POLL_FOR`].
-fn poll_briefly(shared: Arc<Shared>, passed: EventHandle) {
-    let poller = POLLER.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("handles-completions".into())
-            .spawn(poll_completions)
-            .ok()
-            .map(|joined| joined.thread().clone())
-    });
-    if let Some(poller) = poller {
-        lock(&POLLED).push((shared, passed, Instant::now()));
-        poller.unpark();
-    }
-}
-
-/// The poller thread: queries each polled completion's event until it completes (then wakes
-/// the task) or [`POLL_FOR`] has passed (then the host function will); parks when none is left.
-/// Wakers are woken and dropped here, on a thread of this crate, never in a host function, and
-/// after the list's lock, as are the events let go of.
-fn poll_completions() {
-    loop {
-        let mut finished = Vec::new();
-        let (left, let_go) = {
-            let mut polled = lock(&POLLED);
-            let now = Instant::now();
-            let let_go: Vec<_> = polled
-                .extract_if(.., |(shared, passed, since)| {
-                    // An error (a context lost) leaves the completion to its host function.
-                    if shared.is_done() || passed.query().unwrap_or(false) {
-                        finished.push(Arc::clone(shared));
-                        return true;
-                    }
-                    now.duration_since(*since) >= POLL_FOR
-                })
-                .collect();
-            (polled.len(), let_go)
-        };
-        for shared in finished {
-            if let Some(waker) = shared.complete() {
-                waker.wake_by_ref();
-            }
-        }
-        drop(let_go);
-        if left == 0 {
-            std::thread::park();
-        } else {
-            std::hint::spin_loop();
-        }
     }
 }
 
@@ -301,7 +224,7 @@ fn entry<'a>(all: &'a mut Vec<Notifiers>, context: &ContextHandle) -> Result<&'a
 
 /// Keeps `event` in `context`'s entry until the host function of `shared` has run; once the
 /// entry has grown to twice what it held after the last look, lets go of the events of
-/// completions dropped early that are done (dropped here, after the table's
+/// completions dropped early whose host functions have run (dropped here, after the table's
 /// lock: the caller's thread, never a host function).
 fn keep_awaited(context: &ContextHandle, shared: Arc<Shared>, event: EventHandle) -> Result<()> {
     let passed: Vec<_> = {
@@ -336,9 +259,5 @@ pub fn clear_notifiers() -> usize {
             let _ = stream.synchronize();
         }
     }
-    // Every notifier has passed its waits and run its host functions: the poller's events go
-    // too (after the lock), so that none outlives this call.
-    let polled = std::mem::take(&mut *lock(&POLLED));
-    drop(polled);
     all.iter().map(|entry| entry.streams.len()).sum()
 }

@@ -85,7 +85,7 @@ pub(crate) mod host;
 pub(crate) mod stream;
 pub(crate) mod stream_recycler;
 
-pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, POLL_FOR, clear_notifiers};
+pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers};
 pub use self::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use self::device::{Device, DeviceProperties, DeviceUuid, PciLocation};
 pub use self::disposal::flush_disposals;

@@ -214,7 +214,10 @@ fn mapped_range(pool: &MemoryPoolHandle, raw: CUdeviceptr) -> Result<(CUdevicept
                 Err(error) => return Err(error),
             }
         }
-        attribute(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (&raw mut base).cast())?;
+        attribute(
+            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            (&raw mut base).cast(),
+        )?;
         attribute(CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&raw mut size).cast())?;
         Ok((base, size))
     })

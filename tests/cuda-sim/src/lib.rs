@@ -182,6 +182,9 @@ pub fn command(program: impl AsRef<OsStr>) -> Command {
         "CUDA_SIM_STRICT",
         "CUDA_SIM_REPORT",
         "CUDA_SIM_NO_GREEN_CONTEXTS",
+        "CUDA_SIM_CHECK_DATA_RACE",
+        "CUDA_SIM_CHECK_INITCHECK",
+        "CUDA_SIM_CHECK_SYNCCHECK",
     ] {
         command.env_remove(name);
     }
@@ -237,6 +240,15 @@ pub trait SimCommand {
     /// `CUDA_SIM_NO_GREEN_CONTEXTS=1`: the green-context functions answer
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     fn sim_no_green_contexts(&mut self) -> &mut Self;
+    /// `CUDA_SIM_CHECK_DATA_RACE`: `true` (`1`) turns the `data-race` check on; it is off
+    /// by default while the workspace's own suites are made free of its findings.
+    fn sim_check_data_race(&mut self, on: bool) -> &mut Self;
+    /// `CUDA_SIM_CHECK_INITCHECK`: `true` (`1`) turns the `uninitialized-read` check and the
+    /// `unused-allocation` notes on; they are off by default.
+    fn sim_check_initcheck(&mut self, on: bool) -> &mut Self;
+    /// `CUDA_SIM_CHECK_SYNCCHECK`: `true` (`1`) turns the `barrier-divergence` and
+    /// `bad-warp-mask` checks on; they are off by default.
+    fn sim_check_synccheck(&mut self, on: bool) -> &mut Self;
 }
 
 impl SimCommand for Command {
@@ -267,6 +279,27 @@ impl SimCommand for Command {
     fn sim_no_green_contexts(&mut self) -> &mut Self {
         self.env("CUDA_SIM_NO_GREEN_CONTEXTS", "1")
     }
+
+    fn sim_check_data_race(&mut self, on: bool) -> &mut Self {
+        self.env("CUDA_SIM_CHECK_DATA_RACE", if on { "1" } else { "0" })
+    }
+
+    fn sim_check_initcheck(&mut self, on: bool) -> &mut Self {
+        self.env("CUDA_SIM_CHECK_INITCHECK", if on { "1" } else { "0" })
+    }
+
+    fn sim_check_synccheck(&mut self, on: bool) -> &mut Self {
+        self.env("CUDA_SIM_CHECK_SYNCCHECK", if on { "1" } else { "0" })
+    }
+}
+
+/// Something the simulator noticed that is not a misuse (strict mode ignores it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// `unused-allocation`: a device allocation no memset, copy or kernel ever touched.
+    pub kind: String,
+    /// What it is about.
+    pub message: String,
 }
 
 /// One violation the simulator found.
@@ -274,7 +307,9 @@ impl SimCommand for Command {
 pub struct Violation {
     /// `unordered-free`, `unordered-unmap`, `use-after-free`, `destroyed-handle`,
     /// `double-destroy`, `wrong-context`, `out-of-bounds`, `no-access`, `misaligned`,
-    /// `free-while-mapped`, `call-from-destructor`, `call-from-host-function` or `batch-conflict`.
+    /// `free-while-mapped`, `call-from-destructor`, `call-from-host-function`, `batch-conflict`
+    /// `data-race`, `uninitialized-read`, `barrier-divergence`, `bad-warp-mask` or
+    /// `device-exception`.
     pub kind: String,
     /// What happened, naming the calls involved and their sequence numbers.
     pub message: String,
@@ -287,6 +322,8 @@ pub struct Violation {
 pub struct Report {
     /// Violations, in the order found.
     pub violations: Vec<Violation>,
+    /// Notes (not violations), e.g. `unused-allocation`.
+    pub notes: Vec<Note>,
     /// Resources alive at exit, by type (`stream`, `event`, `pool`, `allocation`,
     /// `sync_allocation`, `host_allocation`, `import`, `context`, `primary_context`,
     /// `library`, `graph`, `graph_exec`, `user_object`, `physical_allocation`, `reservation`,
@@ -321,8 +358,21 @@ impl Report {
                 call: text(v, "call"),
             })
             .collect();
+        let notes = value["notes"]
+            .as_array()
+            .map(|notes| {
+                notes
+                    .iter()
+                    .map(|n| Note {
+                        kind: text(n, "kind"),
+                        message: text(n, "message"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(Report {
             violations,
+            notes,
             leaks: counts("leaks"),
             calls: counts("calls"),
         })
@@ -339,6 +389,7 @@ impl Report {
     /// Adds `other` (another process's report) to this one.
     pub fn merge(&mut self, other: Report) {
         self.violations.extend(other.violations);
+        self.notes.extend(other.notes);
         for (kind, count) in other.leaks {
             *self.leaks.entry(kind).or_default() += count;
         }
@@ -355,8 +406,14 @@ impl Report {
             .iter()
             .map(|v| serde_json::json!({"kind": v.kind, "message": v.message, "call": v.call}))
             .collect();
+        let notes: Vec<serde_json::Value> = self
+            .notes
+            .iter()
+            .map(|n| serde_json::json!({"kind": n.kind, "message": n.message}))
+            .collect();
         serde_json::json!({
             "violations": violations,
+            "notes": notes,
             "leaks": self.leaks,
             "calls": self.calls,
             "processes": processes,

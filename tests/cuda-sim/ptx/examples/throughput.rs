@@ -100,6 +100,7 @@ fn launch(
         params: p,
         globals: &[],
         workers,
+        synccheck: false,
     };
     let t = Instant::now();
     if let Err((f, _)) = run(m, mem, &args) {

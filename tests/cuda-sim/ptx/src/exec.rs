@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::fmath;
+use crate::footprint::{Access, Recorder, Span, merge};
 use crate::ialu::*;
 use crate::ir::*;
 use crate::memory::*;
@@ -105,6 +106,12 @@ pub(crate) struct W<'m> {
     pub(crate) ctaid: [u32; 3],
     pub(crate) block_lin: u64,
     pub(crate) touched: Vec<u8>,
+    /// The global bytes this worker's threads loaded, stored and updated atomically.
+    pub(crate) footprint: Recorder,
+    /// `Memory::uninitialised`: sorted, disjoint ranges never written before the launch.
+    pub(crate) watch: &'m [(u64, u64)],
+    /// The loads of this worker's threads that touched `watch`.
+    pub(crate) unread: Recorder,
     pub(crate) live_mask: Vec<u32>,
     pub(crate) dyn_smem: u64,
     pub(crate) total_smem: u64,
@@ -148,6 +155,19 @@ impl RegionCache {
 }
 
 impl<'m> W<'m> {
+    /// Notes a global access in the footprint, and a load touching `watch` in `unread`.
+    #[inline]
+    pub(crate) fn note_global(&mut self, access: Access, addr: u64, len: u64, tid: [u32; 3]) {
+        self.footprint.note(access, addr, len, self.ctaid, tid);
+        if access == Access::Read && !self.watch.is_empty() {
+            let end = addr.saturating_add(len);
+            let i = self.watch.partition_point(|&(_, e)| e <= addr);
+            if self.watch.get(i).is_some_and(|&(s, _)| s < end) {
+                self.unread.note(Access::Read, addr, len, self.ctaid, tid);
+            }
+        }
+    }
+
     pub(crate) fn fault_oob(&self, th: &Thread, addr: u64, len: u64, write: bool) -> Fault {
         let f = &self.module.funcs[th.func as usize];
         Fault::OutOfBounds {
@@ -159,11 +179,19 @@ impl<'m> W<'m> {
             pc_text: f.text.get(th.pc as usize).cloned().unwrap_or_default(),
         }
     }
-    fn trap(&self, th: &Thread) -> Fault {
+    pub(crate) fn trap(&self, th: &Thread) -> Fault {
+        let f = &self.module.funcs[th.func as usize];
         Fault::Trap {
             block: self.ctaid,
             thread: th.tid,
+            pc_text: f.text.get(th.pc as usize).cloned().unwrap_or_default(),
         }
+    }
+
+    /// The instruction text at thread `th`'s pc.
+    pub(crate) fn pc_text(&self, th: &Thread) -> String {
+        let f = &self.module.funcs[th.func as usize];
+        f.text.get(th.pc as usize).cloned().unwrap_or_default()
     }
 
     /// Whether an access of `len` bytes (a power of two) at `addr` in `space` is a global
@@ -180,7 +208,8 @@ impl<'m> W<'m> {
         global && addr & (len - 1) == 0 && self.cache[write as usize].contains(addr, len)
     }
 
-    /// Checks an access of `len` bytes (aligned to `align`) in `space` at `addr`.
+    /// Checks an access of `len` bytes (aligned to `align`) in `space` at `addr`: a load
+    /// (`write` false) or a store.
     pub(crate) fn locate(
         &mut self,
         th: &Thread,
@@ -191,6 +220,23 @@ impl<'m> W<'m> {
         align: u64,
         write: bool,
     ) -> Result<Loc, Fault> {
+        let access = if write { Access::Write } else { Access::Read };
+        self.locate_as(th, shared_len, space, addr, len, align, access)
+    }
+
+    /// Checks an access of `len` bytes (aligned to `align`) in `space` at `addr`, made as
+    /// `access`; a global one is noted in the worker's footprint.
+    pub(crate) fn locate_as(
+        &mut self,
+        th: &Thread,
+        shared_len: usize,
+        space: Space,
+        addr: u64,
+        len: u64,
+        align: u64,
+        access: Access,
+    ) -> Result<Loc, Fault> {
+        let write = access != Access::Read;
         let (space, off) = match space {
             Space::Global | Space::Const => (Space::Global, addr),
             Space::Shared => (
@@ -255,10 +301,12 @@ impl<'m> W<'m> {
                 // Inside a region lately approved for this kind of access (already marked as
                 // touched): `Memory::region_bounds` promises `check` would approve it.
                 if self.cache[write as usize].contains(addr, len) {
+                    self.note_global(access, addr, len, th.tid);
                     return Ok(Loc::Host(addr));
                 }
                 match self.mem.check(addr, len, write) {
                     Some(region) => {
+                        self.note_global(access, addr, len, th.tid);
                         if region >= self.touched.len() {
                             self.touched.resize(region + 1, 0);
                         }
@@ -410,7 +458,13 @@ impl<'m> W<'m> {
         loop {
             let Some(ins) = code.get(pc) else {
                 th.pc = pc as u32;
-                return Err(Fault::NotSupported("fell off the end of a function".into()));
+                // Past the last instruction: the GPU would run whatever follows (an illegal
+                // instruction, at best).
+                return Err(Fault::Trap {
+                    block: self.ctaid,
+                    thread: th.tid,
+                    pc_text: format!("ran past the end of function {}", func.name),
+                });
             };
             if ins.guard != 0 {
                 let g = ins.guard - 1;
@@ -768,6 +822,7 @@ impl<'m> W<'m> {
                     let size = t.bytes();
                     if n == 1 && self.cached_global(space, at, size as u64, false) {
                         // The common case: a scalar load inside the region of the last one.
+                        self.note_global(Access::Read, at, size as u64, th.tid);
                         let mut v = host_load(at, size);
                         if t.signed() {
                             v = sext(v, size * 8) as u64;
@@ -821,6 +876,8 @@ impl<'m> W<'m> {
                     let size = t.bytes();
                     if n == 1 && self.cached_global(space, at, size as u64, true) {
                         // The common case: a scalar store inside the region of the last one.
+                        self.footprint
+                            .note(Access::Write, at, size as u64, self.ctaid, th.tid);
                         host_store(at, size, regs[s[0] as usize]);
                         pc += 1;
                         continue;
@@ -865,14 +922,14 @@ impl<'m> W<'m> {
                     let (bv, cv) = (regs[b as usize], regs[c as usize]);
                     let size = t.bytes();
                     th.pc = pc as u32; // for the fault report
-                    let loc = match self.locate(
+                    let loc = match self.locate_as(
                         th,
                         shared.len(),
                         space,
                         at,
                         size as u64,
                         size as u64,
-                        true,
+                        Access::Atomic,
                     ) {
                         Ok(l) => l,
                         Err(e) => fault!(e),
@@ -1346,6 +1403,8 @@ fn run_block_spread(
 
 struct WorkerResult {
     touched: Vec<u8>,
+    footprint: Vec<Span>,
+    unread: Vec<Span>,
     printf: Vec<(u64, String)>,
     /// Conditional sets by block.
     sets: Vec<(u64, Vec<(u64, u32)>)>,
@@ -1362,6 +1421,8 @@ pub(crate) fn run(
 ) -> Result<Outcome, (Fault, Outcome)> {
     let empty = || Outcome {
         touched: Vec::new(),
+        footprint: Vec::new(),
+        uninitialised_reads: Vec::new(),
         printf: String::new(),
         conditional_sets: Vec::new(),
     };
@@ -1453,6 +1514,9 @@ pub(crate) fn run(
         ctaid: [0; 3],
         block_lin: 0,
         touched: vec![0; memory.regions()],
+        footprint: Recorder::new(),
+        watch: memory.uninitialised(),
+        unread: Recorder::new(),
         live_mask: vec![0; (nthreads as usize).div_ceil(32)],
         dyn_smem,
         total_smem,
@@ -1472,6 +1536,8 @@ pub(crate) fn run(
         let mut threads: Vec<Thread> = (0..nthreads).map(|_| Thread::new()).collect();
         let mut res = WorkerResult {
             touched: Vec::new(),
+            footprint: Vec::new(),
+            unread: Vec::new(),
             printf: Vec::new(),
             sets: Vec::new(),
             fault: None,
@@ -1503,6 +1569,8 @@ pub(crate) fn run(
         for w in ws {
             all.push(WorkerResult {
                 touched: w.touched,
+                footprint: w.footprint.finish(),
+                unread: w.unread.finish(),
                 printf: Vec::new(),
                 sets: Vec::new(),
                 fault: None,
@@ -1520,6 +1588,8 @@ pub(crate) fn run(
             let mut shared = vec![0u8; shared_bytes as usize];
             let mut res = WorkerResult {
                 touched: Vec::new(),
+                footprint: Vec::new(),
+                unread: Vec::new(),
                 printf: Vec::new(),
                 sets: Vec::new(),
                 fault: None,
@@ -1557,6 +1627,8 @@ pub(crate) fn run(
                 }
             }
             res.touched = w.touched;
+            res.footprint = w.footprint.finish();
+            res.unread = w.unread.finish();
             if let Ok(mut all) = results.lock() {
                 all.push(res);
             }
@@ -1574,7 +1646,11 @@ pub(crate) fn run(
     let mut printf: Vec<(u64, String)> = Vec::new();
     let mut sets: Vec<(u64, Vec<(u64, u32)>)> = Vec::new();
     let mut fault: Option<(u64, Fault)> = None;
+    let mut footprint: Vec<Span> = Vec::new();
+    let mut unread: Vec<Span> = Vec::new();
     for r in all {
+        footprint.extend(r.footprint);
+        unread.extend(r.unread);
         for (i, &t) in r.touched.iter().enumerate() {
             if i >= touched_bits.len() {
                 touched_bits.resize(i + 1, 0);
@@ -1589,6 +1665,8 @@ pub(crate) fn run(
             fault = Some((b, f));
         }
     }
+    merge(&mut footprint);
+    merge(&mut unread);
     printf.sort_by_key(|(b, _)| *b);
     sets.sort_by_key(|(b, _)| *b);
     let outcome = Outcome {
@@ -1598,6 +1676,8 @@ pub(crate) fn run(
             .filter(|(_, t)| **t != 0)
             .map(|(i, t)| (i, *t & 2 != 0))
             .collect(),
+        footprint,
+        uninitialised_reads: unread,
         printf: printf.into_iter().map(|(_, s)| s).collect(),
         conditional_sets: sets.into_iter().flat_map(|(_, s)| s).collect(),
     };

@@ -23,6 +23,7 @@
 mod decode;
 mod exec;
 mod fmath;
+mod footprint;
 mod ialu;
 mod ir;
 mod lex;
@@ -32,6 +33,7 @@ mod printf;
 mod tma;
 mod warp;
 
+pub use footprint::{Access, Span};
 pub use tma::TensorMapDesc;
 
 use std::collections::HashMap;
@@ -221,6 +223,12 @@ pub trait Memory: Sync {
         let _ = region;
         None
     }
+    /// Optional: sorted, disjoint `[start, end)` ranges of global memory never written
+    /// before the launch. Loads touching them are listed in
+    /// [`Outcome::uninitialised_reads`]. The default, none, records nothing.
+    fn uninitialised(&self) -> &[(u64, u64)] {
+        &[]
+    }
 }
 
 /// One launch: the entry, its shape, its arguments and where the module variables live.
@@ -239,6 +247,12 @@ pub struct LaunchArgs<'a> {
     pub globals: &'a [u64],
     /// CPU threads to use (>= 1).
     pub workers: usize,
+    /// Check barriers and warp collectives as compute-sanitizer's synccheck does: a member
+    /// mask naming an exited or absent lane is [`Fault::BadWarpMask`], a block barrier that
+    /// not every thread can reach (or that a warp reaches with some of its threads exited)
+    /// is [`Fault::BarrierDivergence`]. Off: such masks are taken as naming the lanes that
+    /// are there, and a block that cannot finish is [`Fault::Deadlock`].
+    pub synccheck: bool,
 }
 
 /// What a launch did.
@@ -246,6 +260,13 @@ pub struct LaunchArgs<'a> {
 pub struct Outcome {
     /// Regions touched, and whether written (each region once, by region index).
     pub touched: Vec<(usize, bool)>,
+    /// The global bytes the launch's threads loaded, stored and updated atomically, merged
+    /// into ranges: sorted by kind of access, then address (see [`Span`]).
+    pub footprint: Vec<Span>,
+    /// The loads that touched [`Memory::uninitialised`] memory, merged into ranges the same
+    /// way (each range's witness is the first such load of its lowest part). The bytes the
+    /// launch itself stored are not subtracted: the caller does that with `footprint`.
+    pub uninitialised_reads: Vec<Span>,
     /// Device printf output: by block, then by thread within a block.
     pub printf: String,
     /// `cudaGraphSetConditional(handle, value)` calls, as `(handle, value)`: by block, then
@@ -301,15 +322,49 @@ pub enum Fault {
     },
     /// Something met at run time that is not implemented.
     NotSupported(String),
-    /// `trap`, `brkpt`, call-stack overflow.
+    /// A hardware exception: `trap`, `brkpt`, call-stack overflow, a thread running past
+    /// the end of its function.
     Trap {
         /// The block's index.
         block: [u32; 3],
         /// The thread's index in its block.
         thread: [u32; 3],
+        /// The instruction (or what happened), as text.
+        pc_text: String,
     },
-    /// E.g. `bar.sync` not reached by all threads of a block.
+    /// E.g. `bar.sync` not reached by all threads of a block (with `LaunchArgs::synccheck`
+    /// off; on, this is [`Fault::BarrierDivergence`]).
     Deadlock(String),
+    /// (`LaunchArgs::synccheck`) a block barrier reached by some threads of a block while
+    /// others exited or wait at another barrier or collective, so the block cannot finish;
+    /// or a block-wide barrier reached by a warp some of whose threads exited.
+    BarrierDivergence {
+        /// The block's index.
+        block: [u32; 3],
+        /// One thread waiting at the barrier.
+        thread: [u32; 3],
+        /// The barrier's instruction, as text.
+        pc_text: String,
+        /// Who waits where, and who exited.
+        detail: String,
+    },
+    /// (`LaunchArgs::synccheck`) a warp collective (`bar.warp.sync`, `shfl.sync`,
+    /// `vote.sync`, `match.sync`, `redux.sync`) whose member mask names a lane that has
+    /// exited or that the warp does not have (beyond the block's threads).
+    BadWarpMask {
+        /// The block's index.
+        block: [u32; 3],
+        /// The thread whose mask it is.
+        thread: [u32; 3],
+        /// The member mask.
+        mask: u32,
+        /// The lanes of `mask` that exited.
+        exited: u32,
+        /// The lanes of `mask` the warp does not have.
+        absent: u32,
+        /// The instruction, as text.
+        pc_text: String,
+    },
 }
 
 impl std::fmt::Display for Fault {
@@ -348,8 +403,35 @@ impl std::fmt::Display for Fault {
                 "assertion failed in block {block:?} thread {thread:?}: {message}"
             ),
             Fault::NotSupported(s) => write!(f, "not supported: {s}"),
-            Fault::Trap { block, thread } => write!(f, "trap in block {block:?} thread {thread:?}"),
+            Fault::Trap {
+                block,
+                thread,
+                pc_text,
+            } => write!(
+                f,
+                "hardware exception in block {block:?} thread {thread:?}: {pc_text}"
+            ),
             Fault::Deadlock(s) => write!(f, "deadlock: {s}"),
+            Fault::BarrierDivergence {
+                block,
+                thread,
+                pc_text,
+                detail,
+            } => write!(
+                f,
+                "divergent barrier in block {block:?} (thread {thread:?} at {pc_text}): {detail}"
+            ),
+            Fault::BadWarpMask {
+                block,
+                thread,
+                mask,
+                exited,
+                absent,
+                pc_text,
+            } => write!(
+                f,
+                "member mask {mask:#010x} of block {block:?} thread {thread:?} names exited lanes {exited:#010x} and absent lanes {absent:#010x}: {pc_text}"
+            ),
         }
     }
 }

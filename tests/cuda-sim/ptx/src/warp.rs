@@ -7,8 +7,9 @@ use crate::ir::*;
 use crate::memory::atom_apply;
 
 impl<'m> W<'m> {
-    /// Resolves the warp collectives of one warp that can proceed. Returns whether any did.
-    pub(crate) fn resolve_warp(&mut self, lanes: &mut [Thread]) -> bool {
+    /// Resolves the warp collectives of one warp that can proceed. Returns whether any did;
+    /// with synccheck on, a member mask naming an exited or absent lane is a fault.
+    pub(crate) fn resolve_warp(&mut self, lanes: &mut [Thread]) -> Result<bool, Fault> {
         let module = self.module;
         let mut progress = false;
         let mut done = 0u32;
@@ -33,6 +34,9 @@ impl<'m> W<'m> {
                 | Op::Match { mask, .. } => mask,
                 _ => continue,
             };
+            if self.args.synccheck {
+                self.check_masks(lanes, group, mask_reg)?;
+            }
             // Every lane named by a member mask must be here (or have exited).
             let mut ready = true;
             for i in 0..lanes.len() {
@@ -192,7 +196,69 @@ impl<'m> W<'m> {
             }
             progress = true;
         }
-        progress
+        Ok(progress)
+    }
+
+    /// Synccheck: each member mask of the lanes `group` waiting at one warp collective must
+    /// name only lanes the warp has and that have not exited.
+    fn check_masks(&self, lanes: &[Thread], group: u32, mask_reg: R) -> Result<(), Fault> {
+        let have = if lanes.len() >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << lanes.len()) - 1
+        };
+        for (i, lane) in lanes.iter().enumerate() {
+            if group & (1 << i) == 0 {
+                continue;
+            }
+            let mask = lane.regs[mask_reg as usize] as u32;
+            let absent = mask & !have;
+            let exited = (0..lanes.len())
+                .filter(|&j| mask & (1 << j) != 0 && lanes[j].state == St::Exited)
+                .fold(0u32, |acc, j| acc | (1 << j));
+            if absent != 0 || exited != 0 {
+                return Err(Fault::BadWarpMask {
+                    block: self.ctaid,
+                    thread: lane.tid,
+                    mask,
+                    exited,
+                    absent,
+                    pc_text: self.pc_text(lane),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Synccheck: why the block cannot finish, naming a thread at a block barrier.
+    fn divergence(&self, threads: &[Thread]) -> Option<Fault> {
+        let waiting = threads.iter().find(|t| t.state == St::Bar)?;
+        let count = |st: St| threads.iter().filter(|t| t.state == st).count();
+        let mut detail = format!(
+            "{} threads wait at block barriers, {} at warp collectives, {} exited",
+            count(St::Bar),
+            count(St::Warp),
+            count(St::Exited)
+        );
+        let pc_text = self.pc_text(waiting);
+        if let Some(other) = threads.iter().find(|t| {
+            matches!(t.state, St::Bar | St::Warp) && (t.func, t.pc) != (waiting.func, waiting.pc)
+        }) {
+            detail.push_str(&format!(
+                "; thread {:?} waits at `{}`",
+                other.tid,
+                self.pc_text(other)
+            ));
+        }
+        if let Some(gone) = threads.iter().find(|t| t.state == St::Exited) {
+            detail.push_str(&format!("; thread {:?} exited", gone.tid));
+        }
+        Some(Fault::BarrierDivergence {
+            block: self.ctaid,
+            thread: waiting.tid,
+            pc_text,
+            detail,
+        })
     }
 
     pub(crate) fn run_block(
@@ -221,12 +287,17 @@ impl<'m> W<'m> {
             let mut progress = threads.iter().any(|t| t.state == St::Ready);
             for w in 0..threads.len().div_ceil(32) {
                 let lanes = &mut threads[w * 32..((w + 1) * 32).min(n)];
-                progress |= self.resolve_warp(lanes);
+                progress |= self.resolve_warp(lanes)?;
             }
             if !progress {
-                progress = self.release_barriers(threads, live);
+                progress = self.release_barriers(threads, live)?;
             }
             if !progress {
+                if self.args.synccheck
+                    && let Some(fault) = self.divergence(threads)
+                {
+                    return Err(fault);
+                }
                 let at_bar = threads.iter().filter(|t| t.state == St::Bar).count();
                 let at_warp = threads.iter().filter(|t| t.state == St::Warp).count();
                 return Err(Fault::Deadlock(format!(
@@ -238,7 +309,14 @@ impl<'m> W<'m> {
         }
     }
 
-    pub(crate) fn release_barriers(&mut self, threads: &mut [Thread], live: usize) -> bool {
+    /// Releases the block barriers every participant reached. With synccheck on, a
+    /// block-wide barrier (no thread count) that a warp reaches with some of its threads
+    /// exited is a fault.
+    pub(crate) fn release_barriers(
+        &mut self,
+        threads: &mut [Thread],
+        live: usize,
+    ) -> Result<bool, Fault> {
         let module = self.module;
         let mut ids: Vec<(u64, Option<u64>, usize)> = Vec::new();
         for t in threads.iter() {
@@ -261,6 +339,9 @@ impl<'m> W<'m> {
         let mut progress = false;
         for (idv, cnt, waiting) in ids {
             let need = cnt.map_or(live, |c| (c as usize).min(live));
+            if waiting >= need && cnt.is_none() && self.args.synccheck {
+                self.check_warps_whole(threads, idv)?;
+            }
             if waiting >= need {
                 // Reductions of `bar.red` over the threads released together.
                 let (mut popc, mut all, mut any) = (0u64, true, false);
@@ -301,6 +382,36 @@ impl<'m> W<'m> {
                 progress = true;
             }
         }
-        progress
+        Ok(progress)
+    }
+
+    /// Synccheck: no warp whose threads wait at block barrier `idv` has exited threads.
+    fn check_warps_whole(&self, threads: &[Thread], idv: u64) -> Result<(), Fault> {
+        let module = self.module;
+        for warp in threads.chunks(32) {
+            let at = warp.iter().find(|t| {
+                t.state == St::Bar
+                    && match module.funcs[t.func as usize].code[t.pc as usize].op {
+                        Op::Bar { id, .. } | Op::BarRed { id, .. } => {
+                            t.regs[id as usize] & 0xffff_ffff == idv
+                        }
+                        _ => false,
+                    }
+            });
+            let gone = warp.iter().find(|t| t.state == St::Exited);
+            if let (Some(at), Some(gone)) = (at, gone) {
+                let exited = warp.iter().filter(|t| t.state == St::Exited).count();
+                return Err(Fault::BarrierDivergence {
+                    block: self.ctaid,
+                    thread: at.tid,
+                    pc_text: self.pc_text(at),
+                    detail: format!(
+                        "{exited} threads of its warp exited before the barrier (thread {:?} among them): a block-wide barrier must be reached by every thread of the block",
+                        gone.tid
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 }

@@ -26,6 +26,7 @@ fn run_body(body: &str, slots: usize, dynamic_shared: u32) -> Vec<u64> {
         block: [1, 1, 1],
         dynamic_shared,
         workers: 1,
+        synccheck: false,
     };
     go_ok(&m, &mem, &[], "k", &l, &p);
     mem.read(b)

@@ -176,9 +176,66 @@ fn divergent_barrier_is_a_deadlock_and_trap_is_a_trap() {
         f,
         Fault::Trap {
             block: [0, 0, 0],
-            thread: [5, 0, 0]
+            thread: [5, 0, 0],
+            pc_text: "@%p1 trap; (line 23)".into(),
         }
     );
+    // With synccheck, the divergent barrier is named as such.
+    let checked = Launch {
+        synccheck: true,
+        ..launch1(1, 64)
+    };
+    let (f, _) = go(&m, &mem, &[], "k", &checked, &Params::default()).unwrap_err();
+    assert!(
+        matches!(&f, Fault::BarrierDivergence { thread: [0, 0, 0], pc_text, .. } if pc_text.contains("bar.sync 1")),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn synccheck_reports_partial_warp_exits_and_bad_masks() {
+    let text = ".version 7.0\n.target sm_52\n.address_size 64\n\
+        .visible .entry early()\n{\n .reg .pred %p<2>;\n .reg .b32 %r<3>;\n\
+        mov.u32 %r1, %tid.x;\n setp.ge.u32 %p1, %r1, 16;\n @%p1 bra DONE;\n bar.sync 0;\n\
+        DONE:\n ret;\n}\n\
+        .visible .entry shfl(.param .u32 m)\n{\n .reg .b32 %r<4>;\n\
+        ld.param.u32 %r3, [m];\n mov.u32 %r1, %tid.x;\n shfl.sync.bfly.b32 %r2, %r1, 1, 31, %r3;\n ret;\n}\n";
+    let m = load(text);
+    let mem = Mem::new();
+    let checked = |threads| Launch {
+        synccheck: true,
+        ..launch1(1, threads)
+    };
+    // Threads 16..32 of the only warp exit before the barrier.
+    let (f, _) = go(&m, &mem, &[], "early", &checked(32), &Params::default()).unwrap_err();
+    assert!(matches!(f, Fault::BarrierDivergence { .. }), "{f:?}");
+    // The twin: a block of 16 threads, none of which exits.
+    go(&m, &mem, &[], "early", &checked(16), &Params::default()).unwrap();
+    // Without synccheck, the same launch passes as before.
+    go(&m, &mem, &[], "early", &launch1(1, 32), &Params::default()).unwrap();
+    let full = Params::default().u32(u32::MAX);
+    let (f, _) = go(&m, &mem, &[], "shfl", &checked(16), &full).unwrap_err();
+    assert!(
+        matches!(
+            f,
+            Fault::BadWarpMask {
+                mask: u32::MAX,
+                absent: 0xffff_0000,
+                exited: 0,
+                ..
+            }
+        ),
+        "{f:?}"
+    );
+    go(
+        &m,
+        &mem,
+        &[],
+        "shfl",
+        &checked(16),
+        &Params::default().u32(0xffff),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -259,6 +316,7 @@ fn performance_two_to_the_twenty_threads() {
             .u64(mem.addr(by));
         let l = Launch {
             workers,
+            synccheck: false,
             ..launch1((n / 256) as u32, 256)
         };
         let t = std::time::Instant::now();
@@ -347,6 +405,7 @@ fn short_parameter_buffer_is_a_fault_not_a_panic() {
         params: &[0u8; 4],
         globals: &[],
         workers: 1,
+        synccheck: false,
     };
     let (f, _) = cuda_sim_ptx::run(&m, &mem, &args).unwrap_err();
     assert!(
@@ -415,6 +474,7 @@ fn conditional_sets_are_reported_in_block_and_thread_order() {
     for workers in [1, 4] {
         let launch = Launch {
             workers,
+            synccheck: false,
             ..launch1(3, 2)
         };
         let outcome = go_ok(

@@ -344,6 +344,7 @@ fn grid_3d() {
         block: [8, 8, 2],
         dynamic_shared: 0,
         workers: 2,
+        synccheck: false,
     };
     go_ok(&m, &mem, &[], "grid3d", &l, &p);
     let o: Vec<u32> = mem.read(bo);
@@ -372,6 +373,7 @@ fn device_printf() {
             block: [3, 1, 1],
             dynamic_shared: 0,
             workers: 2,
+            synccheck: false,
         },
         &p,
     );
@@ -482,6 +484,7 @@ fn dynamic_shared_memory() {
         block: [256, 1, 1],
         dynamic_shared: 256 * 4,
         workers: 2,
+        synccheck: false,
     };
     go_ok(&m, &mem, &[], "reverse", &l, &p);
     let o: Vec<i32> = mem.read(b);
@@ -560,6 +563,7 @@ fn write_past_the_end_faults() {
     for workers in [1, 2] {
         let l = Launch {
             workers,
+            synccheck: false,
             ..launch1(4, 128)
         };
         let (f, out) = go(&m, &mem, &[], "past_end", &l, &p).unwrap_err();

@@ -139,6 +139,7 @@ fn tiled_matrix_product() {
         block: [16, 16, 1],
         dynamic_shared: 0,
         workers: 2,
+        synccheck: false,
     };
     go_ok(&m, &mem, &[], "matmul", &l, &p);
     let c: Vec<f32> = mem.read(bc);

@@ -9,6 +9,7 @@ use cuda_sim_ptx::Fault;
 fn one_block(threads: u32, workers: usize) -> Launch {
     Launch {
         workers,
+        synccheck: false,
         ..launch1(1, threads)
     }
 }

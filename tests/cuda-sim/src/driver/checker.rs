@@ -29,6 +29,16 @@ pub struct Timeline {
     pub label: String,
 }
 
+/// Which node of which graph launch an operation is: within one launch, nodes are ordered
+/// only by the graph's edges (`races`), though they run one after the other here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeTag {
+    /// The launch, numbered by `Races::register_launch`.
+    pub launch: u64,
+    /// The node's index in the executable graph.
+    pub node: u32,
+}
+
 /// One use of an allocation: on which timeline, at which epoch, by which call, and (for device
 /// work) on which device it runs. The device is that of the context the work runs in, which
 /// for a graph's nodes is the graph's context, whatever the launch stream's
@@ -40,6 +50,8 @@ pub struct Use {
     pub call: &'static str,
     pub seq: u64,
     pub device: Option<usize>,
+    /// The graph node it runs as, when it is one of a launch whose edges order its nodes.
+    pub node: Option<NodeTag>,
 }
 
 pub use super::verdict::Violation;
@@ -97,6 +109,7 @@ impl Checker {
             call,
             seq,
             device: None,
+            node: None,
         }
     }
 

@@ -341,7 +341,7 @@ export_fns! {
         // that fails stops the launch, but its end (`Op::LaunchDone`) is still noted, so that
         // the graph's context does not wait for it for ever.
         let mut status = Ok(());
-        for op in ops {
+        for (op, node) in ops {
             let done = match op {
                 Op::LaunchDone(context) => Some(context),
                 _ => None,
@@ -353,7 +353,10 @@ export_fns! {
                 let target = match done {
                     // The end needs no live stream: it only notes the stream's clock.
                     Some(_) => work,
-                    None => sim.stream(stream, "cuGraphLaunch")?.running(work.work, work.work_device),
+                    None => sim
+                        .stream(stream, "cuGraphLaunch")?
+                        .running(work.work, work.work_device)
+                        .in_node(node),
                 };
                 Ok((target.timeline, sim.run_or_defer(target, op)?))
             });

@@ -3,12 +3,15 @@
 //! the node list (the graph may be destroyed afterwards, as with the driver) and takes its own
 //! references to the graph's user objects. A launch executes the nodes in order, one stream
 //! operation per node on the launch stream's timeline, checking the handles and memory they
-//! use then. The nodes run in the exec's context (the one current at instantiation), whatever
-//! the launch stream's, as driver 580 runs them: their memory touches are checked for that
-//! context's device, and `cuCtxSynchronize` of that context waits for the launch.
+//! use then; for the data-race check (`races`) each node's operations carry the node, so that
+//! only the graph's edges order the nodes of one launch. The nodes run in the exec's context
+//! (the one current at instantiation), whatever the launch stream's, as driver 580 runs them:
+//! their memory touches are checked for that context's device, and `cuCtxSynchronize` of that
+//! context waits for the launch.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::checker::NodeTag;
 use super::errors::INVALID_VALUE;
 use super::streams::Target;
 use super::types::{CuResult, Raw};
@@ -25,6 +28,10 @@ pub const GRAPH_EXEC_UPDATE_FAILURE: CuResult = 910;
 /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH` and `…_USE_NODE_PRIORITY`: accepted
 /// (there are no graph allocations to free, and node priorities do not change the order).
 const INSTANTIATE_FLAGS: u64 = 1 | 8;
+
+/// An operation of a graph launch, with the node it is (`None`: not a node, or a launch whose
+/// nodes are taken as a chain).
+pub type TaggedOp = (Op, Option<NodeTag>);
 
 /// A node: its operation and the nodes it depends on.
 #[derive(Clone, Debug)]
@@ -228,7 +235,7 @@ impl Sim {
         &mut self,
         exec: Raw,
         target: Target,
-    ) -> Result<(Vec<Op>, Target), CuResult> {
+    ) -> Result<(Vec<TaggedOp>, Target), CuResult> {
         let context = self.graph_exec(exec)?.context;
         // A destroyed context leaves the nodes to the stream's (the driver's behaviour then
         // was not measured).
@@ -255,12 +262,72 @@ impl Sim {
             return Ok((Vec::new(), work));
         }
         self.check_legacy_capture(target, false)?;
+        // Each node's operations are tagged with the node, so that the race check orders the
+        // nodes of this launch by the graph's edges only.
+        let launch = {
+            let nodes = &self.graph_exec(exec)?.nodes;
+            // A node that waits for an event may wait for another node of the same launch:
+            // then the launch's nodes are taken as a chain.
+            match nodes.iter().any(|node| waits_for_event(&node.op)) {
+                true => None,
+                false => {
+                    let deps = dependency_indices(nodes);
+                    self.races.register_launch(&deps)
+                }
+            }
+        };
         let mut flat = Vec::with_capacity(ops.len() + 1);
-        Op::flatten(ops, &mut flat);
+        for (index, op) in ops.into_iter().enumerate() {
+            // The first operation resets the conditional handles; it is no node.
+            let tag = index
+                .checked_sub(1)
+                .zip(launch)
+                .map(|(node, launch)| NodeTag {
+                    launch,
+                    node: node as u32,
+                });
+            let mut expanded = Vec::new();
+            Op::flatten(vec![op], &mut expanded);
+            flat.extend(expanded.into_iter().map(|op| (op, tag)));
+        }
         if work.work != target.context {
             self.foreign_launch_started(work.work);
-            flat.push(Op::LaunchDone(work.work));
+            flat.push((Op::LaunchDone(work.work), None));
         }
         Ok((flat, work))
     }
+}
+
+/// Whether `op` waits for an event, itself or in a child graph or conditional body.
+fn waits_for_event(op: &Op) -> bool {
+    match op {
+        Op::EventWait(_) => true,
+        Op::Child(ops) => ops.iter().any(waits_for_event),
+        Op::Conditional(conditional) => conditional
+            .resolved
+            .iter()
+            .flatten()
+            .flatten()
+            .any(waits_for_event),
+        _ => false,
+    }
+}
+
+/// For each node, the indices of the nodes it depends on (`usize::MAX` for one not in
+/// `nodes`, which `Races::register_launch` refuses).
+fn dependency_indices(nodes: &[Node]) -> Vec<Vec<usize>> {
+    let index: std::collections::HashMap<Raw, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| (node.raw, i))
+        .collect();
+    nodes
+        .iter()
+        .map(|node| {
+            node.deps
+                .iter()
+                .map(|dep| index.get(dep).copied().unwrap_or(usize::MAX))
+                .collect()
+        })
+        .collect()
 }

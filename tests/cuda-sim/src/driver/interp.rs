@@ -12,12 +12,14 @@ use super::checker::Use;
 use super::errors::NOT_SUPPORTED;
 use super::launch::Launch;
 use super::memory::AllocKind;
+use super::races::Touch;
 use super::types::{ACCESS_NONE, CuResult};
 use super::{Sim, faults};
 
 /// `CUDA_ERROR_ILLEGAL_ADDRESS`: what a kernel touching memory it may not touch gets.
 pub const ILLEGAL_ADDRESS: CuResult = 700;
-/// `CUDA_ERROR_LAUNCH_FAILED`: a trap, or a block whose barrier not every thread reaches.
+/// `CUDA_ERROR_LAUNCH_FAILED`: a trap (a hardware exception), a block whose barrier not every
+/// thread reaches, or a warp collective whose member mask names exited or absent lanes.
 pub const LAUNCH_FAILED: CuResult = 719;
 /// `CUDA_ERROR_MISALIGNED_ADDRESS`.
 pub const MISALIGNED_ADDRESS: CuResult = 716;
@@ -39,6 +41,8 @@ struct Region {
 struct Snapshot {
     /// Sorted by start; regions do not overlap.
     regions: Vec<Region>,
+    /// Bytes of device allocations never written before the launch (`initcheck`).
+    unwritten: Vec<(u64, u64)>,
 }
 
 impl Snapshot {
@@ -99,6 +103,10 @@ impl Memory for Snapshot {
     fn region_bounds(&self, region: usize) -> Option<(u64, u64)> {
         self.regions.get(region).map(|r| (r.start, r.end))
     }
+
+    fn uninitialised(&self) -> &[(u64, u64)] {
+        &self.unwritten
+    }
 }
 
 /// CPU threads a launch uses: blocks are independent, so they run in parallel.
@@ -149,7 +157,10 @@ impl Sim {
                 }
             })
             .collect();
-        let snapshot = Snapshot { regions };
+        let snapshot = Snapshot {
+            regions,
+            unwritten: self.initcheck.unwritten(),
+        };
         let args = LaunchArgs {
             entry,
             grid: launch.grid,
@@ -158,6 +169,7 @@ impl Sim {
             params: &launch.args,
             globals: &globals,
             workers: workers(),
+            synccheck: self.config.check_synccheck,
         };
         let (outcome, fault) = match cuda_sim_ptx::run(&module, &snapshot, &args) {
             Ok(outcome) => (outcome, None),
@@ -168,6 +180,18 @@ impl Sim {
                 alloc.uses.insert(op.timeline, op);
             }
         }
+        if self.races.enabled() {
+            let touches: Vec<Touch> = outcome.footprint.iter().map(Touch::from).collect();
+            self.check_races(op, format!("kernel {name}"), &touches);
+        }
+        let touched: Vec<u64> = outcome.touched.iter().map(|&(r, _)| starts[r]).collect();
+        self.init_kernel(
+            op,
+            &name,
+            &outcome.uninitialised_reads,
+            &outcome.footprint,
+            &touched,
+        );
         super::printf::keep(&outcome.printf);
         for &(handle, value) in &outcome.conditional_sets {
             self.set_conditional(launch.exec, &name, handle, value);
@@ -284,9 +308,56 @@ impl Sim {
                 );
                 NOT_SUPPORTED
             }
-            Fault::Trap { block, thread } => {
-                eprintln!(
-                    "cuda-sim: kernel {name} trapped in block {block:?}, thread {thread:?} ({call} call #{seq})"
+            Fault::Trap {
+                block,
+                thread,
+                pc_text,
+            } => {
+                self.checker.violation(
+                    "device-exception",
+                    format!(
+                        "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) raised a hardware exception: `{pc_text}`; the launch fails with CUDA_ERROR_LAUNCH_FAILED"
+                    ),
+                );
+                LAUNCH_FAILED
+            }
+            Fault::BarrierDivergence {
+                block,
+                thread,
+                pc_text,
+                detail,
+            } => {
+                self.checker.violation(
+                    "barrier-divergence",
+                    format!(
+                        "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) waits at `{pc_text}`, which not every thread of its block reaches: {detail}"
+                    ),
+                );
+                LAUNCH_FAILED
+            }
+            Fault::BadWarpMask {
+                block,
+                thread,
+                mask,
+                exited,
+                absent,
+                pc_text,
+            } => {
+                let mut why = Vec::new();
+                if exited != 0 {
+                    why.push(format!("lanes {exited:#010x} have exited"));
+                }
+                if absent != 0 {
+                    why.push(format!(
+                        "lanes {absent:#010x} are not in the warp (beyond the block's threads)"
+                    ));
+                }
+                self.checker.violation(
+                    "bad-warp-mask",
+                    format!(
+                        "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) runs `{pc_text}` with member mask {mask:#010x}, but {}",
+                        why.join(" and ")
+                    ),
                 );
                 LAUNCH_FAILED
             }

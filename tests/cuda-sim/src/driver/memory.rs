@@ -304,12 +304,17 @@ impl Sim {
     /// Registers a new allocation (forgetting any tombstone at its address).
     pub fn insert_alloc(&mut self, alloc: Alloc) {
         self.tombs.remove(&alloc.addr);
+        self.races.forget(alloc.addr);
+        self.initcheck
+            .allocated(alloc.addr, alloc.size, alloc.kind, alloc.made_by);
         self.allocs.insert(alloc.addr, alloc);
     }
 
     /// Removes a live allocation and leaves a tombstone.
     pub fn remove_alloc(&mut self, addr: u64, freed_by: Use) -> Option<Alloc> {
         let alloc = self.allocs.remove(&addr)?;
+        self.races.forget(addr);
+        self.initcheck.freed(addr);
         self.tombs.insert(
             addr,
             Tomb {

@@ -47,6 +47,7 @@ mod faults;
 mod graph_memory;
 mod graphs;
 mod green;
+mod initcheck;
 mod interp;
 mod ipc;
 mod kernels;
@@ -59,6 +60,7 @@ mod modules;
 mod occupancy;
 mod pools;
 mod printf;
+mod races;
 mod report;
 mod streams;
 mod sys;
@@ -99,6 +101,15 @@ pub struct Config {
     pub report: Option<String>,
     /// `CUDA_SIM_NO_GREEN_CONTEXTS`: play a driver without green contexts.
     pub no_green_contexts: bool,
+    /// `CUDA_SIM_CHECK_DATA_RACE` (off unless set and not `0`): report unordered operations touching the
+    /// same bytes, one of them writing (`races`).
+    pub check_data_race: bool,
+    /// `CUDA_SIM_CHECK_INITCHECK` (off unless set and not `0`): report reads of device memory never
+    /// written, and note allocations never touched (`initcheck`).
+    pub check_initcheck: bool,
+    /// `CUDA_SIM_CHECK_SYNCCHECK` (off unless set and not `0`): report divergent block barriers and warp
+    /// member masks naming exited or absent lanes (`cuda_sim_ptx::LaunchArgs::synccheck`).
+    pub check_synccheck: bool,
 }
 
 impl Config {
@@ -114,6 +125,9 @@ impl Config {
             strict: var("CUDA_SIM_STRICT").is_some_and(|v| v != "0"),
             report: var("CUDA_SIM_REPORT"),
             no_green_contexts: var("CUDA_SIM_NO_GREEN_CONTEXTS").is_some_and(|v| v != "0"),
+            check_data_race: var("CUDA_SIM_CHECK_DATA_RACE").is_some_and(|v| v != "0"),
+            check_initcheck: var("CUDA_SIM_CHECK_INITCHECK").is_some_and(|v| v != "0"),
+            check_synccheck: var("CUDA_SIM_CHECK_SYNCCHECK").is_some_and(|v| v != "0"),
         }
     }
 }
@@ -228,6 +242,10 @@ pub struct Sim {
     pub conditionals: conditional::Conditionals,
     /// Graph-owned memory's reservations and the executable graphs of memory-node graphs.
     pub graph_memory: graph_memory::GraphMemory,
+    /// The footprints of operations not yet ordered before every timeline (`races`).
+    pub races: races::Races,
+    /// The written bytes of device allocations, and untouched ones (`initcheck`).
+    pub initcheck: initcheck::Initcheck,
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -321,6 +339,8 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             extra: Default::default(),
             conditionals: Default::default(),
             graph_memory: Default::default(),
+            races: races::Races::new(config.check_data_race),
+            initcheck: initcheck::Initcheck::new(config.check_initcheck),
             config,
         };
         for ordinal in 0..sim.config.devices {

@@ -64,7 +64,16 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
 pub fn render(sim: Option<&Sim>) -> String {
     let violations = sim.map_or(&[][..], |sim| &sim.checker.violations[..]);
     let leaks = sim.map(leaks).unwrap_or_default();
-    render_parts(violations, &leaks)
+    let notes = sim.map(|sim| sim.initcheck.notes()).unwrap_or_default();
+    if let Some(first) = notes.first() {
+        eprintln!(
+            "cuda-sim: note {}: {} ({} notes in all; they are not violations)",
+            first.kind,
+            first.message,
+            notes.len()
+        );
+    }
+    render_parts(violations, &notes, &leaks)
 }
 
 /// Registers [`at_exit`] once, on the first call of any exported function: a report is

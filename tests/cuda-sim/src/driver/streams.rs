@@ -3,7 +3,7 @@
 //! calling thread's, which a green context does not have). Work runs at once; the checker
 //! orders it as if it were asynchronous.
 
-use super::checker::Use;
+use super::checker::{NodeTag, Use};
 use super::contexts;
 use super::errors::{INVALID_CONTEXT, INVALID_HANDLE, INVALID_VALUE};
 use super::types::{CuResult, Raw, STREAM_LEGACY, STREAM_NON_BLOCKING, STREAM_PER_THREAD};
@@ -34,6 +34,8 @@ pub struct Target {
     pub work: Raw,
     /// That context's device.
     pub work_device: usize,
+    /// The graph node the work is, within a launch whose nodes are ordered by their edges.
+    pub node: Option<NodeTag>,
 }
 
 impl Target {
@@ -44,6 +46,11 @@ impl Target {
             work_device: device,
             ..self
         }
+    }
+
+    /// The same stream, running graph node `node` (or a plain stream operation for `None`).
+    pub fn in_node(self, node: Option<NodeTag>) -> Target {
+        Target { node, ..self }
     }
 }
 
@@ -91,6 +98,7 @@ impl Sim {
                 token: Some(raw),
                 work: context,
                 work_device: device,
+                node: None,
             });
         }
         let Some(stream) = self.streams.get(&raw) else {
@@ -111,6 +119,7 @@ impl Sim {
             token: None,
             work: context,
             work_device: ctx.device,
+            node: None,
         })
     }
 
@@ -127,6 +136,7 @@ impl Sim {
         };
         let mut operation = self.checker.enqueue(target.timeline, &implicit);
         operation.device = Some(target.work_device);
+        operation.node = target.node;
         operation
     }
 

@@ -5,6 +5,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// A note: something worth knowing that is not a misuse (strict mode ignores it).
+#[derive(Clone, Debug)]
+pub struct Note {
+    pub kind: &'static str,
+    pub message: String,
+}
+
 /// A reported misuse.
 #[derive(Clone, Debug)]
 pub struct Violation {
@@ -32,7 +39,11 @@ fn quote(text: &str) -> String {
     out
 }
 
-pub fn render_parts(violations: &[Violation], leaks: &BTreeMap<&'static str, u64>) -> String {
+pub fn render_parts(
+    violations: &[Violation],
+    notes: &[Note],
+    leaks: &BTreeMap<&'static str, u64>,
+) -> String {
     let mut out = String::from("{\"violations\":[");
     for (i, v) in violations.iter().enumerate() {
         if i > 0 {
@@ -45,6 +56,18 @@ pub fn render_parts(violations: &[Violation], leaks: &BTreeMap<&'static str, u64
             quote(&v.message),
             quote(v.call),
             v.seq
+        );
+    }
+    out.push_str("],\"notes\":[");
+    for (i, note) in notes.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(
+            out,
+            "{{\"kind\":{},\"message\":{}}}",
+            quote(note.kind),
+            quote(&note.message)
         );
     }
     out.push_str("],\"leaks\":{");
@@ -68,7 +91,7 @@ pub fn render_parts(violations: &[Violation], leaks: &BTreeMap<&'static str, u64
 /// In strict mode, just before the abort: the report of the violations so far (the abort
 /// runs no exit handler, so leaks are not counted).
 pub fn write_before_abort(violations: &[Violation]) {
-    write(&render_parts(violations, &BTreeMap::new()));
+    write(&render_parts(violations, &[], &BTreeMap::new()));
 }
 
 /// Writes `report` where `CUDA_SIM_REPORT` says.

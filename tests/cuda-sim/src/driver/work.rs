@@ -9,8 +9,10 @@ use std::ffi::c_void;
 use super::Sim;
 use super::errors::INVALID_VALUE;
 use super::launch::Launch;
+use super::races::Touch;
 use super::streams::Target;
 use super::types::{CuResult, Raw};
+use cuda_sim_ptx::Access;
 
 /// A host function and its argument, called outside the simulator's lock.
 pub type HostCall = (unsafe extern "C" fn(*mut c_void), usize);
@@ -152,6 +154,21 @@ impl Sim {
                 for r in 0..rows {
                     self.touch(start_of(r)?, row as u64, operation, true)?;
                 }
+                if self.races.enabled() {
+                    let touches: Vec<Touch> = (0..rows)
+                        .map(|r| {
+                            Touch::bytes(
+                                start_of(r).expect("checked above"),
+                                row as u64,
+                                Access::Write,
+                            )
+                        })
+                        .collect();
+                    self.check_races(operation, "a memset".into(), &touches);
+                }
+                for r in 0..rows {
+                    self.init_written(start_of(r).expect("checked above"), row as u64);
+                }
                 let bytes = value.to_le_bytes();
                 for start in (0..rows).map(|r| start_of(r).expect("checked above")) {
                     for i in 0..count {
@@ -176,6 +193,13 @@ impl Sim {
                 let operation = self.enqueue(target);
                 self.touch(dst, len as u64, operation, device.0)?;
                 self.touch(src, len as u64, operation, device.1)?;
+                let touches = [
+                    Touch::bytes(dst, len as u64, Access::Write),
+                    Touch::bytes(src, len as u64, Access::Read),
+                ];
+                self.check_races(operation, "a copy".into(), &touches);
+                self.init_copy_read(operation, src, len as u64);
+                self.init_written(dst, len as u64);
                 if len > 0 {
                     if dst == 0 || src == 0 {
                         return Err(INVALID_VALUE);
@@ -192,6 +216,9 @@ impl Sim {
             Op::Upload { dst, data, device } => {
                 let operation = self.enqueue(target);
                 self.touch(*dst, data.len() as u64, operation, *device)?;
+                let touches = [Touch::bytes(*dst, data.len() as u64, Access::Write)];
+                self.check_races(operation, "a copy".into(), &touches);
+                self.init_written(*dst, data.len() as u64);
                 if !data.is_empty() {
                     // SAFETY: the destination was checked to lie in a live allocation (mapped
                     // memory of this simulator); the source is our own copy of the bytes.

@@ -149,6 +149,7 @@ pub struct Launch {
     pub block: [u32; 3],
     pub dynamic_shared: u32,
     pub workers: usize,
+    pub synccheck: bool,
 }
 
 pub fn launch1(grid: u32, block: u32) -> Launch {
@@ -157,6 +158,7 @@ pub fn launch1(grid: u32, block: u32) -> Launch {
         block: [block, 1, 1],
         dynamic_shared: 0,
         workers: 2,
+        synccheck: false,
     }
 }
 
@@ -183,6 +185,7 @@ pub fn go(
         params: &p.0,
         globals,
         workers: l.workers,
+        synccheck: l.synccheck,
     };
     run(m, mem, &args)
 }

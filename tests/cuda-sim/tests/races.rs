@@ -1,0 +1,568 @@
+//! The `data-race` check: planted cross-stream races on device memory, each reported, and each
+//! one's correct twin (the same program with the fix: an event, a synchronisation, a graph
+//! edge, disjoint ranges), which must report nothing. Each scenario is a raw driver sequence
+//! in a child process under the simulator (not strict, so that it runs to its end), and the
+//! parent test reads its report.
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+
+mod common;
+use common::*;
+
+/// Elements (u32) of the buffers.
+const N: u32 = 1024;
+/// Bytes of a buffer of `N` elements.
+const BYTES: usize = 4 * N as usize;
+
+/// An atomic kernel written for these tests: `atomic_add(u32 *counter, u32 value, u32 n)`
+/// adds `value` to `counter[0]` atomically once per thread `i < n`.
+const ATOMIC_PTX: &str = "
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry atomic_add(
+    .param .u64 atomic_add_counter,
+    .param .u32 atomic_add_value,
+    .param .u32 atomic_add_n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<3>;
+
+    ld.param.u64 %rd1, [atomic_add_counter];
+    ld.param.u32 %r1, [atomic_add_value];
+    ld.param.u32 %r2, [atomic_add_n];
+    mov.u32 %r3, %ctaid.x;
+    mov.u32 %r4, %ntid.x;
+    mov.u32 %r5, %tid.x;
+    mad.lo.s32 %r6, %r3, %r4, %r5;
+    setp.ge.u32 %p1, %r6, %r2;
+    @%p1 bra ATOMIC_DONE;
+    cvta.to.global.u64 %rd2, %rd1;
+    atom.global.add.u32 %r7, [%rd2], %r1;
+ATOMIC_DONE:
+    ret;
+}
+\0";
+
+/// The test kernels, two streams and the library of [`ATOMIC_PTX`].
+struct Env {
+    library: sys::CUlibrary,
+    atomics: sys::CUlibrary,
+    fill: sys::CUkernel,
+    add: sys::CUkernel,
+    copy: sys::CUkernel,
+    atomic: sys::CUkernel,
+    s1: sys::CUstream,
+    s2: sys::CUstream,
+}
+
+/// Sets up the context, the kernels and two streams (non-blocking unless `blocking`).
+fn env(blocking: bool) -> Env {
+    setup();
+    let library = load();
+    let mut atomics = std::ptr::null_mut();
+    // SAFETY: NUL-terminated PTX; no options.
+    unsafe {
+        ok(sys::cuLibraryLoadData(
+            &mut atomics,
+            ATOMIC_PTX.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        ))
+    };
+    let stream = || {
+        if !blocking {
+            return new_stream();
+        }
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: a context is current; valid out-pointer.
+        unsafe { ok(sys::cuStreamCreate(&mut stream, 0)) };
+        stream
+    };
+    Env {
+        fill: kernel(library, c"fill_u32"),
+        add: kernel(library, c"add_u32"),
+        copy: kernel(library, c"copy_u32"),
+        atomic: kernel(atomics, c"atomic_add"),
+        library,
+        atomics,
+        s1: stream(),
+        s2: stream(),
+    }
+}
+
+/// Waits for everything, then destroys what [`env`] made.
+fn finish(env: Env) {
+    // SAFETY: a context is current.
+    unsafe { ok(sys::cuCtxSynchronize()) };
+    destroy_stream(env.s1);
+    destroy_stream(env.s2);
+    unload(env.library);
+    unload(env.atomics);
+    teardown();
+}
+
+fn alloc(bytes: usize) -> sys::CUdeviceptr {
+    let mut ptr = 0;
+    // SAFETY: a context is current; valid out-pointer.
+    unsafe { ok(sys::cuMemAlloc_v2(&mut ptr, bytes)) };
+    ptr
+}
+
+fn free(ptr: sys::CUdeviceptr) {
+    // SAFETY: our own allocation, freed once.
+    unsafe { ok(sys::cuMemFree_v2(ptr)) };
+}
+
+/// Orders `then`'s later work after `first`'s work so far, with an event.
+fn order(first: sys::CUstream, then: sys::CUstream) {
+    let mut event = std::ptr::null_mut();
+    // SAFETY: live streams; the event is destroyed after the wait was issued, which the
+    // driver allows.
+    unsafe {
+        ok(sys::cuEventCreate(&mut event, 2));
+        ok(sys::cuEventRecord(event, first));
+        ok(sys::cuStreamWaitEvent(then, event, 0));
+        ok(sys::cuEventDestroy_v2(event));
+    }
+}
+
+/// `kernel(ptr, x, n)` over `n` threads in blocks of 256.
+fn launch<X>(kernel: sys::CUkernel, stream: sys::CUstream, ptr: u64, x: X, n: u32) {
+    ok(launch_kernel(
+        kernel,
+        n.div_ceil(256),
+        256,
+        stream,
+        (ptr, x, n),
+    ));
+}
+
+/// A planted bug, its twin, and the parent test that checks both: the bug reports exactly
+/// one `data-race` whose message contains each of the needles, the twin nothing.
+macro_rules! planted {
+    ($test:ident, $bug:ident, $twin:ident, $body:ident, [$($needle:expr),* $(,)?]) => {
+        #[test]
+        #[ignore = "runs under the simulator from a parent test in this file"]
+        fn $bug() {
+            child();
+            $body(false);
+        }
+
+        #[test]
+        #[ignore = "runs under the simulator from a parent test in this file"]
+        fn $twin() {
+            child();
+            $body(true);
+        }
+
+        #[test]
+        fn $test() {
+            let report = report_of(stringify!($bug));
+            assert_eq!(kinds(&report), ["data-race"], "{:?}", report.violations);
+            for needle in [$($needle),*] {
+                assert_message_contains(&report, 0, needle);
+            }
+            assert_no_leaks(&report);
+            assert_clean(&report_of(stringify!($twin)));
+        }
+    };
+}
+
+/// Two kernels on two streams write the whole buffer; the fix orders them with an event.
+fn kernel_kernel(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES);
+    launch(env.fill, env.s1, buf, 1u32, N);
+    if fixed {
+        order(env.s1, env.s2);
+    }
+    launch(env.fill, env.s2, buf, 2u32, N);
+    finish_with(env, &[buf]);
+}
+
+fn finish_with(env: Env, buffers: &[sys::CUdeviceptr]) {
+    // SAFETY: a context is current.
+    unsafe { ok(sys::cuCtxSynchronize()) };
+    for &buf in buffers {
+        free(buf);
+    }
+    finish(env);
+}
+
+planted!(
+    kernel_writes_on_two_streams_race,
+    scenario_kernel_kernel,
+    scenario_kernel_kernel_ordered_by_an_event,
+    kernel_kernel,
+    [
+        "kernel fill_u32",
+        "writes [",
+        "(4096 bytes) of the 4096-byte allocation",
+        "cuLaunchKernel (call #",
+        "wrote: no synchronisation orders them",
+        "block [0, 0, 0], thread [0, 0, 0]",
+    ]
+);
+
+/// An asynchronous copy into the buffer on one stream, a kernel reading it on another.
+fn copy_kernel(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES);
+    let out = alloc(BYTES);
+    let data = vec![7u32; N as usize];
+    // SAFETY: `data` lives until the context is synchronised in `finish_with`.
+    unsafe {
+        ok(sys::cuMemcpyHtoDAsync_v2(
+            buf,
+            data.as_ptr().cast(),
+            BYTES,
+            env.s1,
+        ))
+    };
+    if fixed {
+        order(env.s1, env.s2);
+    }
+    launch(env.copy, env.s2, out, buf, N);
+    finish_with(env, &[buf, out]);
+    drop(data);
+}
+
+planted!(
+    copy_then_unordered_kernel_read_race,
+    scenario_copy_kernel,
+    scenario_copy_kernel_ordered_by_an_event,
+    copy_kernel,
+    [
+        "kernel copy_u32",
+        "reads [",
+        "a copy",
+        "cuMemcpyHtoDAsync_v2 (call #"
+    ]
+);
+
+/// A memset on one stream, a kernel adding to the buffer (reading and writing) on another.
+fn memset_kernel(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES);
+    // SAFETY: a live allocation of `N` u32s.
+    unsafe { ok(sys::cuMemsetD32Async(buf, 5, N as usize, env.s1)) };
+    if fixed {
+        order(env.s1, env.s2);
+    }
+    launch(env.add, env.s2, buf, 1u32, N);
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    memset_then_unordered_kernel_race,
+    scenario_memset_kernel,
+    scenario_memset_kernel_ordered_by_an_event,
+    memset_kernel,
+    [
+        "kernel add_u32",
+        "a memset",
+        "cuMemsetD32Async (call #",
+        "wrote"
+    ]
+);
+
+/// Four blocks fill 1024 elements on one stream; one block of another stream's kernel fills
+/// 4 elements: the last 4 of the first kernel's range (written only by its block 3), or, in
+/// the twin, the 4 just past it.
+fn one_block_of_many(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES + 16);
+    launch(env.fill, env.s1, buf, 1u32, N);
+    let offset = if fixed { BYTES } else { BYTES - 16 } as u64;
+    ok(launch_kernel(
+        env.fill,
+        1,
+        32,
+        env.s2,
+        (buf + offset, 2u32, 4),
+    ));
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    one_block_of_many_writes_the_overlap_race,
+    scenario_one_block_of_many,
+    scenario_one_block_of_many_just_past,
+    one_block_of_many,
+    [
+        "(16 bytes)",
+        "block [0, 0, 0], thread [0, 0, 0]",
+        "of the 4112-byte allocation"
+    ]
+);
+
+/// Two kernels write the two halves of a buffer on two streams: disjoint (the twin, a
+/// correct program), or overlapping by one element (the bug).
+fn halves(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES + 4);
+    launch(env.fill, env.s1, buf, 1u32, N / 2);
+    let offset = if fixed { BYTES / 2 } else { BYTES / 2 - 4 } as u64;
+    launch(env.fill, env.s2, buf + offset, 2u32, N / 2);
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    halves_overlapping_by_one_element_race,
+    scenario_halves_overlapping,
+    scenario_disjoint_halves,
+    halves,
+    ["(4 bytes)"]
+);
+
+/// A graph of two kernel nodes writing the same buffer, with no edge between them (the bug)
+/// or with one (the twin).
+fn graph_nodes(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES);
+    let graph = new_graph();
+    let mut args: (u64, u32, u32) = (buf, 3, N);
+    let mut params = [
+        (&mut args.0 as *mut u64).cast::<c_void>(),
+        (&mut args.1 as *mut u32).cast(),
+        (&mut args.2 as *mut u32).cast(),
+    ];
+    // SAFETY: valid pointers; the nodes copy the arguments.
+    unsafe {
+        let mut node_params: sys::CUDA_KERNEL_NODE_PARAMS = std::mem::zeroed();
+        node_params.kern = env.fill;
+        node_params.gridDimX = N / 256;
+        node_params.gridDimY = 1;
+        node_params.gridDimZ = 1;
+        node_params.blockDimX = 256;
+        node_params.blockDimY = 1;
+        node_params.blockDimZ = 1;
+        node_params.kernelParams = params.as_mut_ptr();
+        let mut first = std::ptr::null_mut();
+        ok(sys::cuGraphAddKernelNode_v2(
+            &mut first,
+            graph,
+            std::ptr::null(),
+            0,
+            &node_params,
+        ));
+        let mut second = std::ptr::null_mut();
+        ok(sys::cuGraphAddKernelNode_v2(
+            &mut second,
+            graph,
+            &first,
+            usize::from(fixed),
+            &node_params,
+        ));
+    }
+    let exec = instantiate(graph);
+    // SAFETY: live exec and stream.
+    unsafe {
+        ok(sys::cuGraphLaunch(exec, env.s1));
+        ok(sys::cuStreamSynchronize(env.s1));
+    }
+    destroy_graph(exec, graph);
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    unconnected_graph_nodes_race,
+    scenario_graph_without_edge,
+    scenario_graph_with_edge,
+    graph_nodes,
+    [
+        "cuGraphLaunch (call #",
+        "kernel fill_u32 (block [0, 0, 0], thread [0, 0, 0] at",
+        "as node 1 of its graph launch",
+        "as node 0 of its graph launch",
+    ]
+);
+
+/// A kernel writes managed memory on a non-blocking stream; the host copies it out with a
+/// synchronous copy, without (the bug) or after (the twin) synchronising with the stream.
+fn host_copy_of_managed(fixed: bool) {
+    let env = env(false);
+    let mut buf = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL.
+    unsafe { ok(sys::cuMemAllocManaged(&mut buf, BYTES, 1)) };
+    launch(env.fill, env.s1, buf, 9u32, N);
+    if fixed {
+        // SAFETY: a live stream.
+        unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    }
+    let mut back = vec![0u32; N as usize];
+    // SAFETY: `back` has `BYTES` bytes; `buf` is a live allocation of as many.
+    unsafe { ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), buf, BYTES)) };
+    assert!(back.iter().all(|&x| x == 9));
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    synchronous_copy_of_managed_memory_race,
+    scenario_host_copy_of_managed,
+    scenario_host_copy_of_managed_after_a_synchronize,
+    host_copy_of_managed,
+    [
+        "cuMemcpyDtoH_v2 (call #",
+        "a copy",
+        "reads [",
+        "kernel fill_u32",
+        "legacy"
+    ]
+);
+
+/// A kernel on a stream, then one on the legacy default stream, writing the same buffer: a
+/// blocking stream (the twin) is ordered with the legacy stream, a non-blocking one is not.
+fn legacy_stream(fixed: bool) {
+    let env = env(fixed);
+    let buf = alloc(BYTES);
+    launch(env.fill, env.s1, buf, 1u32, N);
+    launch(env.fill, std::ptr::null_mut(), buf, 2u32, N);
+    launch(env.fill, env.s2, buf, 3u32, N);
+    finish_with(env, &[buf]);
+}
+
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_legacy_with_non_blocking_streams() {
+    child();
+    legacy_stream(false);
+}
+
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_legacy_with_blocking_streams() {
+    child();
+    legacy_stream(true);
+}
+
+#[test]
+fn the_legacy_stream_orders_blocking_streams_only() {
+    let report = report_of("scenario_legacy_with_non_blocking_streams");
+    // The legacy launch races with s1's, and s2's with both earlier ones.
+    assert_eq!(
+        kinds(&report),
+        ["data-race", "data-race", "data-race"],
+        "{:?}",
+        report.violations
+    );
+    assert_clean(&report_of("scenario_legacy_with_blocking_streams"));
+}
+
+/// Atomic updates of one counter from two streams never race; a plain store racing with
+/// them does.
+fn atomics(fixed: bool) {
+    let env = env(false);
+    let counter = alloc(4);
+    launch(env.atomic, env.s1, counter, 1u32, N);
+    if fixed {
+        launch(env.atomic, env.s2, counter, 2u32, N);
+    } else {
+        launch(env.fill, env.s2, counter, 2u32, 1);
+    }
+    finish_with(env, &[counter]);
+}
+
+planted!(
+    a_store_racing_with_atomics_race,
+    scenario_store_against_atomics,
+    scenario_atomics_on_two_streams,
+    atomics,
+    ["kernel atomic_add", "updated atomically", "(4 bytes)"]
+);
+
+/// Two kernels on two streams read the same buffer (each writes its own): no race.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_reads_on_two_streams() {
+    child();
+    let env = env(false);
+    let src = alloc(BYTES);
+    let (a, b) = (alloc(BYTES), alloc(BYTES));
+    // SAFETY: a live allocation; synchronous, so ordered before both streams' work.
+    unsafe { ok(sys::cuMemsetD32_v2(src, 4, N as usize)) };
+    launch(env.copy, env.s1, a, src, N);
+    launch(env.copy, env.s2, b, src, N);
+    finish_with(env, &[src, a, b]);
+}
+
+#[test]
+fn reads_on_two_streams_do_not_race() {
+    assert_clean(&report_of("scenario_reads_on_two_streams"));
+}
+
+/// Every way to order two streams' writes that the free-order check knows: stream and
+/// context synchronisation, an event waited for by the host or by the stream, a host
+/// function's stream order, a synchronous copy after a synchronisation, and a free.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_every_ordering() {
+    child();
+    let env = env(false);
+    let buf = alloc(BYTES);
+    let other = alloc(BYTES);
+    let (s1, s2) = (env.s1, env.s2);
+    // SAFETY: live streams, events and allocations; valid pointers.
+    unsafe {
+        launch(env.fill, s1, buf, 1u32, N);
+        ok(sys::cuStreamSynchronize(s1));
+        launch(env.fill, s2, buf, 2u32, N);
+        ok(sys::cuCtxSynchronize());
+        launch(env.fill, s1, buf, 3u32, N);
+        let mut event = std::ptr::null_mut();
+        ok(sys::cuEventCreate(&mut event, 2));
+        ok(sys::cuEventRecord(event, s1));
+        ok(sys::cuEventSynchronize(event));
+        launch(env.fill, s2, buf, 4u32, N);
+        order(s2, s1);
+        launch(env.add, s1, buf, 1u32, N);
+        ok(sys::cuEventRecord(event, s1));
+        while sys::cuEventQuery(event) != sys::CUresult::CUDA_SUCCESS {}
+        launch(env.add, s2, buf, 1u32, N);
+        ok(sys::cuStreamSynchronize(s2));
+        let mut back = vec![0u32; N as usize];
+        ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), buf, BYTES));
+        assert!(back.iter().all(|&x| x == 6), "{:?}", &back[..4]);
+        launch(env.fill, s1, buf, 1u32, N);
+        // A synchronous free waits for the whole device.
+        free(other);
+        launch(env.fill, s2, buf, 2u32, N);
+        ok(sys::cuEventDestroy_v2(event));
+    }
+    finish_with(env, &[buf]);
+}
+
+#[test]
+fn every_ordering_is_recognised() {
+    assert_clean(&report_of("scenario_every_ordering"));
+}
+
+#[test]
+fn the_check_can_be_turned_off() {
+    let report = report_with("scenario_kernel_kernel", |command| {
+        cuda_sim::SimCommand::sim_check_data_race(command, false);
+    });
+    assert_clean(&report);
+}
+
+#[test]
+fn strict_mode_aborts_on_a_data_race() {
+    let (output, report) = run("scenario_kernel_kernel", |command| {
+        cuda_sim::SimCommand::sim_strict(command);
+    });
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cuda-sim: violation data-race"), "{stderr}");
+    let report = report.expect("a strict abort writes the report of its violation");
+    assert_eq!(kinds(&report), ["data-race"]);
+}
