@@ -132,6 +132,17 @@ fn a_cudarc_slice_whose_free_cannot_be_ordered_is_reported() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
 
+/// The same program with the simulator's data-race check on: the memset on `other` follows
+/// cudarc's `alloc_zeros` memset on its own stream, because wrapping the slice waits for the
+/// work cudarc queued on it (`from_cudarc_slice`). Without that wait the simulator reports
+/// the two memsets as a `data-race` (seen before the fix).
+#[test]
+fn a_wrapped_cudarc_slice_is_written_after_cudarcs_own_work_on_it() {
+    let name = "a_cudarc_slice_whose_free_cannot_be_ordered_is_reported";
+    let report = run_scenario(name, &[], &[("CUDA_SIM_CHECK_DATA_RACE", "1")]);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_a_cudarc_slice_whose_free_cannot_be_ordered_is_reported() {
