@@ -58,7 +58,7 @@ use simulator::{Scratch, say};
 const CI_CASES: usize = 2000;
 
 /// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4, N6
-/// and the simulator's S4, which the fuzzer found), and programs that must stay clean.
+/// and the simulator's S4 and S6, which the fuzzer found), and programs that must stay clean.
 const CORPUS: &[(&str, &str)] = &[
     (
         "f2_record_drop_panics_during_unwind",
@@ -127,6 +127,10 @@ const CORPUS: &[(&str, &str)] = &[
     (
         "s4_vmm_peer_mapping_touched_by_its_peer",
         include_str!("../fuzz-corpus/s4_vmm_peer_mapping_touched_by_its_peer.prog"),
+    ),
+    (
+        "s6_exec_replaced_while_its_launch_waits",
+        include_str!("../fuzz-corpus/s6_exec_replaced_while_its_launch_waits.prog"),
     ),
     (
         "ok_streams_graphs_and_ipc",

@@ -726,6 +726,36 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     }
 }
 
+/// The raw row of the completion measurements: a 4 KiB memset, `cuEventRecord` behind it and
+/// a blocking `cuEventSynchronize`.
+fn raw_wait<'a>(
+    buffer: &'a DevicePtrHandle,
+    event: &'a EventHandle,
+    stream: &'a StreamHandle,
+) -> Variant<'a> {
+    Variant::new("raw memset+cuEventRecord+cuEventSynchronize", move || {
+        buffer.memset_async(1, 4096, stream).unwrap();
+        // SAFETY: the event and the stream are alive.
+        unsafe {
+            ok(sys::cuEventRecord(event.as_cu(), stream.as_cu()));
+            ok(sys::cuEventSynchronize(event.as_cu()));
+        }
+    })
+}
+
+/// The same memset and record, then awaiting `EventHandle::completed` on a parking executor.
+fn awaited<'a>(
+    buffer: &'a DevicePtrHandle,
+    event: &'a EventHandle,
+    stream: &'a StreamHandle,
+) -> Variant<'a> {
+    Variant::new("handles-cuda memset+record+completed().await", move || {
+        buffer.memset_async(1, 4096, stream).unwrap();
+        event.record(stream).unwrap();
+        block_on(event.completed().unwrap());
+    })
+}
+
 /// The completion rows again as latency distributions (one operation at a time, 2,000 of
 /// each): median and p99 of a blocking wait and of awaiting `completed()`.
 fn completion_latencies(context: &ContextHandle, stream: &StreamHandle) {
@@ -733,24 +763,13 @@ fn completion_latencies(context: &ContextHandle, stream: &StreamHandle) {
     let buffer = DevicePtrHandle::alloc(context, 4096).unwrap();
     let measured = handles_bench::latencies(
         &mut [
-            Variant::new("raw memset+cuEventRecord+cuEventSynchronize", || {
-                buffer.memset_async(1, 4096, stream).unwrap();
-                // SAFETY: the event and the stream are alive.
-                unsafe {
-                    ok(sys::cuEventRecord(event.as_cu(), stream.as_cu()));
-                    ok(sys::cuEventSynchronize(event.as_cu()));
-                }
-            }),
+            raw_wait(&buffer, &event, stream),
             Variant::new("handles-cuda memset+record+synchronize", || {
                 buffer.memset_async(1, 4096, stream).unwrap();
                 event.record(stream).unwrap();
                 event.synchronize().unwrap();
             }),
-            Variant::new("handles-cuda memset+record+completed().await", || {
-                buffer.memset_async(1, 4096, stream).unwrap();
-                event.record(stream).unwrap();
-                block_on(event.completed().unwrap());
-            }),
+            awaited(&buffer, &event, stream),
         ],
         2000,
         200,
@@ -784,19 +803,8 @@ fn completions(
     let mut cudarc_buffer = tracked.alloc_zeros::<u8>(4096).unwrap();
     let measured = interleave(
         &mut [
-            Variant::new("raw memset+cuEventRecord+cuEventSynchronize", || {
-                buffer.memset_async(1, 4096, stream).unwrap();
-                // SAFETY: the event and the stream are alive.
-                unsafe {
-                    ok(sys::cuEventRecord(event.as_cu(), stream.as_cu()));
-                    ok(sys::cuEventSynchronize(event.as_cu()));
-                }
-            }),
-            Variant::new("handles-cuda memset+record+completed().await", || {
-                buffer.memset_async(1, 4096, stream).unwrap();
-                event.record(stream).unwrap();
-                block_on(event.completed().unwrap());
-            }),
+            raw_wait(&buffer, &event, stream),
+            awaited(&buffer, &event, stream),
             Variant::new("cudarc memset_zeros+record+synchronize", || {
                 tracked.memset_zeros(&mut cudarc_buffer).unwrap();
                 cudarc_event.record(tracked).unwrap();

@@ -510,3 +510,55 @@ fn no_per_thread_stream_in_a_green_context() {
     let report = report_of("scenario_no_per_thread_stream_in_a_green_context");
     assert_clean(&report);
 }
+
+/// Measured on the H200 (driver 580): a zero-byte `cuMemAllocAsync` and
+/// `cuMemAllocFromPoolAsync` succeed with pointer 0, `cuMemFreeAsync` of that 0 succeeds,
+/// and only the synchronous `cuMemAlloc(0)` is `CUDA_ERROR_INVALID_VALUE`. A real allocation
+/// made afterwards is not confused with the null one.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_zero_byte_stream_ordered_allocations() {
+    child();
+    setup();
+    let stream = new_stream();
+    // SAFETY: plain driver calls on our own handles with valid pointers.
+    unsafe {
+        let mut ptr = 0xdead_beef;
+        ok(sys::cuMemAllocAsync(&mut ptr, 0, stream));
+        assert_eq!(ptr, 0);
+        let pool = host_pool(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE);
+        let mut from_pool = 0xdead_beef;
+        ok(sys::cuMemAllocFromPoolAsync(
+            &mut from_pool,
+            0,
+            pool,
+            stream,
+        ));
+        assert_eq!(from_pool, 0);
+        let mut real = 0;
+        ok(sys::cuMemAllocAsync(&mut real, 256, stream));
+        assert_ne!(real, 0);
+        ok(sys::cuMemsetD8Async(real, 7, 256, stream));
+        ok(sys::cuMemFreeAsync(ptr, stream));
+        ok(sys::cuMemFreeAsync(from_pool, stream));
+        // Freeing the null pointer again is no double free.
+        ok(sys::cuMemFreeAsync(0, stream));
+        ok(sys::cuMemFreeAsync(real, stream));
+        ok(sys::cuStreamSynchronize(stream));
+        ok(sys::cuMemPoolDestroy(pool));
+        let mut sync = 0;
+        assert_eq!(
+            sys::cuMemAlloc_v2(&mut sync, 0),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+    }
+    destroy_stream(stream);
+    teardown();
+}
+
+#[test]
+fn zero_byte_stream_ordered_allocations() {
+    let report = report_of("scenario_zero_byte_stream_ordered_allocations");
+    assert_clean(&report);
+    assert!(report.notes.is_empty(), "{:?}", report.notes);
+}

@@ -38,6 +38,7 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
                 }
             }
             T::F16 => crate::exec::f32_to_f16(v as f32) as u64,
+            T::BF16 => crate::lowp::to_bf16(v, Rnd::N) as u64,
             // A float literal for an integer operand: its bits.
             _ => {
                 if let Some(h) = hex_f {
@@ -64,6 +65,7 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
         })
         .to_bits(),
         T::F16 => crate::exec::f32_to_f16(v as f32) as u64,
+        T::BF16 => crate::lowp::to_bf16(v as f64, Rnd::N) as u64,
         T::Pred => (v != 0) as u64,
         _ => v,
     })
@@ -392,6 +394,89 @@ fn cmp_of(w: &str) -> Option<Cmp> {
     })
 }
 
+/// The narrow `cvt` named by the type words of `m` (removed from it), if any:
+/// `.dtype.atype` among `e4m3x2`, `e5m2x2`, `f16x2`, `bf16x2` and `f32`, or a scalar
+/// `.f16`/`.bf16` from `.f32` with `.relu` or `.satfinite` (`modified`).
+fn narrow_cvt(m: &mut Vec<&str>, modified: bool) -> Option<NarrowCvt> {
+    let f8 = |w: &str| match w {
+        "e4m3x2" => Some(Narrow::E4m3),
+        "e5m2x2" => Some(Narrow::E5m2),
+        _ => None,
+    };
+    let ty = |w: &&str| T::from_name(w).is_some() || f8(w).is_some();
+    let pos: Vec<usize> = (0..m.len()).filter(|&i| ty(&m[i])).collect();
+    let [di, si] = pos[..] else { return None };
+    let (dw, sw) = (m[di], m[si]);
+    let cvt = match (dw, sw) {
+        (d, "f32") if f8(d).is_some() => NarrowCvt::Pair(f8(d)?),
+        (d, "f16x2") if f8(d).is_some() => NarrowCvt::FromF16x2(f8(d)?),
+        ("f16x2", s) if f8(s).is_some() => NarrowCvt::ToF16x2(f8(s)?),
+        ("f16x2", "f32") => NarrowCvt::Pair(Narrow::F16),
+        ("bf16x2", "f32") => NarrowCvt::Pair(Narrow::Bf16),
+        ("f16", "f32") if modified => NarrowCvt::One(Narrow::F16),
+        ("bf16", "f32") if modified => NarrowCvt::One(Narrow::Bf16),
+        _ => return None,
+    };
+    m.remove(si);
+    m.remove(di);
+    Some(cvt)
+}
+
+/// Decodes a narrow `cvt` (its type words already taken): `.rn` (or `.rz` for f16/bf16
+/// results from f32) is required, as is `.satfinite` for fp8 results.
+fn cvt_narrow<'a>(
+    cx: &mut Cx<'_, 'a, '_>,
+    opcode: &str,
+    m: &mut Vec<&'a str>,
+    ops: &[Opd<'a>],
+    cvt: NarrowCvt,
+    relu: bool,
+    satfinite: bool,
+) -> Result<Op, LoadError> {
+    let rnd = take_rnd(m).ok_or_else(|| ns(opcode))?;
+    let ok = match cvt {
+        NarrowCvt::One(_) | NarrowCvt::Pair(Narrow::F16 | Narrow::Bf16) => {
+            matches!(rnd, Rnd::N | Rnd::Z)
+        }
+        NarrowCvt::Pair(_) | NarrowCvt::FromF16x2(_) => rnd == Rnd::N && satfinite,
+        NarrowCvt::ToF16x2(_) => rnd == Rnd::N && !satfinite,
+    };
+    if !ok {
+        return Err(ns(opcode));
+    }
+    let (a, b) = match cvt {
+        NarrowCvt::Pair(_) => {
+            cx.nops(ops, 3)?;
+            let a = cx.src(&ops[1], T::F32)?;
+            (a, cx.src(&ops[2], T::F32)?)
+        }
+        NarrowCvt::One(_) => {
+            cx.nops(ops, 2)?;
+            let a = cx.src(&ops[1], T::F32)?;
+            (a, a)
+        }
+        NarrowCvt::FromF16x2(_) => {
+            cx.nops(ops, 2)?;
+            let a = cx.src(&ops[1], T::U32)?;
+            (a, a)
+        }
+        NarrowCvt::ToF16x2(_) => {
+            cx.nops(ops, 2)?;
+            let a = cx.src(&ops[1], T::U16)?;
+            (a, a)
+        }
+    };
+    Ok(Op::CvtNarrow {
+        cvt,
+        rnd,
+        relu,
+        satfinite,
+        d: cx.dst(&ops[0])?,
+        a,
+        b,
+    })
+}
+
 pub(crate) fn decode<'a>(
     p: &mut Parser<'a>,
     f: &mut FnCtx<'a>,
@@ -506,18 +591,27 @@ fn decode_op<'a>(
             let t = take_type(m).ok_or_else(|| ns(opcode))?;
             cx.nops(ops, 3)?;
             if t.float() {
-                if t == T::F16 && !matches!(base, "add" | "sub" | "mul" | "min" | "max") {
+                if t.half() && !matches!(base, "add" | "sub" | "mul" | "min" | "max") {
                     return Err(ns(opcode));
                 }
                 let rnd = take_rnd(m);
                 let approx = take_any(m, &["approx", "full"]);
                 let ftz = take(m, "ftz");
                 let sat = take(m, "sat");
+                let nan = matches!(base, "min" | "max") && take(m, "NaN");
+                if t.half() && rnd.is_some_and(|r| r != Rnd::N)
+                    || matches!(t, T::BF16 | T::BF16X2) && (ftz || sat)
+                {
+                    // 16-bit arithmetic rounds to nearest only; bf16 has no .ftz/.sat.
+                    return Err(ns(opcode));
+                }
                 let fop = match base {
                     "add" => FOp::Add,
                     "sub" => FOp::Sub,
                     "mul" => FOp::Mul,
                     "div" => FOp::Div,
+                    "min" if nan => FOp::MinNan,
+                    "max" if nan => FOp::MaxNan,
                     "min" => FOp::Min,
                     "max" => FOp::Max,
                     "copysign" => FOp::Copysign,
@@ -619,8 +713,10 @@ fn decode_op<'a>(
                 let rnd = take_rnd(m).unwrap_or(Rnd::N);
                 let ftz = take(m, "ftz");
                 let sat = take(m, "sat");
-                if rnd != Rnd::N && t != T::F32 {
-                    // Only f32 fma is rounded exactly in a directed mode.
+                if rnd != Rnd::N && t != T::F32 || matches!(t, T::BF16 | T::BF16X2) && (ftz || sat)
+                {
+                    // Only f32 fma is rounded exactly in a directed mode; bf16 has no
+                    // .ftz/.sat.
                     return Err(ns(opcode));
                 }
                 let a = cx.src(o(1)?, t)?;
@@ -686,7 +782,7 @@ fn decode_op<'a>(
             let t = take_type(m).ok_or_else(|| ns(opcode))?;
             cx.nops(ops, 2)?;
             if t.float() {
-                if t == T::F16 && !matches!(base, "abs" | "neg") {
+                if t.half() && !matches!(base, "abs" | "neg") {
                     return Err(ns(opcode));
                 }
                 let rnd = take_rnd(m);
@@ -832,7 +928,7 @@ fn decode_op<'a>(
         }
         "setp" => {
             let t = take_type(m).ok_or_else(|| ns(opcode))?;
-            if m.is_empty() {
+            if m.is_empty() || t.lane().is_some() {
                 return Err(ns(opcode));
             }
             let cmp = cmp_of(m.remove(0)).ok_or_else(|| ns(opcode))?;
@@ -912,8 +1008,19 @@ fn decode_op<'a>(
             }
         }
         "cvt" => {
+            let relu = take(m, "relu");
+            let satfinite = take(m, "satfinite");
+            if let Some(cvt) = narrow_cvt(m, relu || satfinite) {
+                return cvt_narrow(cx, opcode, m, ops, cvt, relu, satfinite);
+            }
+            if relu || satfinite {
+                return Err(ns(opcode));
+            }
             let st = take_type(m).ok_or_else(|| ns(opcode))?;
             let dt = take_type(m).ok_or_else(|| ns(opcode))?;
+            if dt.lane().is_some() || st.lane().is_some() {
+                return Err(ns(opcode));
+            }
             let mut rnd = CvtRnd::None;
             for (w, r) in [
                 ("rni", CvtRnd::Int(Rnd::N)),
@@ -1221,7 +1328,17 @@ fn decode_op<'a>(
         "set" => {
             let t = take_type(m).ok_or_else(|| ns(opcode))?;
             let dt = take_type(m).ok_or_else(|| ns(opcode))?;
-            if !matches!(dt, T::U32 | T::S32 | T::F32) || t == T::Pred || t == T::F16 {
+            // The value written when the comparison holds: all ones of an integer type, 1.0
+            // of a float type.
+            let truth = match dt {
+                T::U32 | T::S32 => 0xffff_ffff,
+                T::U16 | T::S16 => 0xffff,
+                T::F32 => 1.0f32.to_bits(),
+                T::F16 => 0x3c00,
+                T::BF16 => 0x3f80,
+                _ => return Err(ns(opcode)),
+            };
+            if t == T::Pred || t.lane().is_some() {
                 return Err(ns(opcode));
             }
             if m.is_empty() {
@@ -1257,7 +1374,7 @@ fn decode_op<'a>(
             Op::Set {
                 cmp,
                 t,
-                float_dst: dt == T::F32,
+                truth,
                 d: cx.dst(o(0)?)?,
                 a,
                 b,

@@ -653,7 +653,7 @@ impl<'m> W<'m> {
                 Op::Set {
                     cmp,
                     t,
-                    float_dst,
+                    truth,
                     d,
                     a,
                     b,
@@ -668,11 +668,7 @@ impl<'m> W<'m> {
                             BoolOp::Xor => r ^ cv,
                         };
                     }
-                    regs[d as usize] = match (r, float_dst) {
-                        (false, _) => 0,
-                        (true, true) => 1.0f32.to_bits() as u64,
-                        (true, false) => 0xffff_ffff,
-                    };
+                    regs[d as usize] = if r { truth as u64 } else { 0 };
                 }
                 Op::Dp {
                     two,
@@ -779,6 +775,24 @@ impl<'m> W<'m> {
                         (T::U64 | T::S64, T::S32, false) => v as u32 as i32 as i64 as u64,
                         _ => fmath::cvt(dt, st, rnd, sat, ftz, v),
                     };
+                }
+                Op::CvtNarrow {
+                    cvt,
+                    rnd,
+                    relu,
+                    satfinite,
+                    d,
+                    a,
+                    b,
+                } => {
+                    regs[d as usize] = fmath::cvt_narrow(
+                        cvt,
+                        rnd,
+                        relu,
+                        satfinite,
+                        regs[a as usize],
+                        regs[b as usize],
+                    )
                 }
                 Op::Cvta { to, space, d, a } => {
                     let v = regs[a as usize];
@@ -1254,11 +1268,7 @@ fn compare(cmp: Cmp, t: T, av: u64, bv: u64) -> bool {
             f32::from_bits(bv as u32) as f64,
         ),
         T::F64 => cmp_f(cmp, f64::from_bits(av), f64::from_bits(bv)),
-        T::F16 => cmp_f(
-            cmp,
-            fmath::f16_to_f32(av as u16) as f64,
-            fmath::f16_to_f32(bv as u16) as f64,
-        ),
+        T::F16 | T::BF16 => cmp_f(cmp, fmath::as_float(t, av), fmath::as_float(t, bv)),
         _ => cmp_int(cmp, t, av, bv),
     }
 }

@@ -11,7 +11,8 @@
 //! (`0x7fffffff`, `0x7fffffffffffffff`, f16 `0x7fff`); `abs`/`neg` keep the payload. `.approx` functions use the host's accurate functions (the GPU's are
 //! less accurate; the results differ from the GPU in the last bits).
 
-use crate::ir::{CvtRnd, FOp, FUn, Rnd, T, Testp};
+use crate::ir::{CvtRnd, FOp, FUn, Narrow, NarrowCvt, Rnd, T, Testp};
+use crate::lowp::{self, Mode};
 
 /// The GPU's canonical NaN results.
 pub(crate) const NAN32: u32 = 0x7fff_ffff;
@@ -122,6 +123,9 @@ macro_rules! float_ops {
                 }
                 FOp::Min => a.min(b),
                 FOp::Max => a.max(b),
+                FOp::MinNan | FOp::MaxNan if a.is_nan() || b.is_nan() => <$f>::NAN,
+                FOp::MinNan => a.min(b),
+                FOp::MaxNan => a.max(b),
                 // copysign d, a, b: b's magnitude with a's sign.
                 FOp::Copysign => b.copysign(a),
             }
@@ -155,7 +159,63 @@ macro_rules! float_ops {
 float_ops!(bin32, fma32, un32, f32);
 float_ops!(bin64, fma64, un64, f64);
 
+/// Applies `f` to each lane of packed pairs (`.f16x2`, `.bf16x2`).
+fn per_lane(a: u64, b: u64, c: u64, f: impl Fn(u64, u64, u64) -> u64) -> u64 {
+    let ((a0, a1), (b0, b1), (c0, c1)) = (lowp::lanes(a), lowp::lanes(b), lowp::lanes(c));
+    lowp::pack(f(a0, b0, c0), f(a1, b1, c1))
+}
+
+/// `min`/`max` of two bf16 values (as f64): NaN only when both are (or with `.NaN` either
+/// is), and -0 below +0.
+fn minmax(op: FOp, x: f64, y: f64) -> f64 {
+    let max = matches!(op, FOp::Max | FOp::MaxNan);
+    if x.is_nan() || y.is_nan() {
+        return if matches!(op, FOp::MinNan | FOp::MaxNan) || x.is_nan() && y.is_nan() {
+            f64::NAN
+        } else if x.is_nan() {
+            y
+        } else {
+            x
+        };
+    }
+    if x == y {
+        // Equal values differ at most in the sign of zero.
+        return if x.is_sign_negative() == max { y } else { x };
+    }
+    if (x > y) == max { x } else { y }
+}
+
+/// bf16 arithmetic, rounded to nearest even once: sums and quotients are rounded to odd in
+/// f64 first (exact products need no care), which a second rounding to 8 bits keeps exact.
+fn bf16_bin(op: FOp, a: u64, b: u64) -> u64 {
+    if op == FOp::Copysign {
+        return (b & 0x7fff) | (a & 0x8000);
+    }
+    let x = lowp::bf16_to_f32(a as u16) as f64;
+    let y = lowp::bf16_to_f32(b as u16) as f64;
+    let r = match op {
+        FOp::Add | FOp::Sub => {
+            let (s, e) = lowp::two_sum(x, if op == FOp::Sub { -y } else { y });
+            lowp::round_odd(s, e)
+        }
+        FOp::Mul => x * y,
+        FOp::Div => {
+            let q = x / y;
+            let rem = (-q).mul_add(y, x);
+            lowp::round_odd(q, if y < 0.0 { -rem } else { rem })
+        }
+        _ => minmax(op, x, y),
+    };
+    lowp::to_bf16(r, Rnd::N) as u64
+}
+
 pub(crate) fn fbin(op: FOp, t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64) -> u64 {
+    if let Some(lane) = t.lane() {
+        return per_lane(a, b, 0, |x, y, _| fbin(op, lane, rnd, ftz, sat, x, y));
+    }
+    if t == T::BF16 {
+        return bf16_bin(op, a, b);
+    }
     if t == T::F16 {
         // f32 arithmetic rounded to f16 is correctly rounded (24 >= 2 * 11 + 2).
         let r = bin32(op, Rnd::N, f16_to_f32(a as u16), f16_to_f32(b as u16));
@@ -227,6 +287,15 @@ fn fma32_directed(rnd: Rnd, a: f32, b: f32, c: f32) -> f32 {
 }
 
 pub(crate) fn fma(t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) -> u64 {
+    if let Some(lane) = t.lane() {
+        return per_lane(a, b, c, |x, y, z| fma(lane, rnd, ftz, sat, x, y, z));
+    }
+    if t == T::BF16 {
+        // The product of two bf16 is exact in f64; the sum is rounded to odd, then to bf16.
+        let h = |v: u64| lowp::bf16_to_f32(v as u16) as f64;
+        let (s, e) = lowp::two_sum(h(a) * h(b), h(c));
+        return lowp::to_bf16(lowp::round_odd(s, e), Rnd::N) as u64;
+    }
     if t == T::F16 {
         let h = |v: u64| f16_to_f32(v as u16) as f64;
         let r = h(a).mul_add(h(b), h(c)) as f32;
@@ -252,7 +321,11 @@ pub(crate) fn fma(t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) 
 }
 
 pub(crate) fn fun(op: FUn, t: T, rnd: Rnd, ftz: bool, a: u64) -> u64 {
-    if t == T::F16 {
+    if let Some(lane) = t.lane() {
+        return per_lane(a, 0, 0, |x, _, _| fun(op, lane, rnd, ftz, x));
+    }
+    // Only `abs`/`neg` decode for the 16-bit types: sign-bit operations.
+    if matches!(t, T::F16 | T::BF16) {
         return match op {
             FUn::Neg => (a ^ 0x8000) & 0xffff,
             _ => a & 0x7fff,
@@ -365,10 +438,11 @@ fn round_int(x: f64, r: Rnd) -> f64 {
     }
 }
 
-/// Float value of a source register.
-fn as_float(st: T, a: u64) -> f64 {
+/// Float value of a source register of float type `st`.
+pub(crate) fn as_float(st: T, a: u64) -> f64 {
     match st {
         T::F16 => f16_to_f32(a as u16) as f64,
+        T::BF16 => lowp::bf16_to_f32(a as u16) as f64,
         T::F32 => f32::from_bits(a as u32) as f64,
         _ => f64::from_bits(a),
     }
@@ -429,6 +503,17 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
         } else {
             a & mask(sbits)
         };
+        if dt == T::BF16 {
+            // Rounded once, exactly, to bf16's 8 significant bits (always in its range).
+            let r = match rnd {
+                CvtRnd::Float(r) => r,
+                _ => Rnd::N,
+            };
+            let neg = signed && (v as i64) < 0;
+            let mag = if neg { (v as i64).unsigned_abs() } else { v };
+            let f = int_to_float_directed(neg, mag, 8, r);
+            return lowp::to_bf16(if sat { sat64(f) } else { f }, r) as u64;
+        }
         if let CvtRnd::Float(r) = rnd
             && r != Rnd::N
             && dt != T::F16
@@ -504,9 +589,63 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
             }
             c32(if sat { sat32(r) } else { r })
         }
+        T::BF16 => {
+            let m = match rnd {
+                CvtRnd::Float(m) => m,
+                _ => Rnd::N,
+            };
+            lowp::to_bf16(if sat { sat64(y) } else { y }, m) as u64
+        }
         _ => {
             let r = if sat { sat64(y) } else { y };
             f32_to_f16(r as f32) as u64
+        }
+    }
+}
+
+/// The format of a narrow `cvt` type.
+fn narrow_fmt(n: Narrow) -> lowp::Fmt {
+    match n {
+        Narrow::F16 => lowp::F16,
+        Narrow::Bf16 => lowp::BF16,
+        Narrow::E4m3 => lowp::E4M3,
+        Narrow::E5m2 => lowp::E5M2,
+    }
+}
+
+/// `cvt` to or from a narrow packed format (`Op::CvtNarrow`).
+pub(crate) fn cvt_narrow(
+    cvt: NarrowCvt,
+    rnd: Rnd,
+    relu: bool,
+    satfinite: bool,
+    a: u64,
+    b: u64,
+) -> u64 {
+    let mode = Mode { satfinite, relu };
+    let from_f32 = |n: Narrow, v: u64| {
+        lowp::encode(f32::from_bits(v as u32) as f64, narrow_fmt(n), rnd, mode) as u64
+    };
+    match cvt {
+        NarrowCvt::One(n) => from_f32(n, a),
+        NarrowCvt::Pair(n) => {
+            let w = if matches!(n, Narrow::E4m3 | Narrow::E5m2) {
+                8
+            } else {
+                16
+            };
+            (from_f32(n, a) << w) | from_f32(n, b)
+        }
+        NarrowCvt::FromF16x2(n) => {
+            let (lo, hi) = lowp::lanes(a);
+            let enc =
+                |h: u64| lowp::encode(f16_to_f32(h as u16) as f64, narrow_fmt(n), rnd, mode) as u64;
+            (enc(hi) << 8) | enc(lo)
+        }
+        NarrowCvt::ToF16x2(n) => {
+            let f = narrow_fmt(n);
+            let lane = |byte: u64| lowp::fp8_to_f16(byte as u8, f, relu) as u64;
+            lowp::pack(lane(a & 0xff), lane((a >> 8) & 0xff))
         }
     }
 }

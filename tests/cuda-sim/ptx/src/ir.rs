@@ -17,6 +17,12 @@ pub(crate) enum T {
     S32,
     S64,
     F16,
+    /// bfloat16: the top half of an f32.
+    BF16,
+    /// Two f16 in a 32-bit register (lane 0 in the low half).
+    F16X2,
+    /// Two bf16 in a 32-bit register (lane 0 in the low half).
+    BF16X2,
     F32,
     F64,
     Pred,
@@ -34,6 +40,9 @@ impl T {
             "s32" => T::S32,
             "s64" => T::S64,
             "f16" => T::F16,
+            "bf16" => T::BF16,
+            "f16x2" => T::F16X2,
+            "bf16x2" => T::BF16X2,
             "f32" => T::F32,
             "f64" => T::F64,
             "pred" => T::Pred,
@@ -43,8 +52,8 @@ impl T {
     pub(crate) fn bytes(self) -> u32 {
         match self {
             T::U8 | T::S8 | T::Pred => 1,
-            T::U16 | T::S16 | T::F16 => 2,
-            T::U32 | T::S32 | T::F32 => 4,
+            T::U16 | T::S16 | T::F16 | T::BF16 => 2,
+            T::U32 | T::S32 | T::F32 | T::F16X2 | T::BF16X2 => 4,
             T::U64 | T::S64 | T::F64 => 8,
         }
     }
@@ -55,7 +64,23 @@ impl T {
         matches!(self, T::S8 | T::S16 | T::S32 | T::S64)
     }
     pub(crate) fn float(self) -> bool {
-        matches!(self, T::F16 | T::F32 | T::F64)
+        matches!(
+            self,
+            T::F16 | T::BF16 | T::F16X2 | T::BF16X2 | T::F32 | T::F64
+        )
+    }
+    /// The lane type of a packed pair (`.f16x2`, `.bf16x2`).
+    pub(crate) fn lane(self) -> Option<T> {
+        match self {
+            T::F16X2 => Some(T::F16),
+            T::BF16X2 => Some(T::BF16),
+            _ => None,
+        }
+    }
+    /// The 16-bit float types and their packed pairs: arithmetic only with `.rn`, no `.sat`
+    /// for bf16.
+    pub(crate) fn half(self) -> bool {
+        matches!(self, T::F16 | T::BF16 | T::F16X2 | T::BF16X2)
     }
     pub(crate) fn int(self) -> bool {
         !self.float() && self != T::Pred
@@ -77,6 +102,31 @@ pub(crate) enum CvtRnd {
     None,
     Int(Rnd),
     Float(Rnd),
+}
+
+/// A narrow float format of `cvt`'s packed and saturating forms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Narrow {
+    F16,
+    Bf16,
+    E4m3,
+    E5m2,
+}
+
+/// The shape of a narrow `cvt`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NarrowCvt {
+    /// `cvt.frnd{.relu}{.satfinite}.{f16,bf16}.f32 d, a`: one f32 to one narrow value.
+    One(Narrow),
+    /// `cvt.frnd{.relu}{.satfinite}.{f16x2,bf16x2,e4m3x2,e5m2x2}.f32 d, a, b`: `a` into the
+    /// upper lane, `b` into the lower one.
+    Pair(Narrow),
+    /// `cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f16x2 d, a`: each f16 lane to the fp8 byte
+    /// at the same position.
+    FromF16x2(Narrow),
+    /// `cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, a`: each fp8 byte to the f16 lane at the same
+    /// position.
+    ToF16x2(Narrow),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,6 +183,9 @@ pub(crate) enum FOp {
     Div,
     Min,
     Max,
+    /// `min.NaN`/`max.NaN`: NaN when either operand is NaN.
+    MinNan,
+    MaxNan,
     Copysign,
 }
 
@@ -429,6 +482,17 @@ pub(crate) enum Op {
         d: R,
         a: R,
     },
+    /// `cvt` to or from a narrow packed format, or with `.relu`/`.satfinite`.
+    CvtNarrow {
+        cvt: NarrowCvt,
+        rnd: Rnd,
+        relu: bool,
+        satfinite: bool,
+        d: R,
+        a: R,
+        /// The second source of `NarrowCvt::Pair` (else unused).
+        b: R,
+    },
     /// `to`: generic → space; otherwise space → generic.
     Cvta {
         to: bool,
@@ -529,11 +593,12 @@ pub(crate) enum Op {
         b: R,
         c: R,
     },
-    /// `set.cmp{.bool}.dtype.stype`: all ones (or 1.0f for `.f32`) when true, else 0.
+    /// `set.cmp{.bool}.dtype.stype`: `truth` (all ones of the integer width, or 1.0 in the
+    /// float type) when true, else 0.
     Set {
         cmp: Cmp,
         t: T,
-        float_dst: bool,
+        truth: u32,
         d: R,
         a: R,
         b: R,

@@ -79,7 +79,20 @@ pub(crate) fn lex(text: &str) -> Result<(Vec<Tok<'_>>, Vec<u32>), LoadError> {
                     break;
                 }
             }
-            toks.push(Tok::Id(&text[start..i]));
+            let word = &text[start..i];
+            if word.starts_with('.') {
+                // A directive glued to its modifiers (`.reg.b32`, `.visible.entry`) is the
+                // same as the words written apart.
+                let mut from = 0;
+                for (k, _) in word.match_indices('.').skip(1) {
+                    toks.push(Tok::Id(&word[from..k]));
+                    lines.push(line);
+                    from = k;
+                }
+                toks.push(Tok::Id(&word[from..]));
+            } else {
+                toks.push(Tok::Id(word));
+            }
             lines.push(line);
         } else if c.is_ascii_digit() {
             let start = i;

@@ -27,6 +27,7 @@ mod footprint;
 mod ialu;
 mod ir;
 mod lex;
+mod lowp;
 mod memory;
 mod parse;
 mod printf;

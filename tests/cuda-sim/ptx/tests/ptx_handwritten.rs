@@ -144,10 +144,10 @@ fn unsupported_instructions_are_named_at_load() {
     // An unknown modifier on a known instruction is rejected too.
     let text3 = text.replace(
         "tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f1, %f2}]",
-        "add.rn.f16x2 %f1, %f2, %f3",
+        "max.xorsign.abs.f32 %f1, %f2, %f3",
     );
     assert!(
-        matches!(Module::parse(&text3), Err(LoadError::NotSupported(s)) if s == "add.rn.f16x2")
+        matches!(Module::parse(&text3), Err(LoadError::NotSupported(s)) if s == "max.xorsign.abs.f32")
     );
     let text4 = text.replace(
         "tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f1, %f2}]",

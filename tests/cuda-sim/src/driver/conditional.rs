@@ -310,17 +310,20 @@ impl Sim {
         self.conditionals.execs.insert(exec, handles);
     }
 
-    /// The start of a launch of `exec`: each handle it reads takes its default, or becomes
-    /// undefined.
-    pub fn reset_conditionals(&mut self, exec: Raw) {
-        let handles = self
-            .conditionals
+    /// The handles executable graph `exec`'s conditional nodes read (none for an unknown exec).
+    pub fn exec_handles(&self, exec: Raw) -> Vec<u64> {
+        self.conditionals
             .execs
             .get(&exec)
             .cloned()
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// The start of a launch: each of `handles` (those its exec reads) takes its default, or
+    /// becomes undefined.
+    pub fn reset_conditionals(&mut self, handles: &[u64]) {
         for raw in handles {
-            if let Some(handle) = self.conditionals.handles.get_mut(&raw) {
+            if let Some(handle) = self.conditionals.handles.get_mut(raw) {
                 handle.value = handle.default;
             }
         }

@@ -243,11 +243,12 @@ impl Sim {
             Some(ctx) => target.running(context, ctx.device),
             None => target,
         };
+        let handles = self.exec_handles(exec);
         let ops: Vec<Op> = {
             let graph_exec = self.graph_exec(exec)?;
             // The launch starts with its conditional handles at their defaults; a disabled
             // node runs as an empty one.
-            std::iter::once(Op::ResetConditionals(exec))
+            std::iter::once(Op::ResetConditionals(handles))
                 .chain(graph_exec.nodes.iter().map(
                     |n| match graph_exec.disabled.contains(&n.raw) {
                         true => Op::Empty,

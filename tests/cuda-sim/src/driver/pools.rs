@@ -248,7 +248,11 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         if size == 0 {
-            return Err(INVALID_VALUE);
+            // Measured on the H200 (driver 580): a zero-byte stream-ordered allocation
+            // (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`) succeeds with pointer 0 (unlike
+            // `cuMemAlloc(0)`, which is `CUDA_ERROR_INVALID_VALUE`). Nothing is recorded, so
+            // no check sees 0 as an allocation; `cuMemFreeAsync(0)` succeeds (`free_async`).
+            return Ok(0);
         }
         let block = rounded(size as u64).ok_or(OUT_OF_MEMORY)?;
         if max_size != 0 && used.saturating_add(block) > max_size {

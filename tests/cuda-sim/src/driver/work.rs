@@ -85,9 +85,10 @@ pub enum Op {
     Empty,
     /// A conditional node (`conditional`).
     Conditional(Box<ConditionalOp>),
-    /// The start of a launch of this executable graph: its conditional handles take their
-    /// defaults. Not a node.
-    ResetConditionals(Raw),
+    /// The start of a launch of an executable graph: the conditional handles its nodes read
+    /// (as the exec had them when the launch was queued: the exec may be destroyed while the
+    /// launch waits, which the driver allows) take their defaults. Not a node.
+    ResetConditionals(Vec<u64>),
     /// The end of a launch of a graph of this context on another context's stream: the
     /// context's synchronisations are ordered after the stream up to here
     /// (`Sim::foreign_launch_done`). Not a node.
@@ -252,7 +253,7 @@ impl Sim {
                 self.enqueue(target);
             }
             Op::Conditional(conditional) => self.run_conditional(target, conditional)?,
-            &Op::ResetConditionals(exec) => self.reset_conditionals(exec),
+            Op::ResetConditionals(handles) => self.reset_conditionals(handles),
             &Op::LaunchDone(context) => self.foreign_launch_done(context, Some(target.timeline)),
             &Op::GraphAlloc { addr, size } => self.run_graph_alloc(target, addr, size)?,
             &Op::GraphFree { addr } => self.run_graph_free(target, addr)?,
