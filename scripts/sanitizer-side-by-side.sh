@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The simulator's planted-bug programs (tests/cuda-sim/tests/sanitizer_classes.rs, races.rs) on
+# a real GPU under compute-sanitizer's matching tool: one line per program, bug and twin, with
+# the tool's error count, for the table in tests/cuda-sim/README.md. Run on the GPU machine
+# after scripts/gpu-collect.sh:  scripts/sanitizer-side-by-side.sh
+set -u
+cd "$(dirname "$0")/.."
+run() { # binary tool scenario
+  local binary=$1 tool=$2 scenario=$3 extra=()
+  [ "$tool" = memcheck-races ] && { tool=memcheck; extra=(--track-stream-ordered-races all); }
+  local out
+  out=$(CUDA_SIM_SCENARIO_CHILD=$scenario compute-sanitizer --tool "$tool" "${extra[@]}" \
+    ".gpu/test-test-$binary" "$scenario" --exact --include-ignored --test-threads=1 2>&1)
+  local errors
+  errors=$(grep -oE "ERROR SUMMARY: [0-9]+" <<<"$out" | tail -1 | grep -oE "[0-9]+$")
+  local kinds
+  kinds=$(grep -oE "^========= [A-Z][a-z]+ [a-z_ ]+(hazard|error|Error|access|exception|barrier|read|write)[a-z ]*" <<<"$out" \
+    | sed 's/^========= //' | sort | uniq -c | sed 's/^ *//' | paste -sd';' -)
+  printf '| %s | %s | %s | %s |\n' "$scenario" "$tool${extra[*]:+ ${extra[*]}}" "${errors:-?}" "${kinds:-}"
+}
+echo "| program | tool | errors | what it printed |"
+echo "|---|---|---|---|"
+for s in trap no_trap brkpt no_brkpt trap_last no_trap_last; do run sanitizer_classes memcheck scenario_$s; done
+for s in bar_exit bar_no_exit two_bars one_bar shfl_full_mask shfl_half_mask vote_exited vote_present; do
+  run sanitizer_classes synccheck scenario_$s
+done
+for s in read_unwritten read_memset read_past_copy read_whole_copy copy_back_half copy_back_whole pool_reuse pool_reuse_memset; do
+  run sanitizer_classes initcheck scenario_$s
+done
+for s in kernel_kernel kernel_kernel_ordered_by_an_event copy_kernel copy_kernel_ordered_by_an_event \
+  memset_kernel memset_kernel_ordered_by_an_event one_block_of_many one_block_of_many_just_past \
+  halves_overlapping disjoint_halves graph_without_edge graph_with_edge host_copy_of_managed \
+  host_copy_of_managed_after_a_synchronize store_against_atomics atomics_on_two_streams; do
+  run races memcheck-races scenario_$s
+done
