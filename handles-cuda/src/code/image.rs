@@ -251,6 +251,11 @@ fn fatbin_entries(image: &[u8]) -> Option<Vec<(String, usize)>> {
     let mut entry = header_size;
     while entry < end {
         let (kind, entry_header) = (field(entry, 2)?, field(entry + 4, 4)?);
+        // The bytes of a file are read here unchecked (`load_file`): a header shorter than the
+        // driver's would not advance the walk.
+        if entry_header < FATBIN_ENTRY_HEADER_SIZE {
+            return None;
+        }
         let (payload, flags) = (field(entry + 8, 8)?, field(entry + 0x28, 8)?);
         let start = entry.checked_add(entry_header)?;
         let next = start.checked_add(payload)?;
@@ -555,6 +560,10 @@ mod tests {
         let text = fatbin(&[(2, 0x2011, b"lz4 bytes"), (1, 0x11, ptx)]);
         assert_eq!(image_entries(&text).unwrap(), [("k".to_owned(), 2)]);
         assert_eq!(image_entries(&fatbin(&[(2, 0x8011, &image)])), None);
+        // Unchecked bytes (a file): an entry header of 0 bytes ends the walk, it never loops.
+        let mut stuck = fatbin(&[(2, 0x11, b"")]);
+        stuck[16 + 4..16 + 8].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(image_entries(&stuck), None);
     }
 
     #[test]
