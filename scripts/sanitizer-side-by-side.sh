@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The simulator's planted-bug programs (tests/cuda-sim/tests/sanitizer_classes.rs, races.rs) on
+# The simulator's planted-bug programs (tests/cuda-sim/tests/sanitizer_classes.rs, races.rs,
+# shared_races.rs) on
 # a real GPU under compute-sanitizer's matching tool: one line per program, bug and twin, with
 # the tool's error count, for the table in tests/cuda-sim/README.md. Run on the GPU machine
 # after scripts/gpu-collect.sh:  scripts/sanitizer-side-by-side.sh
@@ -20,9 +21,20 @@ run() { # binary tool scenario
 }
 echo "| program | tool | errors | what it printed |"
 echo "|---|---|---|---|"
-for s in trap no_trap brkpt no_brkpt trap_last no_trap_last; do run sanitizer_classes memcheck scenario_$s; done
-for s in bar_exit bar_no_exit two_bars one_bar shfl_full_mask shfl_half_mask vote_exited vote_present; do
+for s in trap no_trap brkpt no_brkpt trap_last no_trap_last store_one_past store_to_the_end \
+  misaligned_load aligned_load write_freed write_then_free shared_past_the_array shared_inside_the_array; do
+  run sanitizer_classes memcheck scenario_$s
+done
+for s in bar_exit bar_no_exit two_bars one_bar shfl_full_mask shfl_half_mask vote_exited vote_present \
+  warp_sync_without_self warp_sync_with_self vote_without_self vote_with_self warp_sync_two_places \
+  warp_sync_one_place shfl_skipped shfl_by_all shfl_against_bar shfl_before_bar; do
   run sanitizer_classes synccheck scenario_$s
+done
+for s in reduction_without_barrier reduction_with_barrier overwrite_without_barrier overwrite_after_barrier \
+  one_word_many_writers one_word_one_writer warp_reduction_without_syncwarp warp_reduction_with_syncwarp \
+  block_37_skips_its_barrier no_block_skips_its_barrier counter_reset_without_barrier \
+  counter_reset_before_barrier shared_sum_plain shared_sum_atomic; do
+  run shared_races racecheck scenario_$s
 done
 for s in read_unwritten read_memset read_past_copy read_whole_copy copy_back_half copy_back_whole pool_reuse pool_reuse_memset; do
   run sanitizer_classes initcheck scenario_$s

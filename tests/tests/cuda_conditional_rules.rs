@@ -112,6 +112,7 @@ fn scenario_a_set_from_a_stream_launch() {
     let graph = GraphHandle::create(&context).unwrap();
     let handle = graph.create_conditional(Some(0)).unwrap();
     let selector = DevicePtrHandle::alloc(&context, 4).unwrap();
+    selector.memset_async(0, 4, &stream).unwrap();
     raw_set_from(&stream, handle.as_cu(), &selector);
 }
 
@@ -134,6 +135,7 @@ fn scenario_a_set_of_a_handle_the_graph_does_not_read() {
     let library = handles_tests::conditional_kernels::load().unwrap();
     let kernel = KernelHandle::get(&library, "set_from").unwrap();
     let selector = DevicePtrHandle::alloc(&context, 4).unwrap();
+    selector.memset_async(0, 4, &stream).unwrap();
     let (mut h, mut s) = (theirs.as_cu(), selector.as_cu());
     let mut args = [
         (&raw mut h).cast::<std::ffi::c_void>(),

@@ -36,6 +36,15 @@ fn non_blocking(context: &ContextHandle) -> StreamHandle {
     StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
 }
 
+/// Orders the work queued on `later` from now on after the work queued on `earlier` so far:
+/// the bytes are the caller's to order (DESIGN.md), so these programs order them and race
+/// only for the frees, which are the library's.
+fn order_after(context: &ContextHandle, later: &StreamHandle, earlier: &StreamHandle) {
+    let event = EventHandle::create(context, EventFlags::default()).unwrap();
+    event.record(earlier).unwrap();
+    later.wait_event(&event).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Defect 1: a free ordered after work on another stream.
 
@@ -57,6 +66,7 @@ fn scenario_buffer_used_on_two_streams_then_dropped() {
         let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &home).unwrap();
         buffer.memset_async(1, 1 << 16, &home).unwrap();
         // Work on another stream: the free on `home` must wait for it.
+        order_after(&context, &other, &home);
         buffer.memset_async(2, 1 << 16, &other).unwrap();
         buffer.memset_at_async(4096, 3, 4096, &other).unwrap();
         drop(buffer);
@@ -87,10 +97,11 @@ fn scenario_synchronous_and_pinned_allocations_used_on_streams_then_dropped() {
         let device = DevicePtrHandle::alloc(&context, 1 << 16).unwrap();
         let pinned = DevicePtrHandle::alloc_host(&context, 1 << 16).unwrap();
         device.memset_async(1, 1 << 16, &first).unwrap();
+        pinned.memset_async(2, 4096, &first).unwrap();
+        order_after(&context, &second, &first);
         device
             .copy_to_async(0, &pinned, 0, 1 << 16, &second)
             .unwrap();
-        pinned.memset_async(2, 4096, &first).unwrap();
         let kernels = handles_tests::kernels::TestKernels::load().unwrap();
         let view = device.view(0, 1024).unwrap();
         kernels
@@ -180,11 +191,13 @@ fn scenario_deallocation_stream_moved_after_work_on_the_old_one() {
     let buffer = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &first).unwrap();
     buffer.memset_async(1, 1 << 16, &first).unwrap();
     buffer.set_deallocation_stream(&second).unwrap();
+    order_after(&context, &third, &first);
     buffer.memset_async(2, 1 << 16, &third).unwrap();
     buffer.set_deallocation_stream(&third).unwrap();
     assert!(buffer.deallocation_stream().unwrap().ptr_eq(&third));
     // A copy between two buffers on yet another stream orders both frees after it.
     let other = DevicePtrHandle::alloc_from_pool(&pool, 1 << 16, &second).unwrap();
+    order_after(&context, &first, &third);
     buffer.copy_to_async(0, &other, 0, 1 << 16, &first).unwrap();
     drop(buffer);
     drop(other);

@@ -1,6 +1,7 @@
 //! A fuzzer of handles-cuda's safe API: random programs of safe calls over every public
 //! resource, each run in a child process on the strict simulator (`tests/cuda-sim`, every
-//! check on, the first violation aborts the child), judged by an oracle:
+//! check on but `data-race` and `uninitialized-read`, which judge the program's bytes, not the
+//! library; the first violation aborts the child), judged by an oracle:
 //!
 //! - the simulator reports no violation;
 //! - no panic escapes the library (the interpreter catches panics only where the API

@@ -506,8 +506,11 @@ fn a_buffer_used_on_other_streams_is_freed_after_them() {
         for round in 0..50 {
             let buffer =
                 DevicePtrHandle::alloc_from_pool(&pool, 1 << 22, &streams[round % 4]).unwrap();
+            // Each stream writes its own quarter: the streams race for the free, not the bytes.
             for (i, other) in streams.iter().enumerate() {
-                buffer.memset_async(i as u8, 1 << 22, other).unwrap();
+                buffer
+                    .memset_at_async(i << 20, i as u8, 1 << 20, other)
+                    .unwrap();
             }
             if round % 2 == 0 {
                 buffer

@@ -415,6 +415,7 @@ fn an_empty_batch_calls_nothing_and_a_captured_stream_is_refused() {
     let stream = unsafe { StreamHandle::from_cudarc(&cudarc_stream) };
     let a = DevicePtrHandle::alloc_async(256, &stream).unwrap();
     let b = DevicePtrHandle::alloc_async(256, &stream).unwrap();
+    a.memset_async(7, 256, &stream).unwrap();
     stream.synchronize().unwrap();
     cudarc_stream
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)

@@ -540,6 +540,8 @@ fn r22_copy_batch_edges() {
     let s = stream(&context);
     let a = DevicePtrHandle::alloc(&context, 4096).unwrap();
     let b = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    a.memset_async(1, 4096, &s).unwrap();
+    b.memset_async(2, 4096, &s).unwrap();
     let a_low = a.view(0, 2048).unwrap();
     let a_high = a.view(1024, 2048).unwrap();
     // Two views of one allocation whose destinations overlap: a conflict.

@@ -84,6 +84,8 @@ fn run_mixed(seconds: u64) -> u64 {
         // its launches, and each launch reports the counter as used on its stream.
         let counter = DevicePtrHandle::alloc_from_pool(&pool, 256 * 4, &streams[0]).unwrap();
         counter.memset_async(0, 256 * 4, &streams[0]).unwrap();
+        // The launches below come from every stream: the counter's bytes are ready first.
+        streams[0].synchronize().unwrap();
         let graph = GraphHandle::capture(&context, CaptureMode::Relaxed, |capture| {
             capture.launch(
                 &kernels.add_one,
@@ -101,23 +103,25 @@ fn run_mixed(seconds: u64) -> u64 {
                 let (kernels, exec) = (&kernels, &exec);
                 scope.spawn(move || {
                     let context = ContextHandle::primary(0).unwrap();
-                    let mut held: Vec<DevicePtrHandle> = Vec::new();
+                    // Each buffer with the stream that last wrote it.
+                    let mut held: Vec<(DevicePtrHandle, usize)> = Vec::new();
                     let mut step = thread;
                     while Instant::now() < deadline {
                         step = step
                             .wrapping_mul(6364136223846793005)
                             .wrapping_add(1442695040888963407);
-                        let stream = &streams[(step >> 33) % 4];
+                        let on = (step >> 33) % 4;
+                        let stream = &streams[on];
                         match (step >> 40) % 10 {
                             0..=2 => {
                                 let size = 256 << ((step >> 20) % 12);
                                 let buffer =
                                     DevicePtrHandle::alloc_from_pool(pool, size, stream).unwrap();
                                 buffer.memset_async(thread as u8, size, stream).unwrap();
-                                held.push(buffer);
+                                held.push((buffer, on));
                             }
                             3 => {
-                                if let Some(buffer) = held.pop() {
+                                if let Some((buffer, _)) = held.pop() {
                                     buffer
                                         .set_deallocation_stream(&streams[(step >> 50) % 4])
                                         .unwrap();
@@ -141,12 +145,21 @@ fn run_mixed(seconds: u64) -> u64 {
                             }
                             7 => {
                                 // A kernel over a buffer whose free may be on another stream.
-                                if let Some(buffer) = held.last() {
+                                // Its bytes are ordered by an event, as the caller's to order.
+                                if let Some((buffer, last)) = held.last_mut() {
+                                    if *last != on {
+                                        let written =
+                                            EventHandle::create(&context, EventFlags::default())
+                                                .unwrap();
+                                        written.record(&streams[*last]).unwrap();
+                                        stream.wait_event(&written).unwrap();
+                                        *last = on;
+                                    }
                                     let n = (buffer.size() / 4) as u32;
                                     let config = LaunchConfig::linear(n, 128);
                                     kernels
                                         .fill
-                                        .launch(stream, &config, (buffer, step as u32, n))
+                                        .launch(stream, &config, (&*buffer, step as u32, n))
                                         .unwrap();
                                 }
                             }

@@ -185,6 +185,7 @@ pub fn command(program: impl AsRef<OsStr>) -> Command {
         "CUDA_SIM_CHECK_DATA_RACE",
         "CUDA_SIM_CHECK_INITCHECK",
         "CUDA_SIM_CHECK_SYNCCHECK",
+        "CUDA_SIM_CHECK_RACECHECK",
     ] {
         command.env_remove(name);
     }
@@ -240,15 +241,18 @@ pub trait SimCommand {
     /// `CUDA_SIM_NO_GREEN_CONTEXTS=1`: the green-context functions answer
     /// `CUDA_ERROR_NOT_SUPPORTED`.
     fn sim_no_green_contexts(&mut self) -> &mut Self;
-    /// `CUDA_SIM_CHECK_DATA_RACE`: `true` (`1`) turns the `data-race` check on; it is off
-    /// by default while the workspace's own suites are made free of its findings.
+    /// `CUDA_SIM_CHECK_DATA_RACE`: the `data-race` check, on by default; `false` (`0`) turns
+    /// it off.
     fn sim_check_data_race(&mut self, on: bool) -> &mut Self;
-    /// `CUDA_SIM_CHECK_INITCHECK`: `true` (`1`) turns the `uninitialized-read` check and the
-    /// `unused-allocation` notes on; they are off by default.
+    /// `CUDA_SIM_CHECK_INITCHECK`: the `uninitialized-read` check and the `unused-allocation`
+    /// notes, on by default; `false` (`0`) turns them off.
     fn sim_check_initcheck(&mut self, on: bool) -> &mut Self;
-    /// `CUDA_SIM_CHECK_SYNCCHECK`: `true` (`1`) turns the `barrier-divergence` and
-    /// `bad-warp-mask` checks on; they are off by default.
+    /// `CUDA_SIM_CHECK_SYNCCHECK`: the `barrier-divergence` and `bad-warp-mask` checks, on by
+    /// default; `false` (`0`) turns them off.
     fn sim_check_synccheck(&mut self, on: bool) -> &mut Self;
+    /// `CUDA_SIM_CHECK_RACECHECK`: the `shared-race` check, on by default; `false` (`0`) turns
+    /// it off.
+    fn sim_check_racecheck(&mut self, on: bool) -> &mut Self;
 }
 
 impl SimCommand for Command {
@@ -290,6 +294,10 @@ impl SimCommand for Command {
 
     fn sim_check_synccheck(&mut self, on: bool) -> &mut Self {
         self.env("CUDA_SIM_CHECK_SYNCCHECK", if on { "1" } else { "0" })
+    }
+
+    fn sim_check_racecheck(&mut self, on: bool) -> &mut Self {
+        self.env("CUDA_SIM_CHECK_RACECHECK", if on { "1" } else { "0" })
     }
 }
 

@@ -101,6 +101,7 @@ fn launch(
         globals: &[],
         workers,
         synccheck: false,
+        racecheck: false,
     };
     let t = Instant::now();
     if let Err((f, _)) = run(m, mem, &args) {

@@ -1075,6 +1075,9 @@ fn decode_op<'a>(
         }
         "ld" | "ldu" | "st" => {
             let is_ld = base != "st";
+            let strong = m
+                .iter()
+                .any(|w| matches!(*w, "volatile" | "relaxed" | "acquire" | "release"));
             take_any(
                 m,
                 &[
@@ -1122,6 +1125,7 @@ fn decode_op<'a>(
                     d: rs,
                     addr,
                     off,
+                    strong,
                 }
             } else {
                 Op::St {
@@ -1131,6 +1135,7 @@ fn decode_op<'a>(
                     s: rs,
                     addr,
                     off,
+                    strong,
                 }
             }
         }
@@ -1456,7 +1461,7 @@ fn decode_op<'a>(
         }
         "membar" | "fence" => {
             m.clear(); // all orderings are satisfied by the interpreter's execution
-            Op::Nop
+            Op::Fence
         }
         "nanosleep" | "prefetch" | "prefetchu" | "pmevent" => {
             m.clear();

@@ -10,7 +10,8 @@ use crate::ialu::*;
 use crate::ir::*;
 use crate::memory::*;
 use crate::parse::KPARAM_BASE;
-use crate::{Fault, LaunchArgs, Memory, Module, Outcome};
+use crate::racecheck::{Shadow, SharedAccess};
+use crate::{Fault, LaunchArgs, Memory, Module, Outcome, SharedRace};
 
 /// Generic-address windows (host user space is below 2^47, so these never collide with it).
 pub(crate) const SHARED_BASE: u64 = 1 << 48;
@@ -118,6 +119,9 @@ pub(crate) struct W<'m> {
     /// The last regions `Memory::check` approved for reads (`[0]`) and for writes (`[1]`),
     /// from `Memory::region_bounds`.
     pub(crate) cache: [RegionCache; 2],
+    /// (`LaunchArgs::racecheck`, with shared memory) the shadow of the block's shared
+    /// memory.
+    pub(crate) race: Option<Shadow>,
 }
 
 /// Regions per `RegionCache`.
@@ -185,6 +189,34 @@ impl<'m> W<'m> {
             block: self.ctaid,
             thread: th.tid,
             pc_text: f.text.get(th.pc as usize).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Racecheck: thread `th`, at `pc` of its function, made `access` to `len` bytes at
+    /// shared offset `off`.
+    #[inline]
+    pub(crate) fn note_shared(
+        &mut self,
+        th: &Thread,
+        pc: usize,
+        off: usize,
+        len: u64,
+        access: SharedAccess,
+    ) {
+        if let Some(race) = self.race.as_mut() {
+            let module = self.module;
+            race.access(th.lin, off, len as usize, access, || {
+                let f = &module.funcs[th.func as usize];
+                f.text.get(pc).cloned().unwrap_or_default()
+            });
+        }
+    }
+
+    /// Racecheck: a block-wide ordering point (a released barrier, a fence, an mbarrier).
+    #[inline]
+    pub(crate) fn order_shared(&mut self) {
+        if let Some(race) = self.race.as_mut() {
+            race.order_all();
         }
     }
 
@@ -476,6 +508,7 @@ impl<'m> W<'m> {
             let regs = &mut th.regs;
             match ins.op {
                 Op::Nop => {}
+                Op::Fence => self.order_shared(),
                 Op::Mov { d, a } => regs[d as usize] = regs[a as usize],
                 Op::Special { d, s } => {
                     let v = self.special(th, s);
@@ -831,7 +864,13 @@ impl<'m> W<'m> {
                     d,
                     addr,
                     off,
+                    strong,
                 } => {
+                    let kind = if strong {
+                        SharedAccess::StrongRead
+                    } else {
+                        SharedAccess::Read
+                    };
                     let at = regs[addr as usize].wrapping_add(off as i64 as u64);
                     let size = t.bytes();
                     if n == 1 && self.cached_global(space, at, size as u64, false) {
@@ -849,6 +888,7 @@ impl<'m> W<'m> {
                         && let Some(o) = shared_offset(space, at, size as u64, shared.len())
                     {
                         // A scalar shared load inside the block's window.
+                        self.note_shared(th, pc, o, size as u64, kind);
                         let mut v = rd_bytes(shared, o, size);
                         if t.signed() {
                             v = sext(v, size * 8) as u64;
@@ -863,6 +903,9 @@ impl<'m> W<'m> {
                         Ok(l) => l,
                         Err(e) => fault!(e),
                     };
+                    if let Loc::Shared(o) = loc {
+                        self.note_shared(th, pc, o, total, kind);
+                    }
                     for k in 0..n as usize {
                         let l = match loc {
                             Loc::Host(x) => Loc::Host(x + (k as u64) * size as u64),
@@ -885,7 +928,13 @@ impl<'m> W<'m> {
                     s,
                     addr,
                     off,
+                    strong,
                 } => {
+                    let kind = if strong {
+                        SharedAccess::AtomicWrite
+                    } else {
+                        SharedAccess::Write
+                    };
                     let at = regs[addr as usize].wrapping_add(off as i64 as u64);
                     let size = t.bytes();
                     if n == 1 && self.cached_global(space, at, size as u64, true) {
@@ -901,6 +950,7 @@ impl<'m> W<'m> {
                     {
                         // A scalar shared store inside the block's window.
                         wr_bytes(shared, o, size, regs[s[0] as usize]);
+                        self.note_shared(th, pc, o, size as u64, kind);
                         pc += 1;
                         continue;
                     }
@@ -910,6 +960,9 @@ impl<'m> W<'m> {
                         Ok(l) => l,
                         Err(e) => fault!(e),
                     };
+                    if let Loc::Shared(o) = loc {
+                        self.note_shared(th, pc, o, total, kind);
+                    }
                     for k in 0..n as usize {
                         let l = match loc {
                             Loc::Host(x) => Loc::Host(x + (k as u64) * size as u64),
@@ -953,6 +1006,9 @@ impl<'m> W<'m> {
                         Loc::Host(x) => host_atomic(x, t, op, bv, cv),
                         Loc::KParam(_) => fault!(self.fault_oob(th, at, size as u64, true)),
                         other => {
+                            if let Loc::Shared(o) = other {
+                                self.note_shared(th, pc, o, size as u64, SharedAccess::AtomicWrite);
+                            }
                             let old = self.load(th, shared, other, size);
                             self.store(th, shared, other, size, atom_apply(op, t, old, bv, cv));
                             old
@@ -987,6 +1043,7 @@ impl<'m> W<'m> {
                     let at = regs[addr as usize];
                     let bytes = if expect { regs[tx as usize] } else { 0 };
                     th.pc = pc as u32;
+                    self.order_shared();
                     match self.mbar_arrive(th, shared, at, bytes) {
                         Ok(state) => th.regs[d as usize] = state,
                         Err(e) => fault!(e),
@@ -996,7 +1053,10 @@ impl<'m> W<'m> {
                     let (at, parity) = (regs[addr as usize], regs[parity as usize]);
                     th.pc = pc as u32;
                     match self.mbar_test(th, shared, at, parity) {
-                        Ok(true) => th.regs[p as usize] = 1,
+                        Ok(true) => {
+                            self.order_shared();
+                            th.regs[p as usize] = 1;
+                        }
                         Ok(false) => {
                             // Not yet: let the other threads of the block run (the copy or
                             // the arrival this thread waits for is theirs to make).
@@ -1419,6 +1479,9 @@ struct WorkerResult {
     /// Conditional sets by block.
     sets: Vec<(u64, Vec<(u64, u32)>)>,
     fault: Option<(u64, Fault)>,
+    /// Racecheck: the first hazard (with its block's linear index) and the racing accesses.
+    race: Option<(u64, SharedRace)>,
+    races: u64,
 }
 
 // The fault comes with what the launch did before it (touched regions, printf, condition
@@ -1435,6 +1498,7 @@ pub(crate) fn run(
         uninitialised_reads: Vec::new(),
         printf: String::new(),
         conditional_sets: Vec::new(),
+        shared_race: None,
     };
     let Some(&entry_func) = module.entry_funcs.get(args.entry) else {
         return Err((
@@ -1531,6 +1595,8 @@ pub(crate) fn run(
         dyn_smem,
         total_smem,
         cache: [RegionCache::EMPTY; 2],
+        race: (args.racecheck && shared_bytes > 0)
+            .then(|| Shadow::new(shared_bytes as usize, args.block)),
     };
     let ef = &module.funcs[entry_func];
     let all_workers = args.workers.clamp(1, 64);
@@ -1551,6 +1617,8 @@ pub(crate) fn run(
             printf: Vec::new(),
             sets: Vec::new(),
             fault: None,
+            race: None,
+            races: 0,
         };
         for b in 0..nblocks {
             let ctaid = block_index(args, b);
@@ -1584,6 +1652,8 @@ pub(crate) fn run(
                 printf: Vec::new(),
                 sets: Vec::new(),
                 fault: None,
+                race: None,
+                races: 0,
             });
         }
         if let Ok(mut r) = results.lock() {
@@ -1603,6 +1673,8 @@ pub(crate) fn run(
                 printf: Vec::new(),
                 sets: Vec::new(),
                 fault: None,
+                race: None,
+                races: 0,
             };
             loop {
                 let b = next.fetch_add(1, Ordering::Relaxed) as u64;
@@ -1611,6 +1683,9 @@ pub(crate) fn run(
                 }
                 w.ctaid = block_index(args, b);
                 w.block_lin = b;
+                if let Some(race) = w.race.as_mut() {
+                    race.start_block(w.ctaid, b);
+                }
                 shared.fill(0);
                 for (i, m) in w.live_mask.iter_mut().enumerate() {
                     let n = (nthreads as usize - i * 32).min(32);
@@ -1639,6 +1714,10 @@ pub(crate) fn run(
             res.touched = w.touched;
             res.footprint = w.footprint.finish();
             res.unread = w.unread.finish();
+            if let Some(race) = w.race {
+                res.race = race.found;
+                res.races = race.count;
+            }
             if let Ok(mut all) = results.lock() {
                 all.push(res);
             }
@@ -1658,7 +1737,16 @@ pub(crate) fn run(
     let mut fault: Option<(u64, Fault)> = None;
     let mut footprint: Vec<Span> = Vec::new();
     let mut unread: Vec<Span> = Vec::new();
+    let mut shared_race: Option<(u64, SharedRace)> = None;
+    let mut races = 0;
     for r in all {
+        races += r.races;
+        if let Some((b, race)) = r.race
+            && b <= limit
+            && shared_race.as_ref().is_none_or(|(rb, _)| b < *rb)
+        {
+            shared_race = Some((b, race));
+        }
         footprint.extend(r.footprint);
         unread.extend(r.unread);
         for (i, &t) in r.touched.iter().enumerate() {
@@ -1690,6 +1778,10 @@ pub(crate) fn run(
         uninitialised_reads: unread,
         printf: printf.into_iter().map(|(_, s)| s).collect(),
         conditional_sets: sets.into_iter().flat_map(|(_, s)| s).collect(),
+        shared_race: shared_race.map(|(_, race)| SharedRace {
+            count: races,
+            ..race
+        }),
     };
     match fault {
         Some((_, f)) => Err((f, outcome)),

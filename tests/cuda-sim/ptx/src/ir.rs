@@ -321,6 +321,9 @@ pub(crate) enum Sreg {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Op {
     Nop,
+    /// `membar`, `fence`: the interpreter's execution already orders memory; racecheck
+    /// takes it as a block-wide ordering point.
+    Fence,
     /// `mbarrier.init`: the barrier at shared `addr` expects `count` arrivals.
     MbarInit {
         addr: R,
@@ -505,6 +508,7 @@ pub(crate) enum Op {
         d: R,
         a: R,
     },
+    /// `strong`: `.volatile`, `.relaxed` or `.acquire` (racecheck takes it as atomic).
     Ld {
         space: Space,
         t: T,
@@ -512,7 +516,9 @@ pub(crate) enum Op {
         d: [R; 4],
         addr: R,
         off: i32,
+        strong: bool,
     },
+    /// `strong`: `.volatile`, `.relaxed` or `.release` (racecheck takes it as atomic).
     St {
         space: Space,
         t: T,
@@ -520,6 +526,7 @@ pub(crate) enum Op {
         s: [R; 4],
         addr: R,
         off: i32,
+        strong: bool,
     },
     Atom {
         space: Space,

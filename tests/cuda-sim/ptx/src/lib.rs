@@ -31,6 +31,7 @@ mod lowp;
 mod memory;
 mod parse;
 mod printf;
+mod racecheck;
 mod tma;
 mod warp;
 
@@ -248,12 +249,20 @@ pub struct LaunchArgs<'a> {
     pub globals: &'a [u64],
     /// CPU threads to use (>= 1).
     pub workers: usize,
-    /// Check barriers and warp collectives as compute-sanitizer's synccheck does: a member
-    /// mask naming an exited or absent lane is [`Fault::BadWarpMask`], a block barrier that
-    /// not every thread can reach (or that a warp reaches with some of its threads exited)
-    /// is [`Fault::BarrierDivergence`]. Off: such masks are taken as naming the lanes that
-    /// are there, and a block that cannot finish is [`Fault::Deadlock`].
+    /// Check barriers and warp collectives as compute-sanitizer's synccheck does on sm_70
+    /// and later: a warp collective whose executing lane is not in its own member mask, or
+    /// whose mask names a live lane that waits elsewhere (another warp collective, a block
+    /// barrier) so the warp cannot go on, is [`Fault::BadWarpMask`]; threads of a block
+    /// waiting at different barriers (or a barrier and a warp collective) so the block
+    /// cannot finish is [`Fault::BarrierDivergence`]. Exited and absent lanes named by a
+    /// mask, and exited threads at a block barrier, are fine (a barrier waits only for the
+    /// threads that have not exited). Off: a block that cannot finish is
+    /// [`Fault::Deadlock`], and a lane outside its own mask is not checked.
     pub synccheck: bool,
+    /// Look for shared-memory hazards between the threads of a block, as
+    /// compute-sanitizer's racecheck does: [`Outcome::shared_race`]. The launch itself runs
+    /// as without it.
+    pub racecheck: bool,
 }
 
 /// What a launch did.
@@ -273,6 +282,55 @@ pub struct Outcome {
     /// `cudaGraphSetConditional(handle, value)` calls, as `(handle, value)`: by block, then
     /// by thread within a block, in each thread's order (the last one of a handle wins).
     pub conditional_sets: Vec<(u64, u32)>,
+    /// (`LaunchArgs::racecheck`) the first shared-memory hazard of the launch's lowest
+    /// block that had one, and how many racing accesses all blocks made.
+    pub shared_race: Option<SharedRace>,
+}
+
+/// A shared-memory hazard: two threads of one block touched the same bytes of `.shared`
+/// memory, at least one with a plain (non-atomic) store, with no barrier (block barrier,
+/// `bar.warp.sync` naming both, fence) between the two accesses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedRace {
+    /// Read after write, write after read, or write after write (the order the simulator
+    /// ran them in; on a GPU either may come first).
+    pub hazard: Hazard,
+    /// The block's index.
+    pub block: [u32; 3],
+    /// The thread of the earlier access.
+    pub first: [u32; 3],
+    /// The thread of the later access.
+    pub second: [u32; 3],
+    /// The lowest racing byte's offset in the block's shared memory window.
+    pub offset: u64,
+    /// How many bytes of the later access race (from `offset`).
+    pub bytes: u64,
+    /// The later access's instruction, as text.
+    pub pc_text: String,
+    /// Racing accesses in the whole launch (each counted once, at its first racing byte).
+    pub count: u64,
+}
+
+/// The kind of a [`SharedRace`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hazard {
+    /// A load of bytes another thread stored.
+    ReadAfterWrite,
+    /// A store to bytes another thread loaded.
+    WriteAfterRead,
+    /// A store to bytes another thread stored.
+    WriteAfterWrite,
+}
+
+impl Hazard {
+    /// `RAW`, `WAR` or `WAW`.
+    pub fn abbreviation(self) -> &'static str {
+        match self {
+            Hazard::ReadAfterWrite => "RAW",
+            Hazard::WriteAfterRead => "WAR",
+            Hazard::WriteAfterWrite => "WAW",
+        }
+    }
 }
 
 /// Why a launch stopped.
@@ -337,8 +395,7 @@ pub enum Fault {
     /// off; on, this is [`Fault::BarrierDivergence`]).
     Deadlock(String),
     /// (`LaunchArgs::synccheck`) a block barrier reached by some threads of a block while
-    /// others exited or wait at another barrier or collective, so the block cannot finish;
-    /// or a block-wide barrier reached by a warp some of whose threads exited.
+    /// others wait at another barrier or collective, so the block cannot finish.
     BarrierDivergence {
         /// The block's index.
         block: [u32; 3],
@@ -350,8 +407,9 @@ pub enum Fault {
         detail: String,
     },
     /// (`LaunchArgs::synccheck`) a warp collective (`bar.warp.sync`, `shfl.sync`,
-    /// `vote.sync`, `match.sync`, `redux.sync`) whose member mask names a lane that has
-    /// exited or that the warp does not have (beyond the block's threads).
+    /// `vote.sync`, `match.sync`, `redux.sync`) whose executing lane is not in its own
+    /// member mask, or whose mask names a live lane that waits at another warp collective or
+    /// a block barrier, so that the warp cannot go on.
     BadWarpMask {
         /// The block's index.
         block: [u32; 3],
@@ -359,10 +417,8 @@ pub enum Fault {
         thread: [u32; 3],
         /// The member mask.
         mask: u32,
-        /// The lanes of `mask` that exited.
-        exited: u32,
-        /// The lanes of `mask` the warp does not have.
-        absent: u32,
+        /// What is wrong with it.
+        detail: String,
         /// The instruction, as text.
         pc_text: String,
     },
@@ -426,12 +482,11 @@ impl std::fmt::Display for Fault {
                 block,
                 thread,
                 mask,
-                exited,
-                absent,
+                detail,
                 pc_text,
             } => write!(
                 f,
-                "member mask {mask:#010x} of block {block:?} thread {thread:?} names exited lanes {exited:#010x} and absent lanes {absent:#010x}: {pc_text}"
+                "member mask {mask:#010x} of block {block:?} thread {thread:?}: {detail}: {pc_text}"
             ),
         }
     }

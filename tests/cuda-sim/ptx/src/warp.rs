@@ -1,5 +1,11 @@
 //! Warp collectives (`shfl.sync`, `vote.sync`, `redux.sync`, `bar.warp.sync`) and block
 //! barriers (`bar.sync`, `bar.red`): performed once every participating thread waits there.
+//!
+//! The rules are sm_70's and later's: a block barrier waits for the threads of the block
+//! that have not exited; a warp collective waits for the lanes its member mask names that
+//! have not exited (lanes the warp does not have are ignored); `bar.warp.sync` instructions
+//! at different places in the code synchronise with each other when their masks are equal
+//! (each other collective matches only its own instruction).
 
 use crate::Fault;
 use crate::exec::{St, Thread, W};
@@ -8,7 +14,7 @@ use crate::memory::atom_apply;
 
 impl<'m> W<'m> {
     /// Resolves the warp collectives of one warp that can proceed. Returns whether any did;
-    /// with synccheck on, a member mask naming an exited or absent lane is a fault.
+    /// with synccheck on, a lane outside its own member mask is a fault.
     pub(crate) fn resolve_warp(&mut self, lanes: &mut [Thread]) -> Result<bool, Fault> {
         let module = self.module;
         let mut progress = false;
@@ -17,41 +23,25 @@ impl<'m> W<'m> {
             if lanes[first].state != St::Warp || done & (1 << first) != 0 {
                 continue;
             }
-            let (func, pc) = (lanes[first].func, lanes[first].pc);
-            let mut group = 0u32;
-            for (i, l) in lanes.iter().enumerate() {
-                if l.state == St::Warp && l.func == func && l.pc == pc {
-                    group |= 1 << i;
-                }
-            }
+            let group = self.group_of(lanes, first);
             done |= group;
+            let (func, pc) = (lanes[first].func, lanes[first].pc);
             let op = module.funcs[func as usize].code[pc as usize].op;
-            let mask_reg = match op {
-                Op::WarpSync { mask }
-                | Op::Shfl { mask, .. }
-                | Op::Vote { mask, .. }
-                | Op::Redux { mask, .. }
-                | Op::Match { mask, .. } => mask,
-                _ => continue,
+            let Some(mask_reg) = member_mask(op) else {
+                continue;
             };
             if self.args.synccheck {
-                self.check_masks(lanes, group, mask_reg)?;
+                self.check_own_lanes(lanes, group, mask_reg)?;
             }
-            // Every lane named by a member mask must be here (or have exited).
-            let mut ready = true;
-            for i in 0..lanes.len() {
-                if group & (1 << i) == 0 {
-                    continue;
-                }
-                let m = lanes[i].regs[mask_reg as usize] as u32;
-                for j in 0..lanes.len() {
-                    if m & (1 << j) != 0 && group & (1 << j) == 0 && lanes[j].state != St::Exited {
-                        ready = false;
-                    }
-                }
-            }
-            if !ready {
+            if missing(lanes, group, mask_reg) != 0 {
                 continue;
+            }
+            if let (Op::WarpSync { .. }, Some(race)) = (op, self.race.as_mut()) {
+                let lins: Vec<u32> = (0..lanes.len())
+                    .filter(|&i| group & (1 << i) != 0)
+                    .map(|i| lanes[i].lin)
+                    .collect();
+                race.warp_sync(&lins);
             }
             match op {
                 Op::Shfl {
@@ -199,35 +189,91 @@ impl<'m> W<'m> {
         Ok(progress)
     }
 
-    /// Synccheck: each member mask of the lanes `group` waiting at one warp collective must
-    /// name only lanes the warp has and that have not exited.
-    fn check_masks(&self, lanes: &[Thread], group: u32, mask_reg: R) -> Result<(), Fault> {
-        let have = if lanes.len() >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << lanes.len()) - 1
+    /// The lanes waiting at the same warp collective as lane `first` (which waits at one):
+    /// those at the same instruction, or for `bar.warp.sync`, those at any `bar.warp.sync`
+    /// with the same member mask.
+    fn group_of(&self, lanes: &[Thread], first: usize) -> u32 {
+        let op_of = |l: &Thread| self.module.funcs[l.func as usize].code[l.pc as usize].op;
+        let sync_mask = |l: &Thread| match op_of(l) {
+            Op::WarpSync { mask } => Some(l.regs[mask as usize] as u32),
+            _ => None,
         };
-        for (i, lane) in lanes.iter().enumerate() {
-            if group & (1 << i) == 0 {
-                continue;
+        let lead = &lanes[first];
+        let lead_sync = sync_mask(lead);
+        let mut group = 0u32;
+        for (i, l) in lanes.iter().enumerate() {
+            let same = match lead_sync {
+                Some(m) => sync_mask(l) == Some(m),
+                None => l.func == lead.func && l.pc == lead.pc,
+            };
+            if l.state == St::Warp && same {
+                group |= 1 << i;
             }
+        }
+        group
+    }
+
+    /// Synccheck: each lane of `group` (waiting at one warp collective) must be in its own
+    /// member mask (PTX leaves the collective undefined otherwise).
+    fn check_own_lanes(&self, lanes: &[Thread], group: u32, mask_reg: R) -> Result<(), Fault> {
+        for (i, lane) in lanes.iter().enumerate() {
             let mask = lane.regs[mask_reg as usize] as u32;
-            let absent = mask & !have;
-            let exited = (0..lanes.len())
-                .filter(|&j| mask & (1 << j) != 0 && lanes[j].state == St::Exited)
-                .fold(0u32, |acc, j| acc | (1 << j));
-            if absent != 0 || exited != 0 {
+            if group & (1 << i) != 0 && mask & (1 << i) == 0 {
                 return Err(Fault::BadWarpMask {
                     block: self.ctaid,
                     thread: lane.tid,
                     mask,
-                    exited,
-                    absent,
+                    detail: format!(
+                        "the executing lane {i} is not in it (PTX leaves the collective undefined)"
+                    ),
                     pc_text: self.pc_text(lane),
                 });
             }
         }
         Ok(())
+    }
+
+    /// Synccheck, for a block that cannot go on: a warp collective whose member mask names
+    /// a live lane waiting elsewhere (another warp collective or a block barrier).
+    fn stuck_warp(&self, threads: &[Thread]) -> Option<Fault> {
+        for lanes in threads.chunks(32) {
+            for (first, lane) in lanes.iter().enumerate() {
+                if lane.state != St::Warp {
+                    continue;
+                }
+                let op = self.module.funcs[lane.func as usize].code[lane.pc as usize].op;
+                let Some(mask_reg) = member_mask(op) else {
+                    continue;
+                };
+                let group = self.group_of(lanes, first);
+                let absent = missing(lanes, group, mask_reg);
+                let Some(other) = lanes
+                    .iter()
+                    .enumerate()
+                    .find(|&(j, _)| absent & (1 << j) != 0)
+                    .map(|(_, t)| t)
+                else {
+                    continue;
+                };
+                let place = if other.state == St::Bar {
+                    "the block barrier"
+                } else {
+                    "the warp collective"
+                };
+                return Some(Fault::BadWarpMask {
+                    block: self.ctaid,
+                    thread: lane.tid,
+                    mask: lane.regs[mask_reg as usize] as u32,
+                    detail: format!(
+                        "lanes {absent:#010x} it names are live but never reach this collective: thread {:?} waits at {place} `{}`",
+                        other.tid,
+                        self.pc_text(other)
+                    ),
+                    pc_text: self.pc_text(lane),
+                });
+            }
+        }
+        None
     }
 
     /// Synccheck: why the block cannot finish, naming a thread at a block barrier.
@@ -290,11 +336,13 @@ impl<'m> W<'m> {
                 progress |= self.resolve_warp(lanes)?;
             }
             if !progress {
-                progress = self.release_barriers(threads, live)?;
+                progress = self.release_barriers(threads, live);
             }
             if !progress {
                 if self.args.synccheck
-                    && let Some(fault) = self.divergence(threads)
+                    && let Some(fault) = self
+                        .stuck_warp(threads)
+                        .or_else(|| self.divergence(threads))
                 {
                     return Err(fault);
                 }
@@ -309,14 +357,9 @@ impl<'m> W<'m> {
         }
     }
 
-    /// Releases the block barriers every participant reached. With synccheck on, a
-    /// block-wide barrier (no thread count) that a warp reaches with some of its threads
-    /// exited is a fault.
-    pub(crate) fn release_barriers(
-        &mut self,
-        threads: &mut [Thread],
-        live: usize,
-    ) -> Result<bool, Fault> {
+    /// Releases the block barriers every participant reached: the threads of the block that
+    /// have not exited (`live`), or the barrier's thread count.
+    pub(crate) fn release_barriers(&mut self, threads: &mut [Thread], live: usize) -> bool {
         let module = self.module;
         let mut ids: Vec<(u64, Option<u64>, usize)> = Vec::new();
         for t in threads.iter() {
@@ -339,10 +382,8 @@ impl<'m> W<'m> {
         let mut progress = false;
         for (idv, cnt, waiting) in ids {
             let need = cnt.map_or(live, |c| (c as usize).min(live));
-            if waiting >= need && cnt.is_none() && self.args.synccheck {
-                self.check_warps_whole(threads, idv)?;
-            }
             if waiting >= need {
+                self.order_shared();
                 // Reductions of `bar.red` over the threads released together.
                 let (mut popc, mut all, mut any) = (0u64, true, false);
                 let at_id = |t: &Thread| -> Option<Op> {
@@ -382,36 +423,36 @@ impl<'m> W<'m> {
                 progress = true;
             }
         }
-        Ok(progress)
+        progress
     }
+}
 
-    /// Synccheck: no warp whose threads wait at block barrier `idv` has exited threads.
-    fn check_warps_whole(&self, threads: &[Thread], idv: u64) -> Result<(), Fault> {
-        let module = self.module;
-        for warp in threads.chunks(32) {
-            let at = warp.iter().find(|t| {
-                t.state == St::Bar
-                    && match module.funcs[t.func as usize].code[t.pc as usize].op {
-                        Op::Bar { id, .. } | Op::BarRed { id, .. } => {
-                            t.regs[id as usize] & 0xffff_ffff == idv
-                        }
-                        _ => false,
-                    }
-            });
-            let gone = warp.iter().find(|t| t.state == St::Exited);
-            if let (Some(at), Some(gone)) = (at, gone) {
-                let exited = warp.iter().filter(|t| t.state == St::Exited).count();
-                return Err(Fault::BarrierDivergence {
-                    block: self.ctaid,
-                    thread: at.tid,
-                    pc_text: self.pc_text(at),
-                    detail: format!(
-                        "{exited} threads of its warp exited before the barrier (thread {:?} among them): a block-wide barrier must be reached by every thread of the block",
-                        gone.tid
-                    ),
-                });
+/// The member-mask register of a warp collective.
+fn member_mask(op: Op) -> Option<R> {
+    match op {
+        Op::WarpSync { mask }
+        | Op::Shfl { mask, .. }
+        | Op::Vote { mask, .. }
+        | Op::Redux { mask, .. }
+        | Op::Match { mask, .. } => Some(mask),
+        _ => None,
+    }
+}
+
+/// The lanes that the member masks of the lanes `group` (waiting at one collective) name
+/// but that are neither in the group nor exited: the collective waits for them.
+fn missing(lanes: &[Thread], group: u32, mask_reg: R) -> u32 {
+    let mut out = 0u32;
+    for i in 0..lanes.len() {
+        if group & (1 << i) == 0 {
+            continue;
+        }
+        let m = lanes[i].regs[mask_reg as usize] as u32;
+        for j in 0..lanes.len() {
+            if m & (1 << j) != 0 && group & (1 << j) == 0 && lanes[j].state != St::Exited {
+                out |= 1 << j;
             }
         }
-        Ok(())
     }
+    out
 }

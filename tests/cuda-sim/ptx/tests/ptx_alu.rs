@@ -27,6 +27,7 @@ fn run_body(body: &str, slots: usize, dynamic_shared: u32) -> Vec<u64> {
         dynamic_shared,
         workers: 1,
         synccheck: false,
+        racecheck: false,
     };
     go_ok(&m, &mem, &[], "k", &l, &p);
     mem.read(b)

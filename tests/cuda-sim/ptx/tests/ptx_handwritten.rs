@@ -193,49 +193,64 @@ fn divergent_barrier_is_a_deadlock_and_trap_is_a_trap() {
 }
 
 #[test]
-fn synccheck_reports_partial_warp_exits_and_bad_masks() {
+fn synccheck_follows_the_rules_of_sm_70_and_later() {
     let text = ".version 7.0\n.target sm_52\n.address_size 64\n\
         .visible .entry early()\n{\n .reg .pred %p<2>;\n .reg .b32 %r<3>;\n\
         mov.u32 %r1, %tid.x;\n setp.ge.u32 %p1, %r1, 16;\n @%p1 bra DONE;\n bar.sync 0;\n\
         DONE:\n ret;\n}\n\
         .visible .entry shfl(.param .u32 m)\n{\n .reg .b32 %r<4>;\n\
-        ld.param.u32 %r3, [m];\n mov.u32 %r1, %tid.x;\n shfl.sync.bfly.b32 %r2, %r1, 1, 31, %r3;\n ret;\n}\n";
+        ld.param.u32 %r3, [m];\n mov.u32 %r1, %tid.x;\n shfl.sync.bfly.b32 %r2, %r1, 1, 31, %r3;\n ret;\n}\n\
+        .visible .entry own(.param .u32 m)\n{\n .reg .b32 %r<4>;\n\
+        ld.param.u32 %r3, [m];\n bar.warp.sync %r3;\n ret;\n}\n\
+        .visible .entry halves()\n{\n .reg .pred %p<2>;\n .reg .b32 %r<3>;\n\
+        mov.u32 %r1, %tid.x;\n setp.ge.u32 %p1, %r1, 16;\n @%p1 bra HIGH;\n bar.warp.sync -1;\n ret;\n\
+        HIGH:\n bar.warp.sync -1;\n ret;\n}\n\
+        .visible .entry shfl_bar(.param .u32 split)\n{\n .reg .pred %p<2>;\n .reg .b32 %r<4>;\n\
+        ld.param.u32 %r3, [split];\n mov.u32 %r1, %tid.x;\n setp.ge.u32 %p1, %r1, %r3;\n @%p1 bra WAIT;\n\
+        shfl.sync.bfly.b32 %r2, %r1, 1, 31, -1;\n\
+        WAIT:\n bar.sync 0;\n ret;\n}\n";
     let m = load(text);
     let mem = Mem::new();
     let checked = |threads| Launch {
         synccheck: true,
         ..launch1(1, threads)
     };
-    // Threads 16..32 of the only warp exit before the barrier.
-    let (f, _) = go(&m, &mem, &[], "early", &checked(32), &Params::default()).unwrap_err();
-    assert!(matches!(f, Fault::BarrierDivergence { .. }), "{f:?}");
-    // The twin: a block of 16 threads, none of which exits.
-    go(&m, &mem, &[], "early", &checked(16), &Params::default()).unwrap();
-    // Without synccheck, the same launch passes as before.
-    go(&m, &mem, &[], "early", &launch1(1, 32), &Params::default()).unwrap();
+    let none = Params::default();
+    // Threads 16..32 of the only warp exit before the barrier: it waits for the others only.
+    go_ok(&m, &mem, &[], "early", &checked(32), &none);
+    // A full mask in a block of 16 threads: the absent lanes are ignored.
     let full = Params::default().u32(u32::MAX);
-    let (f, _) = go(&m, &mem, &[], "shfl", &checked(16), &full).unwrap_err();
-    assert!(
-        matches!(
-            f,
-            Fault::BadWarpMask {
-                mask: u32::MAX,
-                absent: 0xffff_0000,
-                exited: 0,
-                ..
-            }
-        ),
-        "{f:?}"
-    );
-    go(
+    go_ok(&m, &mem, &[], "shfl", &checked(16), &full);
+    // A lane outside its own mask.
+    let (f, _) = go(
         &m,
         &mem,
         &[],
-        "shfl",
-        &checked(16),
-        &Params::default().u32(0xffff),
+        "own",
+        &checked(32),
+        &Params::default().u32(0xffff_fffe),
     )
-    .unwrap();
+    .unwrap_err();
+    assert!(
+        matches!(&f, Fault::BadWarpMask { thread: [0, 0, 0], mask: 0xffff_fffe, detail, .. } if detail.contains("lane 0 is not in it")),
+        "{f:?}"
+    );
+    go_ok(&m, &mem, &[], "own", &checked(32), &full);
+    // Two bar.warp.sync instructions with the same mask synchronise with each other.
+    go_ok(&m, &mem, &[], "halves", &checked(32), &none);
+    go_ok(&m, &mem, &[], "halves", &launch1(1, 32), &none);
+    // A shfl.sync naming lanes that wait at bar.sync: the warp cannot go on.
+    let split = |n: u32| Params::default().u32(n);
+    let (f, _) = go(&m, &mem, &[], "shfl_bar", &checked(32), &split(16)).unwrap_err();
+    assert!(
+        matches!(&f, Fault::BadWarpMask { mask: u32::MAX, detail, .. }
+            if detail.contains("0xffff0000") && detail.contains("block barrier `bar.sync 0")),
+        "{f:?}"
+    );
+    go_ok(&m, &mem, &[], "shfl_bar", &checked(32), &split(32));
+    // Without synccheck it is a deadlock.
+    let (f, _) = go(&m, &mem, &[], "shfl_bar", &launch1(1, 32), &split(16)).unwrap_err();
+    assert!(matches!(f, Fault::Deadlock(_)), "{f:?}");
 }
 
 #[test]
@@ -317,6 +332,7 @@ fn performance_two_to_the_twenty_threads() {
         let l = Launch {
             workers,
             synccheck: false,
+            racecheck: false,
             ..launch1((n / 256) as u32, 256)
         };
         let t = std::time::Instant::now();
@@ -406,6 +422,7 @@ fn short_parameter_buffer_is_a_fault_not_a_panic() {
         globals: &[],
         workers: 1,
         synccheck: false,
+        racecheck: false,
     };
     let (f, _) = cuda_sim_ptx::run(&m, &mem, &args).unwrap_err();
     assert!(
@@ -475,6 +492,7 @@ fn conditional_sets_are_reported_in_block_and_thread_order() {
         let launch = Launch {
             workers,
             synccheck: false,
+            racecheck: false,
             ..launch1(3, 2)
         };
         let outcome = go_ok(
@@ -497,4 +515,47 @@ fn conditional_sets_are_reported_in_block_and_thread_order() {
             ]
         );
     }
+}
+
+#[test]
+fn racecheck_takes_fences_and_strong_accesses_as_synchronisation() {
+    // Thread 0 stores data, then raises a flag; thread 32 (another warp) spins on the flag,
+    // then reads the data. With a fence and volatile flag accesses it is a correct
+    // message-passing protocol; with plain accesses and no fence both words race.
+    let kernel = |name: &str, fence: &str, flag: &str| {
+        format!(
+            ".visible .entry {name}()\n{{\n .shared .align 4 .b32 data;\n .shared .align 4 .b32 flag;\n\
+             .reg .pred %p<3>;\n .reg .b32 %r<4>;\n\
+             mov.u32 %r1, %tid.x;\n setp.eq.u32 %p1, %r1, 0;\n @%p1 bra SEND;\n\
+             setp.ne.u32 %p2, %r1, 32;\n @%p2 bra DONE;\n\
+             SPIN:\n ld{flag}.shared.u32 %r2, [flag];\n setp.eq.u32 %p2, %r2, 0;\n @%p2 bra SPIN;\n\
+             {fence}\n ld.shared.u32 %r3, [data];\n bra DONE;\n\
+             SEND:\n mov.u32 %r2, 7;\n st.shared.u32 [data], %r2;\n {fence}\n mov.u32 %r2, 1;\n\
+             st{flag}.shared.u32 [flag], %r2;\n\
+             DONE:\n ret;\n}}\n"
+        )
+    };
+    let text = format!(
+        ".version 7.0\n.target sm_52\n.address_size 64\n{}{}",
+        kernel("synchronised", "membar.cta;", ".volatile"),
+        kernel("racy", "", "")
+    );
+    let m = load(&text);
+    let mem = Mem::new();
+    let checked = Launch {
+        racecheck: true,
+        ..launch1(2, 64)
+    };
+    let none = Params::default();
+    let clean = go_ok(&m, &mem, &[], "synchronised", &checked, &none);
+    assert_eq!(clean.shared_race, None);
+    let racy = go_ok(&m, &mem, &[], "racy", &checked, &none);
+    let race = racy.shared_race.expect("a shared race");
+    assert_eq!(race.hazard, cuda_sim_ptx::Hazard::ReadAfterWrite);
+    assert_eq!((race.first, race.second), ([0, 0, 0], [32, 0, 0]));
+    assert_eq!((race.block, race.bytes), ([0, 0, 0], 4));
+    assert_eq!(race.count, 4, "two words in each of the two blocks");
+    // Racecheck off: nothing is looked for.
+    let off = go_ok(&m, &mem, &[], "racy", &launch1(2, 64), &none);
+    assert_eq!(off.shared_race, None);
 }

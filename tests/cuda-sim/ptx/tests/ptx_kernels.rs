@@ -345,6 +345,7 @@ fn grid_3d() {
         dynamic_shared: 0,
         workers: 2,
         synccheck: false,
+        racecheck: false,
     };
     go_ok(&m, &mem, &[], "grid3d", &l, &p);
     let o: Vec<u32> = mem.read(bo);
@@ -374,6 +375,7 @@ fn device_printf() {
             dynamic_shared: 0,
             workers: 2,
             synccheck: false,
+            racecheck: false,
         },
         &p,
     );
@@ -485,6 +487,7 @@ fn dynamic_shared_memory() {
         dynamic_shared: 256 * 4,
         workers: 2,
         synccheck: false,
+        racecheck: false,
     };
     go_ok(&m, &mem, &[], "reverse", &l, &p);
     let o: Vec<i32> = mem.read(b);
@@ -564,6 +567,7 @@ fn write_past_the_end_faults() {
         let l = Launch {
             workers,
             synccheck: false,
+            racecheck: false,
             ..launch1(4, 128)
         };
         let (f, out) = go(&m, &mem, &[], "past_end", &l, &p).unwrap_err();

@@ -140,6 +140,7 @@ fn tiled_matrix_product() {
         dynamic_shared: 0,
         workers: 2,
         synccheck: false,
+        racecheck: false,
     };
     go_ok(&m, &mem, &[], "matmul", &l, &p);
     let c: Vec<f32> = mem.read(bc);

@@ -10,6 +10,7 @@ fn one_block(threads: u32, workers: usize) -> Launch {
     Launch {
         workers,
         synccheck: false,
+        racecheck: false,
         ..launch1(1, threads)
     }
 }

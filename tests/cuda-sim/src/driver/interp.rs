@@ -6,7 +6,7 @@
 //! thread, the address and the instruction. Device `printf` output is kept until the host
 //! synchronises, then printed on stdout, as the GPU's is.
 
-use cuda_sim_ptx::{Fault, LaunchArgs, Memory, Module};
+use cuda_sim_ptx::{Fault, LaunchArgs, Memory, Module, SharedRace};
 
 use super::checker::Use;
 use super::errors::NOT_SUPPORTED;
@@ -19,7 +19,8 @@ use super::{Sim, faults};
 /// `CUDA_ERROR_ILLEGAL_ADDRESS`: what a kernel touching memory it may not touch gets.
 pub const ILLEGAL_ADDRESS: CuResult = 700;
 /// `CUDA_ERROR_LAUNCH_FAILED`: a trap (a hardware exception), a block whose barrier not every
-/// thread reaches, or a warp collective whose member mask names exited or absent lanes.
+/// thread reaches, or a warp collective that cannot complete (or whose lane is not in its own
+/// member mask).
 pub const LAUNCH_FAILED: CuResult = 719;
 /// `CUDA_ERROR_MISALIGNED_ADDRESS`.
 pub const MISALIGNED_ADDRESS: CuResult = 716;
@@ -170,6 +171,7 @@ impl Sim {
             globals: &globals,
             workers: workers(),
             synccheck: self.config.check_synccheck,
+            racecheck: self.config.check_racecheck,
         };
         let (outcome, fault) = match cuda_sim_ptx::run(&module, &snapshot, &args) {
             Ok(outcome) => (outcome, None),
@@ -192,6 +194,9 @@ impl Sim {
             &outcome.footprint,
             &touched,
         );
+        if let Some(race) = &outcome.shared_race {
+            self.shared_race(&name, race, op);
+        }
         super::printf::keep(&outcome.printf);
         for &(handle, value) in &outcome.conditional_sets {
             self.set_conditional(launch.exec, &name, handle, value);
@@ -200,6 +205,39 @@ impl Sim {
             None => Ok(()),
             Some(fault) => Err(self.kernel_fault(&name, fault, &snapshot, &module, op)),
         }
+    }
+
+    /// Reports the first shared-memory hazard of kernel `name` (racecheck): the launch
+    /// itself succeeded, as on the GPU.
+    fn shared_race(&mut self, name: &str, race: &SharedRace, op: Use) {
+        let (call, seq) = faults::current_call();
+        let on = self.checker.label(op.timeline).to_string();
+        let SharedRace {
+            hazard,
+            block,
+            first,
+            second,
+            offset,
+            bytes,
+            pc_text,
+            count,
+        } = race;
+        let (earlier, later) = match hazard {
+            cuda_sim_ptx::Hazard::ReadAfterWrite => ("wrote", "reads"),
+            cuda_sim_ptx::Hazard::WriteAfterRead => ("read", "writes"),
+            cuda_sim_ptx::Hazard::WriteAfterWrite => ("wrote", "writes"),
+        };
+        let more = match count {
+            0 | 1 => String::new(),
+            n => format!(" ({n} racing accesses in this launch)"),
+        };
+        self.checker.violation(
+            "shared-race",
+            format!(
+                "kernel {name} (block {block:?}; {call} call #{seq} on {on}): {} hazard on shared memory: thread {first:?} {earlier} and thread {second:?} {later} {bytes} bytes at shared offset {offset:#x} (`{pc_text}`) with no barrier between them{more}",
+                hazard.abbreviation()
+            ),
+        );
     }
 
     /// Reports what stopped kernel `name`, and returns the launch's error.
@@ -339,24 +377,13 @@ impl Sim {
                 block,
                 thread,
                 mask,
-                exited,
-                absent,
+                detail,
                 pc_text,
             } => {
-                let mut why = Vec::new();
-                if exited != 0 {
-                    why.push(format!("lanes {exited:#010x} have exited"));
-                }
-                if absent != 0 {
-                    why.push(format!(
-                        "lanes {absent:#010x} are not in the warp (beyond the block's threads)"
-                    ));
-                }
                 self.checker.violation(
                     "bad-warp-mask",
                     format!(
-                        "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) runs `{pc_text}` with member mask {mask:#010x}, but {}",
-                        why.join(" and ")
+                        "kernel {name} (block {block:?}, thread {thread:?}; {call} call #{seq} on {on}) runs `{pc_text}` with member mask {mask:#010x}, but {detail}"
                     ),
                 );
                 LAUNCH_FAILED

@@ -101,20 +101,25 @@ pub struct Config {
     pub report: Option<String>,
     /// `CUDA_SIM_NO_GREEN_CONTEXTS`: play a driver without green contexts.
     pub no_green_contexts: bool,
-    /// `CUDA_SIM_CHECK_DATA_RACE` (off unless set and not `0`): report unordered operations touching the
+    /// `CUDA_SIM_CHECK_DATA_RACE` (on unless `0`): report unordered operations touching the
     /// same bytes, one of them writing (`races`).
     pub check_data_race: bool,
-    /// `CUDA_SIM_CHECK_INITCHECK` (off unless set and not `0`): report reads of device memory never
+    /// `CUDA_SIM_CHECK_INITCHECK` (on unless `0`): report reads of device memory never
     /// written, and note allocations never touched (`initcheck`).
     pub check_initcheck: bool,
-    /// `CUDA_SIM_CHECK_SYNCCHECK` (off unless set and not `0`): report divergent block barriers and warp
+    /// `CUDA_SIM_CHECK_SYNCCHECK` (on unless `0`): report divergent block barriers and warp
     /// member masks naming exited or absent lanes (`cuda_sim_ptx::LaunchArgs::synccheck`).
     pub check_synccheck: bool,
+    /// `CUDA_SIM_CHECK_RACECHECK` (on unless `0`): report shared-memory hazards
+    /// between the threads of a block (`cuda_sim_ptx::LaunchArgs::racecheck`).
+    pub check_racecheck: bool,
 }
 
 impl Config {
     fn from_env() -> Config {
         let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        // Every check is on unless its variable is `0`.
+        let check = |name: &str| var(name).is_none_or(|value| value != "0");
         Config {
             devices: var("CUDA_SIM_DEVICES")
                 .and_then(|v| v.parse().ok())
@@ -125,9 +130,10 @@ impl Config {
             strict: var("CUDA_SIM_STRICT").is_some_and(|v| v != "0"),
             report: var("CUDA_SIM_REPORT"),
             no_green_contexts: var("CUDA_SIM_NO_GREEN_CONTEXTS").is_some_and(|v| v != "0"),
-            check_data_race: var("CUDA_SIM_CHECK_DATA_RACE").is_some_and(|v| v != "0"),
-            check_initcheck: var("CUDA_SIM_CHECK_INITCHECK").is_some_and(|v| v != "0"),
-            check_synccheck: var("CUDA_SIM_CHECK_SYNCCHECK").is_some_and(|v| v != "0"),
+            check_data_race: check("CUDA_SIM_CHECK_DATA_RACE"),
+            check_initcheck: check("CUDA_SIM_CHECK_INITCHECK"),
+            check_synccheck: check("CUDA_SIM_CHECK_SYNCCHECK"),
+            check_racecheck: check("CUDA_SIM_CHECK_RACECHECK"),
         }
     }
 }

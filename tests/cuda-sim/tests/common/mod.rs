@@ -38,7 +38,8 @@ pub fn run(name: &str, setup: impl FnOnce(&mut Command)) -> (Output, Option<Repo
         // The opt-in checks are on for the simulator's own scenarios (a setup may turn one off).
         .sim_check_data_race(true)
         .sim_check_initcheck(true)
-        .sim_check_synccheck(true);
+        .sim_check_synccheck(true)
+        .sim_check_racecheck(true);
     setup(&mut command);
     let output = command.output().expect("run the child");
     let parsed = Report::read(&report).ok();

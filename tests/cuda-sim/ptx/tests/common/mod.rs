@@ -150,6 +150,7 @@ pub struct Launch {
     pub dynamic_shared: u32,
     pub workers: usize,
     pub synccheck: bool,
+    pub racecheck: bool,
 }
 
 pub fn launch1(grid: u32, block: u32) -> Launch {
@@ -159,6 +160,7 @@ pub fn launch1(grid: u32, block: u32) -> Launch {
         dynamic_shared: 0,
         workers: 2,
         synccheck: false,
+        racecheck: false,
     }
 }
 
@@ -186,6 +188,7 @@ pub fn go(
         globals,
         workers: l.workers,
         synccheck: l.synccheck,
+        racecheck: l.racecheck,
     };
     run(m, mem, &args)
 }
