@@ -32,7 +32,7 @@ plain=(
   test-loom_counted test-loom_registry test-loom_stream_order test-registry_adversarial
   test-registry_switching test-tracing
   test-ptx_alu test-ptx_handwritten test-ptx_kernels test-ptx_more test-ptx_review
-  test-ptx_review_faults test-ptx_spread
+  test-ptx_review_faults test-ptx_spread test-ptx_narrow
 )
 # The runner's tests build a crate with cargo, which the GPU machine does not have (the crate's
 # own test binary is .gpu/test-cudarc_app): skipped.
