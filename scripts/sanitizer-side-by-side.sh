@@ -10,10 +10,13 @@ run() { # binary tool scenario
   local binary=$1 tool=$2 scenario=$3 extra=()
   [ "$tool" = memcheck-races ] && { tool=memcheck; extra=(--track-stream-ordered-races all); }
   local out
-  out=$(CUDA_SIM_SCENARIO_CHILD=$scenario compute-sanitizer --tool "$tool" "${extra[@]}" \
+  # A program that deadlocks the GPU (a warp collective some lanes never reach) is killed.
+  out=$(CUDA_SIM_SCENARIO_CHILD=$scenario timeout -k 5 "${SIDE_BY_SIDE_LIMIT:-60}" \
+    compute-sanitizer --tool "$tool" "${extra[@]}" \
     ".gpu/test-test-$binary" "$scenario" --exact --include-ignored --test-threads=1 2>&1)
-  local errors
+  local status=$? errors
   errors=$(grep -oE "ERROR SUMMARY: [0-9]+" <<<"$out" | tail -1 | grep -oE "[0-9]+$")
+  [ "$status" = 124 ] || [ "$status" = 137 ] && errors="hang (killed after ${SIDE_BY_SIDE_LIMIT:-60} s)"
   local kinds
   kinds=$(grep -oE "^========= [A-Z][a-z]+ [a-z_ ]+(hazard|error|Error|access|exception|barrier|read|write)[a-z ]*" <<<"$out" \
     | sed 's/^========= //' | sort | uniq -c | sed 's/^ *//' | paste -sd';' -)
