@@ -15,10 +15,14 @@ run() { # binary tool scenario
     compute-sanitizer --tool "$tool" "${extra[@]}" \
     ".gpu/test-test-$binary" "$scenario" --exact --include-ignored --test-threads=1 2>&1)
   local status=$? errors
-  errors=$(grep -oE "ERROR SUMMARY: [0-9]+" <<<"$out" | tail -1 | grep -oE "[0-9]+$")
+  [ -n "${SIDE_BY_SIDE_LOGS:-}" ] && mkdir -p "$SIDE_BY_SIDE_LOGS" \
+    && printf '%s\n' "$out" >"$SIDE_BY_SIDE_LOGS/$scenario.$tool.log"
+  # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
+  errors=$(grep -oE "ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+ hazards displayed \([0-9]+ errors, [0-9]+ warnings\)" <<<"$out" \
+    | tail -1 | sed -E 's/ERROR SUMMARY: //; s/RACECHECK SUMMARY: [0-9]+ hazards displayed \((.*)\)/\1/')
   [ "$status" = 124 ] || [ "$status" = 137 ] && errors="hang (killed after ${SIDE_BY_SIDE_LIMIT:-60} s)"
   local kinds
-  kinds=$(grep -oE "^========= [A-Z][a-z]+ [a-z_ ]+(hazard|error|Error|access|exception|barrier|read|write)[a-z ]*" <<<"$out" \
+  kinds=$(grep -oE "^========= ([A-Z][a-z]+ [a-z_ ]+(hazard|error|Error|access|exception|barrier|read|write)[a-z ]*|Error: [A-Za-z ]+)" <<<"$out" \
     | sed 's/^========= //' | sort | uniq -c | sed 's/^ *//' | paste -sd';' -)
   printf '| %s | %s | %s | %s |\n' "$scenario" "$tool${extra[*]:+ ${extra[*]}}" "${errors:-?}" "${kinds:-}"
 }
