@@ -8,6 +8,8 @@ set -u
 cd "$(dirname "$0")/.."
 run() { # binary tool scenario
   local binary=$1 tool=$2 scenario=$3 extra=()
+  # SIDE_BY_SIDE_ONLY=regex: only the programs whose names match.
+  [[ -n "${SIDE_BY_SIDE_ONLY:-}" && ! "$scenario" =~ ${SIDE_BY_SIDE_ONLY} ]] && return
   [ "$tool" = memcheck-races ] && { tool=memcheck; extra=(--track-stream-ordered-races all); }
   local out
   # A program that deadlocks the GPU (a warp collective some lanes never reach) is killed.
@@ -17,9 +19,9 @@ run() { # binary tool scenario
   local status=$? errors
   [ -n "${SIDE_BY_SIDE_LOGS:-}" ] && mkdir -p "$SIDE_BY_SIDE_LOGS" \
     && printf '%s\n' "$out" >"$SIDE_BY_SIDE_LOGS/$scenario.$tool.log"
-  # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)".
-  errors=$(grep -oE "ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+ hazards displayed \([0-9]+ errors, [0-9]+ warnings\)" <<<"$out" \
-    | tail -1 | sed -E 's/ERROR SUMMARY: //; s/RACECHECK SUMMARY: [0-9]+ hazards displayed \((.*)\)/\1/')
+  # racecheck ends with "RACECHECK SUMMARY: N hazard(s) displayed (E error(s), W warning(s))".
+  errors=$(grep -oE "ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ errors?, [0-9]+ warnings?\)" <<<"$out" \
+    | tail -1 | sed -E 's/ERROR SUMMARY: //; s/RACECHECK SUMMARY: [0-9]+ hazards? displayed \((.*)\)/\1/')
   [ "$status" = 124 ] || [ "$status" = 137 ] && errors="hang (killed after ${SIDE_BY_SIDE_LIMIT:-60} s)"
   local kinds
   kinds=$(grep -oE "^========= ([A-Z][a-z]+ [a-z_ ]+(hazard|error|Error|access|exception|barrier|read|write)[a-z ]*|Error: [A-Za-z ]+)" <<<"$out" \
