@@ -421,6 +421,46 @@ planted!(
     ]
 );
 
+/// An asynchronous copy out of a buffer on one stream, then a kernel writing the buffer on
+/// another stream. Into pinned memory (the bug) the copy call returns at once, so nothing
+/// orders the two; into pageable memory (the twin) the call returns only once the copy is
+/// done, as the driver's does, so the host has seen it before it queues the kernel.
+fn copy_out_then_write(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES);
+    // SAFETY: a live stream; the buffer is written before anything reads it.
+    unsafe {
+        ok(sys::cuMemsetD8Async(buf, 1, BYTES, env.s1));
+        ok(sys::cuStreamSynchronize(env.s1));
+    }
+    let mut pageable = vec![0u8; BYTES];
+    let mut pinned: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a context is current; valid out-pointer.
+    unsafe { ok(sys::cuMemAllocHost_v2(&mut pinned, BYTES)) };
+    let host = if fixed {
+        pageable.as_mut_ptr().cast()
+    } else {
+        pinned
+    };
+    // SAFETY: `host` has `BYTES` bytes and outlives the copy (synchronised in finish_with).
+    unsafe { ok(sys::cuMemcpyDtoHAsync_v2(host, buf, BYTES, env.s1)) };
+    launch(env.fill, env.s2, buf, 2u32, N);
+    // SAFETY: a context is current; `pinned` came from cuMemAllocHost.
+    unsafe {
+        ok(sys::cuCtxSynchronize());
+        ok(sys::cuMemFreeHost(pinned));
+    }
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    a_copy_into_pinned_memory_then_a_write_on_another_stream_race,
+    scenario_copy_out_to_pinned_then_write,
+    scenario_copy_out_to_pageable_then_write,
+    copy_out_then_write,
+    ["cuMemcpyDtoHAsync_v2 (call #", "kernel fill_u32", "a copy, read"]
+);
+
 /// A kernel on a stream, then one on the legacy default stream, writing the same buffer: a
 /// blocking stream (the twin) is ordered with the legacy stream, a non-blocking one is not.
 fn legacy_stream(fixed: bool) {

@@ -277,8 +277,11 @@ impl Sim {
             return Ok(Vec::new());
         }
         self.check_legacy_capture(target, sync)?;
+        // The call returns once a copy into pageable memory is done (the stream was idle, so
+        // it runs now): the host has then seen the stream's work, as after a synchronous call.
+        let seen = sync || self.into_pageable(&op);
         let host = self.run_or_defer(target, op)?;
-        if sync {
+        if seen {
             self.checker.host_waits(target.timeline);
         }
         Ok(host)
