@@ -458,7 +458,11 @@ planted!(
     scenario_copy_out_to_pinned_then_write,
     scenario_copy_out_to_pageable_then_write,
     copy_out_then_write,
-    ["cuMemcpyDtoHAsync_v2 (call #", "kernel fill_u32", "a copy, read"]
+    [
+        "cuMemcpyDtoHAsync_v2 (call #",
+        "kernel fill_u32",
+        "a copy, read"
+    ]
 );
 
 /// A kernel on a stream, then one on the legacy default stream, writing the same buffer: a

@@ -136,6 +136,13 @@ impl Initcheck {
         }
     }
 
+    /// The allocation at `addr` was exported to other processes (`cuMemPoolExportPointer`):
+    /// their writes are out of this process's sight, so from now on it counts as initialised,
+    /// as an import does.
+    pub fn shared(&mut self, addr: u64) {
+        self.shadows.remove(&addr);
+    }
+
     /// The allocation at `addr` was freed: an untouched one becomes a note.
     pub fn freed(&mut self, addr: u64) {
         let Some(shadow) = self.shadows.remove(&addr) else {

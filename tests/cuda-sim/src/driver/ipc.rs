@@ -107,6 +107,7 @@ impl Sim {
         data[16..24].copy_from_slice(&(addr - pool.arena.base as u64).to_le_bytes());
         data[24..32].copy_from_slice(&alloc.size.to_le_bytes());
         data[32..40].copy_from_slice(&alloc.made_by.1.to_le_bytes());
+        self.initcheck.shared(addr);
         Ok(data)
     }
 
