@@ -280,3 +280,88 @@ fn scenario_wrapped_cudarc_stream_round_trips() {
     handles_cuda::exec::clear_primary_cache();
     assert_eq!(cuda_live_counts(), start);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A hole in cudarc that the simulator shows: a slice allocated and used by a kernel on one
+// thread's per-thread default stream, dropped on another thread, is freed on the dropping
+// thread's per-thread stream, which nothing orders after the kernel. The same program on
+// handles-cuda's per-thread token is freed after the kernel.
+
+/// Elements of the per-thread programs' buffers.
+const PER_THREAD_N: usize = 4096;
+
+#[test]
+fn cudarc_per_thread_stream_slice_dropped_on_another_thread_is_an_unordered_free() {
+    let name = "cudarc_per_thread_stream_slice_dropped_on_another_thread";
+    let report = simulator::run_scenario(name, &[], &[]);
+    let frees = report.of_kind("unordered-free");
+    assert_eq!(frees.len(), 1, "{:?}", report.violations);
+    for needle in ["cuMemFreeAsync", "per-thread stream", "cuLaunchKernel"] {
+        assert!(frees[0].message.contains(needle), "{}", frees[0].message);
+    }
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_cudarc_per_thread_stream_slice_dropped_on_another_thread() {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    in_scenario();
+    let context = CudaContext::new(0).unwrap();
+    let module = context
+        .load_module(cudarc::nvrtc::Ptx::from_src(handles_tests::kernels::PTX))
+        .unwrap();
+    let add_one = module.load_function("add_one").unwrap();
+    let worker = context.clone();
+    let data = std::thread::spawn(move || {
+        let stream = worker.per_thread_stream();
+        let mut data = stream.alloc_zeros::<u32>(PER_THREAD_N).unwrap();
+        let n = PER_THREAD_N as u32;
+        let mut launch = stream.launch_builder(&add_one);
+        launch.arg(&mut data).arg(&n);
+        // SAFETY: add_one(data, n) touches the n elements of `data` only.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }.unwrap();
+        data
+    })
+    .join()
+    .unwrap();
+    // Freed on this thread's per-thread stream: nothing orders the other thread's kernel first.
+    drop(data);
+    context.synchronize().unwrap();
+}
+
+#[test]
+fn handles_per_thread_token_buffer_dropped_on_another_thread_is_freed_after_its_kernel() {
+    run_scenario("handles_per_thread_token_buffer_dropped_on_another_thread");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_handles_per_thread_token_buffer_dropped_on_another_thread() {
+    in_scenario();
+    let start = cuda_live_counts();
+    {
+        let context = ContextHandle::primary(0).unwrap();
+        let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+        let worker = context.clone();
+        let data = std::thread::spawn(move || {
+            worker.bind_to_thread().unwrap();
+            let per_thread = StreamHandle::per_thread();
+            let data = DevicePtrHandle::alloc_async(PER_THREAD_N * 4, &per_thread).unwrap();
+            data.memset_async(0, PER_THREAD_N * 4, &per_thread).unwrap();
+            let n = PER_THREAD_N as u32;
+            let config = handles_cuda::LaunchConfig::linear(n, 256);
+            kernels
+                .add_one
+                .launch(&per_thread, &config, (&data, n))
+                .unwrap();
+            data
+        })
+        .join()
+        .unwrap();
+        // The last handle drops here; the free waits for the other thread's kernel.
+        drop(data);
+        context.synchronize().unwrap();
+    }
+    handles_cuda::exec::clear_primary_cache();
+    assert_eq!(cuda_live_counts(), start);
+}

@@ -173,15 +173,15 @@ impl Sim {
 
     /// Whether `op` copies into pageable host memory: such a copy completes before the call
     /// that issues it returns, asynchronous or not, as the driver's does.
-    pub fn into_pageable(&self, op: &Op) -> bool {
+    pub fn copies_into_pageable(&self, op: &Op) -> bool {
         matches!(op, Op::Memcpy { dst, device, .. }
             if !device.0 && *dst != 0 && self.alloc_at(*dst).is_none())
     }
 
     /// Whether the call issuing `op` on `target` must wait for the stream's queued work: a
-    /// copy into pageable host memory ([`Sim::into_pageable`]).
+    /// copy into pageable host memory ([`Sim::copies_into_pageable`]).
     pub fn must_wait(&self, target: Target, op: &Op) -> bool {
-        self.into_pageable(op) && self.is_busy(target.timeline)
+        self.copies_into_pageable(op) && self.is_busy(target.timeline)
     }
 
     /// Marks `timeline` busy with a host function that is about to start.

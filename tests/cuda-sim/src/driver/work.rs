@@ -279,7 +279,7 @@ impl Sim {
         self.check_legacy_capture(target, sync)?;
         // The call returns once a copy into pageable memory is done (the stream was idle, so
         // it runs now): the host has then seen the stream's work, as after a synchronous call.
-        let seen = sync || self.into_pageable(&op);
+        let seen = sync || self.copies_into_pageable(&op);
         let host = self.run_or_defer(target, op)?;
         if seen {
             self.checker.host_waits(target.timeline);
