@@ -338,7 +338,8 @@ fn handles_per_thread_token_buffer_dropped_on_another_thread_is_freed_after_its_
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_handles_per_thread_token_buffer_dropped_on_another_thread() {
     in_scenario();
-    let start = cuda_live_counts();
+    // The simulator's report at exit says what leaked (the parent asserts none): the
+    // spawned thread's bindings go when it exits, on no schedule of this thread's.
     {
         let context = ContextHandle::primary(0).unwrap();
         let kernels = handles_tests::kernels::TestKernels::load().unwrap();
@@ -363,5 +364,4 @@ fn scenario_handles_per_thread_token_buffer_dropped_on_another_thread() {
         context.synchronize().unwrap();
     }
     handles_cuda::exec::clear_primary_cache();
-    assert_eq!(cuda_live_counts(), start);
 }

@@ -21,8 +21,11 @@ pub fn library_dir() -> PathBuf {
     }
 }
 
-/// The version of the PyPI package `nvidia-cuda-nvrtc` that [`install_nvrtc`] installs.
-pub const NVRTC_VERSION: &str = "13.5.37";
+/// The version of the PyPI package `nvidia-cuda-nvrtc` that [`install_nvrtc`] installs: 13.0,
+/// the release of the driver the simulator plays by default (13000, as driver 580 on the
+/// H200). NVRTC writes the newest PTX ISA it knows, and a driver refuses a newer ISA than its
+/// own (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`), on the GPU as here.
+pub const NVRTC_VERSION: &str = "13.0.88";
 
 /// The directory holding NVRTC (`libnvrtc.so.13`), which compiles CUDA C++ to PTX on any CPU:
 /// `CUDA_SIM_NVRTC_DIR` if set; else the copy [`install_nvrtc`] keeps next to the simulator

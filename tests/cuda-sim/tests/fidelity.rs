@@ -562,3 +562,67 @@ fn zero_byte_stream_ordered_allocations() {
     assert_clean(&report);
     assert!(report.notes.is_empty(), "{:?}", report.notes);
 }
+
+/// The smallest module of PTX ISA `version`, NUL-terminated.
+fn module_of_isa(version: &str) -> String {
+    format!(
+        ".version {version}\n.target sm_90\n.address_size 64\n\n.visible .entry nothing()\n{{\n    ret;\n}}\n\0"
+    )
+}
+
+/// A driver loads PTX up to the ISA of its release and answers
+/// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` for newer PTX, as driver 580 (CUDA 13.0) refused
+/// modules that NVRTC and nvcc 13.5 wrote. `ISA_CASES` (played driver, ISA, loads) set by
+/// the parent: the child loads each and checks the answer.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_ptx_newer_than_the_driver_is_refused() {
+    child();
+    setup();
+    let cases = std::env::var("ISA_CASES").expect("the parent sets the cases");
+    for case in cases.split(',') {
+        let (version, loads) = case.split_once('=').expect("ISA=loads");
+        let text = module_of_isa(version);
+        let mut library = std::ptr::null_mut();
+        // SAFETY: NUL-terminated PTX; no options; a valid out-pointer.
+        let result = unsafe {
+            sys::cuLibraryLoadData(
+                &mut library,
+                text.as_ptr().cast(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if loads == "yes" {
+            assert_eq!(result, CUresult::CUDA_SUCCESS, "ISA {version}");
+            unload(library);
+        } else {
+            assert_eq!(
+                result,
+                CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+                "ISA {version}"
+            );
+        }
+    }
+    teardown();
+}
+
+#[test]
+fn ptx_newer_than_the_driver_is_refused() {
+    for (driver, cases) in [
+        ("13000", "9.0=yes,9.1=no,9.5=no,8.8=yes,7.0=yes"),
+        ("13050", "9.5=yes,9.6=no"),
+        ("12080", "8.7=yes,8.8=no,9.0=no"),
+        ("12060", "8.5=yes,8.6=no"),
+    ] {
+        let report = report_with("scenario_ptx_newer_than_the_driver_is_refused", |c| {
+            c.env("CUDA_SIM_DRIVER_VERSION", driver)
+                .env("ISA_CASES", cases);
+        });
+        assert_clean(&report);
+    }
+}

@@ -117,6 +117,8 @@ impl std::error::Error for LoadError {}
 
 /// A parsed PTX module.
 pub struct Module {
+    /// The PTX ISA version of its `.version` directive, (major, minor).
+    pub version: (u32, u32),
     /// The visible entries, in the order of the text.
     pub entries: Vec<Entry>,
     /// The module variables, in the order of the text.

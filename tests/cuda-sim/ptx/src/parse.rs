@@ -75,6 +75,8 @@ pub(crate) struct Parser<'a> {
     shared_vars: Vec<(u64, u64)>,
     pub(crate) dyn_shared: bool,
     dyn_shared_align: u64,
+    /// The `.version` directive's ISA version, (major, minor).
+    version: (u32, u32),
 }
 
 /// One `{ }` scope: plain names and `%r<N>` ranges (prefix → first register, count).
@@ -845,6 +847,12 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// `major.minor` of a `.version` directive.
+fn isa_version(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
 pub(crate) fn parse_module(text: &str) -> Result<Module, LoadError> {
     let (toks, lines) = lex(text)?;
     if !toks.contains(&Tok::Id(".version")) {
@@ -863,6 +871,7 @@ pub(crate) fn parse_module(text: &str) -> Result<Module, LoadError> {
             shared_vars: Vec::new(),
             dyn_shared: false,
             dyn_shared_align: 16,
+            version: (0, 0),
         };
         let r = p.module();
         let out = r.and_then(|()| p.finish());
@@ -880,10 +889,11 @@ impl<'a> Parser<'a> {
             match tok {
                 Tok::Id(".version") => {
                     self.i += 1;
-                    match self.next()? {
-                        Tok::Num(_) => {}
-                        _ => return Err(self.err("bad .version")),
-                    }
+                    let version = match self.next()? {
+                        Tok::Num(text) => isa_version(text),
+                        _ => None,
+                    };
+                    self.version = version.ok_or_else(|| self.err("bad .version"))?;
                 }
                 Tok::Id(".target") => {
                     self.i += 1;
@@ -1064,6 +1074,7 @@ impl<'a> Parser<'a> {
         }
         let (entries, entry_funcs) = std::mem::take(&mut self.entries).into_iter().unzip();
         let module = Module {
+            version: self.version,
             entries,
             globals: std::mem::take(&mut self.globals),
             funcs: std::mem::take(&mut self.funcs),

@@ -22,6 +22,28 @@ pub const INVALID_IMAGE: CuResult = 200;
 /// `CUDA_ERROR_FILE_NOT_FOUND`.
 pub const FILE_NOT_FOUND: CuResult = 301;
 
+/// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`: PTX of an ISA newer than the driver knows.
+pub const UNSUPPORTED_PTX_VERSION: CuResult = 222;
+
+/// The newest PTX ISA a driver of `version` (`cuDriverGetVersion`'s number) loads, as the CUDA
+/// releases pair them: 11.x with 7.x, 12.0-12.5 with 8.0-8.5, 12.6 with 8.5, 12.8 with 8.7,
+/// 12.9 with 8.8, 13.x with 9.x; a driver newer than 13.x loads every ISA the interpreter reads.
+pub fn newest_ptx_isa(version: i32) -> (u32, u32) {
+    let (major, minor) = (version / 1000, (version % 1000 / 10) as u32);
+    match major {
+        ..=10 => (6, 5),
+        11 => (7, minor),
+        12 => match minor {
+            0..=5 => (8, minor),
+            6 | 7 => (8, 5),
+            8 => (8, 7),
+            _ => (8, 8),
+        },
+        13 => (9, minor),
+        _ => (u32::MAX, u32::MAX),
+    }
+}
+
 /// A loaded library.
 #[derive(Debug)]
 pub struct Library {
@@ -58,6 +80,19 @@ impl Sim {
                 return Err(NOT_SUPPORTED);
             }
         };
+        let newest = newest_ptx_isa(super::exports::simulated_version());
+        if module.version > newest {
+            let (call, seq) = super::faults::current_call();
+            eprintln!(
+                "cuda-sim: {call} (call #{seq}): PTX ISA {}.{} is newer than the {}.{} that the driver played ({}) accepts",
+                module.version.0,
+                module.version.1,
+                newest.0,
+                newest.1,
+                super::exports::simulated_version()
+            );
+            return Err(UNSUPPORTED_PTX_VERSION);
+        }
         let raw = self.new_raw(Kind::Library);
         let globals = self.allocate_module_variables(&module)?;
         let devices = self.devices.len();
