@@ -582,30 +582,10 @@ fn scenario_ptx_newer_than_the_driver_is_refused() {
     let cases = std::env::var("ISA_CASES").expect("the parent sets the cases");
     for case in cases.split(',') {
         let (version, loads) = case.split_once('=').expect("ISA=loads");
-        let text = module_of_isa(version);
-        let mut library = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX; no options; a valid out-pointer.
-        let result = unsafe {
-            sys::cuLibraryLoadData(
-                &mut library,
-                text.as_ptr().cast(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if loads == "yes" {
-            assert_eq!(result, CUresult::CUDA_SUCCESS, "ISA {version}");
-            unload(library);
-        } else {
-            assert_eq!(
-                result,
-                CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
-                "ISA {version}"
-            );
+        match load_ptx(&module_of_isa(version)) {
+            Ok(library) if loads == "yes" => unload(library),
+            Err(CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION) if loads == "no" => {}
+            other => panic!("ISA {version}: {other:?}, expected to load: {loads}"),
         }
     }
     teardown();

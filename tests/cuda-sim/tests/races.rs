@@ -8,6 +8,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys;
 
+#[macro_use]
 mod common;
 use common::*;
 
@@ -65,20 +66,7 @@ struct Env {
 fn env(blocking: bool) -> Env {
     setup();
     let library = load();
-    let mut atomics = std::ptr::null_mut();
-    // SAFETY: NUL-terminated PTX; no options.
-    unsafe {
-        ok(sys::cuLibraryLoadData(
-            &mut atomics,
-            ATOMIC_PTX.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        ))
-    };
+    let atomics = load_ptx(ATOMIC_PTX).expect("load the atomic kernel");
     let stream = || {
         if !blocking {
             return new_stream();
@@ -147,37 +135,6 @@ fn launch<X>(kernel: sys::CUkernel, stream: sys::CUstream, ptr: u64, x: X, n: u3
     ));
 }
 
-/// A planted bug, its twin, and the parent test that checks both: the bug reports exactly
-/// one `data-race` whose message contains each of the needles, the twin nothing.
-macro_rules! planted {
-    ($test:ident, $bug:ident, $twin:ident, $body:ident, [$($needle:expr),* $(,)?]) => {
-        #[test]
-        #[ignore = "runs under the simulator from a parent test in this file"]
-        fn $bug() {
-            child();
-            $body(false);
-        }
-
-        #[test]
-        #[ignore = "runs under the simulator from a parent test in this file"]
-        fn $twin() {
-            child();
-            $body(true);
-        }
-
-        #[test]
-        fn $test() {
-            let report = report_of(stringify!($bug));
-            assert_eq!(kinds(&report), ["data-race"], "{:?}", report.violations);
-            for needle in [$($needle),*] {
-                assert_message_contains(&report, 0, needle);
-            }
-            assert_no_leaks(&report);
-            assert_clean(&report_of(stringify!($twin)));
-        }
-    };
-}
-
 /// Two kernels on two streams write the whole buffer; the fix orders them with an event.
 fn kernel_kernel(fixed: bool) {
     let env = env(false);
@@ -204,6 +161,7 @@ planted!(
     scenario_kernel_kernel,
     scenario_kernel_kernel_ordered_by_an_event,
     kernel_kernel,
+    "data-race",
     [
         "kernel fill_u32",
         "writes [",
@@ -242,6 +200,7 @@ planted!(
     scenario_copy_kernel,
     scenario_copy_kernel_ordered_by_an_event,
     copy_kernel,
+    "data-race",
     [
         "kernel copy_u32",
         "reads [",
@@ -268,6 +227,7 @@ planted!(
     scenario_memset_kernel,
     scenario_memset_kernel_ordered_by_an_event,
     memset_kernel,
+    "data-race",
     [
         "kernel add_u32",
         "a memset",
@@ -299,6 +259,7 @@ planted!(
     scenario_one_block_of_many,
     scenario_one_block_of_many_just_past,
     one_block_of_many,
+    "data-race",
     [
         "(16 bytes)",
         "block [0, 0, 0], thread [0, 0, 0]",
@@ -322,6 +283,7 @@ planted!(
     scenario_halves_overlapping,
     scenario_disjoint_halves,
     halves,
+    "data-race",
     ["(4 bytes)"]
 );
 
@@ -380,6 +342,7 @@ planted!(
     scenario_graph_without_edge,
     scenario_graph_with_edge,
     graph_nodes,
+    "data-race",
     [
         "cuGraphLaunch (call #",
         "kernel fill_u32 (block [0, 0, 0], thread [0, 0, 0] at",
@@ -412,6 +375,7 @@ planted!(
     scenario_host_copy_of_managed,
     scenario_host_copy_of_managed_after_a_synchronize,
     host_copy_of_managed,
+    "data-race",
     [
         "cuMemcpyDtoH_v2 (call #",
         "a copy",
@@ -458,6 +422,7 @@ planted!(
     scenario_copy_out_to_pinned_then_write,
     scenario_copy_out_to_pageable_then_write,
     copy_out_then_write,
+    "data-race",
     [
         "cuMemcpyDtoHAsync_v2 (call #",
         "kernel fill_u32",
@@ -522,6 +487,7 @@ planted!(
     scenario_store_against_atomics,
     scenario_atomics_on_two_streams,
     atomics,
+    "data-race",
     ["kernel atomic_add", "updated atomically", "(4 bytes)"]
 );
 
@@ -609,4 +575,183 @@ fn strict_mode_aborts_on_a_data_race() {
     assert!(stderr.contains("cuda-sim: violation data-race"), "{stderr}");
     let report = report.expect("a strict abort writes the report of its violation");
     assert_eq!(kinds(&report), ["data-race"]);
+}
+
+/// Reads the `u32` at `index` of the managed allocation at `buf` through its pointer, as a
+/// program does with unified memory.
+fn host_read(buf: sys::CUdeviceptr, index: usize) -> u32 {
+    // SAFETY: managed memory is accessible from the host at its device address; `index` is
+    // inside the allocation.
+    unsafe { std::ptr::read_volatile((buf as usize as *const u32).add(index)) }
+}
+
+/// Writes `value` at `index` of the managed allocation at `buf` through its pointer.
+fn host_write(buf: sys::CUdeviceptr, index: usize, value: u32) {
+    // SAFETY: as for `host_read`.
+    unsafe { std::ptr::write_volatile((buf as usize as *mut u32).add(index), value) }
+}
+
+/// A kernel writes managed memory on a non-blocking stream and the host reads an element
+/// through the pointer: without a synchronisation the read races with the kernel's writes.
+fn host_reads_managed(fixed: bool) {
+    let env = env(false);
+    let mut buf = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL.
+    unsafe { ok(sys::cuMemAllocManaged(&mut buf, BYTES, 1)) };
+    launch(env.fill, env.s1, buf, 9u32, N);
+    if fixed {
+        // SAFETY: a live stream.
+        unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    }
+    assert_eq!(host_read(buf, 5), 9);
+    finish_with(env, &[buf]);
+}
+
+planted!(
+    host_read_through_a_managed_pointer_race,
+    scenario_host_reads_managed,
+    scenario_host_reads_managed_after_a_synchronize,
+    host_reads_managed,
+    "data-race",
+    [
+        "host thread ",
+        " reads 0x",
+        "(through a pointer) of the 4096-byte managed allocation at 0x",
+        "cuLaunchKernel (call #",
+        "kernel fill_u32",
+        "wrote [",
+        "no synchronisation orders them"
+    ]
+);
+
+/// A kernel only reads managed memory (copying it into device memory) on a non-blocking
+/// stream while the host writes an element through the pointer: a race unless the host
+/// synchronised first.
+fn host_writes_managed_read_by_a_kernel(fixed: bool) {
+    let env = env(false);
+    let mut src = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL; the memset is
+    // synchronous, so ordered before both the stream's work and the host.
+    unsafe {
+        ok(sys::cuMemAllocManaged(&mut src, BYTES, 1));
+        ok(sys::cuMemsetD32_v2(src, 4, N as usize));
+    }
+    let out = alloc(BYTES);
+    launch(env.copy, env.s1, out, src, N);
+    if fixed {
+        // SAFETY: a live stream.
+        unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    }
+    host_write(src, 3, 7);
+    finish_with(env, &[src, out]);
+}
+
+planted!(
+    host_write_through_a_managed_pointer_a_kernel_reads_race,
+    scenario_host_writes_managed_read_by_a_kernel,
+    scenario_host_writes_managed_read_by_a_kernel_after_a_synchronize,
+    host_writes_managed_read_by_a_kernel,
+    "data-race",
+    [
+        " writes 0x",
+        "(through a pointer) of the 4096-byte managed allocation",
+        "kernel copy_u32",
+        "read ["
+    ]
+);
+
+/// A kernel reads managed memory on a non-blocking stream while the host reads it too: two
+/// reads never race.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_host_and_kernel_read_managed() {
+    child();
+    let env = env(false);
+    let mut src = 0;
+    // SAFETY: as in `host_writes_managed_read_by_a_kernel`.
+    unsafe {
+        ok(sys::cuMemAllocManaged(&mut src, BYTES, 1));
+        ok(sys::cuMemsetD32_v2(src, 4, N as usize));
+    }
+    let out = alloc(BYTES);
+    launch(env.copy, env.s1, out, src, N);
+    assert_eq!(host_read(src, 3), 4);
+    finish_with(env, &[src, out]);
+}
+
+#[test]
+fn host_and_kernel_reads_of_managed_memory_do_not_race() {
+    assert_clean(&report_of("scenario_host_and_kernel_read_managed"));
+}
+
+/// A kernel writes the first 64 bytes of a managed allocation on a non-blocking stream while
+/// the host reads and writes bytes of the same page that the kernel does not touch: the page
+/// is guarded, but only the kernel's footprint races.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_host_touches_other_bytes_of_the_page() {
+    child();
+    let env = env(false);
+    let mut buf = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL; the memset is
+    // synchronous.
+    unsafe {
+        ok(sys::cuMemAllocManaged(&mut buf, BYTES, 1));
+        ok(sys::cuMemsetD32_v2(buf, 4, N as usize));
+    }
+    launch(env.fill, env.s1, buf, 9u32, 16);
+    assert_eq!(host_read(buf, 512), 4);
+    // A driver call between the two accesses sets the guard again.
+    // SAFETY: a live stream; querying it may order nothing (it returns at once either way).
+    let _ = unsafe { sys::cuStreamQuery(env.s2) };
+    host_write(buf, 600, 5);
+    finish_with(env, &[buf]);
+}
+
+#[test]
+fn host_accesses_outside_the_kernels_footprint_do_not_race() {
+    assert_clean(&report_of("scenario_host_touches_other_bytes_of_the_page"));
+}
+
+/// A host function: sets the flag (an `AtomicBool`) the main thread waits on.
+unsafe extern "C" fn mark_done(data: *mut c_void) {
+    // SAFETY: `data` is the scenario's `AtomicBool`, alive until the main thread saw it set.
+    let done = unsafe { &*data.cast::<std::sync::atomic::AtomicBool>() };
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A kernel writes managed memory on a non-blocking stream, then a host function on that
+/// stream sets a flag; the main thread waits for the flag (with no driver call) and reads the
+/// memory through the pointer: ordered after the kernel by the stream and the flag, though
+/// the host never synchronised with the stream through the driver.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_host_reads_managed_after_a_host_function() {
+    child();
+    let env = env(false);
+    let mut buf = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL.
+    unsafe { ok(sys::cuMemAllocManaged(&mut buf, BYTES, 1)) };
+    launch(env.fill, env.s1, buf, 9u32, N);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    // SAFETY: a live stream; `done` outlives the host function (waited for below).
+    unsafe {
+        ok(sys::cuLaunchHostFunc(
+            env.s1,
+            Some(mark_done),
+            std::ptr::from_ref(&done).cast_mut().cast(),
+        ))
+    };
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    assert_eq!(host_read(buf, 5), 9);
+    finish_with(env, &[buf]);
+}
+
+#[test]
+fn host_accesses_ordered_by_a_host_function_do_not_race() {
+    assert_clean(&report_of(
+        "scenario_host_reads_managed_after_a_host_function",
+    ));
 }

@@ -11,6 +11,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{self, CUresult};
 
+#[macro_use]
 mod common;
 use common::*;
 
@@ -328,27 +329,6 @@ const N: u32 = 256;
 /// Bytes of a buffer of `N` elements.
 const BYTES: usize = 4 * N as usize;
 
-fn load_ptx(text: &str) -> Result<sys::CUlibrary, CUresult> {
-    let mut library = std::ptr::null_mut();
-    // SAFETY: NUL-terminated PTX; no options.
-    let status = unsafe {
-        sys::cuLibraryLoadData(
-            &mut library,
-            text.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    match status {
-        CUresult::CUDA_SUCCESS => Ok(library),
-        error => Err(error),
-    }
-}
-
 fn alloc(bytes: usize) -> sys::CUdeviceptr {
     let mut ptr = 0;
     // SAFETY: a context is current; valid out-pointer.
@@ -425,39 +405,6 @@ fn launch(name: &std::ffi::CStr, threads: u32, ptr: u64, x: u64, n: Option<u32>)
     status
 }
 
-/// A planted bug, its twin, and the parent test that checks both: the bug reports exactly
-/// one violation of `kind` whose message contains each needle, the twin nothing.
-macro_rules! planted {
-    ($test:ident, $bug:ident, $twin:ident, $body:ident, $kind:expr, [$($needle:expr),* $(,)?]) => {
-        #[test]
-        #[ignore = "runs under the simulator from a parent test in this file"]
-        fn $bug() {
-            child();
-            $body(false);
-            teardown();
-        }
-
-        #[test]
-        #[ignore = "runs under the simulator from a parent test in this file"]
-        fn $twin() {
-            child();
-            $body(true);
-            teardown();
-        }
-
-        #[test]
-        fn $test() {
-            let report = report_of(stringify!($bug));
-            assert_eq!(kinds(&report), [$kind], "{:?}", report.violations);
-            for needle in [$($needle),*] {
-                assert_message_contains(&report, 0, needle);
-            }
-            assert_no_leaks(&report);
-            assert_clean(&report_of(stringify!($twin)));
-        }
-    };
-}
-
 /// Two correct programs (kept from a rule that reported them, or a pair whose difference
 /// is not a bug on sm_70 and later), and the parent test that checks that neither is
 /// reported.
@@ -523,7 +470,8 @@ planted!(
         "kernel fill_n",
         "writes 4 bytes",
         "0 bytes past the end of the 1024-byte allocation"
-    ]
+    ],
+    then teardown()
 );
 
 /// An 8-byte load at offset 4; the fix loads at offset 8.
@@ -546,7 +494,8 @@ planted!(
     scenario_aligned_load,
     misaligned_load,
     "misaligned",
-    ["kernel load_u64", "reads 8 bytes", "not a multiple of 8"]
+    ["kernel load_u64", "reads 8 bytes", "not a multiple of 8"],
+    then teardown()
 );
 
 /// A kernel writes a buffer freed before the launch; the fix frees it after.
@@ -573,7 +522,8 @@ planted!(
     scenario_write_then_free,
     launch_after_free,
     "use-after-free",
-    ["kernel fill_n", "freed by cuMemFree_v2"]
+    ["kernel fill_n", "freed by cuMemFree_v2"],
+    then teardown()
 );
 
 /// A store to element 256 of a 32-element shared array; the fix stores to element 31.
@@ -598,7 +548,8 @@ planted!(
     scenario_shared_inside_the_array,
     shared_out_of_bounds,
     "out-of-bounds",
-    ["kernel shared_at", "writes 4 bytes", "st.shared.u32"]
+    ["kernel shared_at", "writes 4 bytes", "st.shared.u32"],
+    then teardown()
 );
 
 // ---- Hardware exceptions -------------------------------------------------------------------
@@ -623,7 +574,8 @@ planted!(
         "thread [5, 0, 0]",
         "trap;",
         "CUDA_ERROR_LAUNCH_FAILED"
-    ]
+    ],
+    then teardown()
 );
 
 /// Thread 9 hits a breakpoint; the fix names no thread.
@@ -641,7 +593,8 @@ planted!(
     scenario_no_brkpt,
     brkpt,
     "device-exception",
-    ["kernel brkpt_at", "thread [9, 0, 0]", "brkpt;"]
+    ["kernel brkpt_at", "thread [9, 0, 0]", "brkpt;"],
+    then teardown()
 );
 
 /// The last thread of the block traps, after the others stored; the fix names no thread.
@@ -659,7 +612,8 @@ planted!(
     scenario_no_trap_last,
     trap_in_last_thread,
     "device-exception",
-    ["thread [31, 0, 0]"]
+    ["thread [31, 0, 0]"],
+    then teardown()
 );
 
 #[test]
@@ -729,7 +683,8 @@ planted!(
     scenario_one_bar,
     two_barriers,
     "barrier-divergence",
-    ["kernel two_bars", "bar.sync", "waits at"]
+    ["kernel two_bars", "bar.sync", "waits at"],
+    then teardown()
 );
 
 /// `shfl.sync` with a full mask in a block of 16 threads (the absent lanes are ignored), or
@@ -789,7 +744,8 @@ planted!(
         "thread [0, 0, 0]",
         "0xfffffffe",
         "lane 0 is not in it"
-    ]
+    ],
+    then teardown()
 );
 
 /// Lane 0 takes `vote.sync` with a mask that leaves it out; the fix names lanes 0..16.
@@ -807,7 +763,8 @@ planted!(
     scenario_vote_with_self,
     vote_without_self,
     "bad-warp-mask",
-    ["kernel vote", "0x0000fffe", "lane 0 is not in it"]
+    ["kernel vote", "0x0000fffe", "lane 0 is not in it"],
+    then teardown()
 );
 
 /// The two halves of a warp at two different `bar.warp.sync -1`, or all lanes at one: both
@@ -853,7 +810,8 @@ planted!(
         "0xffffffff",
         "never reach this collective",
         "vote.sync"
-    ]
+    ],
+    then teardown()
 );
 
 /// Lanes 16..32 wait at `bar.sync 0` while the others' full-mask `shfl.sync` waits for them:
@@ -876,7 +834,8 @@ planted!(
     scenario_shfl_before_bar,
     shuffle_against_barrier,
     "bad-warp-mask",
-    ["kernel shfl_bar", "0xffff0000", "block barrier `bar.sync 0"]
+    ["kernel shfl_bar", "0xffff0000", "block barrier `bar.sync 0"],
+    then teardown()
 );
 
 // ---- Initcheck -------------------------------------------------------------------------------
@@ -905,7 +864,8 @@ planted!(
         "reads 1024 bytes never written",
         "of the 1024-byte allocation",
         "cuMemAlloc_v2 call #"
-    ]
+    ],
+    then teardown()
 );
 
 /// A kernel reads one element past what was copied in; the fix copies all of them.
@@ -928,7 +888,8 @@ planted!(
         "thread [127, 0, 0]",
         "block [1, 0, 0]",
         "reads 4 bytes never written"
-    ]
+    ],
+    then teardown()
 );
 
 /// A kernel writes half of a fresh buffer and the host copies all of it back; the fix has the
@@ -956,7 +917,8 @@ planted!(
     [
         "cuMemcpyDtoH_v2 (call #",
         "512 bytes of which were never written"
-    ]
+    ],
+    then teardown()
 );
 
 /// A pool block freed and handed out again starts uninitialised; the fix memsets it again.
@@ -991,7 +953,8 @@ planted!(
     scenario_pool_reuse_memset,
     pool_reuse,
     "uninitialized-read",
-    ["kernel copy_n", "cuMemAllocAsync call #"]
+    ["kernel copy_n", "cuMemAllocAsync call #"],
+    then teardown()
 );
 
 #[test]

@@ -9,6 +9,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::sys::{self, CUresult};
 
+#[macro_use]
 mod common;
 use common::*;
 
@@ -346,20 +347,7 @@ fn download(ptr: sys::CUdeviceptr, elements: u32) -> Vec<u32> {
 /// (from `in[i] = i`).
 fn run_kernel(name: &std::ffi::CStr, blocks: u32, threads: u32, shared: u32, x: u32) -> Vec<u32> {
     setup();
-    let mut library = std::ptr::null_mut();
-    // SAFETY: NUL-terminated PTX; no options.
-    unsafe {
-        ok(sys::cuLibraryLoadData(
-            &mut library,
-            PTX.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        ))
-    };
+    let library = load_ptx(PTX).expect("load the kernels");
     let function: sys::CUfunction = kernel(library, name).cast();
     let elements = blocks * threads;
     let (mut input, mut output) = buffers(elements);
@@ -395,39 +383,6 @@ fn run_kernel(name: &std::ffi::CStr, blocks: u32, threads: u32, shared: u32, x: 
     got
 }
 
-/// A planted bug, its twin, and the parent test that checks both: the bug reports exactly
-/// one `shared-race` whose message contains each needle, the twin nothing.
-macro_rules! planted {
-    ($test:ident, $bug:ident, $twin:ident, $body:ident, [$($needle:expr),* $(,)?]) => {
-        #[test]
-        #[ignore = "runs under the simulator from a parent test in this file"]
-        fn $bug() {
-            child();
-            $body(false);
-            teardown();
-        }
-
-        #[test]
-        #[ignore = "runs under the simulator from a parent test in this file"]
-        fn $twin() {
-            child();
-            $body(true);
-            teardown();
-        }
-
-        #[test]
-        fn $test() {
-            let report = report_of(stringify!($bug));
-            assert_eq!(kinds(&report), ["shared-race"], "{:?}", report.violations);
-            for needle in [$($needle),*] {
-                assert_message_contains(&report, 0, needle);
-            }
-            assert_no_leaks(&report);
-            assert_clean(&report_of(stringify!($twin)));
-        }
-    };
-}
-
 /// The sum of `in[64 b .. 64 b + 64]` for `in[i] = i`.
 fn block_sum(block: u32) -> u32 {
     (0..THREADS).map(|t| block * THREADS + t).sum()
@@ -448,6 +403,7 @@ planted!(
     scenario_reduction_without_barrier,
     scenario_reduction_with_barrier,
     reduction,
+    "shared-race",
     [
         "kernel reduce_last",
         "RAW hazard",
@@ -455,7 +411,8 @@ planted!(
         "thread [32, 0, 0] wrote",
         "thread [48, 0, 0] reads 4 bytes",
         "ld.shared.u32"
-    ]
+    ],
+    then teardown()
 );
 
 /// Each thread reads its neighbour's slot and overwrites its own without a barrier between:
@@ -475,13 +432,15 @@ planted!(
     scenario_overwrite_without_barrier,
     scenario_overwrite_after_barrier,
     shift_left,
+    "shared-race",
     [
         "kernel shift_left",
         "WAR hazard",
         "thread [0, 0, 0] read",
         "thread [1, 0, 0] writes 4 bytes at shared offset 0x4",
         "st.u32"
-    ]
+    ],
+    then teardown()
 );
 
 /// Every thread stores into one shared word; the fix lets thread 0 alone store.
@@ -499,12 +458,14 @@ planted!(
     scenario_one_word_many_writers,
     scenario_one_word_one_writer,
     one_slot,
+    "shared-race",
     [
         "kernel one_slot",
         "WAW hazard",
         "thread [0, 0, 0] wrote",
         "thread [1, 0, 0] writes 4 bytes at shared offset 0x0"
-    ]
+    ],
+    then teardown()
 );
 
 /// Legacy warp-synchronous reduction: no `__syncwarp` between the steps (the lanes of a warp
@@ -521,12 +482,14 @@ planted!(
     scenario_warp_reduction_without_syncwarp,
     scenario_warp_reduction_with_syncwarp,
     warp_reduction,
+    "shared-race",
     [
         "kernel warp_reduce",
         "hazard on shared memory",
         "thread [0, 0, 0]",
         "with no barrier between them"
-    ]
+    ],
+    then teardown()
 );
 
 /// Block 37 of 64 skips the `bar.sync` between the stores and the neighbour's read; the fix
@@ -547,11 +510,13 @@ planted!(
     scenario_block_37_skips_its_barrier,
     scenario_no_block_skips_its_barrier,
     one_block_skips,
+    "shared-race",
     [
         "kernel neighbour",
         "block [37, 0, 0]",
         "hazard on shared memory"
-    ]
+    ],
+    then teardown()
 );
 
 /// Thread 0 resets a shared counter with a plain store while the others add to it atomically:
@@ -568,13 +533,15 @@ planted!(
     scenario_counter_reset_without_barrier,
     scenario_counter_reset_before_barrier,
     counter,
+    "shared-race",
     [
         "kernel count",
         "WAW hazard",
         "thread [0, 0, 0] wrote",
         "thread [1, 0, 0] writes 4 bytes",
         "atom.shared.add.u32"
-    ]
+    ],
+    then teardown()
 );
 
 /// Every thread adds to a shared sum with a plain load, add and store; the fix uses
@@ -591,12 +558,14 @@ planted!(
     scenario_shared_sum_plain,
     scenario_shared_sum_atomic,
     accumulate,
+    "shared-race",
     [
         "kernel accumulate",
         "RAW hazard",
         "thread [0, 0, 0] wrote",
         "thread [1, 0, 0] reads 4 bytes"
-    ]
+    ],
+    then teardown()
 );
 
 #[test]

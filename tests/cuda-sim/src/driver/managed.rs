@@ -19,7 +19,7 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use super::errors::{INVALID_DEVICE, INVALID_VALUE, OUT_OF_MEMORY};
 use super::exports::put;
-use super::memory::{AllocKind, rounded};
+use super::memory::AllocKind;
 use super::types::*;
 use super::{Sim, faults, with_sim};
 
@@ -201,10 +201,14 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         let device = self.contexts[&context].device;
-        let block = rounded(size as u64).ok_or(OUT_OF_MEMORY)?;
+        // Whole pages of its own, so that guarding it against the host's accesses
+        // (`host_access`) changes the protection of no other allocation.
+        let block = (size as u64)
+            .checked_next_multiple_of(PAGE)
+            .ok_or(OUT_OF_MEMORY)?;
         let budget = self.budget(Some(device));
         let arena = &mut self.devices[device].sync_arena;
-        let (offset, _) = arena.alloc(block, budget)?;
+        let (offset, _) = arena.alloc_aligned(block, PAGE, budget)?;
         let addr = arena.base as u64 + offset;
         let operation = self.checker.host_op();
         self.record_alloc(
@@ -220,6 +224,7 @@ impl Sim {
         self.extra
             .managed
             .insert(addr, ManagedState::new(size as u64, flags));
+        self.races.watch_managed(addr, block);
         Ok(addr)
     }
 

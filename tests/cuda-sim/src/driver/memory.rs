@@ -23,7 +23,7 @@ pub fn rounded(size: u64) -> Option<u64> {
 }
 
 /// Page size of the host: trimming gives back only whole pages that hold no live byte.
-const PAGE: u64 = 4096;
+pub const PAGE: u64 = 4096;
 
 /// The address space each arena reserves: room for fragmentation above the capacity.
 pub fn arena_size(capacity: u64) -> u64 {
@@ -104,30 +104,64 @@ impl Arena {
     /// Takes a block of `size` (rounded) bytes; returns its offset and how many bytes were
     /// newly reserved from the device. `budget` is what the device can still reserve.
     pub fn alloc(&mut self, size: u64, budget: u64) -> Result<(u64, u64), CuResult> {
+        self.alloc_aligned(size, ALIGN, budget)
+    }
+
+    /// As [`Arena::alloc`], with the block's offset a multiple of `align` (a power of two, at
+    /// least [`ALIGN`]; the arena's base is page-aligned, so `PAGE` gives a block of pages of
+    /// its own when `size` is a multiple of it). Bytes skipped to align stay free extents.
+    pub fn alloc_aligned(
+        &mut self,
+        size: u64,
+        align: u64,
+        budget: u64,
+    ) -> Result<(u64, u64), CuResult> {
         let grew = size.saturating_sub(self.free_resident);
         if grew > budget {
             return Err(OUT_OF_MEMORY);
         }
-        let offset = match self.by_size.range((size, 0)..).next().copied() {
+        let fits = |&(length, offset): &(u64, u64)| {
+            offset
+                .checked_next_multiple_of(align)
+                .and_then(|at| at.checked_add(size))
+                .is_some_and(|end| end <= offset + length)
+        };
+        let offset = match self.by_size.range((size, 0)..).copied().find(fits) {
             Some((length, offset)) => {
                 self.remove_extent(offset, length);
-                if length > size {
-                    self.insert_extent(offset + size, length - size);
+                let at = offset.next_multiple_of(align);
+                if at > offset {
+                    self.insert_extent(offset, at - offset);
                 }
-                offset
+                if offset + length > at + size {
+                    self.insert_extent(at + size, offset + length - at - size);
+                }
+                at
             }
             None => {
-                if self
+                let Some(at) = self
                     .bump
-                    .checked_add(size)
-                    .is_none_or(|end| end > self.size)
-                {
+                    .checked_next_multiple_of(align)
+                    .filter(|at| at.checked_add(size).is_some_and(|end| end <= self.size))
+                else {
                     return Err(OUT_OF_MEMORY);
+                };
+                if at > self.bump {
+                    // The skipped bytes become a free extent (held by no block), merged with
+                    // a free extent ending at the old bump pointer.
+                    let (mut start, mut length) = (self.bump, at - self.bump);
+                    if let Some((&before, &before_len)) = self.free.range(..start).next_back()
+                        && before + before_len == start
+                    {
+                        self.remove_extent(before, before_len);
+                        start = before;
+                        length += before_len;
+                    }
+                    self.insert_extent(start, length);
                 }
-                let offset = self.bump;
-                self.bump += size;
+                self.bump = at + size;
                 self.top = self.top.max(self.bump);
-                offset
+                at
             }
         };
         self.free_resident -= size - grew;

@@ -47,6 +47,7 @@ mod faults;
 mod graph_memory;
 mod graphs;
 mod green;
+mod host_access;
 mod initcheck;
 mod interp;
 mod ipc;
@@ -269,7 +270,12 @@ pub fn with_sim<T>(f: impl FnOnce(&mut Sim) -> Result<T, CuResult>) -> Result<T,
     }
     let mut guard = lock();
     match guard.as_mut() {
-        Some(sim) => f(sim),
+        Some(sim) => {
+            sim.host_access_begin();
+            let result = f(sim);
+            sim.host_access_end();
+            result
+        }
         None => Err(NOT_INITIALIZED),
     }
 }
@@ -290,7 +296,10 @@ pub fn wait_for<T>(
         let Some(sim) = guard.as_mut() else {
             return Err(NOT_INITIALIZED);
         };
-        if let Some(value) = f(sim)? {
+        sim.host_access_begin();
+        let answer = f(sim);
+        sim.host_access_end();
+        if let Some(value) = answer? {
             return Ok(value);
         }
         guard = IDLE
@@ -352,6 +361,9 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
         for ordinal in 0..sim.config.devices {
             sim.add_device(ordinal);
         }
+        if sim.races.enabled() {
+            host_access::install();
+        }
         *guard = Some(sim);
         report::register_exit_handler();
     }
@@ -365,7 +377,12 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
 /// Shuts the driver down (at process exit) and hands the final state to `f` (`None` if
 /// `cuInit` never succeeded).
 pub fn shut_down<T>(f: impl FnOnce(Option<&Sim>) -> T) -> T {
-    let guard = lock();
+    let mut guard = lock();
+    if let Some(sim) = guard.as_mut() {
+        // The faults noted since the last call are reported, and the pages made accessible
+        // for the rest of the exit.
+        sim.host_access_begin();
+    }
     let result = f(guard.as_ref());
     SHUT_DOWN.store(true, Ordering::SeqCst);
     result

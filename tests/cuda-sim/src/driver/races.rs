@@ -76,13 +76,45 @@ impl From<&Span> for Touch {
 
 /// An operation, as its records name it.
 #[derive(Debug)]
-struct OpInfo {
-    operation: Use,
+pub struct OpInfo {
+    pub operation: Use,
     /// What it is: `kernel NAME`, `a copy`, `a memset`.
-    what: String,
+    pub what: String,
     /// Its stream's label.
-    stream: String,
+    pub stream: String,
 }
+
+/// A device operation that touched a watched managed allocation and that the host's clock
+/// did not cover when it ran: its touches of that allocation guard it against the host's
+/// accesses (`host_access`).
+#[derive(Debug)]
+pub struct HostPending {
+    pub alloc: u64,
+    pub op: Arc<OpInfo>,
+    touches: ByKind,
+    /// Reported once already (one violation per operation and allocation).
+    pub reported: bool,
+}
+
+impl HostPending {
+    /// Whether it wrote or updated the allocation (any host access then races).
+    pub fn writes(&self) -> bool {
+        !self.touches[1].is_empty() || !self.touches[2].is_empty()
+    }
+
+    /// Its touch of the byte at `addr` that a host access made as `access` conflicts with.
+    pub fn touching(&self, addr: u64, access: Access) -> Option<Touch> {
+        self.touches
+            .iter()
+            .flat_map(|list| overlapping(list, addr, addr + 1))
+            .find(|touch| conflict(access, touch.access))
+            .copied()
+    }
+}
+
+/// Pending operations kept for the host's accesses; the oldest go beyond it (fewer races
+/// found, never a false one).
+const HOST_PENDING_LIMIT: usize = 4096;
 
 /// Bytes of one allocation that one operation touched one way.
 #[derive(Clone, Debug)]
@@ -101,6 +133,15 @@ pub struct Races {
     launches: VecDeque<(u64, Arc<Vec<Vec<u64>>>)>,
     next_launch: u64,
     since_collect: usize,
+    /// The managed allocations whose pages can be guarded against the host (`host_access`).
+    pub watched: super::host_access::Watched,
+    /// The device operations the host's clock did not cover, that touched them.
+    pub host_pending: Vec<HostPending>,
+    /// The clocks of the streams where a host function started, joined: the program may
+    /// order its threads after a host function by its own means, so what precedes one is
+    /// taken as seen by the host's accesses through pointers (fewer races found, never a
+    /// false one).
+    pub host_visible: Clock,
 }
 
 impl Races {
@@ -112,6 +153,9 @@ impl Races {
             launches: VecDeque::new(),
             next_launch: 1,
             since_collect: 0,
+            watched: Default::default(),
+            host_pending: Vec::new(),
+            host_visible: Clock::new(),
         }
     }
 
@@ -123,6 +167,16 @@ impl Races {
     /// Forgets the records of the allocation at `addr` (freed, or new at that address).
     pub fn forget(&mut self, addr: u64) {
         self.by_alloc.remove(&addr);
+        self.host_pending.retain(|p| p.alloc != addr);
+        self.watched.forget(addr);
+    }
+
+    /// Watches the host's accesses to the managed allocation at `addr` (`len` bytes of whole
+    /// pages of its own).
+    pub fn watch_managed(&mut self, addr: u64, len: u64) {
+        if self.enabled {
+            self.watched.watch(addr, len);
+        }
     }
 
     /// Numbers a launch of a graph whose node `i` depends on the nodes `deps[i]` (each an
@@ -202,7 +256,7 @@ fn supersedes(new: Access, old: Access) -> bool {
     new == Access::Write || new == old
 }
 
-fn verbs(access: Access) -> (&'static str, &'static str) {
+pub fn verbs(access: Access) -> (&'static str, &'static str) {
     match access {
         Access::Read => ("reads", "read"),
         Access::Write => ("writes", "wrote"),
@@ -211,7 +265,7 @@ fn verbs(access: Access) -> (&'static str, &'static str) {
 }
 
 /// `what` with the witness when it lies in `[start, end)`, and the graph node.
-fn describe(op: &OpInfo, touch: &Touch, start: u64, end: u64) -> String {
+pub fn describe(op: &OpInfo, touch: &Touch, start: u64, end: u64) -> String {
     let mut text = op.what.clone();
     if let Some((block, thread, addr)) = touch.witness
         && (start..end).contains(&addr)
@@ -292,6 +346,24 @@ impl Sim {
             what,
             stream: self.checker.label(operation.timeline).to_string(),
         });
+        if operation.timeline != super::checker::HOST {
+            for (&alloc, lists) in &mine {
+                if self.races.watched.contains(alloc) {
+                    self.races.host_pending.push(HostPending {
+                        alloc,
+                        op: Arc::clone(&info),
+                        touches: lists.clone(),
+                        reported: false,
+                    });
+                }
+            }
+            let excess = self
+                .races
+                .host_pending
+                .len()
+                .saturating_sub(HOST_PENDING_LIMIT);
+            self.races.host_pending.drain(..excess);
+        }
         let mut messages = Vec::new();
         let mut added = 0;
         for (&alloc, lists) in &mine {

@@ -21,6 +21,80 @@ unsafe extern "C" {
     fn close(fd: c_int) -> c_int;
     fn pread(fd: c_int, buf: *mut c_void, count: usize, off: c_long) -> isize;
     fn atexit(callback: extern "C" fn()) -> c_int;
+    fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
+    fn sigaction(signum: c_int, act: *const SigAction, old: *mut SigAction) -> c_int;
+    fn gettid() -> c_int;
+}
+
+/// glibc's `struct sigaction` on Linux x86_64: the handler (or `sa_sigaction`), the mask
+/// (`sigset_t`, 1,024 bits), the flags and the restorer.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SigAction {
+    pub handler: usize,
+    pub mask: [u64; 16],
+    pub flags: c_int,
+    pub restorer: usize,
+}
+
+/// `SIGSEGV`.
+pub const SIGSEGV: c_int = 11;
+/// `SA_SIGINFO`: the handler takes `(signal, siginfo, ucontext)`.
+pub const SA_SIGINFO: c_int = 4;
+/// `SA_ONSTACK`: the handler runs on the thread's alternate stack when it has one (Rust's
+/// stack-overflow detection needs it).
+pub const SA_ONSTACK: c_int = 0x0800_0000;
+/// `PROT_READ`.
+pub const PROT_READ: c_int = 1;
+/// `PROT_READ | PROT_WRITE`.
+pub const PROT_READ_WRITE: c_int = 3;
+/// `PROT_NONE`.
+pub const PROT_NOTHING: c_int = 0;
+
+/// Sets the protection of the pages `[addr, addr + len)` (page-aligned); whether it worked.
+/// Async-signal-safe.
+pub fn protect(addr: usize, len: usize, prot: c_int) -> bool {
+    // SAFETY: callers pass whole pages of a managed allocation, which lies in pages of its
+    // own inside a mapping this simulator made; changing their protection affects no other
+    // allocation and no memory Rust owns.
+    unsafe { mprotect(addr as *mut c_void, len, prot) == 0 }
+}
+
+/// Installs `action` for `signal`, returning the previous action.
+pub fn set_action(signal: c_int, action: &SigAction) -> Option<SigAction> {
+    let mut old = SigAction {
+        handler: 0,
+        mask: [0; 16],
+        flags: 0,
+        restorer: 0,
+    };
+    // SAFETY: both pointers are valid for a `struct sigaction` (same layout as glibc's).
+    (unsafe { sigaction(signal, action, &mut old) } == 0).then_some(old)
+}
+
+/// The action installed now for `signal`.
+pub fn current_action(signal: c_int) -> Option<SigAction> {
+    let mut old = SigAction {
+        handler: 0,
+        mask: [0; 16],
+        flags: 0,
+        restorer: 0,
+    };
+    // SAFETY: a null new action only reads the current one into `old`, a valid
+    // `struct sigaction`.
+    (unsafe { sigaction(signal, std::ptr::null(), &mut old) } == 0).then_some(old)
+}
+
+/// Restores `action` for `signal` from a signal handler (async-signal-safe).
+pub fn restore_action(signal: c_int, action: &SigAction) {
+    // SAFETY: `action` is a valid `struct sigaction`; the old action is not asked for.
+    unsafe { sigaction(signal, action, std::ptr::null_mut()) };
+}
+
+/// The calling thread's kernel id (async-signal-safe).
+pub fn thread_id() -> i32 {
+    // SAFETY: `gettid` has no preconditions.
+    unsafe { gettid() }
 }
 
 const PROT_NONE: c_int = 0;

@@ -236,6 +236,7 @@ impl Sim {
             &Op::EventWait(event) => self.wait_on(target, event)?,
             &Op::Host(function, data) => {
                 self.enqueue(target);
+                self.host_function_runs(target.timeline);
                 // The stream is busy until the function returns (`deferred`).
                 self.host_started(target.timeline);
                 return Ok(vec![(function, data)]);

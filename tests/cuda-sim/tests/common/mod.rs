@@ -18,8 +18,12 @@ pub const PTX: &str = concat!(include_str!("../../../kernels/test_kernels.ptx"),
 
 /// Runs scenario `name` in a child under the simulator, with `setup` applied to the command.
 pub fn run(name: &str, setup: impl FnOnce(&mut Command)) -> (Output, Option<Report>) {
+    // A number of its own per run: two tests of one binary may run the same scenario at once
+    // (with different settings), and must not read each other's report.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let report = std::env::temp_dir().join(format!(
-        "cuda-sim-scenario-{}-{name}.json",
+        "cuda-sim-scenario-{}-{run}-{name}.json",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&report);
@@ -151,23 +155,35 @@ pub fn destroy_stream(stream: sys::CUstream) {
     unsafe { ok(sys::cuStreamDestroy_v2(stream)) };
 }
 
+/// Loads NUL-terminated PTX `text` as a context-independent library, or the driver's answer.
+pub fn load_ptx(text: &str) -> Result<sys::CUlibrary, CUresult> {
+    assert!(
+        text.ends_with('\0'),
+        "PTX handed to the driver ends with a NUL"
+    );
+    let mut library = std::ptr::null_mut();
+    // SAFETY: NUL-terminated text (checked above); no options; a valid out-pointer.
+    let status = unsafe {
+        sys::cuLibraryLoadData(
+            &mut library,
+            text.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    match status {
+        CUresult::CUDA_SUCCESS => Ok(library),
+        error => Err(error),
+    }
+}
+
 /// Loads the test kernels as a context-independent library.
 pub fn load() -> sys::CUlibrary {
-    let mut library = std::ptr::null_mut();
-    // SAFETY: NUL-terminated PTX; no options.
-    unsafe {
-        ok(sys::cuLibraryLoadData(
-            &mut library,
-            PTX.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        ))
-    };
-    library
+    load_ptx(PTX).expect("load the test kernels")
 }
 
 pub fn unload(library: sys::CUlibrary) {
@@ -368,4 +384,42 @@ pub fn green_context() -> (sys::CUgreenCtx, sys::CUcontext) {
         ok(sys::cuCtxFromGreenCtx(&mut context, green));
         (green, context)
     }
+}
+
+/// A planted bug, its twin, and the parent test that checks both. `$bug` and `$twin` run
+/// `$body(false)` and `$body(true)` in a child under the simulator, then `$after` when given
+/// (what the body leaves to do: `teardown()`); the parent test asserts that the bug reports
+/// exactly one violation, of `$kind`, whose message contains each needle, leaks nothing, and
+/// that the twin reports nothing.
+#[allow(unused_macros)]
+macro_rules! planted {
+    ($test:ident, $bug:ident, $twin:ident, $body:ident, $kind:expr, [$($needle:expr),* $(,)?]
+     $(, then $after:expr)? $(,)?) => {
+        #[test]
+        #[ignore = "runs under the simulator from a parent test in this file"]
+        fn $bug() {
+            child();
+            $body(false);
+            $($after;)?
+        }
+
+        #[test]
+        #[ignore = "runs under the simulator from a parent test in this file"]
+        fn $twin() {
+            child();
+            $body(true);
+            $($after;)?
+        }
+
+        #[test]
+        fn $test() {
+            let report = report_of(stringify!($bug));
+            assert_eq!(kinds(&report), [$kind], "{:?}", report.violations);
+            for needle in [$($needle),*] {
+                assert_message_contains(&report, 0, needle);
+            }
+            assert_no_leaks(&report);
+            assert_clean(&report_of(stringify!($twin)));
+        }
+    };
 }
