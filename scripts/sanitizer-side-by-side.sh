@@ -51,6 +51,9 @@ done
 for s in kernel_kernel kernel_kernel_ordered_by_an_event copy_kernel copy_kernel_ordered_by_an_event \
   memset_kernel memset_kernel_ordered_by_an_event one_block_of_many one_block_of_many_just_past \
   halves_overlapping disjoint_halves graph_without_edge graph_with_edge host_copy_of_managed \
-  host_copy_of_managed_after_a_synchronize store_against_atomics atomics_on_two_streams; do
+  host_copy_of_managed_after_a_synchronize store_against_atomics atomics_on_two_streams \
+  copy_out_to_pinned_then_write copy_out_to_pageable_then_write host_reads_managed \
+  host_reads_managed_after_a_synchronize host_writes_managed_read_by_a_kernel \
+  host_writes_managed_read_by_a_kernel_after_a_synchronize; do
   run races memcheck-races scenario_$s
 done
