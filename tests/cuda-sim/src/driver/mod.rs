@@ -59,6 +59,7 @@ mod managed;
 mod memory;
 mod modules;
 mod occupancy;
+mod page_guard;
 mod pools;
 mod printf;
 mod races;

@@ -134,7 +134,7 @@ pub struct Races {
     next_launch: u64,
     since_collect: usize,
     /// The managed allocations whose pages can be guarded against the host (`host_access`).
-    pub watched: super::host_access::Watched,
+    pub watched: super::page_guard::Watched,
     /// The device operations the host's clock did not cover, that touched them.
     pub host_pending: Vec<HostPending>,
     /// The clocks of the streams where a host function started, joined: the program may
