@@ -137,19 +137,21 @@ pub(super) fn guard(index: usize, guard: u8) {
 }
 
 /// Makes a slot's pages readable and writable again, then clears its guard (so a fault that
-/// still finds the guard set has its pages made accessible again, harmlessly).
+/// still finds the guard set has its pages made accessible again, harmlessly). The pages are
+/// made accessible whatever the guard reads: a handler that lifted the guard may store
+/// `UNGUARDED` after a driver call guarded the pages again, and a driver call must still start
+/// with every page accessible.
 pub(super) fn unguard(index: usize) {
     let Some(slot) = TABLE.get(index) else {
         return;
     };
-    if slot.guard.load(Ordering::Acquire) == UNGUARDED {
-        return;
-    }
     let (start, end) = (
         slot.start.load(Ordering::Acquire),
         slot.end.load(Ordering::Acquire),
     );
-    sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE);
+    if end > start {
+        sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE);
+    }
     slot.guard.store(UNGUARDED, Ordering::Release);
 }
 
@@ -210,8 +212,10 @@ extern "C" fn on_segv(signal: c_int, info: *mut c_void, context: *mut c_void) {
         }
         let guard = slot.guard.load(Ordering::Acquire);
         if guard == UNGUARDED {
-            // Lifted meanwhile (the pages are accessible before the guard is cleared): the
-            // access runs again.
+            // Lifted meanwhile, or left inaccessible by a lift that lost a race with a new
+            // guard: the pages are made accessible (idempotent; at worst a race is missed)
+            // and the access runs again, never a fault loop.
+            sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE);
             return;
         }
         let write = guard == READ_ONLY || fault_is_write(context);
