@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a downstream crate that picks cudarc's `dynamic-linking` (tests/cuda-sim/fixtures/
+# Builds a downstream crate that picks cudarc's `dynamic-linking` (cuda-sim/fixtures/
 # linked-app), linking against the simulated driver and NVRTC, and runs it on the simulator.
 # The default build of the workspace covers `dynamic-loading`. Then checks that a downstream
 # crate that leaves handles-cuda without a linking mode is refused at build time.
@@ -15,8 +15,8 @@ ln -sf "$target/cuda-sim/libcuda.so" "$root/lib64/libcuda.so"
 ln -sf "$nvrtc/libnvrtc.so.13" "$root/lib64/libnvrtc.so"
 app=$(mktemp -d)
 trap 'rm -rf "$app"' EXIT
-cp -r tests/cuda-sim/fixtures/linked-app/. "$app"
-sed -i "s#../../../../handles-cuda#$PWD/handles-cuda#" "$app/Cargo.toml"
+cp -r cuda-sim/fixtures/linked-app/. "$app"
+sed -i "s#../../../handles-cuda#$PWD/handles-cuda#" "$app/Cargo.toml"
 (cd "$app" && CUDA_PATH="$root" CARGO_TARGET_DIR="$target/linked-app" cargo build -q --locked)
 # Linked, not loaded: the executable names the driver library itself.
 readelf -d "$target/linked-app/debug/linked-app" | grep -q 'NEEDED.*\[libcuda\.so' ||

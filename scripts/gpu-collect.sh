@@ -37,11 +37,11 @@ for line in sys.stdin:
     shutil.copy(msg["executable"], dest)
     print(dest)
 '
-# A crate outside the workspace that uses only cudarc (tests/cuda-sim/fixtures/cudarc-app): its
-# tests run on the GPU here and on the simulator in tests/cuda-sim/tests/runner.rs.
+# A crate outside the workspace that uses only cudarc (cuda-sim/fixtures/cudarc-app): its
+# tests run on the GPU here and on the simulator in cuda-sim/tests/runner.rs.
 app=$(mktemp -d)
 root=$PWD
-cp -r tests/cuda-sim/fixtures/cudarc-app/. "$app"
+cp -r cuda-sim/fixtures/cudarc-app/. "$app"
 (cd "$app" && CARGO_TARGET_DIR="$root/target/cudarc-app" cargo test --release --offline --no-run \
   --message-format=json 2>/dev/null) | python3 -c '
 import json, sys, shutil

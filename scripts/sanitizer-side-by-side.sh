@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The simulator's planted-bug programs (tests/cuda-sim/tests/sanitizer_classes.rs, races.rs,
+# The simulator's planted-bug programs (cuda-sim/tests/sanitizer_classes.rs, races.rs,
 # shared_races.rs) on
 # a real GPU under compute-sanitizer's matching tool: one line per program, bug and twin, with
-# the tool's error count, for the table in tests/cuda-sim/README.md. Run on the GPU machine
+# the tool's error count, for the table in cuda-sim/README.md. Run on the GPU machine
 # after scripts/gpu-collect.sh:  scripts/sanitizer-side-by-side.sh
 set -u
 cd "$(dirname "$0")/.."

@@ -3,7 +3,7 @@
 //! graph, and an IPC round trip with a child process. Prints each step of the lifecycle.
 //!
 //! Run with `cargo run -p handles-cuda --example tour`. Without an NVIDIA driver it runs itself
-//! on the checking simulator (`tests/cuda-sim`, strict mode), says so first, and ends with the
+//! on the checking simulator (`cuda-sim`, strict mode), says so first, and ends with the
 //! simulator's verdict (`examples/common`). Where a driver exists it never loads the simulator.
 
 use std::os::fd::{AsRawFd, BorrowedFd};

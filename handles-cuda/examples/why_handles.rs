@@ -9,7 +9,7 @@
 //!    dropped on another.
 //!
 //! Run with `cargo run -p handles-cuda --example why_handles`. Without an NVIDIA driver it runs
-//! itself on the checking simulator (`tests/cuda-sim`, strict mode, `examples/common`). Each
+//! itself on the checking simulator (`cuda-sim`, strict mode, `examples/common`). Each
 //! cudarc program then runs in a child process on the simulator, not strict, so that it goes
 //! to its end and the simulator's report says what it saw; they misuse memory on purpose,
 //! which is why each runs in a process of its own. The handles-cuda programs run in this

@@ -1,4 +1,4 @@
-//! Fault-injection sweep on the simulated driver (tests/cuda-sim): for each handles-cuda
+//! Fault-injection sweep on the simulated driver (cuda-sim): for each handles-cuda
 //! constructor, every driver call the scenario makes is failed, one at a time.
 //!
 //! Each scenario first runs in a child process with no fault; the simulator's report counts

@@ -1,5 +1,5 @@
 //! A fuzzer of handles-cuda's safe API: random programs of safe calls over every public
-//! resource, each run in a child process on the strict simulator (`tests/cuda-sim`, every
+//! resource, each run in a child process on the strict simulator (`cuda-sim`, every
 //! check on but `data-race` and `uninitialized-read`, which judge the program's bytes, not the
 //! library; the first violation aborts the child), judged by an oracle:
 //!

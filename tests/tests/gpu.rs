@@ -703,7 +703,7 @@ fn the_driver_version_is_checked_and_elapsed_time_works() {
 /// name and prints why. Empty: every test of this file runs there.
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
-/// Runs every GPU test of this file on the simulated driver (tests/cuda-sim) in a child
+/// Runs every GPU test of this file on the simulated driver (cuda-sim) in a child
 /// process: the one-device tests first, then `two_gpus` with two simulated devices. Runs
 /// without a GPU; on a GPU machine it still uses the simulator, never the real driver.
 #[test]

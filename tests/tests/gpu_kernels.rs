@@ -965,7 +965,7 @@ fn nvrtc_cubin_runs_natively() {
 const NOT_SIMULATED: &[(&str, &str)] = &[(
     "nvrtc_cubin_runs_natively",
     "a cubin is machine code (SASS) for one GPU architecture; the simulator runs PTX, and \
-     refuses a cubin with CUDA_ERROR_INVALID_IMAGE (tests/cuda-sim/tests/interpreter.rs)",
+     refuses a cubin with CUDA_ERROR_INVALID_IMAGE (cuda-sim/tests/interpreter.rs)",
 )];
 
 #[test]

@@ -642,7 +642,7 @@ fn ipc_pool_imported_from_a_process_by_pid_and_descriptor() {
 /// name and prints why. Empty: IPC works across processes on the simulator (memory files).
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
-/// Runs every GPU test of this file on the simulated driver (tests/cuda-sim) in a child
+/// Runs every GPU test of this file on the simulated driver (cuda-sim) in a child
 /// process. The tests' own child processes inherit the simulator and write their own reports.
 #[test]
 fn on_the_simulator() {

@@ -184,7 +184,7 @@ fn run_mixed(seconds: u64) -> u64 {
     operations.load(Ordering::Relaxed)
 }
 
-/// Runs the soak on the simulated driver (tests/cuda-sim) in a child process, for 3 seconds
+/// Runs the soak on the simulated driver (cuda-sim) in a child process, for 3 seconds
 /// (`HANDLES_SOAK_SECS`) so that CI stays fast. Any violation fails it: the checker sees
 /// unordered frees that a real GPU run only shows when a race goes badly.
 #[test]

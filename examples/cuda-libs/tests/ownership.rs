@@ -1,5 +1,5 @@
 //! The parts of the declarations that need only the driver, on the simulated driver of
-//! `tests/cuda-sim`: each handle keeps its stream and context alive until it drops, whatever
+//! `cuda-sim`: each handle keeps its stream and context alive until it drops, whatever
 //! order the program drops them in, and a missing library is an `Err`, not a panic. (The
 //! libraries themselves need a GPU: `examples/gemm.rs` and `examples/all_reduce.rs`.)
 

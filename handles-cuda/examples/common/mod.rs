@@ -1,5 +1,5 @@
 //! What every example of handles-cuda does first: find the driver, or, where there is none,
-//! run itself again on the checking simulator (`tests/cuda-sim`, strict mode) and end with the
+//! run itself again on the checking simulator (`cuda-sim`, strict mode) and end with the
 //! simulator's verdict over every process it started. Where a driver exists the simulator is
 //! never loaded.
 
@@ -40,7 +40,7 @@ fn rerun_on_the_simulator(example: &str) -> i32 {
     use cuda_sim::{Report, SimCommand};
     println!(
         "No NVIDIA driver on this machine: the {example} runs on the checking simulator \
-         (tests/cuda-sim), strict mode."
+         (cuda-sim), strict mode."
     );
     if !cuda_sim::is_built() {
         println!("The simulator is not built; `cargo build -p cuda-sim` builds it.");

@@ -16,7 +16,7 @@
 //! clips every access to the global dimensions (pixels outside them load the fill), so a
 //! kernel that uses the map only through TMA instructions stays within the buffer.
 //!
-//! The simulator (`tests/cuda-sim`) validates and encodes im2col maps as the driver does, but
+//! The simulator (`cuda-sim`) validates and encodes im2col maps as the driver does, but
 //! its PTX interpreter runs no im2col copy: an im2col-mode `cp.async.bulk.tensor` is refused
 //! when the module loads, and a tile-mode copy through an im2col map faults as
 //! `CUDA_ERROR_NOT_SUPPORTED`. Kernels using im2col maps run on a GPU only.

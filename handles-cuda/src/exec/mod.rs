@@ -70,7 +70,7 @@
 //! `create_in` (create in a context; a failed restore drops the new handle, so the real deleter
 //! undoes it).
 //!
-//! `tests/cuda-sim` is a simulated driver that is also a checker (vector clocks per stream); CI
+//! `cuda-sim` is a simulated driver that is also a checker (vector clocks per stream); CI
 //! runs the GPU suite on it, and its README lists what it models.
 
 pub(crate) mod completion;

@@ -1,5 +1,5 @@
 //! Running this test binary again, as a child process, on the simulated CUDA driver of
-//! `tests/cuda-sim` (`cuda_sim::command` puts its `libcuda.so` first on `LD_LIBRARY_PATH`), and
+//! `cuda-sim` (`cuda_sim::command` puts its `libcuda.so` first on `LD_LIBRARY_PATH`), and
 //! checking what the child did and what the simulator reported.
 //!
 //! Shared by the test files that `mod simulator;` it: `gpu.rs`, `gpu_process.rs`, `soak.rs`

@@ -1,5 +1,5 @@
 //! What the tests share: each test re-runs itself as a child process on the simulated driver
-//! of `tests/cuda-sim` (strict: the first violation aborts it), and stand-in raw values for the
+//! of `cuda-sim` (strict: the first violation aborts it), and stand-in raw values for the
 //! libraries, which are not on the simulator.
 
 use std::ptr::NonNull;

@@ -18,7 +18,7 @@ mod common;
 use common::*;
 
 /// The test kernels as text (cudarc's `Ptx::from_src` adds the NUL).
-const PTX_SRC: &str = include_str!("../../kernels/test_kernels.ptx");
+const PTX_SRC: &str = include_str!("../../tests/kernels/test_kernels.ptx");
 
 const NOT_FOUND: DriverError = DriverError(CUresult::CUDA_ERROR_NOT_FOUND);
 

@@ -14,7 +14,10 @@ use cudarc::driver::sys::{self, CUresult};
 /// Set in a child's environment; scenarios refuse to run without it.
 pub const MARKER: &str = "CUDA_SIM_SCENARIO_CHILD";
 /// The test kernels, NUL-terminated as the driver takes PTX.
-pub const PTX: &str = concat!(include_str!("../../../kernels/test_kernels.ptx"), "\0");
+pub const PTX: &str = concat!(
+    include_str!("../../../tests/kernels/test_kernels.ptx"),
+    "\0"
+);
 
 /// Runs scenario `name` in a child under the simulator, with `setup` applied to the command.
 pub fn run(name: &str, setup: impl FnOnce(&mut Command)) -> (Output, Option<Report>) {

@@ -1,4 +1,4 @@
-//! Kernel launches on the PTX interpreter (`cuda-sim-ptx`, in `ptx/`): the memory a kernel
+//! Kernel launches on the PTX interpreter (`cuda-sim-ptx`, in `../cuda-sim-ptx`): the memory a kernel
 //! may touch is a snapshot of the live allocations and module variables, every access is
 //! checked against it, the regions it touched become uses on the launch's timeline (so frees
 //! are ordered against launches), and a refused access is reported as the violation it is:

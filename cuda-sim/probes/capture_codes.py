@@ -2,7 +2,7 @@
 """Prints the status codes the driver returns for capture-related misuse, one line per case.
 
 Run on a GPU machine to measure the real driver, and under the simulator (its directory first
-on LD_LIBRARY_PATH) to compare: `tests/cuda-sim/tests/fidelity.rs` diffs the simulator's lines
+on LD_LIBRARY_PATH) to compare: `cuda-sim/tests/fidelity.rs` diffs the simulator's lines
 against `capture_codes.h200.txt`, this script's output on an H200 with driver 580.
 Only ctypes: no CUDA Python package is needed.
 """

@@ -7,11 +7,11 @@ with CUDA_ERROR_INVALID_HANDLE (400) there; the simulator refuses every call on 
 token in a green context the same way. Run on a GPU machine to see what the real driver does
 with the other calls:
 
-    python3 tests/cuda-sim/probes/green_per_thread.py
+    python3 cuda-sim/probes/green_per_thread.py
 
 and under the simulator (`cargo build -p cuda-sim` first) to compare:
 
-    python3 tests/cuda-sim/probes/green_per_thread.py target/cuda-sim/libcuda.so
+    python3 cuda-sim/probes/green_per_thread.py target/cuda-sim/libcuda.so
 
 Only ctypes: no CUDA Python package is needed.
 """

@@ -5,9 +5,9 @@ mod common;
 use common::*;
 use cuda_sim_ptx::{Fault, LoadError, Module, Param};
 
-const TEST_KERNELS: &str = include_str!("../../../kernels/test_kernels.ptx");
+const TEST_KERNELS: &str = include_str!("../../tests/kernels/test_kernels.ptx");
 
-// The three layout tests of tests/cuda-sim/src/driver/ptx.rs, against this parser.
+// The three layout tests of cuda-sim/src/driver/ptx.rs, against this parser.
 
 #[test]
 fn reads_the_test_kernels() {

@@ -1,5 +1,5 @@
 //! The simulator behaves as driver 580 was measured to behave (driver-facts and the probes in
-//! `tests/cuda-sim/probes/`): capture error codes, the implicit synchronisation of
+//! `cuda-sim/probes/`): capture error codes, the implicit synchronisation of
 //! `cuMemFree`/`cuMemFreeHost`, destroyed green contexts that stay current, and peer access
 //! to pools checked on every touch.
 

@@ -14,7 +14,7 @@ fn target_dir(out_dir: &Path) -> PathBuf {
         if dir.is_absolute() {
             return dir;
         }
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         return workspace.join(dir);
     }
     // OUT_DIR = <target>/[<triple>/]<profile>/build/<pkg>-<hash>/out
@@ -55,7 +55,7 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create <target>/cuda-sim");
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));
-    // The PTX interpreter (`ptx/`, the `cuda-sim-ptx` package) first, as an rlib the driver
+    // The PTX interpreter (`../cuda-sim-ptx`, the `cuda-sim-ptx` package) first, as an rlib the driver
     // links; optimised, since it runs every kernel.
     let interpreter = out_dir.join("libcuda_sim_ptx.rlib");
     let status = Command::new(&rustc)
