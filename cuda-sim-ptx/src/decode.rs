@@ -4,7 +4,8 @@
 use crate::LoadError;
 use crate::ir::*;
 use crate::lex::parse_int;
-use crate::parse::{FnCtx, KPARAM_BASE, Name, Opd, Parser};
+use crate::scope::{FnCtx, Name, Opd};
+use std::collections::HashMap;
 
 /// Bits of an immediate for an operand of type `t`.
 pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
@@ -37,7 +38,7 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
                     v.to_bits()
                 }
             }
-            T::F16 => crate::exec::f32_to_f16(v as f32) as u64,
+            T::F16 => crate::fmath::f32_to_f16(v as f32) as u64,
             T::BF16 => crate::lowp::to_bf16(v, Rnd::N) as u64,
             // A float literal for an integer operand: its bits.
             _ => {
@@ -64,7 +65,7 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
             v as f64
         })
         .to_bits(),
-        T::F16 => crate::exec::f32_to_f16(v as f32) as u64,
+        T::F16 => crate::fmath::f32_to_f16(v as f32) as u64,
         T::BF16 => crate::lowp::to_bf16(v as f64, Rnd::N) as u64,
         T::Pred => (v != 0) as u64,
         _ => v,
@@ -161,7 +162,7 @@ fn ns(op: &str) -> LoadError {
 }
 
 struct Cx<'p, 'a, 'f> {
-    p: &'p mut Parser<'a>,
+    module_names: &'p HashMap<&'a str, Name>,
     f: &'f mut FnCtx<'a>,
     op: &'a str,
     pre: Vec<Op>,
@@ -216,7 +217,7 @@ impl<'p, 'a, 'f> Cx<'p, 'a, 'f> {
     fn name(&self, n: &str) -> Option<Name> {
         self.f
             .lookup(n)
-            .or_else(|| self.p.module_names.get(n).copied())
+            .or_else(|| self.module_names.get(n).copied())
     }
     /// Register slot holding the address of a symbol (plus `off`).
     fn sym_slot(&mut self, n: Name, off: i64) -> Result<R, LoadError> {
@@ -478,7 +479,7 @@ fn cvt_narrow<'a>(
 }
 
 pub(crate) fn decode<'a>(
-    p: &mut Parser<'a>,
+    module_names: &HashMap<&'a str, Name>,
     f: &mut FnCtx<'a>,
     opcode: &'a str,
     ops: &[Opd<'a>],
@@ -489,7 +490,7 @@ pub(crate) fn decode<'a>(
     let base = parts.next().unwrap_or("");
     let mut m: Vec<&str> = parts.collect();
     let mut cx = Cx {
-        p,
+        module_names,
         f,
         op: opcode,
         pre: Vec::new(),

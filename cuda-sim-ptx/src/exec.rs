@@ -9,7 +9,6 @@ use crate::footprint::{Access, Recorder, Span, merge};
 use crate::ialu::*;
 use crate::ir::*;
 use crate::memory::*;
-use crate::parse::KPARAM_BASE;
 use crate::racecheck::{Shadow, SharedAccess};
 use crate::{Fault, LaunchArgs, Memory, Module, Outcome, SharedRace};
 
@@ -27,8 +26,6 @@ const YIELD_AFTER_LOOPS: u32 = 1 << 16;
 const MAX_BLOCK_THREADS: u64 = 1024;
 /// More than any GPU offers (228 KiB on sm_90), small enough to allocate per worker.
 const MAX_DYNAMIC_SHARED: u32 = 16 << 20;
-
-pub(crate) use fmath::f32_to_f16;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum St {

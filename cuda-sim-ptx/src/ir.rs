@@ -2,6 +2,10 @@
 //! immediate and symbol address turned into a (constant or patched) register slot, so that
 //! execution does no string work at all.
 
+/// Where the kernel parameter buffer sits in the generic address space: `ld.param` of a kernel
+/// parameter, and a generic address taken of one, read at this base plus the offset.
+pub(crate) const KPARAM_BASE: u64 = 3 << 48;
+
 /// Index into a frame's register file (`Vec<u64>`).
 pub(crate) type R = u32;
 

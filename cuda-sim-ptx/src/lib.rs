@@ -32,6 +32,7 @@ mod memory;
 mod parse;
 mod printf;
 mod racecheck;
+mod scope;
 mod tma;
 mod warp;
 
