@@ -7,7 +7,7 @@ use cuda_sim_ptx::{Fault, LoadError, Module, Param};
 
 const TEST_KERNELS: &str = include_str!("../../tests/kernels/test_kernels.ptx");
 
-// The three layout tests of cuda-sim/src/driver/ptx.rs, against this parser.
+// Three layout tests, against this parser.
 
 #[test]
 fn reads_the_test_kernels() {

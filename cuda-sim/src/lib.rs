@@ -448,9 +448,14 @@ impl Report {
     }
 }
 
+// The driver's unit tests. Its files name each other from the root of the library they are
+// built into (`crate::base::types`, `crate::Sim`); here that root is this crate, so the
+// driver's root items are brought up to it.
 #[cfg(test)]
 #[path = "driver/mod.rs"]
 mod driver;
+#[cfg(test)]
+use driver::*;
 
 #[cfg(test)]
 mod tests {

@@ -17,61 +17,32 @@ macro_rules! export_fns {
         $(#[$meta])*
         #[cfg_attr(not(test), unsafe(no_mangle))]
         #[allow(clippy::missing_safety_doc, non_snake_case)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> super::types::CuResult {
-            super::faults::call(stringify!($name), || -> Result<(), super::types::CuResult> {
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> crate::base::types::CuResult {
+            crate::api::faults::call(stringify!($name), || -> Result<(), crate::base::types::CuResult> {
                 $body
             })
         }
     )*};
 }
 
-mod calls;
-mod capture;
-mod checker;
-mod conditional;
-mod contexts;
-mod deferred;
-mod devices;
-mod errors;
-mod events;
-mod exports;
-mod exports_batch;
-mod exports_conditional;
-mod exports_cudarc;
-mod exports_graphs;
-mod exports_green;
-mod exports_kernels;
-mod exports_tensor_maps;
-mod exports_vmm;
-mod faults;
-mod graph_memory;
-mod graphs;
-mod green;
-mod host_access;
-mod initcheck;
-mod interp;
-mod ipc;
-mod kernels;
-mod launch;
-mod launch_attributes;
-mod libraries;
-mod managed;
-mod memory;
-mod modules;
-mod occupancy;
-mod page_guard;
-mod pools;
-mod printf;
-mod races;
-mod report;
-mod streams;
-mod sys;
-mod tensor_maps;
-mod types;
-mod user_objects;
-mod verdict;
-mod vmm;
-mod work;
+// The folders, lowest first; each imports only from the ones before it (checked by
+// `layers.py cuda-sim/src/driver --layers base,order,resources,device,check,api`). The root
+// below holds the process-wide state they all share (`Sim`, behind one lock).
+pub(crate) mod api;
+pub(crate) mod base;
+pub(crate) mod check;
+pub(crate) mod device;
+pub(crate) mod order;
+pub(crate) mod resources;
+
+use api::{exports_cudarc, faults, graph_memory};
+use base::{errors, types};
+use check::{host_access, initcheck, report};
+use order::{checker, races};
+use resources::{
+    capture, conditional, contexts, deferred, devices, events, graphs, green, kernels, libraries,
+    memory, pools, streams, user_objects, vmm,
+};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
