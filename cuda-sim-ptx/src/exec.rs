@@ -119,6 +119,9 @@ pub(crate) struct W<'m> {
     /// (`LaunchArgs::racecheck`, with shared memory) the shadow of the block's shared
     /// memory.
     pub(crate) race: Option<Shadow>,
+    /// Instructions this worker's threads issued (guarded-off ones included, as a GPU issues
+    /// them), for the launch's duration in logical time.
+    pub(crate) instructions: u64,
 }
 
 /// Regions per `RegionCache`.
@@ -485,6 +488,7 @@ impl<'m> W<'m> {
             }};
         }
         loop {
+            self.instructions += 1;
             let Some(ins) = code.get(pc) else {
                 th.pc = pc as u32;
                 // Past the last instruction: the GPU would run whatever follows (an illegal
@@ -1479,6 +1483,7 @@ struct WorkerResult {
     /// Racecheck: the first hazard (with its block's linear index) and the racing accesses.
     race: Option<(u64, SharedRace)>,
     races: u64,
+    instructions: u64,
 }
 
 // The fault comes with what the launch did before it (touched regions, printf, condition
@@ -1496,6 +1501,7 @@ pub(crate) fn run(
         printf: String::new(),
         conditional_sets: Vec::new(),
         shared_race: None,
+        instructions: 0,
     };
     let Some(&entry_func) = module.entry_funcs.get(args.entry) else {
         return Err((
@@ -1594,6 +1600,7 @@ pub(crate) fn run(
         cache: [RegionCache::EMPTY; 2],
         race: (args.racecheck && shared_bytes > 0)
             .then(|| Shadow::new(shared_bytes as usize, args.block)),
+        instructions: 0,
     };
     let ef = &module.funcs[entry_func];
     let all_workers = args.workers.clamp(1, 64);
@@ -1616,6 +1623,7 @@ pub(crate) fn run(
             fault: None,
             race: None,
             races: 0,
+            instructions: 0,
         };
         for b in 0..nblocks {
             let ctaid = block_index(args, b);
@@ -1651,6 +1659,7 @@ pub(crate) fn run(
                 fault: None,
                 race: None,
                 races: 0,
+                instructions: w.instructions,
             });
         }
         if let Ok(mut r) = results.lock() {
@@ -1672,6 +1681,7 @@ pub(crate) fn run(
                 fault: None,
                 race: None,
                 races: 0,
+                instructions: 0,
             };
             loop {
                 let b = next.fetch_add(1, Ordering::Relaxed) as u64;
@@ -1711,6 +1721,7 @@ pub(crate) fn run(
             res.touched = w.touched;
             res.footprint = w.footprint.finish();
             res.unread = w.unread.finish();
+            res.instructions = w.instructions;
             if let Some(race) = w.race {
                 res.race = race.found;
                 res.races = race.count;
@@ -1736,8 +1747,10 @@ pub(crate) fn run(
     let mut unread: Vec<Span> = Vec::new();
     let mut shared_race: Option<(u64, SharedRace)> = None;
     let mut races = 0;
+    let mut instructions = 0;
     for r in all {
         races += r.races;
+        instructions += r.instructions;
         if let Some((b, race)) = r.race
             && b <= limit
             && shared_race.as_ref().is_none_or(|(rb, _)| b < *rb)
@@ -1779,6 +1792,7 @@ pub(crate) fn run(
             count: races,
             ..race
         }),
+        instructions,
     };
     match fault {
         Some((_, f)) => Err((f, outcome)),

@@ -288,6 +288,9 @@ pub struct Outcome {
     /// (`LaunchArgs::racecheck`) the first shared-memory hazard of the launch's lowest
     /// block that had one, and how many racing accesses all blocks made.
     pub shared_race: Option<SharedRace>,
+    /// The instructions the launch's threads issued, guarded-off ones included (for a fault,
+    /// up to it): what the simulated driver turns into the launch's duration.
+    pub instructions: u64,
 }
 
 /// A shared-memory hazard: two threads of one block touched the same bytes of `.shared`

@@ -214,7 +214,6 @@ pub struct Sim {
     /// Work queued behind host functions (`deferred`).
     pub deferred: deferred::Deferred,
     pub next_id: usize,
-    pub ticks: u64,
     /// Modules, managed-memory advice, context limits (`exports_cudarc`).
     pub extra: exports_cudarc::Extra,
     /// Conditional handles and nodes (`conditional`).
@@ -322,7 +321,6 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             checker,
             deferred: deferred::Deferred::default(),
             next_id: 1,
-            ticks: 0,
             extra: Default::default(),
             conditionals: Default::default(),
             graph_memory: Default::default(),
@@ -413,11 +411,5 @@ impl Sim {
                 }
             }
         }
-    }
-
-    /// A monotonic logical time, for event timestamps.
-    pub fn tick(&mut self) -> u64 {
-        self.ticks += 1;
-        self.ticks
     }
 }

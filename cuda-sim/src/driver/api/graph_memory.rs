@@ -25,7 +25,7 @@ use crate::api::exports_graphs::{add_node, kernel_op, memcpy_op, memset_op};
 use crate::base::abi::{get, put};
 use crate::base::errors::INVALID_VALUE;
 use crate::base::types::*;
-use crate::order::checker::Clock;
+use crate::order::checker::Stamp;
 use crate::resources::memory::{AllocKind, rounded};
 use crate::resources::streams::Target;
 use crate::resources::work::{NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, Op};
@@ -52,7 +52,7 @@ pub struct GraphMemory {
     /// The live executable graph of each graph with memory nodes.
     pub instance: HashMap<Raw, Raw>,
     /// The clock at the end of each executable graph's last launch.
-    pub last_launch: HashMap<Raw, Clock>,
+    pub last_launch: HashMap<Raw, Stamp>,
 }
 
 /// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1).
@@ -174,8 +174,8 @@ impl Sim {
                 return Err(INVALID_VALUE);
             }
         }
-        if let Some(clock) = self.graph_memory.last_launch.get(&exec).cloned() {
-            self.checker.wait_clock(target.timeline, &clock);
+        if let Some(stamp) = self.graph_memory.last_launch.get(&exec).cloned() {
+            self.checker.wait_stamp(target.timeline, &stamp);
         }
         Ok(())
     }
@@ -183,8 +183,8 @@ impl Sim {
     /// Notes the end of a launch of `exec` on `timeline`.
     pub fn note_exec_launched(&mut self, exec: Raw, timeline: usize) {
         if self.execs.contains_key(&exec) {
-            let clock = self.checker.clock(timeline).clone();
-            self.graph_memory.last_launch.insert(exec, clock);
+            let stamp = self.checker.stamp(timeline);
+            self.graph_memory.last_launch.insert(exec, stamp);
         }
     }
 

@@ -13,6 +13,7 @@ use crate::base::calls;
 use crate::base::errors::NOT_SUPPORTED;
 use crate::base::types::{ACCESS_NONE, CuResult};
 use crate::order::checker::Use;
+use crate::resources::work::kernel_ns;
 use crate::order::races::Touch;
 use crate::resources::launch::Launch;
 use crate::resources::memory::AllocKind;
@@ -198,6 +199,11 @@ impl Sim {
         if let Some(race) = &outcome.shared_race {
             self.shared_race(&name, race, op);
         }
+        let threads = [launch.grid, launch.block]
+            .iter()
+            .flatten()
+            .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
+        self.checker.advance(op.timeline, kernel_ns(outcome.instructions, threads));
         crate::device::printf::keep(&outcome.printf);
         for &(handle, value) in &outcome.conditional_sets {
             self.set_conditional(launch.exec, &name, handle, value);

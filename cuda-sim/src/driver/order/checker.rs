@@ -22,11 +22,38 @@ pub fn covers(clock: &Clock, timeline: usize, epoch: u64) -> bool {
     clock.get(timeline).copied().unwrap_or(0) >= epoch
 }
 
+/// A point of a timeline, captured (by an event record, the end of a graph launch): what
+/// happened before it, and when it was reached in logical time.
+#[derive(Clone, Debug, Default)]
+pub struct Stamp {
+    pub clock: Clock,
+    pub time: u64,
+}
+
+impl Stamp {
+    /// `into` (a timeline or another stamp) is ordered after this point.
+    fn join_into(&self, into: &mut Timeline) {
+        join(&mut into.clock, &self.clock);
+        into.time = into.time.max(self.time);
+    }
+
+    /// This point is ordered after `other` too (`max` of clocks and of times).
+    pub fn join(&mut self, other: &Stamp) {
+        join(&mut self.clock, &other.clock);
+        self.time = self.time.max(other.time);
+    }
+}
+
 /// One sequence of work: the host, or a stream.
 #[derive(Clone, Debug)]
 pub struct Timeline {
     pub clock: Clock,
     pub label: String,
+    /// Logical time, in nanoseconds: when the timeline's last operation ends (for the host:
+    /// how far it has seen the device's work). It travels with every join of the clock, so
+    /// work on unordered streams overlaps and events time what a GPU would; no verdict reads
+    /// it.
+    pub time: u64,
 }
 
 /// Which node of which graph launch an operation is: within one launch, nodes are ordered
@@ -69,6 +96,7 @@ impl Checker {
             timelines: vec![Timeline {
                 clock: vec![0],
                 label: "host".into(),
+                time: 0,
             }],
             violations: Vec::new(),
             strict,
@@ -80,7 +108,8 @@ impl Checker {
         let index = self.timelines.len();
         let mut clock = self.timelines[HOST].clock.clone();
         clock.resize(index + 1, 0);
-        self.timelines.push(Timeline { clock, label });
+        let time = self.timelines[HOST].time;
+        self.timelines.push(Timeline { clock, label, time });
         index
     }
 
@@ -91,11 +120,14 @@ impl Checker {
         let host = self.timelines[HOST].clock.clone();
         let mut clock = std::mem::take(&mut self.timelines[timeline].clock);
         join(&mut clock, &host);
+        let mut time = self.timelines[timeline].time.max(self.timelines[HOST].time);
         for &other in implicit {
             if other != timeline {
                 join(&mut clock, &self.timelines[other].clock);
+                time = time.max(self.timelines[other].time);
             }
         }
+        self.timelines[timeline].time = time;
         if clock.len() <= timeline {
             clock.resize(timeline + 1, 0);
         }
@@ -120,18 +152,32 @@ impl Checker {
 
     /// The host waits for `timeline` (a synchronize that returned).
     pub fn host_waits(&mut self, timeline: usize) {
-        let clock = self.timelines[timeline].clock.clone();
-        join(&mut self.timelines[HOST].clock, &clock);
+        let stamp = self.stamp(timeline);
+        self.host_waits_stamp(&stamp);
     }
 
-    /// The host waits for a captured clock (an event).
-    pub fn host_waits_clock(&mut self, clock: &Clock) {
-        join(&mut self.timelines[HOST].clock, clock);
+    /// The host waits for a captured point (an event).
+    pub fn host_waits_stamp(&mut self, stamp: &Stamp) {
+        self.wait_stamp(HOST, stamp);
     }
 
-    /// `timeline` waits for a captured clock (`cuStreamWaitEvent`).
-    pub fn wait_clock(&mut self, timeline: usize, clock: &Clock) {
-        join(&mut self.timelines[timeline].clock, clock);
+    /// `timeline` waits for a captured point (`cuStreamWaitEvent`).
+    pub fn wait_stamp(&mut self, timeline: usize, stamp: &Stamp) {
+        stamp.join_into(&mut self.timelines[timeline]);
+    }
+
+    /// `timeline`'s point now: its clock and logical time.
+    pub fn stamp(&self, timeline: usize) -> Stamp {
+        Stamp {
+            clock: self.timelines[timeline].clock.clone(),
+            time: self.timelines[timeline].time,
+        }
+    }
+
+    /// `timeline`'s current operation lasts `nanoseconds` more (logical time).
+    pub fn advance(&mut self, timeline: usize, nanoseconds: u64) {
+        let time = &mut self.timelines[timeline].time;
+        *time = time.saturating_add(nanoseconds);
     }
 
     pub fn clock(&self, timeline: usize) -> &Clock {

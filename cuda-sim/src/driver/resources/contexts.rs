@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::base::errors::{INVALID_CONTEXT, INVALID_VALUE};
 use crate::base::types::{CuResult, Raw};
-use crate::order::checker::Clock;
+use crate::order::checker::Stamp;
 use crate::{Kind, Sim};
 
 /// A context.
@@ -33,7 +33,7 @@ pub struct Context {
     /// `cuCtxSynchronize` waits for them. `launched` joins the launch stream's clock at the end
     /// of each such launch; `launches_pending` counts those whose last node has not run yet
     /// (queued behind a host function).
-    pub launched: Clock,
+    pub launched: Stamp,
     pub launches_pending: u64,
 }
 
@@ -49,7 +49,7 @@ impl Context {
             blocking: Vec::new(),
             streams: vec![legacy],
             green: None,
-            launched: Clock::new(),
+            launched: Stamp::default(),
             launches_pending: 0,
         }
     }
@@ -214,7 +214,7 @@ impl Sim {
         for timeline in timelines {
             self.checker.host_waits(timeline);
         }
-        self.checker.host_waits_clock(&launched);
+        self.checker.host_waits_stamp(&launched);
         self.host_synchronised();
         Ok(())
     }
@@ -231,11 +231,11 @@ impl Sim {
     /// `timeline` (`None`: the launch stopped early, nothing more of it will run): the
     /// context's synchronisations are ordered after the stream up to here.
     pub fn foreign_launch_done(&mut self, context: Raw, timeline: Option<usize>) {
-        let clock = timeline.map(|timeline| self.checker.clock(timeline).clone());
+        let stamp = timeline.map(|timeline| self.checker.stamp(timeline));
         if let Some(context) = self.contexts.get_mut(&context) {
             context.launches_pending = context.launches_pending.saturating_sub(1);
-            if let Some(clock) = clock {
-                crate::order::checker::join(&mut context.launched, &clock);
+            if let Some(stamp) = stamp {
+                context.launched.join(&stamp);
             }
         }
     }

@@ -6,7 +6,7 @@ use crate::base::errors::{INVALID_HANDLE, INVALID_VALUE};
 use crate::base::types::{
     CuResult, EVENT_BLOCKING_SYNC, EVENT_DISABLE_TIMING, EVENT_INTERPROCESS, Raw,
 };
-use crate::order::checker::Clock;
+use crate::order::checker::Stamp;
 use crate::resources::streams::Target;
 use crate::resources::work::Op;
 use crate::{Kind, Sim};
@@ -17,8 +17,8 @@ pub struct Event {
     pub raw: Raw,
     pub context: Raw,
     pub flags: u32,
-    /// The captured clock and logical timestamp of the last record.
-    pub recorded: Option<(Clock, u64)>,
+    /// The point of the last record: its clock and logical time.
+    pub recorded: Option<Stamp>,
     /// Opened from another process's handle (`cuIpcOpenEventHandle`).
     pub imported: bool,
     /// Last recorded in a capture: the session and the event's node (see `capture`).
@@ -99,10 +99,9 @@ impl Sim {
     pub fn record_on(&mut self, raw: Raw, target: Target) -> Result<(), CuResult> {
         self.check_event_context(raw, target)?;
         self.enqueue(target);
-        let clock = self.checker.clock(target.timeline).clone();
-        let tick = self.tick();
+        let stamp = self.checker.stamp(target.timeline);
         let event = self.event(raw)?;
-        event.recorded = Some((clock, tick));
+        event.recorded = Some(stamp);
         event.captured = None;
         Ok(())
     }
@@ -110,8 +109,8 @@ impl Sim {
     /// `cuEventSynchronize` and a successful `cuEventQuery`.
     pub fn synchronize_event(&mut self, raw: Raw) -> Result<(), CuResult> {
         self.forbid_captured_event(raw, true)?;
-        if let Some((clock, _)) = self.event(raw)?.recorded.clone() {
-            self.checker.host_waits_clock(&clock);
+        if let Some(stamp) = self.event(raw)?.recorded.clone() {
+            self.checker.host_waits_stamp(&stamp);
         }
         self.host_synchronised();
         Ok(())
@@ -133,8 +132,8 @@ impl Sim {
     pub fn wait_on(&mut self, target: Target, raw: Raw) -> Result<(), CuResult> {
         let recorded = self.event(raw)?.recorded.clone();
         self.enqueue(target);
-        if let Some((clock, _)) = recorded {
-            self.checker.wait_clock(target.timeline, &clock);
+        if let Some(stamp) = recorded {
+            self.checker.wait_stamp(target.timeline, &stamp);
         }
         Ok(())
     }
@@ -150,11 +149,12 @@ impl Sim {
             if event.flags & EVENT_DISABLE_TIMING != 0 {
                 return Err(INVALID_HANDLE);
             }
-            let Some((_, tick)) = event.recorded else {
+            let Some(stamp) = &event.recorded else {
                 return Err(INVALID_HANDLE);
             };
-            *slot = tick;
+            *slot = stamp.time;
         }
-        Ok((stamps[1] as f32 - stamps[0] as f32) * 0.001)
+        // Logical nanoseconds to milliseconds; negative when `end` was reached first.
+        Ok(((stamps[1] as i128 - stamps[0] as i128) as f64 / 1e6) as f32)
     }
 }

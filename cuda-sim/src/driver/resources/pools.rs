@@ -452,8 +452,8 @@ impl Sim {
             .filter(|c| c.device == device)
             .map(|c| c.launched.clone())
             .collect();
-        for clock in launched {
-            self.checker.host_waits_clock(&clock);
+        for stamp in launched {
+            self.checker.host_waits_stamp(&stamp);
         }
     }
 

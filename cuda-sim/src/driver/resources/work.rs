@@ -124,6 +124,33 @@ impl Op {
     }
 }
 
+/// Logical time. Every operation of a stream starts when both the stream's previous operation
+/// and the host's issue of it are done (the joins of `order::checker`), and lasts:
+/// - a kernel: [`LAUNCH_NS`], plus its issued instructions spread over the threads that run at
+///   once (at most [`LANES`], an H200's 132 SMs of 128 lanes), one nanosecond each;
+/// - a copy or memset: [`TRANSFER_NS`], plus its bytes at [`BYTES_PER_NS`];
+/// - anything else: nothing.
+///
+/// So work on unordered streams overlaps and two events' elapsed time is what it means on a
+/// GPU; the figures are a model, not the H200's speed.
+pub const LAUNCH_NS: u64 = 1_000;
+/// The fixed cost of a copy or memset, in logical nanoseconds.
+pub const TRANSFER_NS: u64 = 1_000;
+/// Copy and memset bandwidth, in bytes per logical nanosecond (50 GB/s).
+pub const BYTES_PER_NS: u64 = 50;
+/// The device's lanes: threads that issue in the same nanosecond.
+pub const LANES: u64 = 132 * 128;
+
+/// A kernel's logical duration: see [`LAUNCH_NS`].
+pub fn kernel_ns(instructions: u64, threads: u64) -> u64 {
+    LAUNCH_NS + instructions.div_ceil(threads.clamp(1, LANES))
+}
+
+/// A copy's or memset's logical duration: see [`LAUNCH_NS`].
+pub fn transfer_ns(bytes: u64) -> u64 {
+    TRANSFER_NS + bytes / BYTES_PER_NS
+}
+
 impl Sim {
     /// Executes `op` now as one operation of `target`'s stream. Host functions are returned
     /// for the caller to call, in order, once the lock is released.
@@ -144,6 +171,9 @@ impl Sim {
             } => {
                 let operation = self.enqueue(target);
                 let row = count.checked_mul(width).ok_or(INVALID_VALUE)?;
+                let bytes = (row as u64).saturating_mul(rows as u64);
+                self.checker
+                    .advance(target.timeline, transfer_ns(bytes));
                 // The rows' starts, computed twice rather than collected: `rows` is the
                 // caller's number (a 2-D memset's height), and every row must lie in an
                 // allocation, so the first pass stops at the first row outside memory.
@@ -192,6 +222,8 @@ impl Sim {
                 device,
             } => {
                 let operation = self.enqueue(target);
+                self.checker
+                    .advance(target.timeline, transfer_ns(len as u64));
                 self.touch(dst, len as u64, operation, device.0)?;
                 self.touch(src, len as u64, operation, device.1)?;
                 let touches = [
@@ -216,6 +248,8 @@ impl Sim {
             }
             Op::Upload { dst, data, device } => {
                 let operation = self.enqueue(target);
+                self.checker
+                    .advance(target.timeline, transfer_ns(data.len() as u64));
                 self.touch(*dst, data.len() as u64, operation, *device)?;
                 let touches = [Touch::bytes(*dst, data.len() as u64, Access::Write)];
                 self.check_races(operation, "a copy".into(), &touches);
