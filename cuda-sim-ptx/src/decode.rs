@@ -38,7 +38,7 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
                     v.to_bits()
                 }
             }
-            T::F16 => crate::fmath::f32_to_f16(v as f32) as u64,
+            T::F16 => crate::lowp::to_f16(v, Rnd::N) as u64,
             T::BF16 => crate::lowp::to_bf16(v, Rnd::N) as u64,
             // A float literal for an integer operand: its bits.
             _ => {
@@ -65,8 +65,19 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
             v as f64
         })
         .to_bits(),
-        T::F16 => crate::fmath::f32_to_f16(v as f32) as u64,
-        T::BF16 => crate::lowp::to_bf16(v as f64, Rnd::N) as u64,
+        // An integer literal for a 16-bit float operand: its value, rounded once.
+        T::F16 | T::BF16 => {
+            let x = if neg {
+                -(parse_int(s)? as f64)
+            } else {
+                v as f64
+            };
+            if t == T::F16 {
+                crate::lowp::to_f16(x, Rnd::N) as u64
+            } else {
+                crate::lowp::to_bf16(x, Rnd::N) as u64
+            }
+        }
         T::Pred => (v != 0) as u64,
         _ => v,
     })

@@ -654,3 +654,285 @@ fn refused_narrow_forms_are_load_errors() {
         );
     }
 }
+
+/// The rounding directions of `cvt`, as their modifiers.
+const DIRS: [&str; 4] = ["rn", "rz", "rm", "rp"];
+
+/// `±mag * 2^exp2` rounded to f16 in direction `dir`, in integer arithmetic alone: the
+/// quantum is `2^max(E - 10, -24)` for a value in `[2^E, 2^(E+1))`; an overflow is
+/// infinity where the rounding goes away from zero, else the largest finite value.
+fn ref_f16(neg: bool, mag: u128, exp2: i32, dir: &str) -> u32 {
+    let sign = if neg { 0x8000 } else { 0 };
+    if mag == 0 {
+        return sign;
+    }
+    let top = 127 - mag.leading_zeros() as i32 + exp2;
+    let q = (top - 10).max(-24);
+    let (mut units, rem, half) = if q <= exp2 {
+        (mag << (exp2 - q), 0u128, 1u128)
+    } else if q - exp2 >= 127 {
+        (0, 1, 2) // nonzero, below half a quantum
+    } else {
+        let s = (q - exp2) as u32;
+        (mag >> s, mag & ((1 << s) - 1), 1 << (s - 1))
+    };
+    let up = match dir {
+        "rn" => rem > half || rem == half && units & 1 == 1,
+        "rz" => false,
+        "rm" => neg && rem != 0,
+        "rp" => !neg && rem != 0,
+        _ => unreachable!(),
+    };
+    units += up as u128;
+    let mut q = q;
+    if units == 2048 {
+        units = 1024;
+        q += 1;
+    }
+    if units == 0 {
+        return sign;
+    }
+    if units < 1024 {
+        return sign | units as u32; // subnormal (q == -24)
+    }
+    let field = q + 25;
+    if field >= 31 {
+        let away = match dir {
+            "rn" => true,
+            "rz" => false,
+            "rm" => neg,
+            _ => !neg,
+        };
+        return sign | if away { 0x7c00 } else { 0x7bff };
+    }
+    sign | (field as u32) << 10 | (units as u32 - 1024)
+}
+
+/// `ref_f16` of a finite f64 (NaN: the canonical f16 NaN; infinities stay infinite).
+fn ref_f16_of(v: f64, dir: &str) -> u32 {
+    if v.is_nan() {
+        return 0x7fff;
+    }
+    let neg = v.is_sign_negative();
+    if v.is_infinite() {
+        return if neg { 0xfc00 } else { 0x7c00 };
+    }
+    let bits = v.to_bits();
+    let field = ((bits >> 52) & 0x7ff) as i32;
+    let frac = (bits & ((1 << 52) - 1)) as u128;
+    let (mag, exp2) = if field == 0 {
+        (frac, -1074)
+    } else {
+        (frac | 1 << 52, field - 1075)
+    };
+    ref_f16(neg, mag, exp2, dir)
+}
+
+#[test]
+fn cvt_to_f16_rounds_once_in_every_direction() {
+    // f32 sources: edges around f16's range, ties, subnormals, and random bits.
+    let mut a: Vec<u32> = F32_EDGES.to_vec();
+    for x in [
+        65504f32,
+        65519.996,
+        65520.0,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        2f32.powi(-24),
+        2f32.powi(-25),
+        1.5 * 2f32.powi(-25),
+        2f32.powi(-14),
+        -2f32.powi(-25),
+    ] {
+        a.push(x.to_bits());
+        a.push((-x).to_bits());
+    }
+    // Random magnitudes in and around f16's range.
+    a.extend(
+        randoms(4000, 7)
+            .iter()
+            .map(|r| (r & 0x8000_0000) | (0x3000_0000 + r % 0x1800_0000)),
+    );
+    for dir in DIRS {
+        let out = map1(
+            &format!("cvt.{dir}.f16.f32 %h3, %f1; cvt.u32.u16 %r3, %h3;"),
+            &a,
+        );
+        for (&x, &r) in a.iter().zip(&out) {
+            let want = ref_f16_of(f32::from_bits(x) as f64, dir);
+            assert_eq!(
+                r,
+                want,
+                "cvt.{dir}.f16.f32 of {:e} ({x:#010x})",
+                f32::from_bits(x)
+            );
+        }
+    }
+    // f64 sources, whose extra bits a rounding through f32 would lose: 1 + 2^-11 + 2^-40
+    // lies above the midpoint of 1 and 1 + 2^-10.
+    let mut d: Vec<f64> = vec![
+        1.0 + 2f64.powi(-11) + 2f64.powi(-40),
+        -(1.0 + 2f64.powi(-11) + 2f64.powi(-40)),
+        1.0 + 2f64.powi(-11),
+        65519.99999999,
+        65520.0,
+        2f64.powi(-25) + 2f64.powi(-60),
+        f64::NAN,
+        f64::INFINITY,
+        -0.0,
+    ];
+    d.extend(randoms(4000, 8).chunks(2).map(|c| {
+        let bits = ((c[0] as u64) << 32) | c[1] as u64;
+        // Exponents 2^-30 .. 2^17, any sign and mantissa.
+        let field = 1023 - 30 + (c[0] >> 20) as u64 % 48;
+        f64::from_bits((bits & 0x800f_ffff_ffff_ffff) | field << 52)
+    }));
+    let lo: Vec<u32> = d.iter().map(|v| v.to_bits() as u32).collect();
+    let hi: Vec<u32> = d.iter().map(|v| (v.to_bits() >> 32) as u32).collect();
+    for dir in DIRS {
+        let out = map2(
+            &format!(
+                "mov.b64 %rd6, {{%r1, %r2}}; cvt.{dir}.f16.f64 %h3, %rd6; cvt.u32.u16 %r3, %h3;"
+            ),
+            &lo,
+            &hi,
+        );
+        for (&v, &r) in d.iter().zip(&out) {
+            assert_eq!(r, ref_f16_of(v, dir), "cvt.{dir}.f16.f64 of {v:e}");
+        }
+    }
+    assert_eq!(ref_f16_of(d[0], "rn"), 0x3c01);
+}
+
+#[test]
+fn cvt_integers_to_f16_round_in_every_direction() {
+    let mut a: Vec<u32> = vec![
+        0,
+        1,
+        2047,
+        2049,
+        2051,
+        4097,
+        4099,
+        65504,
+        65519,
+        65520,
+        65535,
+        70000,
+        0x8000_0000,
+        0xffff_ffff,
+        0x7fff_ffff,
+        0xffff_f7fd, // -2051 as s32
+    ];
+    a.extend(randoms(3000, 9).iter().map(|r| r >> (r % 24)));
+    for dir in DIRS {
+        let u = map1(
+            &format!("cvt.{dir}.f16.u32 %h3, %r1; cvt.u32.u16 %r3, %h3;"),
+            &a,
+        );
+        let s = map1(
+            &format!("cvt.{dir}.f16.s32 %h3, %r1; cvt.u32.u16 %r3, %h3;"),
+            &a,
+        );
+        for ((&x, &ru), &rs) in a.iter().zip(&u).zip(&s) {
+            assert_eq!(
+                ru,
+                ref_f16(false, x as u128, 0, dir),
+                "cvt.{dir}.f16.u32 {x}"
+            );
+            let v = x as i32;
+            let want = ref_f16(v < 0, v.unsigned_abs() as u128, 0, dir);
+            assert_eq!(rs, want, "cvt.{dir}.f16.s32 {v}");
+        }
+    }
+    // Hand-checked: 2051 lies between 2050 and 2052 (f16's step is 2 there).
+    assert_eq!(ref_f16(false, 2051, 0, "rn"), 0x6802);
+    assert_eq!(ref_f16(false, 2051, 0, "rz"), 0x6801);
+}
+
+/// An f16 value as an integer multiple of 2^-24 (finite `h` only).
+fn f16_units(h: u32) -> i128 {
+    let field = (h >> 10) & 0x1f;
+    let man = (h & 0x3ff) as i128;
+    let mag = if field == 0 {
+        man
+    } else {
+        (1024 + man) << (field - 1)
+    };
+    if h & 0x8000 != 0 { -mag } else { mag }
+}
+
+#[test]
+fn fma_f16_rounds_once() {
+    // Random finite f16 triples (exponent fields 1..30 and subnormals), each packed as
+    // a | b << 16 in the first input and c in the second.
+    let finite = |r: u32| {
+        let h = r & 0xffff;
+        if h & 0x7c00 == 0x7c00 { h & 0xbfff } else { h }
+    };
+    let rs = randoms(6000, 11);
+    let mut trip: Vec<(u32, u32, u32)> = rs
+        .chunks(3)
+        .map(|c| (finite(c[0]), finite(c[1]), finite(c[2])))
+        .collect();
+    // Products near 1 added to ±1, where the exact sum sits near an f16 midpoint.
+    trip.extend(rs.chunks(2).take(1500).map(|c| {
+        (
+            0x3c00 | (c[0] & 0x3ff),
+            0x1000 | (c[1] & 0x3ff) | (c[0] >> 31) << 15,
+            0x3c00,
+        )
+    }));
+    // 145/128 * 113/2^18 + 1 = 1 + 2^-11 + 2^-25: just above the midpoint, so 0x3c01.
+    trip.push((0x3c88, 0x0f10, 0x3c00));
+    trip.push((0x7bff, 0x7bff, 0x0000)); // overflow: infinity
+    trip.push((0x3c00, 0x8000, 0x8000)); // 1 * -0 + -0 = -0
+    trip.push((0x3c00, 0x3c00, 0xbc00)); // 1 - 1 = +0
+    let a: Vec<u32> = trip.iter().map(|t| t.0 | t.1 << 16).collect();
+    let b: Vec<u32> = trip.iter().map(|t| t.2).collect();
+    let out = map2(
+        "mov.b32 {%h4, %h5}, %r1; fma.rn.f16 %h3, %h4, %h5, %h2; cvt.u32.u16 %r3, %h3;",
+        &a,
+        &b,
+    );
+    let sat = map2(
+        "mov.b32 {%h4, %h5}, %r1; fma.rn.sat.f16 %h3, %h4, %h5, %h2; cvt.u32.u16 %r3, %h3;",
+        &a,
+        &b,
+    );
+    for (&(x, y, z), (&r, &rsat)) in trip.iter().zip(out.iter().zip(&sat)) {
+        let exact = f16_units(x) * f16_units(y) + (f16_units(z) << 24); // units of 2^-48
+        let want = if exact == 0 {
+            let prod_neg = (x ^ y) & 0x8000 != 0;
+            let prod_zero = f16_units(x) * f16_units(y) == 0;
+            if prod_zero && prod_neg && z == 0x8000 {
+                0x8000
+            } else {
+                0
+            }
+        } else {
+            ref_f16(exact < 0, exact.unsigned_abs(), -48, "rn")
+        };
+        assert_eq!(r, want, "fma.rn.f16 {x:#06x} * {y:#06x} + {z:#06x}");
+        // .sat clamps to [0, 1]: the rounded value, or 1.0 or +0. (The sign of an exact
+        // zero under .sat is left unchecked: the PTX ISA does not say.)
+        if exact == 0 {
+            continue;
+        }
+        let want_sat = if exact < 0 {
+            0
+        } else if want >= 0x3c00 {
+            0x3c00
+        } else {
+            want
+        };
+        assert_eq!(
+            rsat, want_sat,
+            "fma.rn.sat.f16 {x:#06x} * {y:#06x} + {z:#06x}"
+        );
+    }
+    assert_eq!(out[trip.len() - 4], 0x3c01);
+    assert_eq!(out[trip.len() - 3], 0x7c00);
+    assert_eq!(out[trip.len() - 2], 0x8000);
+    assert_eq!(out[trip.len() - 1], 0x0000);
+}
