@@ -15,7 +15,10 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
         Some(f32::from_bits(u32::from_str_radix(h, 16).ok()?) as f64)
     } else if let Some(h) = hex_d.filter(|h| h.len() == 16) {
         Some(f64::from_bits(u64::from_str_radix(h, 16).ok()?))
-    } else if !s.starts_with("0x") && (s.contains('.') || s.contains(['e', 'E'])) {
+    } else if !s.starts_with("0x")
+        && !s.starts_with("0X")
+        && (s.contains('.') || s.contains(['e', 'E']))
+    {
         Some(s.parse::<f64>().ok()?)
     } else {
         None
@@ -257,6 +260,10 @@ impl<'p, 'a, 'f> Cx<'p, 'a, 'f> {
                         Name::Reg(r) => Ok(r),
                         other => self.sym_slot(other, 0),
                     };
+                }
+                // The predefined constant (PTX ISA 5.4.3): threads in a warp.
+                if *n == "WARP_SZ" {
+                    return Ok(self.f.konst(32));
                 }
                 if let Some(s) = special(n) {
                     let d = self.f.new_reg();
@@ -1155,9 +1162,10 @@ fn decode_op<'a>(
             take_any(
                 m,
                 &[
-                    "relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz",
+                    "relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys",
                 ],
             );
+            let noftz = take(m, "noftz");
             let space = take_space(m);
             if !matches!(space, Space::Global | Space::Shared | Space::Generic) {
                 return Err(ns(opcode));
@@ -1186,6 +1194,8 @@ fn decode_op<'a>(
                 T::F32 | T::F64 => {
                     matches!(aop, AtomOp::Add | AtomOp::Exch | AtomOp::Min | AtomOp::Max)
                 }
+                // `atom.add.noftz.{f16,bf16}{,x2}`: the 16-bit float adds (`.noftz` required).
+                T::F16 | T::BF16 | T::F16X2 | T::BF16X2 => aop == AtomOp::Add && noftz,
                 _ => false,
             };
             if !ok || (aop == AtomOp::Cas && base == "red") {

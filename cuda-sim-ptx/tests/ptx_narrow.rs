@@ -1,5 +1,6 @@
-//! bf16, packed f16x2/bf16x2 and fp8 (e4m3, e5m2) instructions, `set` with 16-bit results
-//! and glued directives (`.reg.b32`): each checked over many inputs against reference
+//! bf16, packed f16x2/bf16x2 and fp8 (e4m3, e5m2) instructions, f16 rounding (`cvt` in
+//! every direction, `fma`), the 16-bit float atomics (`atom.add.noftz`), `set` with 16-bit
+//! results and glued directives (`.reg.b32`): each checked over many inputs against reference
 //! functions written here independently of the interpreter (bit tricks, exhaustive tables
 //! of the format's values, exact rational arithmetic in f64).
 
@@ -935,4 +936,287 @@ fn fma_f16_rounds_once() {
     assert_eq!(out[trip.len() - 3], 0x7c00);
     assert_eq!(out[trip.len() - 2], 0x8000);
     assert_eq!(out[trip.len() - 1], 0x0000);
+}
+
+/// A kernel where thread `i` runs `body` with `%rd6` = `&mem[i]` (or `&mem[0]` when
+/// `same`), the operand `%h1` (16-bit) or `%r1` (32-bit) loaded from `b[i]`, and stores
+/// `%h2`/`%r2` (the old value) to `out[i]`. Elements are `w` bytes; `sh` is a shared word.
+fn atom_kernel(body: &str, w: u32, same: bool) -> cuda_sim_ptx::Module {
+    let (ld, st, old) = if w == 2 {
+        ("ld.global.b16 %h1", "st.global.b16", "%h2")
+    } else {
+        ("ld.global.b32 %r1", "st.global.b32", "%r2")
+    };
+    let mem_off = if same {
+        "mov.u64 %rd6, %rd1;"
+    } else {
+        "add.u64 %rd6, %rd1, %rd4;"
+    };
+    load(&format!(
+        ".version 8.0\n.target sm_90\n.address_size 64\n\
+         .shared .align 4 .b8 sh[4];\n\
+         .visible .entry k(.param .u64 pm, .param .u64 pb, .param .u64 po, .param .u32 n)\n{{\n\
+         .reg .pred %p<8>;\n .reg .b16 %h<8>;\n .reg .b32 %r<24>;\n .reg .b64 %rd<8>;\n\
+         ld.param.u64 %rd1, [pm]; ld.param.u64 %rd2, [pb]; ld.param.u64 %rd3, [po];\n\
+         mov.u32 %r20, %tid.x; mov.u32 %r21, %ctaid.x; mov.u32 %r22, %ntid.x;\n\
+         mad.lo.u32 %r20, %r21, %r22, %r20; ld.param.u32 %r23, [n];\n\
+         setp.ge.u32 %p7, %r20, %r23; @%p7 bra DONE;\n\
+         mul.wide.u32 %rd4, %r20, {w}; {mem_off}\n\
+         add.u64 %rd5, %rd2, %rd4; {ld}, [%rd5];\n\
+         {body}\n\
+         add.u64 %rd5, %rd3, %rd4; {st} [%rd5], {old};\n\
+         DONE: ret;\n}}\n"
+    ))
+}
+
+/// Runs `atom_kernel(body, w, same)` over `mem` and `b` (elements of `w` bytes, as u32s):
+/// (memory after, old values).
+fn run_atom(body: &str, w: u32, same: bool, mem0: &[u32], b: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let m = atom_kernel(body, w, same);
+    let n = b.len();
+    let mut mem = Mem::new();
+    let (im, ib, io) = (
+        mem.alloc(w as usize * mem0.len()),
+        mem.alloc(w as usize * n),
+        mem.alloc(w as usize * n),
+    );
+    let widen = |v: Vec<u16>| v.into_iter().map(u32::from).collect::<Vec<u32>>();
+    if w == 2 {
+        mem.write(im, &mem0.iter().map(|&x| x as u16).collect::<Vec<u16>>());
+        mem.write(ib, &b.iter().map(|&x| x as u16).collect::<Vec<u16>>());
+    } else {
+        mem.write(im, mem0);
+        mem.write(ib, b);
+    }
+    let p = Params::default()
+        .u64(mem.addr(im))
+        .u64(mem.addr(ib))
+        .u64(mem.addr(io))
+        .u32(n as u32);
+    go_ok(&m, &mem, &[], "k", &launch1(n.div_ceil(64) as u32, 64), &p);
+    if w == 2 {
+        (widen(mem.read::<u16>(im)), widen(mem.read::<u16>(io)))
+    } else {
+        (mem.read::<u32>(im), mem.read::<u32>(io))
+    }
+}
+
+/// The f16 sum `x + y`, rounded to nearest even once (exact in units of 2^-24).
+fn ref_f16_add(x: u32, y: u32) -> u32 {
+    let (fx, fy) = (x & 0x7c00 == 0x7c00, y & 0x7c00 == 0x7c00);
+    if fx || fy {
+        // Infinities and NaNs: NaN in, or opposite infinities, is the canonical NaN.
+        let nan = |h: u32| h & 0x7fff > 0x7c00;
+        if nan(x) || nan(y) || fx && fy && x != y {
+            return 0x7fff;
+        }
+        return if fx { x } else { y };
+    }
+    let s = f16_units(x) + f16_units(y);
+    if s == 0 {
+        return if x == 0x8000 && y == 0x8000 {
+            0x8000
+        } else {
+            0
+        };
+    }
+    ref_f16(s < 0, s.unsigned_abs(), -24, "rn")
+}
+
+#[test]
+fn atom_add_noftz_f16_and_bf16_round_to_nearest_even() {
+    // Random finite f16 pairs, with ties, subnormals (kept: .noftz), overflow, NaN, ∞.
+    let mut a: Vec<u32> = randoms(3000, 21)
+        .iter()
+        .map(|r| r & 0xffff & !0x4000)
+        .collect();
+    let mut b: Vec<u32> = randoms(3000, 22)
+        .iter()
+        .map(|r| r & 0xffff & !0x4000)
+        .collect();
+    for (x, y) in [
+        (0x3c00, 0x1000), // 1 + 2^-11: a tie, to even 1.0
+        (0x3c01, 0x1000), // tie, to 0x3c02
+        (0x0001, 0x0001), // subnormals add exactly: 0x0002
+        (0x8001, 0x0001), // +0
+        (0x8000, 0x8000), // -0
+        (0x7bff, 0x7bff), // overflow: ∞
+        (0x7c00, 0xfc00), // ∞ - ∞: NaN
+        (0x7e01, 0x3c00), // NaN: canonical NaN
+        (0xfc00, 0x3c00),
+    ] {
+        a.push(x);
+        b.push(y);
+    }
+    for (body, w) in [
+        ("atom.global.add.noftz.f16 %h2, [%rd6], %h1;", 2),
+        ("atom.add.noftz.f16 %h2, [%rd6], %h1;", 2),
+    ] {
+        let (after, old) = run_atom(body, w, false, &a, &b);
+        assert_eq!(old, a, "{body}: old values");
+        for i in 0..a.len() {
+            let want = ref_f16_add(a[i], b[i]);
+            assert_eq!(after[i], want, "{body} {:#06x} + {:#06x}", a[i], b[i]);
+        }
+    }
+    // bf16: operands whose exact sums are f32 values; ties and subnormals by hand.
+    let mut a = bf16_operands(2000, 23);
+    let mut b = bf16_operands(2000, 24);
+    for (x, y) in [
+        (0x3f80, 0x3b80),
+        (0x3f81, 0x3b80),
+        (0x0001, 0x0001),
+        (0x7f80, 0xff80),
+    ] {
+        a.push(x);
+        b.push(y);
+    }
+    let (after, old) = run_atom("atom.add.noftz.bf16 %h2, [%rd6], %h1;", 2, false, &a, &b);
+    assert_eq!(old, a);
+    for i in 0..a.len() {
+        let want = ref_bf16_exact(bf16_f64(a[i] as u16) + bf16_f64(b[i] as u16)) as u32;
+        assert_eq!(after[i], want, "bf16 {:#06x} + {:#06x}", a[i], b[i]);
+    }
+    let n = a.len();
+    assert_eq!(after[n - 4..], [0x3f80, 0x3f82, 0x0002, 0x7fff]);
+}
+
+#[test]
+fn atom_add_noftz_packed_adds_each_lane() {
+    // Lane 0 is the low half: (lo, hi) = (1.0, 2.0) + (0.5, -2.0) = (1.5, +0).
+    let (after, old) = run_atom(
+        "atom.add.noftz.f16x2 %r2, [%rd6], %r1;",
+        4,
+        false,
+        &[0x4000_3c00],
+        &[0xc000_3800],
+    );
+    assert_eq!((after[0], old[0]), (0x0000_3e00, 0x4000_3c00));
+    let a: Vec<u32> = randoms(2000, 25).iter().map(|r| r & !0x4000_4000).collect();
+    let b: Vec<u32> = randoms(2000, 26).iter().map(|r| r & !0x4000_4000).collect();
+    let (after, _) = run_atom(
+        "atom.global.add.noftz.f16x2 %r2, [%rd6], %r1;",
+        4,
+        false,
+        &a,
+        &b,
+    );
+    for i in 0..a.len() {
+        let lo = ref_f16_add(a[i] & 0xffff, b[i] & 0xffff);
+        let hi = ref_f16_add(a[i] >> 16, b[i] >> 16);
+        assert_eq!(
+            after[i],
+            lo | hi << 16,
+            "f16x2 {:#010x} + {:#010x}",
+            a[i],
+            b[i]
+        );
+    }
+    let a = bf16_operands(2000, 27);
+    let b = bf16_operands(2000, 28);
+    let pa: Vec<u32> = a
+        .iter()
+        .zip(a.iter().rev())
+        .map(|(x, y)| x | y << 16)
+        .collect();
+    let pb: Vec<u32> = b
+        .iter()
+        .zip(b.iter().rev())
+        .map(|(x, y)| x | y << 16)
+        .collect();
+    let (after, old) = run_atom(
+        "atom.add.noftz.bf16x2 %r2, [%rd6], %r1;",
+        4,
+        false,
+        &pa,
+        &pb,
+    );
+    assert_eq!(old, pa);
+    let add = |x: u32, y: u32| ref_bf16_exact(bf16_f64(x as u16) + bf16_f64(y as u16)) as u32;
+    for i in 0..pa.len() {
+        let want = add(pa[i] & 0xffff, pb[i] & 0xffff) | add(pa[i] >> 16, pb[i] >> 16) << 16;
+        assert_eq!(after[i], want, "bf16x2 {:#010x} + {:#010x}", pa[i], pb[i]);
+    }
+}
+
+#[test]
+fn atom_add_noftz_is_atomic_across_threads() {
+    // 512 threads of 8 blocks add 1.0 to one f16 value (256 threads to a bf16 one, whose
+    // integers are exact up to 256); every partial sum is exact, so the result is the count
+    // and the old values are 0..count, each once.
+    let n = 512;
+    let sorted = |mut v: Vec<u32>, f: fn(u32) -> f64| {
+        v.sort_by(|x, y| f(*x).total_cmp(&f(*y)));
+        v.into_iter().map(f).collect::<Vec<f64>>()
+    };
+    let f16v = |h: u32| f16_units(h) as f64 / 2f64.powi(24);
+    let bf16v = |h: u32| bf16_f64(h as u16);
+    let count: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    for body in [
+        "atom.add.noftz.f16 %h2, [%rd6], %h1;",
+        "atom.global.add.noftz.f16 %h2, [%rd6], %h1;",
+    ] {
+        let (after, old) = run_atom(body, 2, true, &[0], &vec![0x3c00; n]);
+        assert_eq!(after[0], 0x6000, "{body}"); // 512.0
+        assert_eq!(sorted(old, f16v), count, "{body}");
+    }
+    let nb = 256;
+    let (after, old) = run_atom(
+        "atom.add.noftz.bf16 %h2, [%rd6], %h1;",
+        2,
+        true,
+        &[0],
+        &vec![0x3f80; nb],
+    );
+    assert_eq!(after[0], 0x4380); // 256.0
+    assert_eq!(sorted(old, bf16v), count[..nb]);
+    // red: no old value (the kernel stores 0 instead).
+    let (after, _) = run_atom(
+        "red.global.add.noftz.bf16x2 [%rd6], %r1; mov.b32 %r2, 0;",
+        4,
+        true,
+        &[0],
+        &vec![0xbf80_3f80; nb],
+    );
+    assert_eq!(after[0], 0xc380_4380); // (256, -256)
+    let (after, _) = run_atom(
+        "red.add.noftz.f16 [%rd6], %h1; mov.b16 %h2, 0;",
+        2,
+        true,
+        &[0],
+        &vec![0x3c00; n],
+    );
+    assert_eq!(after[0], 0x6000); // 512.0
+    // Shared memory: the block's threads add into `sh`, thread 0 stores the sum.
+    let (after, _) = run_atom(
+        "mov.u32 %r5, 0; st.shared.u32 [sh], %r5; bar.sync 0;\n\
+         atom.shared.add.noftz.f16x2 %r2, [sh], %r1; bar.sync 0;\n\
+         setp.ne.u32 %p1, %r20, 0; @%p1 bra SKIP; ld.shared.u32 %r6, [sh]; st.global.u32 [%rd6], %r6;\n\
+         SKIP:",
+        4,
+        true,
+        &[0],
+        &vec![0x4000_3c00; 64],
+    );
+    assert_eq!(after[0], 0x5800_5400); // (64, 128)
+}
+
+#[test]
+fn refused_atomic_narrow_forms_are_load_errors() {
+    for op in [
+        "atom.add.f16 %h3, [%rd1], %h1;", // .noftz is required
+        "atom.global.min.noftz.f16 %h3, [%rd1], %h1;",
+        "atom.exch.noftz.bf16 %h3, [%rd1], %h1;",
+        "atom.add.noftz.e4m3x2 %h3, [%rd1], %h1;",
+        "red.add.bf16x2 [%rd1], %r1;",
+    ] {
+        let text = format!(
+            ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{{\n\
+             .reg .b16 %h<4>; .reg .b32 %r<4>; .reg .b64 %rd<4>;\n{op}\nret;\n}}\n"
+        );
+        match cuda_sim_ptx::Module::parse(&text) {
+            Err(cuda_sim_ptx::LoadError::NotSupported(_)) => {}
+            other => panic!("{op} should be NotSupported, got {other:?}"),
+        }
+    }
 }
