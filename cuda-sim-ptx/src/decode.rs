@@ -15,7 +15,10 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
         Some(f32::from_bits(u32::from_str_radix(h, 16).ok()?) as f64)
     } else if let Some(h) = hex_d.filter(|h| h.len() == 16) {
         Some(f64::from_bits(u64::from_str_radix(h, 16).ok()?))
-    } else if !s.starts_with("0x") && (s.contains('.') || s.contains(['e', 'E'])) {
+    } else if !s.starts_with("0x")
+        && !s.starts_with("0X")
+        && (s.contains('.') || s.contains(['e', 'E']))
+    {
         Some(s.parse::<f64>().ok()?)
     } else {
         None
@@ -38,7 +41,7 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
                     v.to_bits()
                 }
             }
-            T::F16 => crate::fmath::f32_to_f16(v as f32) as u64,
+            T::F16 => crate::lowp::to_f16(v, Rnd::N) as u64,
             T::BF16 => crate::lowp::to_bf16(v, Rnd::N) as u64,
             // A float literal for an integer operand: its bits.
             _ => {
@@ -65,8 +68,19 @@ pub(crate) fn imm_bits(s: &str, neg: bool, t: T) -> Option<u64> {
             v as f64
         })
         .to_bits(),
-        T::F16 => crate::fmath::f32_to_f16(v as f32) as u64,
-        T::BF16 => crate::lowp::to_bf16(v as f64, Rnd::N) as u64,
+        // An integer literal for a 16-bit float operand: its value, rounded once.
+        T::F16 | T::BF16 => {
+            let x = if neg {
+                -(parse_int(s)? as f64)
+            } else {
+                v as f64
+            };
+            if t == T::F16 {
+                crate::lowp::to_f16(x, Rnd::N) as u64
+            } else {
+                crate::lowp::to_bf16(x, Rnd::N) as u64
+            }
+        }
         T::Pred => (v != 0) as u64,
         _ => v,
     })
@@ -246,6 +260,10 @@ impl<'p, 'a, 'f> Cx<'p, 'a, 'f> {
                         Name::Reg(r) => Ok(r),
                         other => self.sym_slot(other, 0),
                     };
+                }
+                // The predefined constant (PTX ISA 5.4.3): threads in a warp.
+                if *n == "WARP_SZ" {
+                    return Ok(self.f.konst(32));
                 }
                 if let Some(s) = special(n) {
                     let d = self.f.new_reg();
@@ -1144,9 +1162,10 @@ fn decode_op<'a>(
             take_any(
                 m,
                 &[
-                    "relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz",
+                    "relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys",
                 ],
             );
+            let noftz = take(m, "noftz");
             let space = take_space(m);
             if !matches!(space, Space::Global | Space::Shared | Space::Generic) {
                 return Err(ns(opcode));
@@ -1175,6 +1194,8 @@ fn decode_op<'a>(
                 T::F32 | T::F64 => {
                     matches!(aop, AtomOp::Add | AtomOp::Exch | AtomOp::Min | AtomOp::Max)
                 }
+                // `atom.add.noftz.{f16,bf16}{,x2}`: the 16-bit float adds (`.noftz` required).
+                T::F16 | T::BF16 | T::F16X2 | T::BF16X2 => aop == AtomOp::Add && noftz,
                 _ => false,
             };
             if !ok || (aop == AtomOp::Cas && base == "red") {

@@ -1003,7 +1003,7 @@ impl<'m> W<'m> {
                         Err(e) => fault!(e),
                     };
                     let old = match loc {
-                        Loc::Host(x) if size == 2 => host_cas16(x, bv, cv),
+                        Loc::Host(x) if op == AtomOp::Cas && size == 2 => host_cas16(x, bv, cv),
                         Loc::Host(x) => host_atomic(x, t, op, bv, cv),
                         Loc::KParam(_) => fault!(self.fault_oob(th, at, size as u64, true)),
                         other => {

@@ -17,7 +17,6 @@ use crate::lowp::{self, Mode};
 /// The GPU's canonical NaN results.
 pub(crate) const NAN32: u32 = 0x7fff_ffff;
 pub(crate) const NAN64: u64 = 0x7fff_ffff_ffff_ffff;
-pub(crate) const NAN16: u16 = 0x7fff;
 
 fn c32(x: f32) -> u64 {
     if x.is_nan() {
@@ -290,16 +289,18 @@ pub(crate) fn fma(t: T, rnd: Rnd, ftz: bool, sat: bool, a: u64, b: u64, c: u64) 
     if let Some(lane) = t.lane() {
         return per_lane(a, b, c, |x, y, z| fma(lane, rnd, ftz, sat, x, y, z));
     }
-    if t == T::BF16 {
-        // The product of two bf16 is exact in f64; the sum is rounded to odd, then to bf16.
-        let h = |v: u64| lowp::bf16_to_f32(v as u16) as f64;
+    if matches!(t, T::BF16 | T::F16) {
+        // The product of two bf16 or f16 values is exact in f64; the sum is rounded to odd,
+        // then once to the format (rounding the sum to f32 first could round twice).
+        let h = |v: u64| as_float(t, v);
         let (s, e) = lowp::two_sum(h(a) * h(b), h(c));
-        return lowp::to_bf16(lowp::round_odd(s, e), Rnd::N) as u64;
-    }
-    if t == T::F16 {
-        let h = |v: u64| f16_to_f32(v as u16) as f64;
-        let r = h(a).mul_add(h(b), h(c)) as f32;
-        return f32_to_f16(if sat { sat32(r) } else { r }) as u64;
+        let r = lowp::round_odd(s, e);
+        let r = if sat { sat64(r) } else { r };
+        return if t == T::BF16 {
+            lowp::to_bf16(r, Rnd::N)
+        } else {
+            lowp::to_f16(r, Rnd::N)
+        } as u64;
     }
     if t == T::F64 {
         // Directed roundings of f64 fma are refused at load.
@@ -404,29 +405,7 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
 
 /// f32 → f16, round to nearest even.
 pub(crate) fn f32_to_f16(x: f32) -> u16 {
-    let bits = x.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
-    let a = x.abs();
-    if a.is_nan() {
-        let _ = sign;
-        return NAN16;
-    }
-    if a >= 65520.0 {
-        return sign | 0x7c00;
-    }
-    if a < 2f32.powi(-14) {
-        // Subnormal range: multiples of 2^-24.
-        let m = (a as f64 * 2f64.powi(24)).round_ties_even() as u16;
-        return sign | m;
-    }
-    let e = ((bits >> 23) & 0xff) as i32 - 127;
-    let man = bits & 0x7f_ffff;
-    let mut h = (((e + 15) as u32) << 10) | (man >> 13);
-    let rest = man & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && h & 1 == 1) {
-        h += 1; // may carry into the exponent, which is correct
-    }
-    sign | h as u16
+    lowp::to_f16(x as f64, Rnd::N)
 }
 
 fn round_int(x: f64, r: Rnd) -> f64 {
@@ -503,20 +482,26 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
         } else {
             a & mask(sbits)
         };
-        if dt == T::BF16 {
-            // Rounded once, exactly, to bf16's 8 significant bits (always in its range).
+        if matches!(dt, T::BF16 | T::F16) {
+            // Rounded once, exactly, to the format's significant bits (8 or 11), then
+            // encoded in the same direction (which only decides an overflow of f16).
             let r = match rnd {
                 CvtRnd::Float(r) => r,
                 _ => Rnd::N,
             };
             let neg = signed && (v as i64) < 0;
             let mag = if neg { (v as i64).unsigned_abs() } else { v };
-            let f = int_to_float_directed(neg, mag, 8, r);
-            return lowp::to_bf16(if sat { sat64(f) } else { f }, r) as u64;
+            let bits = if dt == T::BF16 { 8 } else { 11 };
+            let f = int_to_float_directed(neg, mag, bits, r);
+            let f = if sat { sat64(f) } else { f };
+            return if dt == T::BF16 {
+                lowp::to_bf16(f, r)
+            } else {
+                lowp::to_f16(f, r)
+            } as u64;
         }
         if let CvtRnd::Float(r) = rnd
             && r != Rnd::N
-            && dt != T::F16
         {
             let neg = signed && (v as i64) < 0;
             let mag = if neg { (v as i64).unsigned_abs() } else { v };
@@ -533,14 +518,10 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
                 let f = if signed { v as i64 as f64 } else { v as f64 };
                 (if sat { sat64(f) } else { f }).to_bits()
             }
-            T::F32 => {
+            _ => {
                 // Direct integer → f32 conversion (no double rounding through f64).
                 let f = if signed { v as i64 as f32 } else { v as f32 };
                 (if sat { sat32(f) } else { f }).to_bits() as u64
-            }
-            _ => {
-                let f = if signed { v as i64 as f32 } else { v as f32 };
-                f32_to_f16(if sat { sat32(f) } else { f }) as u64
             }
         };
     }
@@ -589,16 +570,18 @@ pub(crate) fn cvt(dt: T, st: T, rnd: CvtRnd, sat: bool, ftz: bool, a: u64) -> u6
             }
             c32(if sat { sat32(r) } else { r })
         }
-        T::BF16 => {
+        _ => {
+            // bf16 and f16: one rounding of the exact value, in the direction asked.
             let m = match rnd {
                 CvtRnd::Float(m) => m,
                 _ => Rnd::N,
             };
-            lowp::to_bf16(if sat { sat64(y) } else { y }, m) as u64
-        }
-        _ => {
-            let r = if sat { sat64(y) } else { y };
-            f32_to_f16(r as f32) as u64
+            let y = if sat { sat64(y) } else { y };
+            if dt == T::BF16 {
+                lowp::to_bf16(y, m) as u64
+            } else {
+                lowp::to_f16(y, m) as u64
+            }
         }
     }
 }

@@ -235,6 +235,11 @@ pub(crate) fn to_bf16(x: f64, rnd: Rnd) -> u16 {
     encode(x, BF16, rnd, Mode::default()) as u16
 }
 
+/// f64 to f16, rounded in direction `rnd` (one rounding).
+pub(crate) fn to_f16(x: f64, rnd: Rnd) -> u16 {
+    encode(x, F16, rnd, Mode::default()) as u16
+}
+
 /// The two lanes of a packed pair (`.f16x2`, `.bf16x2`): (low, high).
 pub(crate) fn lanes(v: u64) -> (u64, u64) {
     (v & 0xffff, (v >> 16) & 0xffff)

@@ -56,6 +56,10 @@ pub(crate) fn atom_apply(op: AtomOp, t: T, old: u64, b: u64, c: u64) -> u64 {
             ftz(ftz(f32::from_bits(o as u32)) + ftz(f32::from_bits(bv as u32))).to_bits() as u64
         }
         (AtomOp::Add, T::F64) => (f64::from_bits(o) + f64::from_bits(bv)).to_bits(),
+        // `atom.add.noftz`: round to nearest even, subnormals kept (lane by lane for x2).
+        (AtomOp::Add, T::F16 | T::BF16 | T::F16X2 | T::BF16X2) => {
+            crate::fmath::fbin(FOp::Add, t, Rnd::N, false, false, o, bv)
+        }
         (AtomOp::Min, T::F32) => f32::from_bits(o as u32)
             .min(f32::from_bits(bv as u32))
             .to_bits() as u64,
@@ -128,7 +132,13 @@ pub(crate) fn host_atomic(addr: u64, t: T, op: AtomOp, b: u64, c: u64) -> u64 {
     // SAFETY: `addr` was approved by `Memory::check` (write access, `t.bytes()` bytes) and
     // is aligned to the access size (checked in `locate`), as the atomic types require.
     unsafe {
-        if t.bytes() == 4 {
+        if t.bytes() == 2 {
+            let a = AtomicU16::from_ptr(p.cast());
+            let r = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
+                Some(atom_apply(op, t, o as u64, b, c) as u16)
+            });
+            r.unwrap_or_else(|v| v) as u64
+        } else if t.bytes() == 4 {
             let a = AtomicU32::from_ptr(p.cast());
             let r = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
                 Some(atom_apply(op, t, o as u64, b, c) as u32)

@@ -559,3 +559,28 @@ fn racecheck_takes_fences_and_strong_accesses_as_synchronisation() {
     let off = go_ok(&m, &mem, &[], "racy", &launch1(2, 64), &none);
     assert_eq!(off.shared_race, None);
 }
+
+#[test]
+fn warp_sz_and_upper_case_hex_literals() {
+    // `WARP_SZ` is PTX's predefined constant 32 (cuda_fp16.hpp's shuffles read it);
+    // integer literals may be written `0X…` with a `U` suffix, and hex digits `e`/`E`
+    // are digits there, not an exponent.
+    let text = ".version 8.0\n.target sm_75\n.address_size 64\n\
+        .visible .entry k(.param .u64 out)\n{\n.reg .b16 %h<4>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<3>;\n\
+        ld.param.u64 %rd1, [out];\n\
+        {mov.u32 %r1, WARP_SZ;\n}\n\
+        add.u32 %r2, %r1, WARP_SZ;\n\
+        mov.b16 %h1, 0XC1EFU;\n cvt.u32.u16 %r3, %h1;\n\
+        mov.u32 %r4, 0X1eU;\n mov.u32 %r5, 0xE5;\n mov.u32 %r6, 0XFFFFFFFF;\n\
+        st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r4};\n\
+        st.global.v2.u32 [%rd1+16], {%r5, %r6};\nret;\n}\n";
+    let m = load(text);
+    let mut mem = Mem::new();
+    let o = mem.alloc(24);
+    let p = Params::default().u64(mem.addr(o));
+    go_ok(&m, &mem, &[], "k", &launch1(1, 1), &p);
+    assert_eq!(
+        mem.read::<u32>(o),
+        [32, 64, 0xc1ef, 0x1e, 0xe5, 0xffff_ffff]
+    );
+}

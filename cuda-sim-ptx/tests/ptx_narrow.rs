@@ -1,5 +1,6 @@
-//! bf16, packed f16x2/bf16x2 and fp8 (e4m3, e5m2) instructions, `set` with 16-bit results
-//! and glued directives (`.reg.b32`): each checked over many inputs against reference
+//! bf16, packed f16x2/bf16x2 and fp8 (e4m3, e5m2) instructions, f16 rounding (`cvt` in
+//! every direction, `fma`), the 16-bit float atomics (`atom.add.noftz`), `set` with 16-bit
+//! results and glued directives (`.reg.b32`): each checked over many inputs against reference
 //! functions written here independently of the interpreter (bit tricks, exhaustive tables
 //! of the format's values, exact rational arithmetic in f64).
 
@@ -652,5 +653,570 @@ fn refused_narrow_forms_are_load_errors() {
             cuda_sim_ptx::Module::parse(&text).is_err(),
             "{op} should be refused"
         );
+    }
+}
+
+/// The rounding directions of `cvt`, as their modifiers.
+const DIRS: [&str; 4] = ["rn", "rz", "rm", "rp"];
+
+/// `±mag * 2^exp2` rounded to f16 in direction `dir`, in integer arithmetic alone: the
+/// quantum is `2^max(E - 10, -24)` for a value in `[2^E, 2^(E+1))`; an overflow is
+/// infinity where the rounding goes away from zero, else the largest finite value.
+fn ref_f16(neg: bool, mag: u128, exp2: i32, dir: &str) -> u32 {
+    let sign = if neg { 0x8000 } else { 0 };
+    if mag == 0 {
+        return sign;
+    }
+    let top = 127 - mag.leading_zeros() as i32 + exp2;
+    let q = (top - 10).max(-24);
+    let (mut units, rem, half) = if q <= exp2 {
+        (mag << (exp2 - q), 0u128, 1u128)
+    } else if q - exp2 >= 127 {
+        (0, 1, 2) // nonzero, below half a quantum
+    } else {
+        let s = (q - exp2) as u32;
+        (mag >> s, mag & ((1 << s) - 1), 1 << (s - 1))
+    };
+    let up = match dir {
+        "rn" => rem > half || rem == half && units & 1 == 1,
+        "rz" => false,
+        "rm" => neg && rem != 0,
+        "rp" => !neg && rem != 0,
+        _ => unreachable!(),
+    };
+    units += up as u128;
+    let mut q = q;
+    if units == 2048 {
+        units = 1024;
+        q += 1;
+    }
+    if units == 0 {
+        return sign;
+    }
+    if units < 1024 {
+        return sign | units as u32; // subnormal (q == -24)
+    }
+    let field = q + 25;
+    if field >= 31 {
+        let away = match dir {
+            "rn" => true,
+            "rz" => false,
+            "rm" => neg,
+            _ => !neg,
+        };
+        return sign | if away { 0x7c00 } else { 0x7bff };
+    }
+    sign | (field as u32) << 10 | (units as u32 - 1024)
+}
+
+/// `ref_f16` of a finite f64 (NaN: the canonical f16 NaN; infinities stay infinite).
+fn ref_f16_of(v: f64, dir: &str) -> u32 {
+    if v.is_nan() {
+        return 0x7fff;
+    }
+    let neg = v.is_sign_negative();
+    if v.is_infinite() {
+        return if neg { 0xfc00 } else { 0x7c00 };
+    }
+    let bits = v.to_bits();
+    let field = ((bits >> 52) & 0x7ff) as i32;
+    let frac = (bits & ((1 << 52) - 1)) as u128;
+    let (mag, exp2) = if field == 0 {
+        (frac, -1074)
+    } else {
+        (frac | 1 << 52, field - 1075)
+    };
+    ref_f16(neg, mag, exp2, dir)
+}
+
+#[test]
+fn cvt_to_f16_rounds_once_in_every_direction() {
+    // f32 sources: edges around f16's range, ties, subnormals, and random bits.
+    let mut a: Vec<u32> = F32_EDGES.to_vec();
+    for x in [
+        65504f32,
+        65519.996,
+        65520.0,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        2f32.powi(-24),
+        2f32.powi(-25),
+        1.5 * 2f32.powi(-25),
+        2f32.powi(-14),
+        -2f32.powi(-25),
+    ] {
+        a.push(x.to_bits());
+        a.push((-x).to_bits());
+    }
+    // Random magnitudes in and around f16's range.
+    a.extend(
+        randoms(4000, 7)
+            .iter()
+            .map(|r| (r & 0x8000_0000) | (0x3000_0000 + r % 0x1800_0000)),
+    );
+    for dir in DIRS {
+        let out = map1(
+            &format!("cvt.{dir}.f16.f32 %h3, %f1; cvt.u32.u16 %r3, %h3;"),
+            &a,
+        );
+        for (&x, &r) in a.iter().zip(&out) {
+            let want = ref_f16_of(f32::from_bits(x) as f64, dir);
+            assert_eq!(
+                r,
+                want,
+                "cvt.{dir}.f16.f32 of {:e} ({x:#010x})",
+                f32::from_bits(x)
+            );
+        }
+    }
+    // f64 sources, whose extra bits a rounding through f32 would lose: 1 + 2^-11 + 2^-40
+    // lies above the midpoint of 1 and 1 + 2^-10.
+    let mut d: Vec<f64> = vec![
+        1.0 + 2f64.powi(-11) + 2f64.powi(-40),
+        -(1.0 + 2f64.powi(-11) + 2f64.powi(-40)),
+        1.0 + 2f64.powi(-11),
+        65519.99999999,
+        65520.0,
+        2f64.powi(-25) + 2f64.powi(-60),
+        f64::NAN,
+        f64::INFINITY,
+        -0.0,
+    ];
+    d.extend(randoms(4000, 8).chunks(2).map(|c| {
+        let bits = ((c[0] as u64) << 32) | c[1] as u64;
+        // Exponents 2^-30 .. 2^17, any sign and mantissa.
+        let field = 1023 - 30 + (c[0] >> 20) as u64 % 48;
+        f64::from_bits((bits & 0x800f_ffff_ffff_ffff) | field << 52)
+    }));
+    let lo: Vec<u32> = d.iter().map(|v| v.to_bits() as u32).collect();
+    let hi: Vec<u32> = d.iter().map(|v| (v.to_bits() >> 32) as u32).collect();
+    for dir in DIRS {
+        let out = map2(
+            &format!(
+                "mov.b64 %rd6, {{%r1, %r2}}; cvt.{dir}.f16.f64 %h3, %rd6; cvt.u32.u16 %r3, %h3;"
+            ),
+            &lo,
+            &hi,
+        );
+        for (&v, &r) in d.iter().zip(&out) {
+            assert_eq!(r, ref_f16_of(v, dir), "cvt.{dir}.f16.f64 of {v:e}");
+        }
+    }
+    assert_eq!(ref_f16_of(d[0], "rn"), 0x3c01);
+}
+
+#[test]
+fn cvt_integers_to_f16_round_in_every_direction() {
+    let mut a: Vec<u32> = vec![
+        0,
+        1,
+        2047,
+        2049,
+        2051,
+        4097,
+        4099,
+        65504,
+        65519,
+        65520,
+        65535,
+        70000,
+        0x8000_0000,
+        0xffff_ffff,
+        0x7fff_ffff,
+        0xffff_f7fd, // -2051 as s32
+    ];
+    a.extend(randoms(3000, 9).iter().map(|r| r >> (r % 24)));
+    for dir in DIRS {
+        let u = map1(
+            &format!("cvt.{dir}.f16.u32 %h3, %r1; cvt.u32.u16 %r3, %h3;"),
+            &a,
+        );
+        let s = map1(
+            &format!("cvt.{dir}.f16.s32 %h3, %r1; cvt.u32.u16 %r3, %h3;"),
+            &a,
+        );
+        for ((&x, &ru), &rs) in a.iter().zip(&u).zip(&s) {
+            assert_eq!(
+                ru,
+                ref_f16(false, x as u128, 0, dir),
+                "cvt.{dir}.f16.u32 {x}"
+            );
+            let v = x as i32;
+            let want = ref_f16(v < 0, v.unsigned_abs() as u128, 0, dir);
+            assert_eq!(rs, want, "cvt.{dir}.f16.s32 {v}");
+        }
+    }
+    // Hand-checked: 2051 lies between 2050 and 2052 (f16's step is 2 there).
+    assert_eq!(ref_f16(false, 2051, 0, "rn"), 0x6802);
+    assert_eq!(ref_f16(false, 2051, 0, "rz"), 0x6801);
+}
+
+/// An f16 value as an integer multiple of 2^-24 (finite `h` only).
+fn f16_units(h: u32) -> i128 {
+    let field = (h >> 10) & 0x1f;
+    let man = (h & 0x3ff) as i128;
+    let mag = if field == 0 {
+        man
+    } else {
+        (1024 + man) << (field - 1)
+    };
+    if h & 0x8000 != 0 { -mag } else { mag }
+}
+
+#[test]
+fn fma_f16_rounds_once() {
+    // Random finite f16 triples (exponent fields 1..30 and subnormals), each packed as
+    // a | b << 16 in the first input and c in the second.
+    let finite = |r: u32| {
+        let h = r & 0xffff;
+        if h & 0x7c00 == 0x7c00 { h & 0xbfff } else { h }
+    };
+    let rs = randoms(6000, 11);
+    let mut trip: Vec<(u32, u32, u32)> = rs
+        .chunks(3)
+        .map(|c| (finite(c[0]), finite(c[1]), finite(c[2])))
+        .collect();
+    // Products near 1 added to ±1, where the exact sum sits near an f16 midpoint.
+    trip.extend(rs.chunks(2).take(1500).map(|c| {
+        (
+            0x3c00 | (c[0] & 0x3ff),
+            0x1000 | (c[1] & 0x3ff) | (c[0] >> 31) << 15,
+            0x3c00,
+        )
+    }));
+    // 145/128 * 113/2^18 + 1 = 1 + 2^-11 + 2^-25: just above the midpoint, so 0x3c01.
+    trip.push((0x3c88, 0x0f10, 0x3c00));
+    trip.push((0x7bff, 0x7bff, 0x0000)); // overflow: infinity
+    trip.push((0x3c00, 0x8000, 0x8000)); // 1 * -0 + -0 = -0
+    trip.push((0x3c00, 0x3c00, 0xbc00)); // 1 - 1 = +0
+    let a: Vec<u32> = trip.iter().map(|t| t.0 | t.1 << 16).collect();
+    let b: Vec<u32> = trip.iter().map(|t| t.2).collect();
+    let out = map2(
+        "mov.b32 {%h4, %h5}, %r1; fma.rn.f16 %h3, %h4, %h5, %h2; cvt.u32.u16 %r3, %h3;",
+        &a,
+        &b,
+    );
+    let sat = map2(
+        "mov.b32 {%h4, %h5}, %r1; fma.rn.sat.f16 %h3, %h4, %h5, %h2; cvt.u32.u16 %r3, %h3;",
+        &a,
+        &b,
+    );
+    for (&(x, y, z), (&r, &rsat)) in trip.iter().zip(out.iter().zip(&sat)) {
+        let exact = f16_units(x) * f16_units(y) + (f16_units(z) << 24); // units of 2^-48
+        let want = if exact == 0 {
+            let prod_neg = (x ^ y) & 0x8000 != 0;
+            let prod_zero = f16_units(x) * f16_units(y) == 0;
+            if prod_zero && prod_neg && z == 0x8000 {
+                0x8000
+            } else {
+                0
+            }
+        } else {
+            ref_f16(exact < 0, exact.unsigned_abs(), -48, "rn")
+        };
+        assert_eq!(r, want, "fma.rn.f16 {x:#06x} * {y:#06x} + {z:#06x}");
+        // .sat clamps to [0, 1]: the rounded value, or 1.0 or +0. (The sign of an exact
+        // zero under .sat is left unchecked: the PTX ISA does not say.)
+        if exact == 0 {
+            continue;
+        }
+        let want_sat = if exact < 0 {
+            0
+        } else if want >= 0x3c00 {
+            0x3c00
+        } else {
+            want
+        };
+        assert_eq!(
+            rsat, want_sat,
+            "fma.rn.sat.f16 {x:#06x} * {y:#06x} + {z:#06x}"
+        );
+    }
+    assert_eq!(out[trip.len() - 4], 0x3c01);
+    assert_eq!(out[trip.len() - 3], 0x7c00);
+    assert_eq!(out[trip.len() - 2], 0x8000);
+    assert_eq!(out[trip.len() - 1], 0x0000);
+}
+
+/// A kernel where thread `i` runs `body` with `%rd6` = `&mem[i]` (or `&mem[0]` when
+/// `same`), the operand `%h1` (16-bit) or `%r1` (32-bit) loaded from `b[i]`, and stores
+/// `%h2`/`%r2` (the old value) to `out[i]`. Elements are `w` bytes; `sh` is a shared word.
+fn atom_kernel(body: &str, w: u32, same: bool) -> cuda_sim_ptx::Module {
+    let (ld, st, old) = if w == 2 {
+        ("ld.global.b16 %h1", "st.global.b16", "%h2")
+    } else {
+        ("ld.global.b32 %r1", "st.global.b32", "%r2")
+    };
+    let mem_off = if same {
+        "mov.u64 %rd6, %rd1;"
+    } else {
+        "add.u64 %rd6, %rd1, %rd4;"
+    };
+    load(&format!(
+        ".version 8.0\n.target sm_90\n.address_size 64\n\
+         .shared .align 4 .b8 sh[4];\n\
+         .visible .entry k(.param .u64 pm, .param .u64 pb, .param .u64 po, .param .u32 n)\n{{\n\
+         .reg .pred %p<8>;\n .reg .b16 %h<8>;\n .reg .b32 %r<24>;\n .reg .b64 %rd<8>;\n\
+         ld.param.u64 %rd1, [pm]; ld.param.u64 %rd2, [pb]; ld.param.u64 %rd3, [po];\n\
+         mov.u32 %r20, %tid.x; mov.u32 %r21, %ctaid.x; mov.u32 %r22, %ntid.x;\n\
+         mad.lo.u32 %r20, %r21, %r22, %r20; ld.param.u32 %r23, [n];\n\
+         setp.ge.u32 %p7, %r20, %r23; @%p7 bra DONE;\n\
+         mul.wide.u32 %rd4, %r20, {w}; {mem_off}\n\
+         add.u64 %rd5, %rd2, %rd4; {ld}, [%rd5];\n\
+         {body}\n\
+         add.u64 %rd5, %rd3, %rd4; {st} [%rd5], {old};\n\
+         DONE: ret;\n}}\n"
+    ))
+}
+
+/// Runs `atom_kernel(body, w, same)` over `mem` and `b` (elements of `w` bytes, as u32s):
+/// (memory after, old values).
+fn run_atom(body: &str, w: u32, same: bool, mem0: &[u32], b: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let m = atom_kernel(body, w, same);
+    let n = b.len();
+    let mut mem = Mem::new();
+    let (im, ib, io) = (
+        mem.alloc(w as usize * mem0.len()),
+        mem.alloc(w as usize * n),
+        mem.alloc(w as usize * n),
+    );
+    let widen = |v: Vec<u16>| v.into_iter().map(u32::from).collect::<Vec<u32>>();
+    if w == 2 {
+        mem.write(im, &mem0.iter().map(|&x| x as u16).collect::<Vec<u16>>());
+        mem.write(ib, &b.iter().map(|&x| x as u16).collect::<Vec<u16>>());
+    } else {
+        mem.write(im, mem0);
+        mem.write(ib, b);
+    }
+    let p = Params::default()
+        .u64(mem.addr(im))
+        .u64(mem.addr(ib))
+        .u64(mem.addr(io))
+        .u32(n as u32);
+    go_ok(&m, &mem, &[], "k", &launch1(n.div_ceil(64) as u32, 64), &p);
+    if w == 2 {
+        (widen(mem.read::<u16>(im)), widen(mem.read::<u16>(io)))
+    } else {
+        (mem.read::<u32>(im), mem.read::<u32>(io))
+    }
+}
+
+/// The f16 sum `x + y`, rounded to nearest even once (exact in units of 2^-24).
+fn ref_f16_add(x: u32, y: u32) -> u32 {
+    let (fx, fy) = (x & 0x7c00 == 0x7c00, y & 0x7c00 == 0x7c00);
+    if fx || fy {
+        // Infinities and NaNs: NaN in, or opposite infinities, is the canonical NaN.
+        let nan = |h: u32| h & 0x7fff > 0x7c00;
+        if nan(x) || nan(y) || fx && fy && x != y {
+            return 0x7fff;
+        }
+        return if fx { x } else { y };
+    }
+    let s = f16_units(x) + f16_units(y);
+    if s == 0 {
+        return if x == 0x8000 && y == 0x8000 {
+            0x8000
+        } else {
+            0
+        };
+    }
+    ref_f16(s < 0, s.unsigned_abs(), -24, "rn")
+}
+
+#[test]
+fn atom_add_noftz_f16_and_bf16_round_to_nearest_even() {
+    // Random finite f16 pairs, with ties, subnormals (kept: .noftz), overflow, NaN, ∞.
+    let mut a: Vec<u32> = randoms(3000, 21)
+        .iter()
+        .map(|r| r & 0xffff & !0x4000)
+        .collect();
+    let mut b: Vec<u32> = randoms(3000, 22)
+        .iter()
+        .map(|r| r & 0xffff & !0x4000)
+        .collect();
+    for (x, y) in [
+        (0x3c00, 0x1000), // 1 + 2^-11: a tie, to even 1.0
+        (0x3c01, 0x1000), // tie, to 0x3c02
+        (0x0001, 0x0001), // subnormals add exactly: 0x0002
+        (0x8001, 0x0001), // +0
+        (0x8000, 0x8000), // -0
+        (0x7bff, 0x7bff), // overflow: ∞
+        (0x7c00, 0xfc00), // ∞ - ∞: NaN
+        (0x7e01, 0x3c00), // NaN: canonical NaN
+        (0xfc00, 0x3c00),
+    ] {
+        a.push(x);
+        b.push(y);
+    }
+    for (body, w) in [
+        ("atom.global.add.noftz.f16 %h2, [%rd6], %h1;", 2),
+        ("atom.add.noftz.f16 %h2, [%rd6], %h1;", 2),
+    ] {
+        let (after, old) = run_atom(body, w, false, &a, &b);
+        assert_eq!(old, a, "{body}: old values");
+        for i in 0..a.len() {
+            let want = ref_f16_add(a[i], b[i]);
+            assert_eq!(after[i], want, "{body} {:#06x} + {:#06x}", a[i], b[i]);
+        }
+    }
+    // bf16: operands whose exact sums are f32 values; ties and subnormals by hand.
+    let mut a = bf16_operands(2000, 23);
+    let mut b = bf16_operands(2000, 24);
+    for (x, y) in [
+        (0x3f80, 0x3b80),
+        (0x3f81, 0x3b80),
+        (0x0001, 0x0001),
+        (0x7f80, 0xff80),
+    ] {
+        a.push(x);
+        b.push(y);
+    }
+    let (after, old) = run_atom("atom.add.noftz.bf16 %h2, [%rd6], %h1;", 2, false, &a, &b);
+    assert_eq!(old, a);
+    for i in 0..a.len() {
+        let want = ref_bf16_exact(bf16_f64(a[i] as u16) + bf16_f64(b[i] as u16)) as u32;
+        assert_eq!(after[i], want, "bf16 {:#06x} + {:#06x}", a[i], b[i]);
+    }
+    let n = a.len();
+    assert_eq!(after[n - 4..], [0x3f80, 0x3f82, 0x0002, 0x7fff]);
+}
+
+#[test]
+fn atom_add_noftz_packed_adds_each_lane() {
+    // Lane 0 is the low half: (lo, hi) = (1.0, 2.0) + (0.5, -2.0) = (1.5, +0).
+    let (after, old) = run_atom(
+        "atom.add.noftz.f16x2 %r2, [%rd6], %r1;",
+        4,
+        false,
+        &[0x4000_3c00],
+        &[0xc000_3800],
+    );
+    assert_eq!((after[0], old[0]), (0x0000_3e00, 0x4000_3c00));
+    let a: Vec<u32> = randoms(2000, 25).iter().map(|r| r & !0x4000_4000).collect();
+    let b: Vec<u32> = randoms(2000, 26).iter().map(|r| r & !0x4000_4000).collect();
+    let (after, _) = run_atom(
+        "atom.global.add.noftz.f16x2 %r2, [%rd6], %r1;",
+        4,
+        false,
+        &a,
+        &b,
+    );
+    for i in 0..a.len() {
+        let lo = ref_f16_add(a[i] & 0xffff, b[i] & 0xffff);
+        let hi = ref_f16_add(a[i] >> 16, b[i] >> 16);
+        assert_eq!(
+            after[i],
+            lo | hi << 16,
+            "f16x2 {:#010x} + {:#010x}",
+            a[i],
+            b[i]
+        );
+    }
+    let a = bf16_operands(2000, 27);
+    let b = bf16_operands(2000, 28);
+    let pa: Vec<u32> = a
+        .iter()
+        .zip(a.iter().rev())
+        .map(|(x, y)| x | y << 16)
+        .collect();
+    let pb: Vec<u32> = b
+        .iter()
+        .zip(b.iter().rev())
+        .map(|(x, y)| x | y << 16)
+        .collect();
+    let (after, old) = run_atom(
+        "atom.add.noftz.bf16x2 %r2, [%rd6], %r1;",
+        4,
+        false,
+        &pa,
+        &pb,
+    );
+    assert_eq!(old, pa);
+    let add = |x: u32, y: u32| ref_bf16_exact(bf16_f64(x as u16) + bf16_f64(y as u16)) as u32;
+    for i in 0..pa.len() {
+        let want = add(pa[i] & 0xffff, pb[i] & 0xffff) | add(pa[i] >> 16, pb[i] >> 16) << 16;
+        assert_eq!(after[i], want, "bf16x2 {:#010x} + {:#010x}", pa[i], pb[i]);
+    }
+}
+
+#[test]
+fn atom_add_noftz_is_atomic_across_threads() {
+    // 512 threads of 8 blocks add 1.0 to one f16 value (256 threads to a bf16 one, whose
+    // integers are exact up to 256); every partial sum is exact, so the result is the count
+    // and the old values are 0..count, each once.
+    let n = 512;
+    let sorted = |mut v: Vec<u32>, f: fn(u32) -> f64| {
+        v.sort_by(|x, y| f(*x).total_cmp(&f(*y)));
+        v.into_iter().map(f).collect::<Vec<f64>>()
+    };
+    let f16v = |h: u32| f16_units(h) as f64 / 2f64.powi(24);
+    let bf16v = |h: u32| bf16_f64(h as u16);
+    let count: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    for body in [
+        "atom.add.noftz.f16 %h2, [%rd6], %h1;",
+        "atom.global.add.noftz.f16 %h2, [%rd6], %h1;",
+    ] {
+        let (after, old) = run_atom(body, 2, true, &[0], &vec![0x3c00; n]);
+        assert_eq!(after[0], 0x6000, "{body}"); // 512.0
+        assert_eq!(sorted(old, f16v), count, "{body}");
+    }
+    let nb = 256;
+    let (after, old) = run_atom(
+        "atom.add.noftz.bf16 %h2, [%rd6], %h1;",
+        2,
+        true,
+        &[0],
+        &vec![0x3f80; nb],
+    );
+    assert_eq!(after[0], 0x4380); // 256.0
+    assert_eq!(sorted(old, bf16v), count[..nb]);
+    // red: no old value (the kernel stores 0 instead).
+    let (after, _) = run_atom(
+        "red.global.add.noftz.bf16x2 [%rd6], %r1; mov.b32 %r2, 0;",
+        4,
+        true,
+        &[0],
+        &vec![0xbf80_3f80; nb],
+    );
+    assert_eq!(after[0], 0xc380_4380); // (256, -256)
+    let (after, _) = run_atom(
+        "red.add.noftz.f16 [%rd6], %h1; mov.b16 %h2, 0;",
+        2,
+        true,
+        &[0],
+        &vec![0x3c00; n],
+    );
+    assert_eq!(after[0], 0x6000); // 512.0
+    // Shared memory: the block's threads add into `sh`, thread 0 stores the sum.
+    let (after, _) = run_atom(
+        "mov.u32 %r5, 0; st.shared.u32 [sh], %r5; bar.sync 0;\n\
+         atom.shared.add.noftz.f16x2 %r2, [sh], %r1; bar.sync 0;\n\
+         setp.ne.u32 %p1, %r20, 0; @%p1 bra SKIP; ld.shared.u32 %r6, [sh]; st.global.u32 [%rd6], %r6;\n\
+         SKIP:",
+        4,
+        true,
+        &[0],
+        &vec![0x4000_3c00; 64],
+    );
+    assert_eq!(after[0], 0x5800_5400); // (64, 128)
+}
+
+#[test]
+fn refused_atomic_narrow_forms_are_load_errors() {
+    for op in [
+        "atom.add.f16 %h3, [%rd1], %h1;", // .noftz is required
+        "atom.global.min.noftz.f16 %h3, [%rd1], %h1;",
+        "atom.exch.noftz.bf16 %h3, [%rd1], %h1;",
+        "atom.add.noftz.e4m3x2 %h3, [%rd1], %h1;",
+        "red.add.bf16x2 [%rd1], %r1;",
+    ] {
+        let text = format!(
+            ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{{\n\
+             .reg .b16 %h<4>; .reg .b32 %r<4>; .reg .b64 %rd<4>;\n{op}\nret;\n}}\n"
+        );
+        match cuda_sim_ptx::Module::parse(&text) {
+            Err(cuda_sim_ptx::LoadError::NotSupported(_)) => {}
+            other => panic!("{op} should be NotSupported, got {other:?}"),
+        }
     }
 }
