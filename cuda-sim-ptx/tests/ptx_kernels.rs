@@ -36,6 +36,31 @@ fn saxpy() {
     assert_eq!(out.touched, [(bx, false), (by, true)]);
 }
 
+/// The instructions a launch issued: the same for the same launch, twice as many for twice
+/// the blocks when every thread takes the same path, and more for threads that pass the
+/// bounds check than for those that exit at it.
+#[test]
+fn issued_instructions_are_counted() {
+    let m = load(&fixture("saxpy", include_str!("../fixtures/saxpy.ptx")));
+    let mut mem = Mem::new();
+    let n = 2048usize;
+    let (bx, by) = (mem.alloc(n * 4), mem.alloc(n * 4));
+    let count = |mem: &Mem, n: i32, blocks: u32| {
+        let p = Params::default()
+            .i32(n)
+            .f32(1.5)
+            .u64(mem.addr(bx))
+            .u64(mem.addr(by));
+        go_ok(&m, mem, &[], "saxpy", &launch1(blocks, 256), &p).instructions
+    };
+    let one = count(&mem, 2048, 4);
+    assert!(one > 0);
+    assert_eq!(count(&mem, 2048, 4), one);
+    assert_eq!(count(&mem, 2048, 8), 2 * one);
+    // Every thread exits at the bounds check: fewer instructions than doing the work.
+    assert!(count(&mem, 0, 4) < one);
+}
+
 #[test]
 fn shared_tree_reduction() {
     let m = load(&fixture("reduce", include_str!("../fixtures/reduce.ptx")));

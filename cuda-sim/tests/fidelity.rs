@@ -606,3 +606,98 @@ fn ptx_newer_than_the_driver_is_refused() {
         assert_clean(&report);
     }
 }
+
+/// Creates a timing event.
+fn timing_event() -> sys::CUevent {
+    let mut event = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; flags 0 (timing on).
+    ok(unsafe { sys::cuEventCreate(&mut event, 0) });
+    event
+}
+
+/// Milliseconds from `start` to `end`.
+fn elapsed(start: sys::CUevent, end: sys::CUevent) -> f32 {
+    let mut ms = 0.0;
+    // SAFETY: a valid out-pointer and two live events recorded and completed.
+    ok(unsafe { sys::cuEventElapsedTime_v2(&mut ms, start, end) });
+    ms
+}
+
+/// Logical time: two kernels on one stream take twice as long as the same two kernels on two
+/// unordered streams, a stream's start can come before another's end, and a memset lasts its
+/// model (1 µs plus its bytes at 50 GB/s). The child asserts; the parent checks it is clean.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_unordered_streams_overlap_in_logical_time() {
+    child();
+    setup();
+    let library = load();
+    let fill = kernel(library, c"fill_u32");
+    let (a, b) = (new_stream(), new_stream());
+    let n: u32 = 1024;
+    let (mut first, mut second) = (0, 0);
+    let events: Vec<sys::CUevent> = (0..9).map(|_| timing_event()).collect();
+    // SAFETY: valid out-pointers, live streams and events; each kernel writes `n` u32 into a
+    // buffer of `4 n` bytes; every buffer's users are ordered before the frees by the
+    // synchronisations.
+    unsafe {
+        ok(sys::cuMemAlloc_v2(&mut first, 4 * n as usize));
+        ok(sys::cuMemAlloc_v2(&mut second, 4 * n as usize));
+        // One stream: the two kernels one after the other.
+        ok(sys::cuEventRecord(events[0], a));
+        ok(launch_kernel(fill, 4, 256, a, (first, 1u32, n)));
+        ok(launch_kernel(fill, 4, 256, a, (second, 2u32, n)));
+        ok(sys::cuEventRecord(events[1], a));
+        ok(sys::cuStreamSynchronize(a));
+        // Two streams forked from `a` and joined back: the kernels overlap.
+        ok(sys::cuEventRecord(events[2], a));
+        ok(sys::cuStreamWaitEvent(b, events[2], 0));
+        ok(launch_kernel(fill, 4, 256, a, (first, 3u32, n)));
+        ok(sys::cuEventRecord(events[3], a));
+        ok(sys::cuEventRecord(events[4], b));
+        ok(launch_kernel(fill, 4, 256, b, (second, 4u32, n)));
+        ok(sys::cuEventRecord(events[5], b));
+        ok(sys::cuStreamWaitEvent(a, events[5], 0));
+        ok(sys::cuEventRecord(events[6], a));
+        ok(sys::cuStreamSynchronize(a));
+        // A memset of 1 MiB alone on `b`.
+        let mut big = 0;
+        ok(sys::cuMemAlloc_v2(&mut big, 1 << 20));
+        ok(sys::cuEventRecord(events[7], b));
+        ok(sys::cuMemsetD8Async(big, 0, 1 << 20, b));
+        ok(sys::cuEventRecord(events[8], b));
+        ok(sys::cuStreamSynchronize(b));
+        let memset = elapsed(events[7], events[8]);
+        let expected = (1_000.0 + (1u64 << 20) as f64 / 50.0) / 1e6;
+        assert!(
+            (f64::from(memset) - expected).abs() < 1e-6,
+            "memset {memset} ms"
+        );
+        ok(sys::cuMemFree_v2(big));
+        ok(sys::cuMemFree_v2(first));
+        ok(sys::cuMemFree_v2(second));
+    }
+    let serial = elapsed(events[0], events[1]);
+    let parallel = elapsed(events[2], events[6]);
+    assert!(serial > 0.0, "serial {serial} ms");
+    assert!(
+        (serial - 2.0 * parallel).abs() <= 1e-4 * serial,
+        "serial {serial} ms, parallel {parallel} ms"
+    );
+    // `b` started its kernel before `a`'s kernel ended.
+    assert!(elapsed(events[4], events[3]) > 0.0);
+    for event in events {
+        // SAFETY: a live event, destroyed once.
+        ok(unsafe { sys::cuEventDestroy_v2(event) });
+    }
+    unload(library);
+    destroy_stream(a);
+    destroy_stream(b);
+    teardown();
+}
+
+#[test]
+fn unordered_streams_overlap_in_logical_time() {
+    let report = report_of("scenario_unordered_streams_overlap_in_logical_time");
+    assert_clean(&report);
+}

@@ -13,10 +13,10 @@ use crate::base::calls;
 use crate::base::errors::NOT_SUPPORTED;
 use crate::base::types::{ACCESS_NONE, CuResult};
 use crate::order::checker::Use;
-use crate::resources::work::kernel_ns;
 use crate::order::races::Touch;
 use crate::resources::launch::Launch;
 use crate::resources::memory::AllocKind;
+use crate::resources::work::kernel_ns;
 
 /// `CUDA_ERROR_ILLEGAL_ADDRESS`: what a kernel touching memory it may not touch gets.
 pub const ILLEGAL_ADDRESS: CuResult = 700;
@@ -203,7 +203,8 @@ impl Sim {
             .iter()
             .flatten()
             .fold(1u64, |n, &d| n.saturating_mul(u64::from(d)));
-        self.checker.advance(op.timeline, kernel_ns(outcome.instructions, threads));
+        self.checker
+            .advance(op.timeline, kernel_ns(outcome.instructions, threads));
         crate::device::printf::keep(&outcome.printf);
         for &(handle, value) in &outcome.conditional_sets {
             self.set_conditional(launch.exec, &name, handle, value);

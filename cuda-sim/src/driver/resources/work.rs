@@ -172,8 +172,7 @@ impl Sim {
                 let operation = self.enqueue(target);
                 let row = count.checked_mul(width).ok_or(INVALID_VALUE)?;
                 let bytes = (row as u64).saturating_mul(rows as u64);
-                self.checker
-                    .advance(target.timeline, transfer_ns(bytes));
+                self.checker.advance(target.timeline, transfer_ns(bytes));
                 // The rows' starts, computed twice rather than collected: `rows` is the
                 // caller's number (a 2-D memset's height), and every row must lie in an
                 // allocation, so the first pass stops at the first row outside memory.
