@@ -268,9 +268,7 @@ impl Sim {
                     continue;
                 };
                 let bytes: u64 = holes.iter().map(|(a, b)| b - a).sum();
-                let entry = holes_by
-                    .entry(base)
-                    .or_insert((0, base + first, from, to));
+                let entry = holes_by.entry(base).or_insert((0, base + first, from, to));
                 entry.0 += bytes;
                 entry.1 = entry.1.min(base + first);
                 entry.2 = entry.2.min(from);

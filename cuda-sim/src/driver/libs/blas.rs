@@ -329,7 +329,12 @@ struct Asum {
 
 impl LibraryWork for Asum {
     fn describe(&self) -> String {
-        format!("{} (asum of {} {})", self.call, self.x.rows, self.x.elem.name())
+        format!(
+            "{} (asum of {} {})",
+            self.call,
+            self.x.rows,
+            self.x.elem.name()
+        )
     }
 
     unsafe fn footprint(&self) -> Vec<Touch> {

@@ -146,9 +146,15 @@ impl LibraryWork for Generate {
             // function's contract; unaligned writes, as the caller's pointer may be.
             unsafe {
                 match self.fill {
-                    Fill::U32 => (addr as *mut u32).write_unaligned((bits(seed, index) >> 32) as u32),
-                    Fill::UniformF32 => (addr as *mut f32).write_unaligned(uniform_f32(seed, index)),
-                    Fill::UniformF64 => (addr as *mut f64).write_unaligned(uniform_f64(seed, index)),
+                    Fill::U32 => {
+                        (addr as *mut u32).write_unaligned((bits(seed, index) >> 32) as u32)
+                    }
+                    Fill::UniformF32 => {
+                        (addr as *mut f32).write_unaligned(uniform_f32(seed, index))
+                    }
+                    Fill::UniformF64 => {
+                        (addr as *mut f64).write_unaligned(uniform_f64(seed, index))
+                    }
                     Fill::NormalF32 { mean, std } => {
                         (addr as *mut f32).write_unaligned(mean + std * normal() as f32)
                     }
