@@ -410,7 +410,7 @@ fn asum(
             sim.checker.host_waits(target.timeline);
             Ok(Some(()))
         })
-        .map_err(|code| CODES.from_work(code))?;
+        .map_err(|code| CODES.status_of_work(code))?;
     }
     Ok(())
 }
@@ -442,12 +442,14 @@ fn status_text(status: u32, name: bool) -> &'static std::ffi::CStr {
 
 /// `cublasGetStatusName`: the status's enumerator name (a static string).
 #[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)]
 pub extern "C" fn cublasGetStatusName(status: u32) -> *const c_char {
     status_text(status, true).as_ptr()
 }
 
 /// `cublasGetStatusString`: the status's description (a static string).
 #[cfg_attr(not(test), unsafe(no_mangle))]
+#[allow(non_snake_case)]
 pub extern "C" fn cublasGetStatusString(status: u32) -> *const c_char {
     status_text(status, false).as_ptr()
 }

@@ -46,7 +46,7 @@ pub struct Codes {
 
 impl Codes {
     /// The library's status for the driver's `code`, from work issued on a stream.
-    pub fn from_work(&self, code: CuResult) -> CuResult {
+    pub fn status_of_work(&self, code: CuResult) -> CuResult {
         match code {
             DEINITIALIZED | NOT_INITIALIZED => self.not_initialized,
             _ => self.execution_failed,
@@ -54,7 +54,7 @@ impl Codes {
     }
 
     /// The library's status for the driver's `code`, from a handle's lookup.
-    pub fn from_lookup(&self, code: CuResult) -> CuResult {
+    pub fn status_of_lookup(&self, code: CuResult) -> CuResult {
         let _ = code;
         self.not_initialized
     }
@@ -70,7 +70,7 @@ fn with_sim<T>(
     codes: &Codes,
     f: impl FnOnce(&mut crate::Sim) -> Result<T, CuResult>,
 ) -> Result<T, CuResult> {
-    crate::with_sim(f).map_err(|code| codes.from_lookup(code))
+    crate::with_sim(f).map_err(|code| codes.status_of_lookup(code))
 }
 
 /// Issues `work` on `stream` (0: the default stream of the current context) as one stream
@@ -82,7 +82,7 @@ fn issue(
     work: impl LibraryWork + 'static,
 ) -> Result<(), CuResult> {
     crate::api::exports::stream_work(Some(stream), call, Op::Library(Arc::new(work)))
-        .map_err(|code| codes.from_work(code))
+        .map_err(|code| codes.status_of_work(code))
 }
 
 /// Writes `value` through an out-pointer, rejecting null with `invalid`.
