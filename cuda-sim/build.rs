@@ -42,6 +42,18 @@ fn target_dir(out_dir: &Path) -> PathBuf {
     );
 }
 
+/// The names the library is also installed under (links to `libcuda.so`); `src/main.rs` makes
+/// the same links next to the library it writes.
+const LINKS: [&str; 7] = [
+    "libcuda.so.1",
+    "libcublas.so",
+    "libcublas.so.13",
+    "libcublasLt.so",
+    "libcublasLt.so.13",
+    "libcurand.so",
+    "libcurand.so.10",
+];
+
 fn main() {
     println!("cargo:rerun-if-changed=src/driver");
     // The interpreter's source, from its own package (a dependency with `links`).
@@ -110,8 +122,12 @@ fn main() {
     let temporary = dir.join(".libcuda.so.tmp");
     std::fs::copy(&built, &temporary).expect("copy libcuda.so");
     std::fs::rename(&temporary, dir.join("libcuda.so")).expect("install libcuda.so");
-    let _ = std::fs::remove_file(dir.join("libcuda.so.1"));
-    std::os::unix::fs::symlink("libcuda.so", dir.join("libcuda.so.1")).expect("libcuda.so.1");
+    // The simulated libraries (cuBLAS, cuRAND) are the same file under their names: the
+    // dynamic loader loads one file once, so they share the driver's state.
+    for name in LINKS {
+        let _ = std::fs::remove_file(dir.join(name));
+        std::os::unix::fs::symlink("libcuda.so", dir.join(name)).expect("link to libcuda.so");
+    }
     println!("cargo:rustc-env=CUDA_SIM_LIBRARY_DIR={}", dir.display());
     // The runner binary embeds the library, so that an installed `cuda-sim` needs no target
     // directory.

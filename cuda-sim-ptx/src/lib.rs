@@ -39,6 +39,31 @@ mod warp;
 pub use footprint::{Access, Span};
 pub use tma::TensorMapDesc;
 
+/// The interpreter's conversions between `f32` and the 16-bit floats (`f16`, `bf16`), for
+/// code outside it that must round exactly as `cvt` does (the simulated cuBLAS): one home for
+/// the rounding rule.
+pub mod convert {
+    /// `f16` bits to `f32` (exact).
+    pub fn f16_to_f32(h: u16) -> f32 {
+        crate::fmath::f16_to_f32(h)
+    }
+
+    /// `f32` to `f16` bits, rounded to nearest even (`cvt.rn.f16.f32`).
+    pub fn f32_to_f16(x: f32) -> u16 {
+        crate::fmath::f32_to_f16(x)
+    }
+
+    /// `bf16` bits to `f32` (exact).
+    pub fn bf16_to_f32(h: u16) -> f32 {
+        crate::lowp::bf16_to_f32(h)
+    }
+
+    /// `f32` to `bf16` bits, rounded to nearest even (`cvt.rn.bf16.f32`).
+    pub fn f32_to_bf16(x: f32) -> u16 {
+        crate::lowp::to_bf16(f64::from(x), crate::ir::Rnd::N)
+    }
+}
+
 use std::collections::HashMap;
 
 /// One kernel parameter: where it lies in the parameter buffer, and how many bytes it has.

@@ -117,10 +117,22 @@ fn library_dir() -> std::io::Result<PathBuf> {
         std::fs::File::create(&temporary)?.write_all(LIBRARY)?;
         std::fs::rename(&temporary, &library)?;
     }
-    let link = dir.join("libcuda.so.1");
-    if std::fs::symlink_metadata(&link).is_err() {
-        // Another run may have made it meanwhile.
-        let _ = std::os::unix::fs::symlink("libcuda.so", &link);
+    // The simulated cuBLAS and cuRAND are the same library under their names (as `build.rs`
+    // installs it).
+    for name in [
+        "libcuda.so.1",
+        "libcublas.so",
+        "libcublas.so.13",
+        "libcublasLt.so",
+        "libcublasLt.so.13",
+        "libcurand.so",
+        "libcurand.so.10",
+    ] {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            // Another run may have made it meanwhile.
+            let _ = std::os::unix::fs::symlink("libcuda.so", &link);
+        }
     }
     Ok(dir)
 }

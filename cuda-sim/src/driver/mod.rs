@@ -26,12 +26,13 @@ macro_rules! export_fns {
 }
 
 // The folders, lowest first; each imports only from the ones before it (checked by
-// `layers.py cuda-sim/src/driver --layers base,order,resources,device,check,api`). The root
+// `layers.py cuda-sim/src/driver --layers base,order,resources,device,check,api,libs`). The root
 // below holds the process-wide state they all share (`Sim`, behind one lock).
 pub(crate) mod api;
 pub(crate) mod base;
 pub(crate) mod check;
 pub(crate) mod device;
+pub(crate) mod libs;
 pub(crate) mod order;
 pub(crate) mod resources;
 
@@ -41,7 +42,7 @@ use check::{host_access, initcheck, report};
 use order::{checker, races};
 use resources::{
     capture, conditional, contexts, deferred, devices, events, graphs, green, kernels, libraries,
-    memory, pools, streams, user_objects, vmm,
+    library_handles, memory, pools, streams, user_objects, vmm,
 };
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -130,6 +131,8 @@ pub enum Kind {
     ResourceDesc,
     Module,
     Conditional,
+    BlasHandle,
+    RandGenerator,
 }
 
 impl Kind {
@@ -151,6 +154,8 @@ impl Kind {
             Kind::ResourceDesc => 0xde,
             Kind::Module => 0x3d,
             Kind::Conditional => 0xcd,
+            Kind::BlasHandle => 0xb1,
+            Kind::RandGenerator => 0x7a,
         }
     }
 
@@ -172,6 +177,8 @@ impl Kind {
             Kind::ResourceDesc => "resource descriptor",
             Kind::Module => "module",
             Kind::Conditional => "conditional handle",
+            Kind::BlasHandle => "cuBLAS handle",
+            Kind::RandGenerator => "cuRAND generator",
         }
     }
 }
@@ -224,6 +231,8 @@ pub struct Sim {
     pub races: races::Races,
     /// The written bytes of device allocations, and untouched ones (`initcheck`).
     pub initcheck: initcheck::Initcheck,
+    /// cuBLAS handles and cuRAND generators (`library_handles`, used by `libs`).
+    pub library_handles: library_handles::LibraryHandles,
 }
 
 static SIM: Mutex<Option<Sim>> = Mutex::new(None);
@@ -326,6 +335,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             graph_memory: Default::default(),
             races: races::Races::new(config.check_data_race),
             initcheck: initcheck::Initcheck::new(config.check_initcheck),
+            library_handles: Default::default(),
             config,
         };
         for ordinal in 0..sim.config.devices {

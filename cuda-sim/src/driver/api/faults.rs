@@ -38,8 +38,36 @@ fn plan() -> &'static Vec<(String, u64, CuResult)> {
 
 pub use crate::base::calls::current_call;
 
+/// The status codes of one library's call path: the driver's (`CUresult`), cuBLAS's or
+/// cuRAND's. A panic, a call from a destructor or a host function, and an injected fault
+/// (`CUDA_SIM_FAIL`, whose status is taken as this library's code) answer in the library's
+/// own codes.
+pub struct Statuses {
+    pub success: CuResult,
+    /// A call the driver forbids here (from a user object's destructor or a host function).
+    pub not_permitted: CuResult,
+    /// A panic inside the simulator.
+    pub internal: CuResult,
+}
+
+/// The driver's codes.
+pub const DRIVER: Statuses = Statuses {
+    success: errors::SUCCESS,
+    not_permitted: errors::NOT_PERMITTED,
+    internal: 999,
+};
+
 /// Counts the call, applies the fault plan, and runs `body`.
 pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> CuResult {
+    call_as(name, &DRIVER, body)
+}
+
+/// [`call`] for a function answering in `statuses` (the simulated libraries' exports).
+pub fn call_as(
+    name: &'static str,
+    statuses: &Statuses,
+    body: impl FnOnce() -> Result<(), CuResult>,
+) -> CuResult {
     crate::check::report::register_exit_handler();
     let (seq, n) = crate::base::calls::enter(name);
     if crate::resources::user_objects::in_destructor() {
@@ -51,7 +79,7 @@ pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> 
             );
             Ok(())
         });
-        return errors::NOT_PERMITTED;
+        return statuses.not_permitted;
     }
     if crate::resources::deferred::in_host_function() {
         // The driver forbids CUDA calls from a host function; the real one may fail or
@@ -63,17 +91,17 @@ pub fn call(name: &'static str, body: impl FnOnce() -> Result<(), CuResult>) -> 
             );
             Ok(())
         });
-        return errors::NOT_PERMITTED;
+        return statuses.not_permitted;
     }
     if let Some((_, _, code)) = plan().iter().find(|(f, at, _)| f == name && *at == n) {
         return *code;
     }
     let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(Ok(())) => errors::SUCCESS,
+        Ok(Ok(())) => statuses.success,
         Ok(Err(code)) => code,
         Err(_) => {
             eprintln!("cuda-sim: internal error in {name} (call #{seq})");
-            999
+            statuses.internal
         }
     };
     // User objects whose last reference this call dropped: destructors run now that the

@@ -244,6 +244,55 @@ impl Sim {
         }
     }
 
+    /// A library call (`operation`, `what`) touches `touches`: the unwritten bytes it reads
+    /// are reported, once per allocation, then what it writes counts as written.
+    pub fn init_library(
+        &mut self,
+        operation: Use,
+        what: &str,
+        touches: &[crate::order::races::Touch],
+    ) {
+        if !self.initcheck.enabled {
+            return;
+        }
+        // By allocation: unwritten bytes read, the first of them, and the range read.
+        let mut holes_by: BTreeMap<u64, (u64, u64, u64, u64)> = BTreeMap::new();
+        for touch in touches.iter().filter(|t| t.access == Access::Read) {
+            for (base, from, to) in pieces(self, touch.start, touch.end) {
+                let Some(shadow) = self.initcheck.shadows.get_mut(&base) else {
+                    continue;
+                };
+                shadow.touched = true;
+                let holes = shadow.holes(from - base, to - base);
+                let Some(&(first, _)) = holes.first() else {
+                    continue;
+                };
+                let bytes: u64 = holes.iter().map(|(a, b)| b - a).sum();
+                let entry = holes_by.entry(base).or_insert((0, base + first, from, to));
+                entry.0 += bytes;
+                entry.1 = entry.1.min(base + first);
+                entry.2 = entry.2.min(from);
+                entry.3 = entry.3.max(to);
+            }
+        }
+        for (base, (bytes, first, from, to)) in holes_by {
+            let shadow = &self.initcheck.shadows[&base];
+            let message = format!(
+                "{what} ({} call #{} on {}) reads [{from:#x}, {to:#x}), {bytes} bytes of which were never written, the first at {first:#x}, of the {}-byte allocation at {base:#x} (made by {} call #{})",
+                operation.call,
+                operation.seq,
+                self.checker.label(operation.timeline),
+                shadow.size,
+                shadow.made_by.0,
+                shadow.made_by.1,
+            );
+            self.checker.violation("uninitialized-read", message);
+        }
+        for touch in touches.iter().filter(|t| t.access != Access::Read) {
+            self.init_written(touch.start, touch.end - touch.start);
+        }
+    }
+
     /// A copy (`operation`, `what`) reads `[start, start + len)`: its unwritten bytes are
     /// reported, once per allocation.
     pub fn init_copy_read(&mut self, operation: Use, start: u64, len: u64) {

@@ -97,6 +97,7 @@ impl Op {
     pub fn allowed_in_body(&self) -> bool {
         match self {
             Op::Kernel(_) | Op::Memset { .. } | Op::Memcpy { .. } | Op::Empty => true,
+            Op::Library(_) => true,
             Op::Conditional(_) => true,
             Op::Child(ops) => ops.iter().all(Op::allowed_in_body),
             Op::Upload { .. }

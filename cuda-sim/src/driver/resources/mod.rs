@@ -1,6 +1,6 @@
 //! The model of each driver resource: devices, contexts and green contexts, streams, events and
 //! the work they carry, memory (allocations, pools, virtual memory, IPC), libraries and kernels,
-//! stream capture, graphs, conditional nodes and user objects. Above `order`, which checks them.
+//! stream capture, graphs, conditional nodes, user objects, and the simulated libraries' handles. Above `order`, which checks them.
 
 pub(crate) mod capture;
 pub(crate) mod conditional;
@@ -15,6 +15,7 @@ pub(crate) mod kernels;
 pub(crate) mod launch;
 pub(crate) mod launch_attributes;
 pub(crate) mod libraries;
+pub(crate) mod library_handles;
 pub(crate) mod memory;
 pub(crate) mod occupancy;
 pub(crate) mod pools;

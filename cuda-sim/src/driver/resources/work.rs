@@ -5,10 +5,12 @@
 //! operation per node, so a node touches memory exactly as the direct call would.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use crate::Sim;
 use crate::base::errors::INVALID_VALUE;
 use crate::base::types::{CuResult, Raw};
+use crate::order::checker::Use;
 use crate::order::races::Touch;
 use crate::resources::launch::Launch;
 use crate::resources::streams::Target;
@@ -36,6 +38,33 @@ pub struct ConditionalOp {
     pub kind: u32,
     pub bodies: Vec<Raw>,
     pub resolved: Option<Vec<Vec<Op>>>,
+}
+
+/// Work of a simulated library (a cuBLAS or cuRAND call, `libs/`): run on the host as one
+/// stream operation, with the footprint it declares checked as a kernel's accesses are (bounds,
+/// races, initcheck, uses for the free-order check).
+pub trait LibraryWork: Send + Sync + std::fmt::Debug {
+    /// What the operation is, for messages (`cublasSgemm_v2: gemm 64x64x64`).
+    fn describe(&self) -> String;
+
+    /// The device memory read before the footprint is known: the scalars of cuBLAS's device
+    /// pointer mode.
+    fn scalars(&self) -> Vec<Touch> {
+        Vec::new()
+    }
+
+    /// Every byte range the operation reads or writes.
+    ///
+    /// # Safety
+    /// Every range of [`LibraryWork::scalars`] lies in live, mapped memory of this simulator.
+    unsafe fn footprint(&self) -> Vec<Touch>;
+
+    /// Computes the result.
+    ///
+    /// # Safety
+    /// Every range of [`LibraryWork::scalars`] and [`LibraryWork::footprint`] lies in live,
+    /// mapped memory of this simulator, readable and writable.
+    unsafe fn run(&self);
 }
 
 pub const NODE_MEM_ALLOC: u32 = 10;
@@ -85,6 +114,9 @@ pub enum Op {
     Empty,
     /// A conditional node (`conditional`).
     Conditional(Box<ConditionalOp>),
+    /// A call of a simulated library (`libs/`); a node of a graph is a kernel node, as the
+    /// library's kernels would be.
+    Library(Arc<dyn LibraryWork>),
     /// The start of a launch of an executable graph: the conditional handles its nodes read
     /// (as the exec had them when the launch was queued: the exec may be destroyed while the
     /// launch waits, which the driver allows) take their defaults. Not a node.
@@ -99,7 +131,7 @@ impl Op {
     /// The `CUgraphNodeType` of a node holding this operation.
     pub fn node_type(&self) -> u32 {
         match self {
-            Op::Kernel(_) => NODE_KERNEL,
+            Op::Kernel(_) | Op::Library(_) => NODE_KERNEL,
             Op::Memset { .. } => NODE_MEMSET,
             Op::Memcpy { .. } | Op::Upload { .. } => NODE_MEMCPY,
             Op::EventRecord(_) => NODE_EVENT_RECORD,
@@ -286,6 +318,10 @@ impl Sim {
             Op::Empty => {
                 self.enqueue(target);
             }
+            Op::Library(work) => {
+                let operation = self.enqueue(target);
+                self.run_library(work.as_ref(), operation)?;
+            }
             Op::Conditional(conditional) => self.run_conditional(target, conditional)?,
             Op::ResetConditionals(handles) => self.reset_conditionals(handles),
             &Op::LaunchDone(context) => self.foreign_launch_done(context, Some(target.timeline)),
@@ -293,6 +329,29 @@ impl Sim {
             &Op::GraphFree { addr } => self.run_graph_free(target, addr)?,
         }
         Ok(Vec::new())
+    }
+
+    /// Runs a library's work as `operation`: its ranges must lie in live device memory
+    /// (an **out-of-bounds** range fails the operation before it computes anything, as a
+    /// kernel's illegal address fails its launch), then races and initcheck see its touches.
+    fn run_library(&mut self, work: &dyn LibraryWork, operation: Use) -> Result<(), CuResult> {
+        let mut touches = work.scalars();
+        for touch in &touches {
+            self.touch(touch.start, touch.end - touch.start, operation, true)?;
+        }
+        // SAFETY: the scalars' ranges were checked above to lie in live allocations.
+        let footprint = unsafe { work.footprint() };
+        for touch in &footprint {
+            self.touch(touch.start, touch.end - touch.start, operation, true)?;
+        }
+        touches.extend(footprint);
+        let what = work.describe();
+        self.check_races(operation, what.clone(), &touches);
+        self.init_library(operation, &what, &touches);
+        // SAFETY: every range was checked above to lie in one live allocation (mapped memory
+        // of this simulator).
+        unsafe { work.run() };
+        Ok(())
     }
 
     /// Issues `op` on `target`: recorded as a node while the stream captures, else executed.
