@@ -44,15 +44,27 @@ impl Stamp {
     }
 }
 
+std::thread_local! {
+    /// How far in logical time this host thread has seen the device's work (its waits and
+    /// synchronisations): the earliest its next operation can start. Per thread, as a GPU's
+    /// streams fed by two threads are: one thread's wait does not delay another's work.
+    static HOST_TIME: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// This host thread's logical time (see `HOST_TIME`).
+pub fn host_time() -> u64 {
+    HOST_TIME.try_with(std::cell::Cell::get).unwrap_or(0)
+}
+
 /// One sequence of work: the host, or a stream.
 #[derive(Clone, Debug)]
 pub struct Timeline {
     pub clock: Clock,
     pub label: String,
-    /// Logical time, in nanoseconds: when the timeline's last operation ends (for the host:
-    /// how far it has seen the device's work). It travels with every join of the clock, so
-    /// work on unordered streams overlaps and events time what a GPU would; no verdict reads
-    /// it.
+    /// Logical time, in nanoseconds: when the timeline's last operation ends. It travels with
+    /// every join of the clock, so work on unordered streams overlaps and events time what a
+    /// GPU would; no verdict reads it. Unused for the host, whose time is each thread's own
+    /// ([`host_time`]).
     pub time: u64,
 }
 
@@ -108,7 +120,7 @@ impl Checker {
         let index = self.timelines.len();
         let mut clock = self.timelines[HOST].clock.clone();
         clock.resize(index + 1, 0);
-        let time = self.timelines[HOST].time;
+        let time = host_time();
         self.timelines.push(Timeline { clock, label, time });
         index
     }
@@ -120,7 +132,7 @@ impl Checker {
         let host = self.timelines[HOST].clock.clone();
         let mut clock = std::mem::take(&mut self.timelines[timeline].clock);
         join(&mut clock, &host);
-        let mut time = self.timelines[timeline].time.max(self.timelines[HOST].time);
+        let mut time = self.timelines[timeline].time.max(host_time());
         for &other in implicit {
             if other != timeline {
                 join(&mut clock, &self.timelines[other].clock);
@@ -164,13 +176,20 @@ impl Checker {
     /// `timeline` waits for a captured point (`cuStreamWaitEvent`).
     pub fn wait_stamp(&mut self, timeline: usize, stamp: &Stamp) {
         stamp.join_into(&mut self.timelines[timeline]);
+        if timeline == HOST {
+            let _ = HOST_TIME.try_with(|time| time.set(time.get().max(stamp.time)));
+        }
     }
 
     /// `timeline`'s point now: its clock and logical time.
     pub fn stamp(&self, timeline: usize) -> Stamp {
         Stamp {
             clock: self.timelines[timeline].clock.clone(),
-            time: self.timelines[timeline].time,
+            time: if timeline == HOST {
+                host_time()
+            } else {
+                self.timelines[timeline].time
+            },
         }
     }
 

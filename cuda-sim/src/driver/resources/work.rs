@@ -161,6 +161,8 @@ impl Op {
 /// - a kernel: [`LAUNCH_NS`], plus its issued instructions spread over the threads that run at
 ///   once (at most [`LANES`], an H200's 132 SMs of 128 lanes), one nanosecond each;
 /// - a copy or memset: [`TRANSFER_NS`], plus its bytes at [`BYTES_PER_NS`];
+/// - a cuBLAS or cuRAND operation: [`LAUNCH_NS`], plus the bytes it touches at
+///   [`BYTES_PER_NS`];
 /// - anything else: nothing.
 ///
 /// So work on unordered streams overlaps and two events' elapsed time is what it means on a
@@ -176,6 +178,12 @@ pub const LANES: u64 = 132 * 128;
 /// A kernel's logical duration: see [`LAUNCH_NS`].
 pub fn kernel_ns(instructions: u64, threads: u64) -> u64 {
     LAUNCH_NS + instructions.div_ceil(threads.clamp(1, LANES))
+}
+
+/// A cuBLAS or cuRAND operation's logical duration: a launch, plus the bytes it touches at
+/// [`BYTES_PER_NS`].
+pub fn library_ns(bytes: u64) -> u64 {
+    LAUNCH_NS + bytes / BYTES_PER_NS
 }
 
 /// A copy's or memset's logical duration: see [`LAUNCH_NS`].
@@ -345,6 +353,8 @@ impl Sim {
             self.touch(touch.start, touch.end - touch.start, operation, true)?;
         }
         touches.extend(footprint);
+        let bytes = touches.iter().map(|t| t.end - t.start).sum();
+        self.checker.advance(operation.timeline, library_ns(bytes));
         let what = work.describe();
         self.check_races(operation, what.clone(), &touches);
         self.init_library(operation, &what, &touches);
