@@ -755,3 +755,77 @@ fn host_accesses_ordered_by_a_host_function_do_not_race() {
         "scenario_host_reads_managed_after_a_host_function",
     ));
 }
+
+/// A host function: reads element 5 of the managed `u32` array at `data` (as an address) and
+/// stores it at element 6.
+unsafe extern "C" fn copy_element(data: *mut c_void) {
+    let buf = data as usize as sys::CUdeviceptr;
+    host_write(buf, 6, host_read(buf, 5));
+}
+
+/// A kernel writes managed memory on a non-blocking stream, and a host function behind it on
+/// that stream reads and writes it through the pointer: ordered by the stream, so no race,
+/// though the host function's thread never synchronised through the driver.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_host_function_touches_managed_memory() {
+    child();
+    let env = env(false);
+    let mut buf = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL.
+    unsafe { ok(sys::cuMemAllocManaged(&mut buf, BYTES, 1)) };
+    launch(env.fill, env.s1, buf, 9u32, N);
+    // SAFETY: a live stream; the host function touches the allocation, which lives until
+    // `finish_with`, after the stream's work.
+    unsafe {
+        ok(sys::cuLaunchHostFunc(
+            env.s1,
+            Some(copy_element),
+            buf as usize as *mut c_void,
+        ))
+    };
+    // SAFETY: a live stream.
+    unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    assert_eq!(host_read(buf, 6), 9);
+    finish_with(env, &[buf]);
+}
+
+#[test]
+fn a_host_functions_accesses_are_ordered_by_its_stream() {
+    assert_clean(&report_of("scenario_host_function_touches_managed_memory"));
+}
+
+/// A program whose SIGSEGV action is the default sends itself SIGSEGV after `cuInit` (the
+/// page guards' handler installed, a managed allocation guarded): it dies of it, as without
+/// the simulator. The handler passes a signal a process sent to the action before it and
+/// sends it again once that action is back.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_a_sent_sigsegv_still_kills() {
+    child();
+    // The default action before the simulator's (the Rust runtime's own handler would eat a
+    // sent SIGSEGV, with or without the simulator).
+    // SAFETY: sets a signal's action to the default; no handler of this program is lost.
+    unsafe { libc::signal(libc::SIGSEGV, libc::SIG_DFL) };
+    let env = env(false);
+    let mut buf = 0;
+    // SAFETY: a context is current; valid out-pointer; CU_MEM_ATTACH_GLOBAL.
+    unsafe { ok(sys::cuMemAllocManaged(&mut buf, BYTES, 1)) };
+    launch(env.fill, env.s1, buf, 9u32, N);
+    // SAFETY: sends SIGSEGV to this process, whose action for it is the simulator's handler.
+    unsafe { libc::raise(libc::SIGSEGV) };
+    // Not reached when the signal kills the process.
+    finish_with(env, &[buf]);
+}
+
+#[test]
+fn a_sent_sigsegv_still_kills() {
+    use std::os::unix::process::ExitStatusExt;
+    let (output, _) = run("scenario_a_sent_sigsegv_still_kills", |_| {});
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -24,6 +24,7 @@ unsafe extern "C" {
     fn mprotect(addr: *mut c_void, len: usize, prot: c_int) -> c_int;
     fn sigaction(signum: c_int, act: *const SigAction, old: *mut SigAction) -> c_int;
     fn gettid() -> c_int;
+    fn raise(signal: c_int) -> c_int;
 }
 
 /// glibc's `struct sigaction` on Linux x86_64: the handler (or `sa_sigaction`), the mask
@@ -41,6 +42,8 @@ pub struct SigAction {
 pub const SIGSEGV: c_int = 11;
 /// `SA_SIGINFO`: the handler takes `(signal, siginfo, ucontext)`.
 pub const SA_SIGINFO: c_int = 4;
+/// `si_code` of a SIGSEGV for an access the page's protection forbids.
+pub const SEGV_ACCERR: i32 = 2;
 /// `SA_ONSTACK`: the handler runs on the thread's alternate stack when it has one (Rust's
 /// stack-overflow detection needs it).
 pub const SA_ONSTACK: c_int = 0x0800_0000;
@@ -89,6 +92,13 @@ pub fn current_action(signal: c_int) -> Option<SigAction> {
 pub fn restore_action(signal: c_int, action: &SigAction) {
     // SAFETY: `action` is a valid `struct sigaction`; the old action is not asked for.
     unsafe { sigaction(signal, action, std::ptr::null_mut()) };
+}
+
+/// Sends `signal` to the calling thread (async-signal-safe; from a handler of that signal it
+/// is delivered once the handler returns).
+pub fn raise_signal(signal: c_int) {
+    // SAFETY: `raise` has no preconditions.
+    unsafe { raise(signal) };
 }
 
 /// The calling thread's kernel id (async-signal-safe).

@@ -25,9 +25,9 @@ use crate::order::checker::{Clock, HOST, Use, covers};
 use crate::order::page_guard::{self, NO_ACCESS, READ_ONLY, guard, installed, take_notes, unguard};
 
 /// Installs the page guards' `SIGSEGV` handler (`page_guard::install`); a program's host
-/// functions' accesses go unnoted.
+/// functions' accesses go unnoted (`deferred::start_hosts` marks their threads quiet).
 pub fn install() {
-    page_guard::install(crate::resources::deferred::in_host_function);
+    page_guard::install();
 }
 
 /// Whether the host's accesses are ordered after `operation`: its clock covers it, or a host

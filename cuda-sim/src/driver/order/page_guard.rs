@@ -55,8 +55,36 @@ static FAULTS: [Note; NOTES] = [const {
 
 /// The `SIGSEGV` action before ours, called for every fault that is not on a guarded page.
 static PREVIOUS: OnceLock<SigAction> = OnceLock::new();
-/// Whether a faulting thread's accesses go unnoted (set by `install`).
-static SKIP: OnceLock<fn() -> bool> = OnceLock::new();
+/// Threads whose accesses go unnoted (a program's host function: ordered on its stream,
+/// which the host's clock does not show), by kernel thread id; 0 is a free slot. A table of
+/// atomics, so that the handler reads it without thread-local storage (whose first use in a
+/// thread may allocate in a `dlopen`ed library: not async-signal-safe).
+static QUIET: [AtomicI32; QUIET_SLOTS] = [const { AtomicI32::new(0) }; QUIET_SLOTS];
+/// Threads that can run host functions at once with their accesses unnoted; past that, a
+/// host function's accesses are noted like any host thread's.
+const QUIET_SLOTS: usize = 256;
+
+/// The calling thread's accesses go unnoted until [`quiet_end`] with the returned slot
+/// (`None`: the table is full, and they are noted).
+pub fn quiet_begin() -> Option<usize> {
+    let tid = sys::thread_id();
+    QUIET.iter().position(|slot| {
+        slot.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Ends [`quiet_begin`]'s slot.
+pub fn quiet_end(slot: Option<usize>) {
+    if let Some(slot) = slot {
+        QUIET[slot].store(0, Ordering::Release);
+    }
+}
+
+/// Whether thread `tid`'s accesses go unnoted (async-signal-safe: atomic loads only).
+fn quiet(tid: i32) -> bool {
+    QUIET.iter().any(|slot| slot.load(Ordering::Acquire) == tid)
+}
 
 /// Whether the handler is installed (guards are only ever set when it is).
 pub fn installed() -> bool {
@@ -65,15 +93,11 @@ pub fn installed() -> bool {
 
 /// Installs the `SIGSEGV` handler once (Linux x86_64 only: the layouts of `struct
 /// sigaction` and `ucontext_t` it relies on are that platform's).
-///
-/// `skip` says whether the faulting thread's accesses go unnoted (a program's host function:
-/// ordered on its stream, which the host's clock does not show); it must be safe to call in
-/// a signal handler (a thread-local flag).
-pub fn install(skip: fn() -> bool) {
+/// Threads between [`quiet_begin`] and [`quiet_end`] go unnoted.
+pub fn install() {
     if !cfg!(all(target_os = "linux", target_arch = "x86_64")) || installed() {
         return;
     }
-    let _ = SKIP.set(skip);
     let Some(previous) = sys::current_action(sys::SIGSEGV) else {
         return;
     };
@@ -194,47 +218,64 @@ fn note(addr: u64, write: bool) {
 /// The `SIGSEGV` handler. Async-signal-safe: atomics, `mprotect`, `gettid`, `sigaction` and
 /// the previous handler only; no allocation, no lock, no panic.
 extern "C" fn on_segv(signal: c_int, info: *mut c_void, context: *mut c_void) {
-    let addr = if info.is_null() {
-        0
+    // Only a protection fault (`si_code` SEGV_ACCERR) can be a guarded page's: a SIGSEGV sent
+    // by a process (`kill`, `tgkill`: `si_code` ≤ 0, no address) or a fault on an unmapped
+    // address goes to the previous action as it is.
+    let (code, addr) = if info.is_null() {
+        (0, None)
     } else {
         // SAFETY: with SA_SIGINFO the second argument is the `siginfo_t` of the signal; on
-        // Linux x86_64 `si_addr` (the faulting address, for SIGSEGV) is the pointer at byte
-        // 16, after `si_signo`, `si_errno`, `si_code` and padding.
-        unsafe { info.cast::<u8>().add(16).cast::<u64>().read() }
+        // Linux x86_64 it begins with `si_signo`, `si_errno` and `si_code` (three `int`s:
+        // `si_code` at byte 8), and for a fault `si_addr` (the faulting address) is the
+        // pointer at byte 16, after padding.
+        let (code, addr) = unsafe {
+            (
+                info.cast::<u8>().add(8).cast::<i32>().read(),
+                info.cast::<u8>().add(16).cast::<u64>().read(),
+            )
+        };
+        (code, (code == sys::SEGV_ACCERR).then_some(addr))
     };
-    for slot in &TABLE {
-        let (start, end) = (
-            slot.start.load(Ordering::Acquire),
-            slot.end.load(Ordering::Acquire),
-        );
-        if end == 0 || addr < start || addr >= end {
-            continue;
-        }
-        let guard = slot.guard.load(Ordering::Acquire);
-        if guard == UNGUARDED {
-            // Lifted meanwhile, or left inaccessible by a lift that lost a race with a new
-            // guard: the pages are made accessible (idempotent; at worst a race is missed)
-            // and the access runs again, never a fault loop.
-            sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE);
+    if let Some(addr) = addr {
+        for slot in &TABLE {
+            let (start, end) = (
+                slot.start.load(Ordering::Acquire),
+                slot.end.load(Ordering::Acquire),
+            );
+            if end == 0 || addr < start || addr >= end {
+                continue;
+            }
+            let guard = slot.guard.load(Ordering::Acquire);
+            if guard == UNGUARDED {
+                // Lifted meanwhile, or left inaccessible by a lift that lost a race with a new
+                // guard: the pages are made accessible (idempotent; at worst a race is missed)
+                // and the access runs again, never a fault loop.
+                sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE);
+                return;
+            }
+            let write = guard == READ_ONLY || fault_is_write(context);
+            if !quiet(sys::thread_id()) {
+                note(addr, write);
+            }
+            if !sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE) {
+                break;
+            }
+            slot.guard.store(UNGUARDED, Ordering::Release);
             return;
         }
-        let write = guard == READ_ONLY || fault_is_write(context);
-        if !SKIP.get().is_some_and(|skip| skip()) {
-            note(addr, write);
-        }
-        if !sys::protect(start as usize, (end - start) as usize, sys::PROT_READ_WRITE) {
-            break;
-        }
-        slot.guard.store(UNGUARDED, Ordering::Release);
-        return;
     }
     let Some(previous) = PREVIOUS.get() else {
         return;
     };
     match previous.handler {
-        // SIG_DFL, SIG_IGN: the previous action comes back and the access faults again
-        // under it.
-        0 | 1 => sys::restore_action(signal, previous),
+        // SIG_DFL, SIG_IGN: the previous action comes back; a fault happens again under it
+        // when the access runs again, a signal a process sent (`si_code` ≤ 0) is sent again.
+        0 | 1 => {
+            sys::restore_action(signal, previous);
+            if code <= 0 {
+                sys::raise_signal(signal);
+            }
+        }
         handler if previous.flags & sys::SA_SIGINFO != 0 => {
             // SAFETY: the previous action was installed with SA_SIGINFO, so its handler is a
             // `void (*)(int, siginfo_t *, void *)`; it gets this signal's own arguments.

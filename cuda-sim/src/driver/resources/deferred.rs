@@ -352,10 +352,13 @@ pub fn start_hosts(calls: Vec<(usize, HostCall)>) {
     for (timeline, (function, data)) in calls {
         std::thread::spawn(move || {
             IN_HOST_FUNCTION.with(|flag| flag.set(true));
+            // Its accesses to managed memory are ordered on its stream: not the host's.
+            let quiet = crate::order::page_guard::quiet_begin();
             // SAFETY: the program's host function with the program's data, from
             // `cuLaunchHostFunc` or a host node; called once, outside the simulator's lock,
             // as the driver calls it from a thread of its own.
             unsafe { function(data as *mut c_void) };
+            crate::order::page_guard::quiet_end(quiet);
             IN_HOST_FUNCTION.with(|flag| flag.set(false));
             let more = with_sim(|sim| {
                 sim.host_finished(timeline);
