@@ -54,6 +54,8 @@ for s in kernel_kernel kernel_kernel_ordered_by_an_event copy_kernel copy_kernel
   host_copy_of_managed_after_a_synchronize store_against_atomics atomics_on_two_streams \
   copy_out_to_pinned_then_write copy_out_to_pageable_then_write host_reads_managed \
   host_reads_managed_after_a_synchronize host_writes_managed_read_by_a_kernel \
-  host_writes_managed_read_by_a_kernel_after_a_synchronize; do
+  host_writes_managed_read_by_a_kernel_after_a_synchronize host_overwrites_pinned_source \
+  host_overwrites_pinned_source_after_a_synchronize host_reads_mapped_memory \
+  host_reads_mapped_memory_after_a_synchronize; do
   run races memcheck-races scenario_$s
 done

@@ -829,3 +829,83 @@ fn a_sent_sigsegv_still_kills() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A pinned host buffer is copied to the device on a non-blocking stream, and the host then
+/// overwrites it through its pointer: unless it synchronised first, the write races with the
+/// copy's read (the classic bug of reusing a staging buffer too early).
+fn host_overwrites_pinned_source(fixed: bool) {
+    let env = env(false);
+    let mut pinned = std::ptr::null_mut();
+    // SAFETY: a context is current; valid out-pointer; flags 0 (pinned, not mapped).
+    unsafe { ok(sys::cuMemHostAlloc(&mut pinned, BYTES, 0)) };
+    let host = pinned as usize as sys::CUdeviceptr;
+    for i in 0..N as usize {
+        host_write(host, i, 5);
+    }
+    let dev = alloc(BYTES);
+    // SAFETY: `pinned` holds `BYTES` bytes; `dev` is a live allocation of as many.
+    unsafe { ok(sys::cuMemcpyHtoDAsync_v2(dev, pinned, BYTES, env.s1)) };
+    if fixed {
+        // SAFETY: a live stream.
+        unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    }
+    host_write(host, 3, 7);
+    // SAFETY: a context is current.
+    unsafe { ok(sys::cuCtxSynchronize()) };
+    // SAFETY: our own pinned allocation, freed once, after the copy.
+    unsafe { ok(sys::cuMemFreeHost(pinned)) };
+    finish_with(env, &[dev]);
+}
+
+planted!(
+    host_overwrites_a_pinned_buffer_a_copy_reads_race,
+    scenario_host_overwrites_pinned_source,
+    scenario_host_overwrites_pinned_source_after_a_synchronize,
+    host_overwrites_pinned_source,
+    "data-race",
+    [
+        " writes 0x",
+        "(through a pointer) of the 4096-byte pinned host allocation at 0x",
+        "cuMemcpyHtoDAsync_v2 (call #",
+        "read ["
+    ]
+);
+
+/// A kernel writes mapped pinned memory (through its device pointer) on a non-blocking
+/// stream and the host reads an element through its host pointer: a race unless the host
+/// synchronised with the stream first.
+fn host_reads_mapped_memory(fixed: bool) {
+    let env = env(false);
+    let mut pinned = std::ptr::null_mut();
+    let mut device = 0;
+    // SAFETY: a context is current; valid out-pointers; CU_MEMHOSTALLOC_DEVICEMAP.
+    unsafe {
+        ok(sys::cuMemHostAlloc(&mut pinned, BYTES, 2));
+        ok(sys::cuMemHostGetDevicePointer_v2(&mut device, pinned, 0));
+    }
+    launch(env.fill, env.s1, device, 9u32, N);
+    if fixed {
+        // SAFETY: a live stream.
+        unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    }
+    assert_eq!(host_read(pinned as usize as sys::CUdeviceptr, 5), 9);
+    // SAFETY: a context is current.
+    unsafe { ok(sys::cuCtxSynchronize()) };
+    // SAFETY: our own pinned allocation, freed once, after the kernel.
+    unsafe { ok(sys::cuMemFreeHost(pinned)) };
+    finish(env);
+}
+
+planted!(
+    host_read_of_mapped_memory_a_kernel_writes_race,
+    scenario_host_reads_mapped_memory,
+    scenario_host_reads_mapped_memory_after_a_synchronize,
+    host_reads_mapped_memory,
+    "data-race",
+    [
+        " reads 0x",
+        "(through a pointer) of the 4096-byte pinned host allocation at 0x",
+        "kernel fill_u32",
+        "wrote ["
+    ]
+);

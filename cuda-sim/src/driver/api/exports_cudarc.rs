@@ -255,6 +255,24 @@ fn cluster_config(config: *const LaunchConfig) -> Result<(LaunchConfig, Option<u
 // ---------------------------------------------------------------------------------------------
 
 export_fns! {
+    /// The device address of pinned host memory: with unified addressing, the host address
+    /// itself. `ptr` must lie in a live `cuMemHostAlloc`/`cuMemAllocHost` allocation (every
+    /// one is mapped on such a system) and `flags` must be 0, as the driver requires.
+    fn cuMemHostGetDevicePointer_v2(dptr: *mut CuDevicePtr, ptr: *mut c_void, flags: c_uint) {
+        if dptr.is_null() || flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let addr = ptr as usize as CuDevicePtr;
+        with_sim(|sim| {
+            sim.require_current("cuMemHostGetDevicePointer_v2")?;
+            match sim.alloc_at(addr) {
+                Some(alloc) if alloc.kind == AllocKind::Host => Ok(()),
+                _ => Err(INVALID_VALUE),
+            }
+        })?;
+        put(dptr, addr)
+    }
+
     fn cuPointerGetAttribute(data: *mut c_void, attribute: c_uint, ptr: CuDevicePtr) {
         // One implementation with `cuPointerGetAttributes` (knows managed memory).
         pointer_attribute(data, attribute, ptr)
@@ -584,7 +602,6 @@ not_supported! {
     // Registered host memory and graphics interop.
     fn cuMemHostRegister_v2(ptr: *mut c_void, size: usize, flags: c_uint);
     fn cuMemHostUnregister(ptr: *mut c_void);
-    fn cuMemHostGetDevicePointer_v2(dptr: *mut CuDevicePtr, ptr: *mut c_void, flags: c_uint);
     fn cuGraphicsUnregisterResource(resource: Raw);
     fn cuGraphicsMapResources(count: c_uint, resources: *mut Raw, stream: Raw);
     fn cuGraphicsUnmapResources(count: c_uint, resources: *mut Raw, stream: Raw);

@@ -224,7 +224,7 @@ impl Sim {
         self.extra
             .managed
             .insert(addr, ManagedState::new(size as u64, flags));
-        self.races.watch_managed(addr, block);
+        self.races.watch_host_visible(addr, block);
         Ok(addr)
     }
 

@@ -1,7 +1,9 @@
-//! The program's own loads and stores through pointers into managed memory, seen by page
-//! protection, for the data-race check (`races`).
+//! The program's own loads and stores through pointers into managed memory and pinned host
+//! memory (`cuMemHostAlloc`, `cuMemAllocHost`, mapped or not), seen by page protection, for
+//! the data-race check (`races`).
 //!
-//! A managed allocation lies in whole pages of its own (`Sim::alloc_managed`). When a device
+//! Such an allocation lies in whole pages of its own (`Sim::alloc_managed`,
+//! `Sim::alloc_sync`). When a device
 //! operation (kernel, copy, memset) touched one and the host's clock does not cover that
 //! operation, the allocation is *guarded* between driver calls: read-only when every such
 //! operation only read it (a host write then races), inaccessible when one wrote or updated
@@ -23,6 +25,7 @@ use cuda_sim_ptx::Access;
 use crate::Sim;
 use crate::order::checker::{Clock, HOST, Use, covers};
 use crate::order::page_guard::{self, NO_ACCESS, READ_ONLY, guard, installed, take_notes, unguard};
+use crate::resources::memory::AllocKind;
 
 /// Installs the page guards' `SIGSEGV` handler (`page_guard::install`); a program's host
 /// functions' accesses go unnoted (`deferred::start_hosts` marks their threads quiet).
@@ -104,7 +107,16 @@ impl Sim {
         else {
             return;
         };
-        let size = self.allocs.get(&base).map_or(0, |a| a.size);
+        let (size, kind) = self.allocs.get(&base).map_or((0, "managed"), |a| {
+            (
+                a.size,
+                if a.kind == AllocKind::Host {
+                    "pinned host"
+                } else {
+                    "managed"
+                },
+            )
+        });
         let host = self.checker.clock(HOST).clone();
         let visible = &self.races.host_visible;
         let access = if write { Access::Write } else { Access::Read };
@@ -121,7 +133,7 @@ impl Sim {
             };
             pending.reported = true;
             messages.push(format!(
-                "host thread {thread} {} {addr:#x} (through a pointer) of the {size}-byte managed allocation at {base:#x}, which {} (call #{}) on {}, {}, {} [{:#x}, {:#x}): no synchronisation orders them",
+                "host thread {thread} {} {addr:#x} (through a pointer) of the {size}-byte {kind} allocation at {base:#x}, which {} (call #{}) on {}, {}, {} [{:#x}, {:#x}): no synchronisation orders them",
                 if write { "writes" } else { "reads" },
                 pending.op.operation.call,
                 pending.op.operation.seq,

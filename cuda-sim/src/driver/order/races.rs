@@ -171,9 +171,9 @@ impl Races {
         self.watched.forget(addr);
     }
 
-    /// Watches the host's accesses to the managed allocation at `addr` (`len` bytes of whole
-    /// pages of its own).
-    pub fn watch_managed(&mut self, addr: u64, len: u64) {
+    /// Watches the host's accesses to the managed or pinned host allocation at `addr` (`len`
+    /// bytes of whole pages of its own).
+    pub fn watch_host_visible(&mut self, addr: u64, len: u64) {
         if self.enabled {
             self.watched.watch(addr, len);
         }

@@ -12,7 +12,7 @@ use crate::base::types::{
     Raw,
 };
 use crate::order::checker::Use;
-use crate::resources::memory::{Alloc, AllocKind, Arena, arena_size, rounded};
+use crate::resources::memory::{Alloc, AllocKind, Arena, PAGE, arena_size, rounded};
 use crate::resources::streams::Target;
 use crate::{Kind, Sim};
 
@@ -468,14 +468,21 @@ impl Sim {
             return Err(INVALID_VALUE);
         }
         let device = self.contexts[&context].device;
-        let block = rounded(size as u64).ok_or(OUT_OF_MEMORY)?;
+        let mut block = rounded(size as u64).ok_or(OUT_OF_MEMORY)?;
         let budget = self.budget((!host).then_some(device));
         let arena = if host {
             &mut self.devices[device].host_arena
         } else {
             &mut self.devices[device].sync_arena
         };
-        let (offset, _) = arena.alloc(block, budget)?;
+        let (offset, _) = if host {
+            // Whole pages of its own, as a managed allocation's: the host's accesses through
+            // the pointer are watched the same way (`host_access`).
+            block = block.checked_next_multiple_of(PAGE).ok_or(OUT_OF_MEMORY)?;
+            arena.alloc_aligned(block, PAGE, budget)?
+        } else {
+            arena.alloc(block, budget)?
+        };
         let addr = arena.base as u64 + offset;
         let operation = self.checker.host_op();
         let kind = if host {
@@ -493,6 +500,9 @@ impl Sim {
             Some(context),
             Some(operation),
         );
+        if host {
+            self.races.watch_host_visible(addr, block);
+        }
         Ok(addr)
     }
 }
