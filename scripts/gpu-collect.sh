@@ -6,6 +6,7 @@
 #   # then, on the GPU machine, from the repository root:
 #   scripts/gpu-run.sh            # runs every test binary with --include-ignored, the tour
 #                                 # example and the GPU bench; logs go to $OUT or ./gpu-logs
+#   scripts/gpu-run.sh serving    # the serving benchmark (.gpu/serving), log serving.log
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -55,11 +56,12 @@ for line in sys.stdin:
         print(".gpu/test-cudarc_app")
 '
 rm -rf "$app"
-cargo build --release -p handles-bench --bin gpu_bench
+cargo build --release -p handles-bench --bin gpu_bench --bin serving
 cp target/release/gpu_bench .gpu/gpu_bench
+cp target/release/serving .gpu/serving
 # Debug info would push the folder past the 64 MiB the device call carries.
 strip .gpu/test-* .gpu/tour .gpu/ipc .gpu/pipeline .gpu/memory_server .gpu/why_handles .gpu/gemm .gpu/all_reduce
-strip .gpu/gpu_bench
+strip .gpu/gpu_bench .gpu/serving
 # The simulated driver, for the `on_the_simulator` launchers and the fault sweep; only their
 # child processes load it (gpu-run.sh sets CUDA_SIM_LIBRARY_DIR), everything else uses the real
 # driver.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|libs|lists]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|serving|libs|lists]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,7 @@ simulator_only=(
 )
 # No ignored tests at all (the `lists` step checks that): tests that run as they are.
 plain=(
-  lib-cuda_sim bin-cuda_sim lib-cuda_sim_ptx lib-handles_bench bin-gpu_bench bin-sim_count
+  lib-cuda_sim bin-cuda_sim lib-cuda_sim_ptx lib-handles_bench bin-gpu_bench bin-serving bin-sim_count
   lib-handles_core lib-handles_cuda lib-handles_cuda_libs lib-handles_tests
   test-argument_checks test-ownership test-cache test-cuda_without_driver test-exit test-model
   test-release_unwind test-runtime test-soundness test-stress
@@ -190,6 +190,12 @@ for step in "${steps[@]}"; do
         done
       fi
       python3 .gpu/cuda_core_bench.py 2>&1 | tee "$logs/cuda_core.log" || status=1
+      ;;
+    serving)
+      # The serving benchmark: a request loop (pool allocations, copies through pinned memory,
+      # a graph replay, a recycled event) on raw calls, cudarc and handles-cuda, at 1 and 16
+      # worker threads; a Markdown table of requests/s and p50/p99 latency (BENCHMARKS.md).
+      .gpu/serving 2>&1 | tee "$logs/serving.log" || status=1
       ;;
     lists)
       # Every collected test binary is in exactly one launcher list, and a binary of the plain
