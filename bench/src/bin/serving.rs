@@ -2,9 +2,17 @@
 //! cudarc's safe layer (event tracking off, and on) and on handles-cuda, with the same kernels
 //! and the same work, interleaved in one process.
 //!
-//! `serving` runs the full measurement (one GPU, about a minute on an H200); `serving --quick`
-//! runs a few requests per variant at 1 and 4 threads, to check the program on the simulator:
+//! `serving` runs the full measurement on GPU 0 (sized for well under two minutes on an H200,
+//! an estimate: not yet measured there); `serving --quick` runs a few requests per variant at 1
+//! and 4 threads, to check the program on the simulator:
 //! `cuda-sim run --strict -- target/debug/serving --quick`.
+//!
+//! The variants: raw driver calls; cudarc with event tracking off, and on (its default);
+//! handles-cuda through its safe API, where the host reads and writes the pinned staging
+//! buffers through host views; and handles-cuda again with the staging buffers reached through
+//! their raw addresses (`unsafe`, ordered by the events as in the raw variant), which shows what
+//! the views cost. The graph buffer is made by each API's own allocation (`cuMemAlloc`; cudarc's
+//! `alloc`, from the pool); only the timed loop is compared.
 //!
 //! # A request
 //!
@@ -896,6 +904,9 @@ fn main() {
         plan.rounds,
         if quick { " (--quick)" } else { "" }
     );
+    if quick {
+        println!("--quick checks correctness: its timings (on the simulator, say) mean nothing");
+    }
     println!();
     println!(
         "| threads | variant | requests/s | p50 latency (µs) | p99 latency (µs) | requests/s ratio to raw | outputs checked whole |"
