@@ -852,3 +852,47 @@ fn scenario_an_unbound_default_stream_with_no_current_context_is_refused() {
     );
     drop(buffer);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Host views wait for their memory's own work: a pinned buffer's view waits for the marker of
+// the stream that used it, not for every stream of its context (found by the serving
+// benchmark: two whole-context synchronisations per request, every worker waiting on all
+// the others).
+
+#[test]
+fn a_pinned_host_view_waits_for_its_own_streams_only() {
+    let name = "a_pinned_host_view_waits_for_its_own_streams_only";
+    let report = run_scenario(name, &[]);
+    assert_clean(name, &report);
+    let calls = |call: &str| report.calls.get(call).copied().unwrap_or(0);
+    assert_eq!(
+        calls("cuCtxSynchronize"),
+        0,
+        "a view and a free of pinned memory used on one stream synchronise no context"
+    );
+    assert!(calls("cuEventSynchronize") >= 2, "{:?}", report.calls);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_pinned_host_view_waits_for_its_own_streams_only() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let (mine, other) = (non_blocking(&context), non_blocking(&context));
+    let pinned = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let unrelated = DevicePtrHandle::alloc_async(1 << 20, &other).unwrap();
+    pinned.memset_async(7, 4096, &mine).unwrap();
+    // Work on another stream that the view has no reason to wait for.
+    unrelated.memset_async(1, 1 << 20, &other).unwrap();
+    {
+        let view = pinned.host_view().unwrap();
+        assert!(
+            view.iter().all(|&byte| byte == 7),
+            "the view sees the memset"
+        );
+    }
+    pinned.memset_async(9, 4096, &mine).unwrap();
+    assert!(pinned.host_view().unwrap().iter().all(|&byte| byte == 9));
+    other.synchronize().unwrap();
+    drop((pinned, unrelated));
+}

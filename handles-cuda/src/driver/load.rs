@@ -446,6 +446,7 @@ mod tests {
         "order/access_gate.rs",
         "order/contexts_used.rs",
         "order/contexts_used_protocol.rs",
+        "order/markers.rs",
         "order/mod.rs",
         "order/stream_order.rs",
         "order/stream_order_protocol.rs",

@@ -219,14 +219,14 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
                 unsafe { driver!(cuMemFree_v2(raw)) }
             })
         }),
-        Release::Managed(host) => host.uses.wait_for_all().and_then(|()| {
+        Release::Managed(host) => host.wait_for_uses().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns `raw`, allocated by `cuMemAllocManaged` in this
                 // context; every stream it was used on has finished that work.
                 unsafe { driver!(cuMemFree_v2(raw)) }
             })
         }),
-        Release::PinnedHost(host) => host.uses.wait_for_all().and_then(|()| {
+        Release::PinnedHost(host) => host.wait_for_uses().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns the host allocation at `raw`, made by
                 // `cuMemHostAlloc`; every stream it was used on has finished that work.
@@ -270,8 +270,7 @@ impl DevicePtrHandle {
                 } else {
                     HostAccess::pinned()
                 };
-                let context = order.home().owning_context()?;
-                host.uses.note(context.as_cu(), || Ok(context.clone()))?;
+                host.note_context(&order.home().owning_context()?)?;
                 Some(Arc::new(host))
             }
             _ => None,
@@ -497,10 +496,17 @@ impl DevicePtrHandle {
     #[inline]
     pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {
         match &self.record().release {
-            Release::StreamOrdered { order, .. } if self.is_owning() => order.record_use(stream),
+            Release::StreamOrdered { order, host, .. } if self.is_owning() => {
+                let ordered = order.record_use(stream);
+                // Host-pool memory: its views wait for the work too.
+                match host {
+                    Some(host) => ordered.and(host.record_use(stream)),
+                    None => ordered,
+                }
+            }
             Release::Synchronous(used) if self.is_owning() => used.note_stream(stream),
             Release::PinnedHost(host) | Release::Managed(host) if self.is_owning() => {
-                host.uses.note_stream(stream)
+                host.record_use(stream)
             }
             Release::Foreign(foreign) => foreign.order.record_use(stream),
             Release::View(parent) => parent.record_use(stream),

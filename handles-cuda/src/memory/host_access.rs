@@ -1,7 +1,13 @@
 //! The host-access state of one allocation of managed or pinned memory: the gate its uses
-//! enter and its host views open (`order/access_gate.rs`), and the contexts its uses ran in.
+//! enter and its host views open (`order/access_gate.rs`), a marker event on each stream its
+//! uses were queued on (`order/markers.rs`), and the contexts of the uses no marker covers
+//! (a graph's, or a use whose marker could not be recorded). A view, and the host free, wait
+//! for the markers and those contexts: for the memory's own work, not for everything else
+//! its contexts run.
 //! Kept apart from the views (`host_view.rs`, where the soundness argument is) so that the
 //! allocation record can hold it without importing them.
+
+use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
@@ -11,11 +17,15 @@ use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::order::access_gate::AccessGate;
 use crate::order::contexts_used::ContextsUsed;
+use crate::order::markers::{Markers, StreamKey};
+use crate::sync::lock;
 
-/// The host-access state of one allocation: its gate and the contexts its work ran in.
+/// The host-access state of one allocation: its gate, the markers of the streams its work was
+/// queued on, and the contexts of the work no marker covers.
 pub(crate) struct HostAccess {
     gate: AccessGate,
-    pub(crate) uses: ContextsUsed,
+    markers: Mutex<Markers>,
+    uses: ContextsUsed,
     /// For managed memory, the device it was allocated on (whose concurrent managed access
     /// decides whether views are allowed); `None` for pinned host memory.
     managed_on: Option<usize>,
@@ -28,6 +38,7 @@ impl HostAccess {
     pub(crate) fn pinned() -> Self {
         HostAccess {
             gate: AccessGate::new(),
+            markers: Mutex::new(Markers::default()),
             uses: ContextsUsed::new(),
             managed_on: None,
             shared_with_processes: false,
@@ -63,19 +74,21 @@ impl HostAccess {
         }
     }
 
-    /// Enters a use of the memory and notes the context its work runs in (`at`); the caller
-    /// leaves with [`Self::leave`] once the work is queued.
-    pub(crate) fn enter(&self, at: UseIn<'_>) -> Result<()> {
+    /// Enters a use of the memory: for work on a stream (`at`, with its key on this thread),
+    /// makes the stream's marker if it has none (so that leaving only records it); for work
+    /// in a context (a graph's), notes the context. The caller leaves with [`Self::leave`]
+    /// once the work is queued, naming the stream it was queued on, whose marker then covers
+    /// it.
+    pub(crate) fn enter(&self, at: UseIn<'_>, key: Option<StreamKey>) -> Result<()> {
         if !self.gate.enter() {
             return Err(Error::HostAccessActive {
                 mutable: self.gate.has_writer(),
             });
         }
-        let noted = match at {
-            UseIn::Stream(stream) => stream
-                .owning_context()
-                .and_then(|context| self.uses.note(context.as_cu(), || Ok(context.clone()))),
-            UseIn::Context(context) => self.uses.note(context.as_cu(), || Ok(context.clone())),
+        let noted = match (at, key) {
+            (UseIn::Stream(stream), Some(key)) => lock(&self.markers).ensure(key, stream),
+            (UseIn::Stream(stream), None) => self.uses.note_stream(stream),
+            (UseIn::Context(context), _) => self.uses.note(context.as_cu(), || Ok(context.clone())),
         };
         if noted.is_err() {
             self.gate.leave();
@@ -83,9 +96,52 @@ impl HostAccess {
         noted
     }
 
-    /// Leaves a use entered by [`Self::enter`].
-    pub(crate) fn leave(&self) {
+    /// Leaves a use entered by [`Self::enter`]. `queued`: the real stream its work was queued
+    /// on, with the work's [`StreamKey`], whose marker (made at `enter`) is recorded after it
+    /// ([`Self::cover`]): a record only, with no context switch, as befits a drop.
+    pub(crate) fn leave(&self, queued: Option<(&StreamHandle, StreamKey)>) {
+        if let Some((stream, key)) = queued {
+            // A failed record falls back to the stream's context (`cover`); a drop has no one
+            // to return its error to.
+            let _ = self.cover(stream, Ok(key));
+        }
         self.gate.leave();
+    }
+
+    /// Reports work this thread queued on `stream` through the raw pointer (after queueing
+    /// it): covered as a safe method's use is (a default-stream token's by its context).
+    pub(crate) fn record_use(&self, stream: &StreamHandle) -> Result<()> {
+        if stream.is_default_token() {
+            return self.uses.note_stream(stream);
+        }
+        self.cover(stream, StreamKey::of(stream))
+    }
+
+    /// Work in `context` (a host pool's allocation, queued before any marker can exist):
+    /// views and the free wait for the whole context.
+    pub(crate) fn note_context(&self, context: &ContextHandle) -> Result<()> {
+        self.uses.note(context.as_cu(), || Ok(context.clone()))
+    }
+
+    /// Covers work queued on the real stream `stream` (`key`): the stream's marker is
+    /// recorded after it. If it cannot be, the stream's context is noted instead, so that
+    /// views and the free wait for all of it (if even that fails, they are refused:
+    /// `ContextsUsed`), and the marker's error is returned.
+    fn cover(&self, stream: &StreamHandle, key: Result<StreamKey>) -> Result<()> {
+        let marked = key.and_then(|key| lock(&self.markers).mark(key, stream));
+        if let Err(error) = marked {
+            // The work is queued: covered by its context instead, and the error reported.
+            self.uses.note_stream(stream)?;
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Blocks until every use's work has completed: each stream's marker, then each noted
+    /// context. An error means some use could not be waited for (no view, no free).
+    pub(crate) fn wait_for_uses(&self) -> Result<()> {
+        lock(&self.markers).host_waits()?;
+        self.uses.wait_for_all()
     }
 
     /// Opens a view: refuses a conflicting one, waits for uses in flight, then for every noted
@@ -101,7 +157,7 @@ impl HostAccess {
             gate: &self.gate,
             mutable,
         };
-        self.uses.wait_for_all()?;
+        self.wait_for_uses()?;
         Ok(open)
     }
 }

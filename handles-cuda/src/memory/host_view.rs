@@ -6,22 +6,28 @@
 //!
 //! A `&[T]` must not change while it lives, and a `&mut [T]` must be the only access; the
 //! device is another accessor. Every allocation with host access has one gate
-//! (`order/access_gate.rs`) and one set of the contexts its work ran in (`ContextsUsed`), both
-//! in its record, shared by every handle and view of it. Then:
+//! (`order/access_gate.rs`), one marker event per stream its work was queued on
+//! (`order/markers.rs`) and one set of contexts (`ContextsUsed`) for the work no marker covers,
+//! all in its record, shared by every handle and view of it. Then:
 //!
 //! 1. **Every safe use passes the gate.** Every safe method that queues work on memory (copies,
 //!    memsets, kernel launches, captures, prefetches, attachment) and every graph launch, for
 //!    each buffer its nodes reference, first calls `check_accessible_on` / `check_accessible_in`
 //!    (`memory/reach.rs`). For this memory that call *enters* the gate (refused with
-//!    [`Error::HostAccessActive`] while a view is open or opening), notes the context the work
-//!    will run in, and returns an [`AccessGuard`] that *leaves* the gate only once the work is
-//!    queued. A stream whose context no handle can own is refused here, so every use that
-//!    entered is noted before it leaves.
+//!    [`Error::HostAccessActive`] while a view is open or opening) and returns an
+//!    [`AccessGuard`] that *leaves* the gate only once the work is queued. Leaving covers the
+//!    work first: work queued on a stream by the thread that leaves gets that stream's marker
+//!    recorded after it; work of a graph launch, or work no marker can cover (a failed record,
+//!    a per-thread stream's guard dropped on another thread), has its context noted; a context
+//!    that cannot be noted either marks the memory unwaitable. So every use that entered is
+//!    covered before it leaves.
 //! 2. **Opening a view** marks the gate (new uses are refused from this instant), waits until no
-//!    use is in flight (every use that entered before is now queued and noted), then
-//!    synchronises every noted context (`cuCtxSynchronize`): every piece of work the safe API
-//!    ever queued on this memory, kernels of graph launches included, has completed. Only then
-//!    is the slice handed out. A context that could not be noted or waited for fails the view.
+//!    use is in flight (every use that entered before is now queued and covered), then waits
+//!    for every marker (`cuEventSynchronize`: a stream's marker follows its latest use there,
+//!    and a stream runs in order) and synchronises every noted context (`cuCtxSynchronize`):
+//!    every piece of work the safe API ever queued on this memory, kernels of graph launches
+//!    included, has completed, and nothing else is waited for. Only then is the slice handed
+//!    out. Memory marked unwaitable fails the view.
 //! 3. **While it lives** no new use enters (step 1 refuses it), so no device work can touch
 //!    the memory; the view borrows a handle, so the memory is not freed (a free needs the last
 //!    handle). Shared views count as readers and may coexist; a mutable view excludes every

@@ -15,6 +15,7 @@ use crate::memory::device_ptr::{DevicePtrHandle, Release};
 use crate::memory::host_access::UseIn;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 use crate::memory::remote::{self, RemoteAccess};
+use crate::order::markers::StreamKey;
 
 /// A use of memory from another device's pool, from its reach check until its work is queued:
 /// while it lives, a revocation of peer access to that pool waits (and a use that begins while
@@ -29,8 +30,10 @@ pub struct AccessGuard(Held);
 enum Held {
     Nothing,
     Remote(Arc<RemoteAccess>),
-    /// A use of memory with host access: the allocation (through a view, its parent's gate).
-    Host(DevicePtrHandle),
+    /// A use of memory with host access: the allocation (through a view, its parent's gate),
+    /// and for work queued on a stream, the stream and its key on the queueing thread (the
+    /// stream's marker is recorded after the work when the guard drops).
+    Host(DevicePtrHandle, Option<(StreamHandle, StreamKey)>),
 }
 
 impl std::fmt::Debug for AccessGuard {
@@ -53,9 +56,9 @@ impl Drop for AccessGuard {
         match std::mem::replace(&mut self.0, Held::Nothing) {
             Held::Nothing => {}
             Held::Remote(remote) => remote.end(),
-            Held::Host(memory) => {
+            Held::Host(memory, queued) => {
                 if let Some(host) = memory.host_access() {
-                    host.leave();
+                    host.leave(queued.as_ref().map(|(stream, key)| (stream, *key)));
                 }
             }
         }
@@ -100,8 +103,23 @@ impl DevicePtrHandle {
     ) -> Result<AccessGuard> {
         let Some(pool) = self.remote_pool(ordinal) else {
             if let Some(host) = self.host_access() {
-                host.enter(at)?;
-                let guard = AccessGuard(Held::Host(self.clone()));
+                // Work on a real stream is covered by the stream's marker, recorded when the
+                // guard drops (no context switch there: a drop cannot report a failed
+                // restore); a default-stream token's notes its context instead.
+                // Inside a capture's closure the work becomes a graph node, not work on the
+                // stream: its context is noted, as every launch of the graph notes its own.
+                let in_closure = || {
+                    crate::driver::capture::foreign_capture_possible()
+                        && crate::driver::capture::in_capture_closure()
+                };
+                let queued = match at {
+                    UseIn::Stream(stream) if !stream.is_default_token() && !in_closure() => {
+                        Some((stream.clone(), StreamKey::of(stream)?))
+                    }
+                    _ => None,
+                };
+                host.enter(at, queued.as_ref().map(|(_, key)| *key))?;
+                let guard = AccessGuard(Held::Host(self.clone(), queued));
                 self.check_accessible_from(ordinal)?;
                 return Ok(guard);
             }

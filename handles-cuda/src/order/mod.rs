@@ -15,5 +15,6 @@
 pub(crate) mod access_gate;
 pub(crate) mod contexts_used;
 pub(crate) mod contexts_used_protocol;
+pub(crate) mod markers;
 pub(crate) mod stream_order;
 pub(crate) mod stream_order_protocol;

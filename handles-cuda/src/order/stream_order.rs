@@ -35,71 +35,24 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, ThreadId};
+use std::thread;
 
-use cudarc::driver::sys::{self, CUcontext, CUdeviceptr};
+use cudarc::driver::sys::{self, CUdeviceptr};
 
 use crate::driver::call::driver;
-use crate::driver::current::current_raw;
 use crate::error::{Error, Result};
 use crate::exec::event::EventHandle;
-use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle};
+use crate::exec::stream::StreamHandle;
+use crate::order::markers::{Markers, StreamKey};
 use crate::order::stream_order_protocol::HomeMirror;
 use crate::sync::lock;
-
-/// Which stream work went to: the raw stream, and for default-stream tokens the context it
-/// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept
-/// as integers: the key identifies, it is never used to call the driver.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct StreamKey {
-    raw: usize,
-    context: usize,
-    thread: Option<ThreadId>,
-}
-
-impl StreamKey {
-    /// The key of work queued on `stream` by the calling thread now.
-    #[inline(always)]
-    fn of(stream: &StreamHandle) -> Result<StreamKey> {
-        if !stream.is_default_token() {
-            return Ok(StreamKey {
-                raw: stream.as_cu() as usize,
-                context: 0,
-                thread: None,
-            });
-        }
-        Self::of_token(stream)
-    }
-
-    /// [`Self::of`] for a default-stream token.
-    #[cold]
-    fn of_token(stream: &StreamHandle) -> Result<StreamKey> {
-        let raw = stream.as_cu();
-        let context: CUcontext = match stream.context() {
-            Some(context) => context.as_cu(),
-            None => current_raw()?,
-        };
-        let thread = (raw == PER_THREAD_STREAM).then(|| thread::current().id());
-        Ok(StreamKey {
-            raw: raw as usize,
-            context: context as usize,
-            thread,
-        })
-    }
-}
-
-/// Another stream the memory was used on, with a marker recorded after its latest use.
-struct Pending {
-    key: StreamKey,
-    marker: EventHandle,
-}
 
 struct OrderState {
     /// The deallocation stream (bound to a context if it is a default-stream token).
     home: StreamHandle,
     home_key: StreamKey,
     /// Streams used since the last ordering point, other than home.
-    others: Vec<Pending>,
+    others: Markers,
 }
 
 /// Where a stream-ordered free runs, and what it must wait for (see the module docs).
@@ -140,7 +93,7 @@ impl StreamOrder {
             state: Mutex::new(OrderState {
                 home,
                 home_key,
-                others: Vec::new(),
+                others: Markers::default(),
             }),
         })
     }
@@ -177,12 +130,7 @@ impl StreamOrder {
             return Ok(());
         }
         self.crossed.store(true, Ordering::Relaxed);
-        let marked = match state.others.iter().find(|pending| pending.key == key) {
-            Some(pending) => pending.marker.record(stream),
-            None => EventHandle::marker_on(stream).map(|marker| {
-                state.others.push(Pending { key, marker });
-            }),
-        };
+        let marked = state.others.mark(key, stream);
         // The work is already queued: if it cannot be marked, the host waits for it, and if
         // even that fails the free must never run.
         if let Err(error) = marked {
@@ -216,20 +164,14 @@ impl StreamOrder {
                 .owning_context()
                 .and_then(|context| context.synchronize())
         } else {
-            EventHandle::marker_on(&state.home).map(|marker| {
-                state.others.retain(|pending| pending.key != old_key);
-                state.others.push(Pending {
-                    key: old_key,
-                    marker,
-                });
-            })
+            EventHandle::marker_on(&state.home).map(|marker| state.others.replace(old_key, marker))
         };
         if let Err(error) = ordered {
             // The free stays where it was, and the mirror says so again.
             self.mirror.set_home(mirror_value(&state.home));
             return Err(error);
         }
-        state.others.retain(|pending| pending.key != new_key);
+        state.others.forget(new_key);
         state.home = new_home;
         state.home_key = new_key;
         Ok(())
@@ -307,12 +249,12 @@ impl StreamOrder {
             state.home.owning_context()?.synchronize()?;
         }
         state.home.run(|home| {
-            for pending in &state.others {
+            for marker in state.others.events() {
                 // SAFETY: `home` and the marker are alive (the marker's handle is held here).
-                let waited = unsafe { driver!(cuStreamWaitEvent(home, pending.marker.as_cu(), 0)) };
+                let waited = unsafe { driver!(cuStreamWaitEvent(home, marker.as_cu(), 0)) };
                 if waited.is_err() {
                     // The host waits instead; if it cannot, the memory must not be freed.
-                    pending.marker.synchronize()?;
+                    marker.synchronize()?;
                 }
             }
             then(home)

@@ -1,0 +1,114 @@
+//! Marker events: one per stream some memory was used on, re-recorded after each later use
+//! there, so that whatever must come after those uses (a stream-ordered free on another stream,
+//! a host view, a host free) waits for exactly them, and for nothing else in their contexts.
+//!
+//! The one home of "which stream did this work go to" ([`StreamKey`]) and of "find this
+//! stream's marker or make one, and record it" ([`Markers::mark`]); `stream_order.rs` and
+//! `memory/host_access.rs` keep a [`Markers`] each, under their own lock.
+
+use std::thread;
+
+use cudarc::driver::sys::CUcontext;
+
+use crate::driver::current::current_raw;
+use crate::error::Result;
+use crate::exec::event::EventHandle;
+use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle};
+
+/// Which stream work went to: the raw stream, and for default-stream tokens the context it
+/// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept
+/// as integers: the key identifies, it is never used to call the driver.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct StreamKey {
+    raw: usize,
+    context: usize,
+    pub(crate) thread: Option<thread::ThreadId>,
+}
+
+impl StreamKey {
+    /// The key of work queued on `stream` by the calling thread now.
+    #[inline(always)]
+    pub(crate) fn of(stream: &StreamHandle) -> Result<StreamKey> {
+        if !stream.is_default_token() {
+            return Ok(StreamKey {
+                raw: stream.as_cu() as usize,
+                context: 0,
+                thread: None,
+            });
+        }
+        Self::of_token(stream)
+    }
+
+    /// [`Self::of`] for a default-stream token.
+    #[cold]
+    fn of_token(stream: &StreamHandle) -> Result<StreamKey> {
+        let raw = stream.as_cu();
+        let context: CUcontext = match stream.context() {
+            Some(context) => context.as_cu(),
+            None => current_raw()?,
+        };
+        let thread = (raw == PER_THREAD_STREAM).then(|| thread::current().id());
+        Ok(StreamKey {
+            raw: raw as usize,
+            context: context as usize,
+            thread,
+        })
+    }
+}
+
+/// A stream the memory was used on, with a marker recorded after its latest use there.
+struct Marker {
+    key: StreamKey,
+    event: EventHandle,
+}
+
+/// The markers of the streams some memory was used on (see the module docs).
+#[derive(Default)]
+pub(crate) struct Markers(Vec<Marker>);
+
+impl Markers {
+    /// Records `key`'s marker on `stream` (the calling thread's work there, `key` being
+    /// [`StreamKey::of`] it) after the work queued so far, making the marker on first use.
+    pub(crate) fn mark(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
+        match self.0.iter().find(|marker| marker.key == key) {
+            Some(marker) => marker.event.record(stream),
+            None => self.ensure(key, stream),
+        }
+    }
+
+    /// Makes `key`'s marker (recorded on `stream` now) unless it has one: what may switch
+    /// contexts or fail for a lack of resources happens here, before the work is queued, so
+    /// that [`Self::mark`] after it is a record only.
+    pub(crate) fn ensure(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
+        if self.0.iter().any(|marker| marker.key == key) {
+            return Ok(());
+        }
+        EventHandle::marker_on(stream).map(|event| self.0.push(Marker { key, event }))
+    }
+
+    /// Keeps `event` (already recorded) as `key`'s marker, replacing an older one.
+    pub(crate) fn replace(&mut self, key: StreamKey, event: EventHandle) {
+        self.forget(key);
+        self.0.push(Marker { key, event });
+    }
+
+    /// Forgets `key`'s marker: what it covers is ordered another way now.
+    pub(crate) fn forget(&mut self, key: StreamKey) {
+        self.0.retain(|marker| marker.key != key);
+    }
+
+    /// The markers, one per stream.
+    pub(crate) fn events(&self) -> impl Iterator<Item = &EventHandle> {
+        self.0.iter().map(|marker| &marker.event)
+    }
+
+    /// How many streams have a marker.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Blocks until the work each marker covers has completed.
+    pub(crate) fn host_waits(&self) -> Result<()> {
+        self.events().try_for_each(EventHandle::synchronize)
+    }
+}
