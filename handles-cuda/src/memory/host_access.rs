@@ -87,7 +87,11 @@ impl HostAccess {
         }
         let noted = match (at, key) {
             (UseIn::Stream(stream), Some(key)) => lock(&self.markers).ensure(key, stream),
-            (UseIn::Stream(stream), None) => self.uses.note_stream(stream),
+            // A default-stream token's work (or work inside a capture's closure): its context,
+            // which must be one a handle can own, noted before the work is queued.
+            (UseIn::Stream(stream), None) => stream
+                .owning_context()
+                .and_then(|context| self.uses.note(context.as_cu(), || Ok(context.clone()))),
             (UseIn::Context(context), _) => self.uses.note(context.as_cu(), || Ok(context.clone())),
         };
         if noted.is_err() {

@@ -20,20 +20,17 @@ use crate::order::markers::StreamKey;
 /// A use of memory from another device's pool, from its reach check until its work is queued:
 /// while it lives, a revocation of peer access to that pool waits (and a use that begins while
 /// a revocation runs is refused). Hold it until the work that needs the access is queued, then
-/// drop it. For memory with host access (managed, pinned) it likewise keeps a host view from
-/// opening until the work is queued. For memory of the device's own pool it holds nothing and
-/// costs nothing.
+/// drop it. For memory with host access (managed, pinned, a host pool's) it likewise keeps a
+/// host view from opening until the work is queued. For memory of the device's own pool it
+/// holds nothing and costs nothing.
 #[must_use = "the access is guaranteed only while the guard lives: queue the work first"]
-pub struct AccessGuard(Held);
-
-/// What a guard holds.
-enum Held {
-    Nothing,
-    Remote(Arc<RemoteAccess>),
+pub struct AccessGuard {
+    /// A use of another device's pool, or of a host pool (peer access granted per device).
+    remote: Option<Arc<RemoteAccess>>,
     /// A use of memory with host access: the allocation (through a view, its parent's gate),
-    /// and for work queued on a stream, the stream and its key on the queueing thread (the
-    /// stream's marker is recorded after the work when the guard drops).
-    Host(DevicePtrHandle, Option<(StreamHandle, StreamKey)>),
+    /// and for work queued on a real stream, the stream and its key on the queueing thread
+    /// (the stream's marker is recorded after the work when the guard drops).
+    host: Option<(DevicePtrHandle, Option<(StreamHandle, StreamKey)>)>,
 }
 
 impl std::fmt::Debug for AccessGuard {
@@ -45,22 +42,24 @@ impl std::fmt::Debug for AccessGuard {
 }
 
 impl AccessGuard {
-    /// Whether the guard holds a use (memory of another device's pool).
+    /// Whether the guard holds a use (memory of another device's pool, of a host pool, or with
+    /// host access).
     pub fn is_held(&self) -> bool {
-        !matches!(self.0, Held::Nothing)
+        self.remote.is_some() || self.host.is_some()
     }
 }
 
 impl Drop for AccessGuard {
     fn drop(&mut self) {
-        match std::mem::replace(&mut self.0, Held::Nothing) {
-            Held::Nothing => {}
-            Held::Remote(remote) => remote.end(),
-            Held::Host(memory, queued) => {
-                if let Some(host) = memory.host_access() {
-                    host.leave(queued.as_ref().map(|(stream, key)| (stream, *key)));
-                }
-            }
+        // The host gate first: its marker is recorded while the remote use still holds the
+        // access the work needs.
+        if let Some((memory, queued)) = self.host.take()
+            && let Some(host) = memory.host_access()
+        {
+            host.leave(queued.as_ref().map(|(stream, key)| (stream, *key)));
+        }
+        if let Some(remote) = self.remote.take() {
+            remote.end();
         }
     }
 }
@@ -92,8 +91,10 @@ impl DevicePtrHandle {
         })
     }
 
-    /// The one reach rule: begin a remote use (refused during a revocation) or a use of memory
-    /// with host access (refused while a host view is open; `at` is noted), check, note.
+    /// The one reach rule: begin a remote use (refused during a revocation), begin a use of
+    /// memory with host access (refused while a host view is open) — both for host-pool
+    /// memory, which is remote to every device and has views — then check, and note the
+    /// remote use. An error drops the guard built so far, which ends what it began.
     #[inline]
     fn reach(
         &self,
@@ -101,36 +102,38 @@ impl DevicePtrHandle {
         at: UseIn<'_>,
         note: impl FnOnce(&RemoteAccess) -> Result<()>,
     ) -> Result<AccessGuard> {
-        let Some(pool) = self.remote_pool(ordinal) else {
-            if let Some(host) = self.host_access() {
-                // Work on a real stream is covered by the stream's marker, recorded when the
-                // guard drops (no context switch there: a drop cannot report a failed
-                // restore); a default-stream token's notes its context instead.
-                // Inside a capture's closure the work becomes a graph node, not work on the
-                // stream: its context is noted, as every launch of the graph notes its own.
-                let in_closure = || {
-                    crate::driver::capture::foreign_capture_possible()
-                        && crate::driver::capture::in_capture_closure()
-                };
-                let queued = match at {
-                    UseIn::Stream(stream) if !stream.is_default_token() && !in_closure() => {
-                        Some((stream.clone(), StreamKey::of(stream)?))
-                    }
-                    _ => None,
-                };
-                host.enter(at, queued.as_ref().map(|(_, key)| *key))?;
-                let guard = AccessGuard(Held::Host(self.clone(), queued));
-                self.check_accessible_from(ordinal)?;
-                return Ok(guard);
-            }
-            self.check_accessible_from(ordinal)?;
-            return Ok(AccessGuard(Held::Nothing));
+        let mut guard = AccessGuard {
+            remote: None,
+            host: None,
         };
-        let remote = remote::of(pool.as_cu());
-        remote.begin()?;
-        let guard = AccessGuard(Held::Remote(remote.clone()));
+        if let Some(pool) = self.remote_pool(ordinal) {
+            let remote = remote::of(pool.as_cu());
+            remote.begin()?;
+            guard.remote = Some(remote);
+        }
+        if let Some(host) = self.host_access() {
+            // Work on a real stream is covered by the stream's marker, recorded when the guard
+            // drops (no context switch there: a drop cannot report a failed restore); a
+            // default-stream token's notes its context instead. Inside a capture's closure the
+            // work becomes a graph node, not work on the stream: its context is noted, as
+            // every launch of the graph notes its own.
+            let in_closure = || {
+                crate::driver::capture::foreign_capture_possible()
+                    && crate::driver::capture::in_capture_closure()
+            };
+            let queued = match at {
+                UseIn::Stream(stream) if !stream.is_default_token() && !in_closure() => {
+                    Some((stream.clone(), StreamKey::of(stream)?))
+                }
+                _ => None,
+            };
+            host.enter(at, queued.as_ref().map(|(_, key)| *key))?;
+            guard.host = Some((self.clone(), queued));
+        }
         self.check_accessible_from(ordinal)?;
-        note(&remote)?;
+        if let Some(remote) = &guard.remote {
+            note(remote)?;
+        }
         Ok(guard)
     }
 

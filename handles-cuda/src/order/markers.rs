@@ -17,7 +17,10 @@ use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle};
 
 /// Which stream work went to: the raw stream, and for default-stream tokens the context it
 /// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept
-/// as integers: the key identifies, it is never used to call the driver.
+/// as integers: the key identifies, it is never used to call the driver. A real stream's
+/// address names one stream while work queued on it is pending: `cuStreamDestroy` lets queued
+/// work finish before the stream goes, so a new stream cannot take the address of one whose
+/// marker still covers work.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct StreamKey {
     raw: usize,
