@@ -52,6 +52,22 @@ cu="$nvcc_root/nvidia/cu13"
 export PATH="$cu/bin:$PATH"
 # The PyPI layout has no targets/<arch>/include, which nvcc.profile names.
 export NVCC_PREPEND_FLAGS="-I$cu/include -isystem $cu/include/cccl"
+# candle-kernels compiles its statically linked kernels (libmoe.a, launched through the CUDA
+# runtime) for sm_$cap only: machine code, which the simulator cannot run. This wrapper adds
+# the PTX of compute_$cap to each object's fatbinary, uncompressed, for the simulator's
+# runtime to load; PTX-only builds (--ptx) are left as they are.
+cap=90
+wrapper="$nvcc_root/nvcc-with-ptx"
+cat >"$wrapper" <<EOF
+#!/bin/sh
+case " \$* " in
+  *" --ptx "*|*" -ptx "*) exec "$cu/bin/nvcc" "\$@" ;;
+  *" -c "*) exec "$cu/bin/nvcc" "\$@" -gencode=arch=compute_$cap,code=compute_$cap --no-compress ;;
+esac
+exec "$cu/bin/nvcc" "\$@"
+EOF
+chmod +x "$wrapper"
+export NVCC="$wrapper"
 phase "nvcc install"
 
 # 2. The simulator and NVRTC.
@@ -60,17 +76,16 @@ sim="$target/debug/cuda-sim"
 nvrtc=$("$sim" nvrtc)
 phase "simulator build"
 
-# 3. A CUDA root for cudarc's `dynamic-linking` and candle-kernels' `-lcudart`: the driver and
-# the libraries cuBLAS, cuBLASLt and cuRAND are the simulator (one library without a SONAME, so
-# each link name is what the executables ask for, and the runner's directory holds them all);
-# NVRTC and the CUDA runtime are NVIDIA's.
+# 3. A CUDA root for cudarc's `dynamic-linking` and candle-kernels' `-lcudart`: the driver, the
+# libraries cuBLAS, cuBLASLt and cuRAND, and the CUDA runtime (the part nvcc's host code calls)
+# are the simulator (one library without a SONAME, so each link name is what the executables
+# ask for, and the runner's directory holds them all); NVRTC is NVIDIA's.
 root="$target/candle-cuda-root"
 mkdir -p "$root/lib64"
-for lib in cuda cublas cublasLt curand; do
+for lib in cuda cublas cublasLt curand cudart; do
   ln -sfn "$target/cuda-sim/libcuda.so" "$root/lib64/lib$lib.so"
 done
 ln -sfn "$nvrtc/libnvrtc.so.13" "$root/lib64/libnvrtc.so"
-ln -sfn "$cu/lib/libcudart.so.13" "$root/lib64/libcudart.so"
 ln -sfn "$cu/include" "$root/include"
 ln -sfn "$cu/bin" "$root/bin"
 phase "CUDA root"
@@ -102,7 +117,7 @@ phase "candle-core fetch"
 
 # 5. Its tests, with `--features cuda`. CUDA_COMPUTE_CAP keeps candle-kernels' build (cudaforge)
 # from asking nvidia-smi; CUDA_ROOT points cudarc's link search at the root above.
-export CUDA_COMPUTE_CAP=90 CUDA_ROOT="$root" CUDA_PATH="$root" CUDA_HOME="$root"
+export CUDA_COMPUTE_CAP=$cap CUDA_ROOT="$root" CUDA_PATH="$root" CUDA_HOME="$root"
 export CUDA_TOOLKIT_ROOT_DIR="$root" CUDARC_CUDA_VERSION=13000
 export CARGO_TARGET_DIR="$work/target"
 (cd "$src" && cargo test -j"$jobs" --features cuda --no-run --message-format=json 2>"$work/build.log" |
@@ -117,9 +132,7 @@ for line in sys.stdin:
 phase "candle-core test build"
 [[ $no_run == 1 ]] && exit 0
 
-# 6. Each test binary under the simulator, strict: a violation or a leak fails the run. NVIDIA's
-# CUDA runtime (candle-kernels' static kernels link it) comes after the simulator.
-export LD_LIBRARY_PATH="$cu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# 6. Each test binary under the simulator, strict: a violation or a leak fails the run.
 total_pass=0 total_fail=0 total_ign=0 bad=()
 mkdir -p "$work/logs"
 while read -r name exe; do

@@ -41,6 +41,11 @@ impl Sim {
         Ok(&self.extra.modules[&raw])
     }
 
+    /// Whether `raw` is a loaded module (no violation either way).
+    pub fn module_is_live(&self, raw: Raw) -> bool {
+        self.extra.modules.contains_key(&raw)
+    }
+
     /// Loads PTX text (without its NUL) into the current context.
     pub fn load_module(&mut self, code: &[u8], what: &str) -> Result<Raw, CuResult> {
         let context = self.require_current(what)?;
