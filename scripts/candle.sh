@@ -145,17 +145,29 @@ while read -r name exe; do
   set -e
   read -r pass fail ign < <(python3 - "$log" <<'EOF'
 import re, sys
+# Counted from the tests' own lines, so that a run the simulator stopped (a violation under
+# --strict) still counts what ran before it; a test it stopped in counts as failed.
 p = f = i = 0
+running = None
 for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", line)
+    m = re.match(r"test (\S+) (?:- should panic )?\.\.\. (ok|FAILED|ignored)", line)
     if m:
-        p += int(m[1]); f += int(m[2]); i += int(m[3])
+        p += m[2] == "ok"; f += m[2] == "FAILED"; i += m[2] == "ignored"
+        running = None
+    elif re.match(r"test (\S+) (?:- should panic )?\.\.\. ", line):
+        running = line.split()[1]
+if running:
+    f += 1
 print(p, f, i)
 EOF
 )
-  failing=$(grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' | tr '\n' ' ' || true)
+  failing=$(grep -E '^test .* \.\.\. (FAILED$|cuda-sim: violation)' "$log" |
+    sed -E 's/^test ([^ ]*) .*$/\1/' | tr '\n' ' ' || true)
   verdict=$(grep -E '^cuda-sim: [0-9]+ violations' "$log" | tail -1 || true)
-  echo "candle $name: $pass passed, $fail failed, $ign ignored (exit $rc, $((SECONDS - start)) s; $verdict)${failing:+ failing: $failing}"
+  stopped=
+  grep -q '^test result:' "$log" ||
+    stopped=" STOPPED: $(grep -oE 'cuda-sim: violation .{0,160}' "$log" | head -1 || echo "no test result")"
+  echo "candle $name: $pass passed, $fail failed, $ign ignored (exit $rc, $((SECONDS - start)) s; $verdict)${failing:+ failing: $failing}$stopped"
   total_pass=$((total_pass + pass)) total_fail=$((total_fail + fail)) total_ign=$((total_ign + ign))
   [[ $rc != 0 ]] && bad+=("$name")
 done <"$work/binaries"
