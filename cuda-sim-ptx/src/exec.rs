@@ -1125,7 +1125,9 @@ impl<'m> W<'m> {
                 | Op::Shfl { .. }
                 | Op::Vote { .. }
                 | Op::Redux { .. }
-                | Op::Match { .. } => {
+                | Op::Match { .. }
+                | Op::Ldmatrix { .. }
+                | Op::Mma { .. } => {
                     th.pc = pc as u32;
                     th.state = St::Warp;
                     return Ok(());
@@ -1423,6 +1425,8 @@ fn threads_independent(module: &Module, entry_func: usize) -> bool {
                     | Op::Vote { .. }
                     | Op::Redux { .. }
                     | Op::Match { .. }
+                    | Op::Ldmatrix { .. }
+                    | Op::Mma { .. }
                     | Op::Activemask { .. }
             )
         });

@@ -14,7 +14,9 @@
 //! fatbinary with no PTX, or with compressed PTX (nvcc's default; build with `--no-compress`),
 //! fails its launches with `cudaErrorNoKernelImageForDevice` after one line on standard error.
 //! Modules are unloaded by `__cudaUnregisterFatBinary` at exit where their context still
-//! lives. Device variables (`__cudaRegisterVar`) are not mapped to host symbols.
+//! lives; that runs after the simulator's report, which does not count them as leaks (they
+//! are the runtime's, not the program's). Device variables (`__cudaRegisterVar`) are not
+//! mapped to host symbols.
 //!
 //! # Safety
 //!
@@ -208,9 +210,10 @@ fn function(host: usize) -> Result<Raw, u32> {
                         return Err(NO_KERNEL_IMAGE);
                     }
                 };
-                let module =
-                    crate::with_sim(|sim| sim.load_module(ptx.as_bytes(), "cudaLaunchKernel"))
-                        .map_err(runtime_code)?;
+                let module = crate::with_sim(|sim| {
+                    sim.load_module_for(ptx.as_bytes(), "cudaLaunchKernel", true)
+                })
+                .map_err(runtime_code)?;
                 binary.modules.push((context, module));
                 module
             }
@@ -406,7 +409,36 @@ runtime_fns! {
     }
 }
 
+/// Launches the kernel of host stub `host`. A failure is also said on standard error, once
+/// per kernel and code: nvcc's `<<<…>>>` drops the status, and a program that does not ask
+/// `cudaGetLastError` would never learn of it.
 fn launch(
+    host: usize,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared: usize,
+    stream: Raw,
+) -> c_uint {
+    let code = launch_quietly(host, grid, block, args, shared, stream);
+    if code != SUCCESS {
+        static TOLD: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
+        let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+        if !told.contains(&(host, code)) {
+            told.push((host, code));
+            let name = with_runtime(|rt| rt.functions.get(&host).map(|(_, n)| n.clone()));
+            let name = name.map_or("an unregistered kernel".into(), |n| {
+                n.to_string_lossy().into_owned()
+            });
+            eprintln!(
+                "cuda-sim: the CUDA runtime's launch of {name} (grid {grid:?}, block {block:?}, {shared} bytes of shared memory) failed with error {code}"
+            );
+        }
+    }
+    code
+}
+
+fn launch_quietly(
     host: usize,
     grid: Dim3,
     block: Dim3,
