@@ -44,7 +44,7 @@ fn target_dir(out_dir: &Path) -> PathBuf {
 
 /// The names the library is also installed under (links to `libcuda.so`); `src/main.rs` makes
 /// the same links next to the library it writes.
-const LINKS: [&str; 7] = [
+const LINKS: [&str; 9] = [
     "libcuda.so.1",
     "libcublas.so",
     "libcublas.so.13",
@@ -52,6 +52,8 @@ const LINKS: [&str; 7] = [
     "libcublasLt.so.13",
     "libcurand.so",
     "libcurand.so.10",
+    "libcudart.so",
+    "libcudart.so.13",
 ];
 
 fn main() {

@@ -169,6 +169,8 @@ pub(crate) const KNOWN: &[&str] = &[
     "mbarrier",
     "cp",
     "griddepcontrol",
+    "ldmatrix",
+    "mma",
 ];
 
 fn ns(op: &str) -> LoadError {
@@ -1634,6 +1636,8 @@ fn decode_op<'a>(
         }
         "mbarrier" => decode_mbarrier(cx, m, ops)?,
         "cp" => decode_bulk(cx, m, ops)?,
+        "ldmatrix" => decode_ldmatrix(cx, m, ops)?,
+        "mma" => decode_mma(cx, m, ops)?,
         _ => return Err(ns(opcode)),
     })
 }
@@ -1773,5 +1777,126 @@ fn decode_bulk<'a>(
     });
     Ok(Op::Tensor {
         site: (cx.f.f.tensor_sites.len() - 1) as u32,
+    })
+}
+
+/// The registers of a `{…}` operand of exactly `n` registers, as destinations or as sources
+/// of type `t`.
+fn reg_list<'a>(
+    cx: &mut Cx<'_, 'a, '_>,
+    o: &Opd<'a>,
+    n: usize,
+    dst: bool,
+    t: T,
+) -> Result<Vec<R>, LoadError> {
+    match o {
+        Opd::Vec(v) if v.len() == n => v
+            .iter()
+            .map(|x| if dst { cx.dst(x) } else { cx.src(x, t) })
+            .collect(),
+        x if n == 1 => Ok(vec![if dst { cx.dst(x)? } else { cx.src(x, t)? }]),
+        _ => Err(cx.inv(&format!("expected {{…}} of {n} registers"))),
+    }
+}
+
+/// `ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans][.shared[::cta]].b16 d, [addr]`.
+fn decode_ldmatrix<'a>(
+    cx: &mut Cx<'_, 'a, '_>,
+    m: &mut Vec<&'a str>,
+    ops: &[Opd<'a>],
+) -> Result<Op, LoadError> {
+    let opcode = cx.op;
+    if !(take(m, "sync") && take(m, "aligned") && take(m, "m8n8") && take(m, "b16")) {
+        return Err(ns(opcode));
+    }
+    let n = if take(m, "x1") {
+        1
+    } else if take(m, "x2") {
+        2
+    } else if take(m, "x4") {
+        4
+    } else {
+        return Err(ns(opcode));
+    };
+    let trans = take(m, "trans");
+    take_any(m, &["shared", "shared::cta"]);
+    if !m.is_empty() {
+        return Err(ns(opcode));
+    }
+    cx.nops(ops, 2)?;
+    let regs = reg_list(cx, &ops[0], n as usize, true, T::U32)?;
+    let (addr, off) = cx.addr(&ops[1])?;
+    let mut d = [0; 4];
+    d[..regs.len()].copy_from_slice(&regs);
+    let mask = cx.f.konst(0xffff_ffff);
+    Ok(Op::Ldmatrix {
+        n,
+        trans,
+        d,
+        addr,
+        off,
+        mask,
+    })
+}
+
+/// `mma.sync.aligned.m16n8k{16,32}.row.col[.satfinite].s32.{s8,u8}.{s8,u8}.s32 d, a, b, c`:
+/// the integer shapes (quantized matrix products); the others are not interpreted.
+fn decode_mma<'a>(
+    cx: &mut Cx<'_, 'a, '_>,
+    m: &mut Vec<&'a str>,
+    ops: &[Opd<'a>],
+) -> Result<Op, LoadError> {
+    let opcode = cx.op;
+    if !(take(m, "sync") && take(m, "aligned") && take(m, "row") && take(m, "col")) {
+        return Err(ns(opcode));
+    }
+    let k = if take(m, "m16n8k16") {
+        16
+    } else if take(m, "m16n8k32") {
+        32
+    } else {
+        return Err(ns(opcode));
+    };
+    let satfinite = take(m, "satfinite");
+    // The types in order: D, A, B, C.
+    let types: Vec<&str> = std::mem::take(m);
+    let signed = |w: &str| match w {
+        "s8" => Some(true),
+        "u8" => Some(false),
+        _ => None,
+    };
+    let [dt, at, bt, ct] = types.as_slice() else {
+        return Err(ns(opcode));
+    };
+    let (Some(a_signed), Some(b_signed)) = (signed(at), signed(bt)) else {
+        return Err(ns(opcode));
+    };
+    if *dt != "s32" || *ct != "s32" {
+        return Err(ns(opcode));
+    }
+    cx.nops(ops, 4)?;
+    let d = reg_list(cx, &ops[0], 4, true, T::S32)?;
+    let a = reg_list(cx, &ops[1], k / 8, false, T::U32)?;
+    let b = reg_list(cx, &ops[2], k / 16, false, T::U32)?;
+    let c = reg_list(cx, &ops[3], 4, false, T::S32)?;
+    let mut site = MmaSite {
+        k: k as u8,
+        a_signed,
+        b_signed,
+        satfinite,
+        d: [0; 4],
+        a: [0; 4],
+        b: [0; 2],
+        c: [0; 4],
+    };
+    site.d.copy_from_slice(&d);
+    site.a[..a.len()].copy_from_slice(&a);
+    site.b[..b.len()].copy_from_slice(&b);
+    site.c.copy_from_slice(&c);
+    cx.f.f.mma_sites.push(site);
+    let mask = cx.f.konst(0xffff_ffff);
+    Ok(Op::Mma {
+        site: (cx.f.f.mma_sites.len() - 1) as u32,
+        mask,
     })
 }

@@ -950,7 +950,16 @@ impl<'m> W<'m> {
                         && let Some(o) = shared_offset(space, at, size as u64, shared.len())
                     {
                         // A scalar shared store inside the block's window.
-                        wr_bytes(shared, o, size, regs[s[0] as usize]);
+                        let v = regs[s[0] as usize];
+                        let kind = if kind == SharedAccess::Write
+                            && self.race.is_some()
+                            && rd_bytes(shared, o, size) == low_bytes(v, size)
+                        {
+                            SharedAccess::WriteSame
+                        } else {
+                            kind
+                        };
+                        wr_bytes(shared, o, size, v);
                         self.note_shared(th, pc, o, size as u64, kind);
                         pc += 1;
                         continue;
@@ -962,6 +971,15 @@ impl<'m> W<'m> {
                         Err(e) => fault!(e),
                     };
                     if let Loc::Shared(o) = loc {
+                        let same = (0..n as usize).all(|k| {
+                            rd_bytes(shared, o + k * size as usize, size)
+                                == low_bytes(th.regs[s[k] as usize], size)
+                        });
+                        let kind = if kind == SharedAccess::Write && same {
+                            SharedAccess::WriteSame
+                        } else {
+                            kind
+                        };
                         self.note_shared(th, pc, o, total, kind);
                     }
                     for k in 0..n as usize {
@@ -1107,7 +1125,9 @@ impl<'m> W<'m> {
                 | Op::Shfl { .. }
                 | Op::Vote { .. }
                 | Op::Redux { .. }
-                | Op::Match { .. } => {
+                | Op::Match { .. }
+                | Op::Ldmatrix { .. }
+                | Op::Mma { .. } => {
                     th.pc = pc as u32;
                     th.state = St::Warp;
                     return Ok(());
@@ -1306,6 +1326,15 @@ impl<'m> W<'m> {
 /// two) at `addr` inside a window of `shared_len` bytes: where `W::locate` would put it
 /// (`Loc::Shared`) without a fault. `None`: leave it to `locate`.
 #[inline]
+/// The low `size` bytes of `v`, as a load of them returns them.
+fn low_bytes(v: u64, size: u32) -> u64 {
+    if size >= 8 {
+        v
+    } else {
+        v & ((1u64 << (size * 8)) - 1)
+    }
+}
+
 fn shared_offset(space: Space, addr: u64, len: u64, shared_len: usize) -> Option<usize> {
     if space != Space::Shared || addr & (len - 1) != 0 {
         return None;
@@ -1396,6 +1425,8 @@ fn threads_independent(module: &Module, entry_func: usize) -> bool {
                     | Op::Vote { .. }
                     | Op::Redux { .. }
                     | Op::Match { .. }
+                    | Op::Ldmatrix { .. }
+                    | Op::Mma { .. }
                     | Op::Activemask { .. }
             )
         });

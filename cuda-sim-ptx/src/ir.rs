@@ -351,6 +351,23 @@ pub(crate) enum Op {
     Tensor {
         site: u32,
     },
+    /// `ldmatrix.sync.aligned.m8n8.x{n}[.trans].shared.b16`, a warp collective of the whole
+    /// warp (`mask`: a constant of all lanes): lanes `8 i .. 8 i + 8` give the addresses of
+    /// the eight 16-byte rows of matrix `i`; each lane gets two b16 of each matrix in `d[i]`.
+    Ldmatrix {
+        n: u8,
+        trans: bool,
+        d: [R; 4],
+        addr: R,
+        off: i32,
+        mask: R,
+    },
+    /// `mma.sync.aligned.m16n8k{16,32}.row.col.s32.{s8,u8}.{s8,u8}.s32`, a warp collective of
+    /// the whole warp: `Func::mma_sites[site]`.
+    Mma {
+        site: u32,
+        mask: R,
+    },
     Mov {
         d: R,
         a: R,
@@ -709,6 +726,27 @@ pub(crate) struct Func {
     pub shared_refs: Vec<usize>,
     /// The operands of its `cp.async.bulk.tensor` instructions.
     pub tensor_sites: Vec<TensorSite>,
+    /// The operands of its `mma.sync` instructions.
+    pub mma_sites: Vec<MmaSite>,
+}
+
+/// One integer `mma.sync.aligned.m16n8k{k}.row.col.s32.{s8,u8}.{s8,u8}.s32`: D = A B + C for
+/// a 16 x k A (row-major, 8-bit), a k x 8 B (column-major, 8-bit) and 16 x 8 s32 C and D,
+/// spread over the warp's lanes as PTX lays out their fragments.
+#[derive(Clone, Debug)]
+pub(crate) struct MmaSite {
+    /// 16 or 32.
+    pub k: u8,
+    pub a_signed: bool,
+    pub b_signed: bool,
+    /// `.satfinite`: sums clamp to the s32 range instead of wrapping.
+    pub satfinite: bool,
+    pub d: [R; 4],
+    /// `k / 8` registers of four 8-bit elements each.
+    pub a: [R; 4],
+    /// `k / 16` registers.
+    pub b: [R; 2],
+    pub c: [R; 4],
 }
 
 /// One `cp.async.bulk.tensor`: a tile between global memory (through the tensor map at the

@@ -349,7 +349,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `.entry` / `.func` after that word.
-    fn function(&mut self, is_entry: bool, visible: bool) -> Result<(), LoadError> {
+    fn function(&mut self, is_entry: bool) -> Result<(), LoadError> {
         let mut rets = Vec::new();
         if !is_entry && self.eat(b'(') {
             rets = self.param_list()?;
@@ -446,15 +446,16 @@ impl<'a> Parser<'a> {
                 fcx.declare(pname, Name::KParam(off));
                 offset = top;
             }
-            if visible {
-                self.entries.push((
-                    Entry {
-                        name: name.to_string(),
-                        params,
-                    },
-                    index,
-                ));
-            }
+            // Every kernel, `.visible` or not: a kernel of internal linkage (nvcc's
+            // `static __global__`, its template instances in a whole-program build) is found
+            // by name all the same, as the CUDA runtime's registrations find it.
+            self.entries.push((
+                Entry {
+                    name: name.to_string(),
+                    params,
+                },
+                index,
+            ));
         } else {
             for (pname, size, align) in &rets {
                 let off = fcx.alloc_param(*size, *align)?;
@@ -759,7 +760,6 @@ pub(crate) fn parse_module(text: &str) -> Result<Module, LoadError> {
 
 impl<'a> Parser<'a> {
     fn module(&mut self) -> Result<(), LoadError> {
-        let mut visible = false;
         let mut extern_ = false;
         while let Some(tok) = self.peek() {
             match tok {
@@ -813,8 +813,8 @@ impl<'a> Parser<'a> {
                     }
                 }
                 Tok::Id(".visible" | ".weak" | ".common") => {
+                    // Linkage: every kernel is found by name (see `function`).
                     self.i += 1;
-                    visible = true;
                 }
                 Tok::Id(".extern") => {
                     self.i += 1;
@@ -822,13 +822,13 @@ impl<'a> Parser<'a> {
                 }
                 Tok::Id(".entry") => {
                     self.i += 1;
-                    self.function(true, visible)?;
-                    (visible, extern_) = (false, false);
+                    self.function(true)?;
+                    extern_ = false;
                 }
                 Tok::Id(".func") => {
                     self.i += 1;
-                    self.function(false, visible)?;
-                    (visible, extern_) = (false, false);
+                    self.function(false)?;
+                    extern_ = false;
                 }
                 Tok::Id(s)
                     if s.starts_with(".global")
@@ -839,7 +839,7 @@ impl<'a> Parser<'a> {
                     let (words, align) = self.decl_words()?;
                     let ext = extern_ || words.contains(&"extern");
                     self.var_decl(&words, align, ext, None)?;
-                    (visible, extern_) = (false, false);
+                    extern_ = false;
                 }
                 Tok::Id(s) => {
                     return Err(LoadError::NotSupported(format!("module directive {s}")));
@@ -889,7 +889,7 @@ impl<'a> Parser<'a> {
             }
         }
         if self.entries.is_empty() {
-            return Err(inv("no visible entry"));
+            return Err(inv("no entry"));
         }
         let mut const_total = 0u64;
         for g in &self.globals {

@@ -38,6 +38,13 @@ pub(crate) enum SharedAccess {
     StrongRead,
     /// A plain store.
     Write,
+    /// A plain store of the bytes that shared memory already holds there. Against a store
+    /// of another thread that nothing orders it with, it is no hazard: whichever runs last,
+    /// the bytes are the same, and so is what any load reads (llama.cpp-style tile loaders
+    /// clamp their row index, so that several threads store one value to one word). Nor
+    /// is it one against a load. It counts as a store (for later accesses) only where it
+    /// is ordered after the last one; otherwise that store stays the one recorded.
+    WriteSame,
     /// An atomic, or a strong store.
     AtomicWrite,
 }
@@ -183,7 +190,7 @@ impl Shadow {
         let (write, atomic) = match access {
             SharedAccess::Read => (false, false),
             SharedAccess::StrongRead => (false, true),
-            SharedAccess::Write => (true, false),
+            SharedAccess::Write | SharedAccess::WriteSame => (true, false),
             SharedAccess::AtomicWrite => (true, true),
         };
         // Whether the access of thread `other` (its clock `clock`, at `at`) is ordered
@@ -197,7 +204,21 @@ impl Shadow {
         let me = lin as u16;
         // (hazard, the other thread, first racing byte, racing bytes)
         let mut race: Option<(Hazard, u16, usize, u64)> = None;
+        let same = access == SharedAccess::WriteSame;
         for (o, c) in self.cells[off..end].iter_mut().enumerate() {
+            if same {
+                // No hazard either way; recorded as the last store only when ordered after
+                // the one recorded (an unordered one stays: it wrote these bytes too).
+                if ordered(c.w_lin, c.w_clock, c.w_epoch) {
+                    // The loads since stay: a later store of other bytes races with them
+                    // as it would have without this one.
+                    c.w_epoch = epoch;
+                    c.w_clock = mine[lin as usize % 32];
+                    c.w_lin = me;
+                    c.w_atomic = false;
+                }
+                continue;
+            }
             let mut hit = None;
             let both_atomic = atomic && c.w_atomic;
             if !both_atomic && !ordered(c.w_lin, c.w_clock, c.w_epoch) {

@@ -8,14 +8,19 @@
 //! (each other collective matches only its own instruction).
 
 use crate::Fault;
-use crate::exec::{St, Thread, W};
+use crate::exec::{Loc, St, Thread, W};
 use crate::ir::*;
 use crate::memory::atom_apply;
+use crate::racecheck::SharedAccess;
 
 impl<'m> W<'m> {
     /// Resolves the warp collectives of one warp that can proceed. Returns whether any did;
     /// with synccheck on, a lane outside its own member mask is a fault.
-    pub(crate) fn resolve_warp(&mut self, lanes: &mut [Thread]) -> Result<bool, Fault> {
+    pub(crate) fn resolve_warp(
+        &mut self,
+        lanes: &mut [Thread],
+        shared: &mut [u8],
+    ) -> Result<bool, Fault> {
         let module = self.module;
         let mut progress = false;
         let mut done = 0u32;
@@ -176,6 +181,18 @@ impl<'m> W<'m> {
                         };
                     }
                 }
+                Op::Ldmatrix {
+                    n,
+                    trans,
+                    d,
+                    addr,
+                    off,
+                    ..
+                } => self.ldmatrix(lanes, group, shared, (n, trans, d, addr, off))?,
+                Op::Mma { site, .. } => {
+                    let site = &module.funcs[func as usize].mma_sites[site as usize];
+                    mma(lanes, group, site);
+                }
                 _ => {}
             }
             for i in 0..lanes.len() {
@@ -187,6 +204,52 @@ impl<'m> W<'m> {
             progress = true;
         }
         Ok(progress)
+    }
+
+    /// `ldmatrix`: lanes `8 i .. 8 i + 8` of `group` give the row addresses of matrix `i`
+    /// (16 bytes each, in shared memory); lane `t` gets, of each matrix, the b16 pair at row
+    /// `t / 4`, columns `2 (t % 4)` and the next (`trans`: column `t / 4`, rows `2 (t % 4)` and
+    /// the next), the first in the low half. A row whose lane has exited reads as zeros.
+    fn ldmatrix(
+        &mut self,
+        lanes: &mut [Thread],
+        group: u32,
+        shared: &mut [u8],
+        (n, trans, d, addr, off): (u8, bool, [R; 4], R, i32),
+    ) -> Result<(), Fault> {
+        let mut rows = [[[0u16; 8]; 8]; 4];
+        for (i, matrix) in rows.iter_mut().enumerate().take(n as usize) {
+            for (r, row) in matrix.iter_mut().enumerate() {
+                let lane = 8 * i + r;
+                if lane >= lanes.len() || group & (1 << lane) == 0 {
+                    continue;
+                }
+                let th = &lanes[lane];
+                let at = th.regs[addr as usize].wrapping_add(off as i64 as u64);
+                let loc = self.locate(th, shared.len(), Space::Shared, at, 16, 16, false)?;
+                let Loc::Shared(o) = loc else {
+                    continue;
+                };
+                self.note_shared(th, th.pc as usize, o, 16, SharedAccess::Read);
+                for (c, v) in row.iter_mut().enumerate() {
+                    *v = u16::from_le_bytes([shared[o + 2 * c], shared[o + 2 * c + 1]]);
+                }
+            }
+        }
+        for (t, lane) in lanes.iter_mut().enumerate() {
+            if group & (1 << t) == 0 {
+                continue;
+            }
+            for (i, matrix) in rows.iter().enumerate().take(n as usize) {
+                let (a, b) = if trans {
+                    (matrix[2 * (t % 4)][t / 4], matrix[2 * (t % 4) + 1][t / 4])
+                } else {
+                    (matrix[t / 4][2 * (t % 4)], matrix[t / 4][2 * (t % 4) + 1])
+                };
+                lane.regs[d[i] as usize] = u64::from(a) | u64::from(b) << 16;
+            }
+        }
+        Ok(())
     }
 
     /// The lanes waiting at the same warp collective as lane `first` (which waits at one):
@@ -333,7 +396,7 @@ impl<'m> W<'m> {
             let mut progress = threads.iter().any(|t| t.state == St::Ready);
             for w in 0..threads.len().div_ceil(32) {
                 let lanes = &mut threads[w * 32..((w + 1) * 32).min(n)];
-                progress |= self.resolve_warp(lanes)?;
+                progress |= self.resolve_warp(lanes, shared)?;
             }
             if !progress {
                 progress = self.release_barriers(threads, live);
@@ -434,7 +497,9 @@ fn member_mask(op: Op) -> Option<R> {
         | Op::Shfl { mask, .. }
         | Op::Vote { mask, .. }
         | Op::Redux { mask, .. }
-        | Op::Match { mask, .. } => Some(mask),
+        | Op::Match { mask, .. }
+        | Op::Ldmatrix { mask, .. }
+        | Op::Mma { mask, .. } => Some(mask),
         _ => None,
     }
 }
@@ -455,4 +520,58 @@ fn missing(lanes: &[Thread], group: u32, mask_reg: R) -> u32 {
         }
     }
     out
+}
+
+/// `mma.sync` on integers: D = A B + C, each lane holding its fragments as PTX lays them out
+/// (lane `t`: group `g = t / 4`, `q = t % 4`). A (16 x k, row-major): register `j` holds four
+/// elements of row `g + 8 (j % 2)`, columns `4 q + 16 (j / 2)` onwards. B (k x 8): register
+/// `j` holds four elements of column `g`, rows `4 q + 16 j` onwards. C and D (16 x 8, s32):
+/// register `j` is row `g + 8 (j / 2)`, column `2 q + j % 2`. Lanes the warp does not have
+/// (or that exited) give zeros.
+fn mma(lanes: &mut [Thread], group: u32, site: &MmaSite) {
+    let k = site.k as usize;
+    let mut a = [[0i64; 32]; 16];
+    let mut b = [[0i64; 8]; 32];
+    let mut c = [[0i64; 8]; 16];
+    let byte = |v: u64, e: usize, signed: bool| {
+        let x = (v >> (8 * e)) as u8;
+        if signed { x as i8 as i64 } else { x as i64 }
+    };
+    for (t, lane) in lanes.iter().enumerate() {
+        if group & (1 << t) == 0 {
+            continue;
+        }
+        let (g, q) = (t / 4, t % 4);
+        for j in 0..k / 8 {
+            let v = lane.regs[site.a[j] as usize];
+            for e in 0..4 {
+                a[g + 8 * (j % 2)][4 * q + 16 * (j / 2) + e] = byte(v, e, site.a_signed);
+            }
+        }
+        for j in 0..k / 16 {
+            let v = lane.regs[site.b[j] as usize];
+            for e in 0..4 {
+                b[4 * q + 16 * j + e][g] = byte(v, e, site.b_signed);
+            }
+        }
+        for j in 0..4 {
+            c[g + 8 * (j / 2)][2 * q + j % 2] = lane.regs[site.c[j] as usize] as u32 as i32 as i64;
+        }
+    }
+    for (t, lane) in lanes.iter_mut().enumerate() {
+        if group & (1 << t) == 0 {
+            continue;
+        }
+        let (g, q) = (t / 4, t % 4);
+        for j in 0..4 {
+            let (row, col) = (g + 8 * (j / 2), 2 * q + j % 2);
+            let sum: i64 = c[row][col] + (0..k).map(|x| a[row][x] * b[x][col]).sum::<i64>();
+            let v = if site.satfinite {
+                sum.clamp(i32::MIN as i64, i32::MAX as i64) as i32
+            } else {
+                sum as i32
+            };
+            lane.regs[site.d[j] as usize] = v as u32 as u64;
+        }
+    }
 }

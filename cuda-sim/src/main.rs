@@ -117,7 +117,7 @@ fn library_dir() -> std::io::Result<PathBuf> {
         std::fs::File::create(&temporary)?.write_all(LIBRARY)?;
         std::fs::rename(&temporary, &library)?;
     }
-    // The simulated cuBLAS and cuRAND are the same library under their names (as `build.rs`
+    // The simulated cuBLAS, cuRAND and CUDA runtime are the same library under their names (as `build.rs`
     // installs it).
     for name in [
         "libcuda.so.1",
@@ -127,6 +127,8 @@ fn library_dir() -> std::io::Result<PathBuf> {
         "libcublasLt.so.13",
         "libcurand.so",
         "libcurand.so.10",
+        "libcudart.so",
+        "libcudart.so.13",
     ] {
         let link = dir.join(name);
         if std::fs::symlink_metadata(&link).is_err() {

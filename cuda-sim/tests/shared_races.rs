@@ -295,6 +295,43 @@ ADDED:
 DONE:
     ret;
 }
+
+// A tile loader that clamps its row: thread t stores to word min(t / 8, 3) of a shared array,
+// so several threads store to each word. `same` = 1 stores in[64 b + that row] (all writers
+// of a word store one value, as llama.cpp's quantized matmul tiles do); 0 stores
+// in[64 b + t] (each writer its own). Each thread then reads its word back into out.
+.visible .entry clamped_rows(.param .u64 out, .param .u64 in, .param .u32 same)
+{
+    .shared .align 4 .b32 rows[4];
+    .reg .pred %p<2>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd2, [in];
+    ld.param.u32 %r2, [same];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r3, %ctaid.x;
+    shl.b32 %r4, %r3, 6;
+    shr.u32 %r5, %r1, 3;
+    min.u32 %r5, %r5, 3;
+    setp.ne.u32 %p1, %r2, 0;
+    selp.b32 %r6, %r5, %r1, %p1;
+    add.u32 %r7, %r4, %r6;
+    mul.wide.u32 %rd3, %r7, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    ld.global.u32 %r8, [%rd4];
+    shl.b32 %r9, %r5, 2;
+    mov.u32 %r10, rows;
+    add.u32 %r10, %r10, %r9;
+    st.shared.u32 [%r10], %r8;
+    bar.sync 0;
+    ld.shared.u32 %r11, [%r10];
+    add.u32 %r7, %r4, %r1;
+    mul.wide.u32 %rd5, %r7, 4;
+    add.s64 %rd6, %rd1, %rd5;
+    st.global.u32 [%rd6], %r11;
+    ret;
+}
 \0";
 
 /// Threads per block (two warps) unless a kernel says otherwise.
@@ -646,3 +683,31 @@ fn check_cost() {
         );
     }
 }
+
+/// Threads that store one value to one word, unordered (a clamped row index), leave the same
+/// bytes whichever stores last: no hazard, and the reads after the barrier see the value.
+/// Storing each its own value is a write-after-write.
+fn clamped_rows(fixed: bool) {
+    let got = run_kernel(c"clamped_rows", 2, THREADS, 0, fixed as u32);
+    if fixed {
+        let want: Vec<u32> = (0..2 * THREADS)
+            .map(|g| g / THREADS * THREADS + (g % THREADS / 8).min(3))
+            .collect();
+        assert_eq!(got, want);
+    }
+}
+
+planted!(
+    threads_storing_their_own_values_to_one_word_race_but_one_value_does_not,
+    scenario_clamped_rows_own_values,
+    scenario_clamped_rows_one_value,
+    clamped_rows,
+    "shared-race",
+    [
+        "kernel clamped_rows",
+        "WAW hazard",
+        "thread [0, 0, 0] wrote",
+        "thread [1, 0, 0] writes 4 bytes at shared offset 0x0"
+    ],
+    then teardown()
+);

@@ -30,6 +30,9 @@ pub struct Module {
     pub library: Raw,
     /// The context it was loaded into.
     pub context: Raw,
+    /// Loaded by the CUDA runtime (`libs/runtime.rs`) for a registered fatbinary: the
+    /// runtime's own, unloaded at its teardown (after the report), so never a leak.
+    pub runtime: bool,
 }
 
 impl Sim {
@@ -41,8 +44,24 @@ impl Sim {
         Ok(&self.extra.modules[&raw])
     }
 
+    /// Whether `raw` is a loaded module (no violation either way).
+    pub fn module_is_live(&self, raw: Raw) -> bool {
+        self.extra.modules.contains_key(&raw)
+    }
+
     /// Loads PTX text (without its NUL) into the current context.
     pub fn load_module(&mut self, code: &[u8], what: &str) -> Result<Raw, CuResult> {
+        self.load_module_for(code, what, false)
+    }
+
+    /// Loads PTX text into the current context, for the program or (`runtime`) for the
+    /// CUDA runtime.
+    pub fn load_module_for(
+        &mut self,
+        code: &[u8],
+        what: &str,
+        runtime: bool,
+    ) -> Result<Raw, CuResult> {
         let context = self.require_current(what)?;
         let library = self.load_library(code)?;
         let raw = self.new_raw(Kind::Module);
@@ -52,6 +71,7 @@ impl Sim {
                 raw,
                 library,
                 context,
+                runtime,
             },
         );
         Ok(raw)

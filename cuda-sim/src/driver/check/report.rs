@@ -24,12 +24,15 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
             .filter(|p| !p.default && !p.zombie)
             .count() as u64,
     );
-    // A module's library is counted as the module.
+    // A module's library is counted as the module; the CUDA runtime's modules are its own.
     add(
         "library",
         (sim.libraries.len() as u64).saturating_sub(sim.extra.modules.len() as u64),
     );
-    add("module", sim.extra.modules.len() as u64);
+    add(
+        "module",
+        sim.extra.modules.values().filter(|m| !m.runtime).count() as u64,
+    );
     // Body graphs are their conditional node's, not the program's.
     add(
         "graph",

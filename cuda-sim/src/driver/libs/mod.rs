@@ -1,7 +1,8 @@
-//! The simulated libraries: cuBLAS (`blas.rs`, its matrix products in `gemm.rs`) and cuRAND
-//! (`rand.rs`), compiled into the same `libcuda.so` (so they share the driver's memory, streams
+//! The simulated libraries: cuBLAS (`blas.rs`, its matrix products in `gemm.rs`), cuRAND
+//! (`rand.rs`) and the CUDA runtime's kernel registration and launch (`runtime.rs`), compiled into the same `libcuda.so` (so they share the driver's memory, streams
 //! and clocks) and installed under their names as links to it (`libcublas.so`,
-//! `libcublas.so.13`, `libcublasLt.so`, `libcublasLt.so.13`, `libcurand.so`, `libcurand.so.10`).
+//! `libcublas.so.13`, `libcublasLt.so`, `libcublasLt.so.13`, `libcurand.so`, `libcurand.so.10`,
+//! `libcudart.so`, `libcudart.so.13`).
 //! Their handles are resources (`resources/library_handles.rs`); each computing call is one
 //! stream operation (`Op::Library`) whose footprint is checked like a kernel's. The top
 //! layer: it imports from every folder below, and nothing imports it.
@@ -32,6 +33,7 @@ macro_rules! library_fns {
 pub(crate) mod blas;
 pub(crate) mod gemm;
 pub(crate) mod rand;
+pub(crate) mod runtime;
 
 /// A library's answers to the simulator's errors.
 pub struct Codes {

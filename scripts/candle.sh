@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Builds candle-core 0.11.1's tests, exactly as published on crates.io, with `--features cuda` on a
+# machine without a GPU or a CUDA installation, and runs each test binary under
+# `cuda-sim run --strict`. Needs Rust, Python with pip, gcc and network access to crates.io and
+# PyPI. Prints one line per test binary and a summary.
+#
+#   scripts/candle.sh [--no-run] [--only BINARY] [-- TEST-FILTER...]
+#
+# CARGO_TARGET_DIR: our target (default ./target); CANDLE_WORK: where candle-core is copied and
+# built (default <target>/candle-work); CANDLE_JOBS: cargo jobs for candle (default 2);
+# CANDLE_TEST_THREADS: libtest threads per binary (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+target="${CARGO_TARGET_DIR:-$repo/target}"
+work="${CANDLE_WORK:-$target/candle-work}"
+jobs="${CANDLE_JOBS:-2}"
+threads="${CANDLE_TEST_THREADS:-2}"
+version=0.11.1
+no_run=0
+only=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --no-run) no_run=1; shift ;;
+    --only) only=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "usage: $0 [--no-run] [--only BINARY] [-- TEST-FILTER...]"; exit 2 ;;
+  esac
+done
+filters=("$@")
+
+phase_start=$SECONDS
+phase() {
+  echo "candle.sh: $1 took $((SECONDS - phase_start)) s" >&2
+  phase_start=$SECONDS
+}
+
+# 1. nvcc 13.0 (the toolkit of the driver the simulator plays), from PyPI, in one pip command:
+# a later `--upgrade` of one of them would wipe the shared nvidia/ directory, and nvvm must be
+# pinned or pip takes a newer one.
+nvcc_root="$target/nvcc"
+nvcc_stamp="$nvcc_root/.version-13.0.88"
+if [[ ! -f $nvcc_stamp ]]; then
+  rm -rf "$nvcc_root"
+  python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
+    --target "$nvcc_root" \
+    "nvidia-cuda-nvcc==13.0.88" "nvidia-cuda-runtime==13.0.96" "nvidia-cuda-crt==13.0.88" \
+    "nvidia-cuda-cccl==13.0.85" "nvidia-nvvm==13.0.88"
+  touch "$nvcc_stamp"
+fi
+cu="$nvcc_root/nvidia/cu13"
+export PATH="$cu/bin:$PATH"
+# The PyPI layout has no targets/<arch>/include, which nvcc.profile names.
+export NVCC_PREPEND_FLAGS="-I$cu/include -isystem $cu/include/cccl"
+# candle-kernels compiles its statically linked kernels (libmoe.a, launched through the CUDA
+# runtime) for sm_$cap only: machine code, which the simulator cannot run. This wrapper adds
+# the PTX of compute_$cap to each object's fatbinary, uncompressed, for the simulator's
+# runtime to load; PTX-only builds (--ptx) are left as they are.
+cap=90
+wrapper="$nvcc_root/nvcc-with-ptx"
+cat >"$wrapper" <<EOF
+#!/bin/sh
+case " \$* " in
+  *" --ptx "*|*" -ptx "*) exec "$cu/bin/nvcc" "\$@" ;;
+  *" -c "*) exec "$cu/bin/nvcc" "\$@" -gencode=arch=compute_$cap,code=compute_$cap --no-compress ;;
+esac
+exec "$cu/bin/nvcc" "\$@"
+EOF
+chmod +x "$wrapper"
+export NVCC="$wrapper"
+phase "nvcc install"
+
+# 2. The simulator and NVRTC.
+CARGO_TARGET_DIR="$target" cargo build -q -j1 -p cuda-sim
+sim="$target/debug/cuda-sim"
+nvrtc=$("$sim" nvrtc)
+phase "simulator build"
+
+# 3. A CUDA root for cudarc's `dynamic-linking` and candle-kernels' `-lcudart`: the driver, the
+# libraries cuBLAS, cuBLASLt and cuRAND, and the CUDA runtime (the part nvcc's host code calls)
+# are the simulator (one library without a SONAME, so each link name is what the executables
+# ask for, and the runner's directory holds them all); NVRTC is NVIDIA's.
+root="$target/candle-cuda-root"
+mkdir -p "$root/lib64"
+for lib in cuda cublas cublasLt curand cudart; do
+  ln -sfn "$target/cuda-sim/libcuda.so" "$root/lib64/lib$lib.so"
+done
+ln -sfn "$nvrtc/libnvrtc.so.13" "$root/lib64/libnvrtc.so"
+ln -sfn "$cu/include" "$root/include"
+ln -sfn "$cu/bin" "$root/bin"
+phase "CUDA root"
+
+# 4. candle-core as published: fetched through a throwaway crate, copied unchanged.
+src="$work/candle-core"
+if [[ ! -f $src/.candle-sim-copied ]]; then
+  fetcher="$work/fetch"
+  mkdir -p "$fetcher/src"
+  cat >"$fetcher/Cargo.toml" <<EOF
+[package]
+name = "candle-fetch"
+version = "0.0.0"
+edition = "2021"
+publish = false
+[dependencies]
+candle-core = { version = "=$version", features = ["cuda"] }
+[workspace]
+EOF
+  : >"$fetcher/src/lib.rs"
+  (cd "$fetcher" && cargo fetch -q)
+  registry=$(cd "$fetcher" && cargo metadata -q --format-version 1 |
+    python3 -c 'import json,sys; m=json.load(sys.stdin); print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="candle-core"))')
+  rm -rf "$src"
+  cp -r "$(dirname "$registry")" "$src"
+  touch "$src/.candle-sim-copied"
+fi
+phase "candle-core fetch"
+
+# 5. Its tests, with `--features cuda`. CUDA_COMPUTE_CAP keeps candle-kernels' build (cudaforge)
+# from asking nvidia-smi; CUDA_ROOT points cudarc's link search at the root above.
+export CUDA_COMPUTE_CAP=$cap CUDA_ROOT="$root" CUDA_PATH="$root" CUDA_HOME="$root"
+export CUDA_TOOLKIT_ROOT_DIR="$root" CUDARC_CUDA_VERSION=13000
+export CARGO_TARGET_DIR="$work/target"
+(cd "$src" && cargo test -j"$jobs" --features cuda --no-run --message-format=json 2>"$work/build.log" |
+  python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])
+' >"$work/binaries") || { tail -40 "$work/build.log"; exit 1; }
+phase "candle-core test build"
+[[ $no_run == 1 ]] && exit 0
+
+# 6. Each test binary under the simulator, strict: a violation or a leak fails the run.
+total_pass=0 total_fail=0 total_ign=0 bad=()
+mkdir -p "$work/logs"
+while read -r name exe; do
+  [[ -n $only && $name != "$only" ]] && continue
+  log="$work/logs/$name.log"
+  start=$SECONDS
+  set +e
+  (cd "$src" && "$sim" run --strict -- "$exe" --test-threads="$threads" "${filters[@]}") >"$log" 2>&1
+  rc=$?
+  set -e
+  read -r pass fail ign < <(python3 - "$log" <<'EOF'
+import re, sys
+# Counted from the tests' own lines, so that a run the simulator stopped (a violation under
+# --strict) still counts what ran before it; a test it stopped in counts as failed.
+p = f = i = 0
+running = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"test (\S+) (?:- should panic )?\.\.\. (ok|FAILED|ignored)", line)
+    if m:
+        p += m[2] == "ok"; f += m[2] == "FAILED"; i += m[2] == "ignored"
+        running = None
+    elif re.match(r"test (\S+) (?:- should panic )?\.\.\. ", line):
+        running = line.split()[1]
+if running:
+    f += 1
+print(p, f, i)
+EOF
+)
+  failing=$(grep -E '^test .* \.\.\. (FAILED$|cuda-sim: violation)' "$log" |
+    sed -E 's/^test ([^ ]*) .*$/\1/' | tr '\n' ' ' || true)
+  verdict=$(grep -E '^cuda-sim: [0-9]+ violations' "$log" | tail -1 || true)
+  stopped=
+  grep -q '^test result:' "$log" ||
+    stopped=" STOPPED: $(grep -oE 'cuda-sim: violation .{0,160}' "$log" | head -1 || echo "no test result")"
+  echo "candle $name: $pass passed, $fail failed, $ign ignored (exit $rc, $((SECONDS - start)) s; $verdict)${failing:+ failing: $failing}$stopped"
+  total_pass=$((total_pass + pass)) total_fail=$((total_fail + fail)) total_ign=$((total_ign + ign))
+  [[ $rc != 0 ]] && bad+=("$name")
+done <"$work/binaries"
+phase "candle-core tests under the simulator"
+echo "candle total: $total_pass passed, $total_fail failed, $total_ign ignored; binaries not clean: ${bad[*]:-none}"
