@@ -173,3 +173,5 @@ EOF
 done <"$work/binaries"
 phase "candle-core tests under the simulator"
 echo "candle total: $total_pass passed, $total_fail failed, $total_ign ignored; binaries not clean: ${bad[*]:-none}"
+# Every test passes and every binary exits cleanly, or the script fails.
+[[ $total_fail == 0 && ${#bad[@]} == 0 && $total_pass -gt 0 ]]
