@@ -42,7 +42,8 @@ done
 for s in reduction_without_barrier reduction_with_barrier overwrite_without_barrier overwrite_after_barrier \
   one_word_many_writers one_word_one_writer warp_reduction_without_syncwarp warp_reduction_with_syncwarp \
   block_37_skips_its_barrier no_block_skips_its_barrier counter_reset_without_barrier \
-  counter_reset_before_barrier shared_sum_plain shared_sum_atomic; do
+  counter_reset_before_barrier shared_sum_plain shared_sum_atomic clamped_rows_own_values \
+  clamped_rows_one_value; do
   run shared_races racecheck scenario_$s
 done
 for s in read_unwritten read_memset read_past_copy read_whole_copy copy_back_half copy_back_whole pool_reuse pool_reuse_memset; do
