@@ -16,9 +16,10 @@ target="${CARGO_TARGET_DIR:-$repo/target}"
 work="${CANDLE_WORK:-$target/candle-work}"
 # candle-core is built as its own root: inside this repository only under target/, which the
 # workspace excludes (elsewhere cargo would take it for a member of ours).
+real_repo=$(realpath "$repo")
 case "$(realpath -m "$work")/" in
-  "$repo/target/"*) ;;
-  "$repo/"*) echo "candle.sh: CANDLE_WORK must be outside $repo or under its target/" >&2; exit 2 ;;
+  "$real_repo/target/"*) ;;
+  "$real_repo/"*) echo "candle.sh: CANDLE_WORK must be outside $repo or under its target/" >&2; exit 2 ;;
 esac
 jobs="${CANDLE_JOBS:-2}"
 threads="${CANDLE_TEST_THREADS:-2}"
