@@ -68,6 +68,34 @@ strip .gpu/gpu_bench .gpu/serving
 mkdir -p .gpu/cuda-sim
 cp target/cuda-sim/libcuda.so .gpu/cuda-sim/libcuda.so
 strip .gpu/cuda-sim/libcuda.so
+# candle-core's CUDA test binaries, when scripts/candle.sh --no-run has built them (CANDLE_WORK as
+# there), stripped and packed in one xz stream whose window spans two binaries (they share
+# about 100 MB of kernels), for gpu-run.sh's candle step; packing takes about 10 minutes, so
+# the pack is kept beside the binaries and redone only when they change.
+candle_work=${CANDLE_WORK:-${CARGO_TARGET_DIR:-target}/candle-work}
+if [ -f "$candle_work/binaries" ]; then
+  pack="$candle_work/candle.tar.xz"
+  if [ ! "$pack" -nt "$candle_work/binaries" ]; then
+    stripped=$(mktemp -d)
+    for name in candle_core conv_tests pool_tests layout_tests tensor_tests grad_tests quantized_tests \
+      matmul_tests bilinear_tests; do
+      strip -o "$stripped/$name" "$(awk -v n="$name" '$1 == n {print $2}' "$candle_work/binaries")"
+    done
+    tar -C "$stripped" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB >"$pack.part"
+    mv "$pack.part" "$pack"
+    rm -rf "$stripped"
+  fi
+  cp "$pack" .gpu/candle.tar.xz
+else
+  echo "gpu-collect: no candle-core test binaries in $candle_work (scripts/candle.sh --no-run builds them)"
+fi
+# cudarc's lib tests, when scripts/cudarc-tests.sh has built them, for gpu-run.sh's cudarc step.
+cudarc_bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/cudarc-tests/debug/deps/cudarc-* 2>/dev/null | grep -v '\.d$' | head -n 1)
+if [ -n "$cudarc_bin" ]; then
+  strip -o .gpu/cudarc-lib-tests "$cudarc_bin"
+else
+  echo "gpu-collect: no cudarc lib tests (scripts/cudarc-tests.sh builds them)"
+fi
 cp scripts/gpu-run.sh .gpu/
 cp bench/cuda_core_bench.py .gpu/
 # Every test binary collected above must be in one launcher list of gpu-run.sh (GPU tests,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|serving|libs|lists]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|serving|libs|candle|cudarc|lists]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +20,8 @@ simulator_only=(
   test-memory_model test-selftest test-tensor_maps test-vmm
   test-capabilities test-cuda_attacks test-cuda_conditional_rules test-cuda_rules
   test-cuda_soundness test-fault_sweep test-fd_passing test-fuzz_safe_api test-interop
-  test-review24 test-races test-sanitizer_classes test-shared_races
+  test-review24 test-races test-sanitizer_classes test-shared_races test-review_views
+  test-libraries test-cuda_runtime
 )
 # No ignored tests at all (the `lists` step checks that): tests that run as they are.
 plain=(
@@ -32,7 +33,7 @@ plain=(
   test-loom_counted test-loom_registry test-loom_stream_order test-registry_adversarial
   test-registry_switching test-tracing
   test-ptx_alu test-ptx_handwritten test-ptx_kernels test-ptx_more test-ptx_review
-  test-ptx_review_faults test-ptx_spread test-ptx_narrow
+  test-ptx_review_faults test-ptx_spread test-ptx_narrow test-ptx_matrix
 )
 # The runner's tests build a crate with cargo, which the GPU machine does not have (the crate's
 # own test binary is .gpu/test-cudarc_app): skipped.
@@ -94,6 +95,57 @@ for step in "${steps[@]}"; do
       HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review24 --include-ignored scenario_ --skip f9 --skip n6 --skip f6 \
         --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
       grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
+      # The host-view review's programs (review_views.rs) on the real driver; a11 and a15 need
+      # two devices, a14 injects driver failures (simulator only), and the control program is
+      # a deliberate raw race, a verdict only the simulator gives.
+      echo "== review_views scenarios on the GPU" | tee -a "$logs/rules.log"
+      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review_views --include-ignored scenario_ --skip a11 --skip a15 \
+        --skip a14 --skip control --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
+      grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
+      ;;
+    candle)
+      # candle-core 0.11.1's CUDA tests (the `_gpu`/`cuda` ones of its nine binaries), built by
+      # scripts/candle.sh with nvcc 13.0 and packed by gpu-collect.sh, on the real driver. Built
+      # against the simulator, which is one library for all of CUDA, they name only libcuda.so:
+      # NVIDIA's cuBLAS, cuBLASLt, cuRAND and runtime (Python packages here) are preloaded.
+      if [ ! -f .gpu/candle.tar.xz ]; then
+        echo "no .gpu/candle.tar.xz: run scripts/candle.sh --no-run before scripts/gpu-collect.sh"
+        status=1
+        continue
+      fi
+      candle_dir=$(mktemp -d)
+      python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
+        .gpu/candle.tar.xz "$candle_dir"
+      preload=
+      for lib in libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libcudart.so.13; do
+        found=$(python3 -c 'import nvidia, sys; print("\n".join(nvidia.__path__))' | xargs -I{} find {} -name "$lib" | head -n 1)
+        [ -n "$found" ] || { echo "candle: $lib not found among the nvidia Python packages"; status=1; }
+        preload=${preload:+$preload:}$found
+      done
+      driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+      ln -sf "$driver" "$candle_dir/libcuda.so"
+      for binary in candle_core conv_tests pool_tests layout_tests tensor_tests grad_tests quantized_tests \
+        matmul_tests bilinear_tests; do
+        echo "== candle $binary" | tee -a "$logs/candle.log"
+        (cd "$candle_dir" && LD_LIBRARY_PATH="$candle_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" LD_PRELOAD="$preload" \
+          timeout 300 "./$binary" _gpu cuda --test-threads=4) >>"$logs/candle.log" 2>&1 || status=1
+        grep -E "^test result" "$logs/candle.log" | tail -n 1
+      done
+      rm -rf "$candle_dir"
+      ;;
+    cudarc)
+      # cudarc's own lib tests (scripts/cudarc-tests.sh builds them; gpu-collect.sh copies the
+      # binary) on the real driver, every test, for the list kept beside the simulator's.
+      if [ ! -x .gpu/cudarc-lib-tests ]; then
+        echo "no .gpu/cudarc-lib-tests: run scripts/cudarc-tests.sh before scripts/gpu-collect.sh"
+        status=1
+        continue
+      fi
+      # NVRTC comes with a Python package here: its directory goes on the loader path.
+      nvrtc=$(python3 -c 'import nvidia, sys; print("\n".join(nvidia.__path__))' | xargs -I{} find {} -name 'libnvrtc.so*' | head -n 1)
+      LD_LIBRARY_PATH="$(dirname "${nvrtc:-/}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        .gpu/cudarc-lib-tests --test-threads=1 >"$logs/cudarc.log" 2>&1 || status=1
+      grep -E "^test result|FAILED|failed" "$logs/cudarc.log" | tail -n 5
       ;;
     fidelity)
       # The simulator's memory-model scenarios on the real driver: what they read back there is

@@ -22,9 +22,15 @@ use handles_cuda::{
 use handles_tests::kernels::TestKernels;
 use simulator::{assert_clean, in_scenario, run_scenario};
 
-/// Runs `scenario_{name}` in a child on the strict simulator and expects a clean report.
+/// Runs `scenario_{name}` in a child on the strict simulator and expects a clean report. New
+/// streams take the address of the stream destroyed last, as on driver 580, whose work may
+/// still be pending (`CUDA_SIM_REUSE_STREAMS`).
 fn clean(name: &str, devices: &str) -> Report {
-    let env = [("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", devices)];
+    let env = [
+        ("CUDA_SIM_STRICT", "1"),
+        ("CUDA_SIM_DEVICES", devices),
+        ("CUDA_SIM_REUSE_STREAMS", "1"),
+    ];
     let report = run_scenario(name, &[], &env);
     assert_clean(name, &report);
     report
@@ -988,6 +994,46 @@ fn scenario_a16_many_short_lived_streams_then_view_and_free() {
     let waiter = release_later(release, Duration::from_millis(40));
     drop(pinned);
     waiter.join().unwrap();
+}
+
+// A17: the stream-ordered free's twin of A16. Device memory is used on a short-lived stream
+// whose work is held back, the stream is dropped, and the next stream (the same address on
+// driver 580) uses the memory too: the free on home must still wait for the first stream.
+
+#[test]
+fn a17_free_after_uses_on_a_dropped_stream_and_its_address_successor() {
+    clean(
+        "a17_free_after_uses_on_a_dropped_stream_and_its_address_successor",
+        "1",
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a17_free_after_uses_on_a_dropped_stream_and_its_address_successor() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let home = non_blocking(&context);
+    let memory = DevicePtrHandle::alloc_async(1 << 16, &home).unwrap();
+    memory.memset_async(0, 1 << 16, &home).unwrap();
+    home.synchronize().unwrap();
+    let first = non_blocking(&context);
+    let first_raw = first.as_cu() as usize;
+    let release = hold(&first);
+    memory.memset_async(7, 1 << 16, &first).unwrap();
+    drop(first);
+    let second = non_blocking(&context);
+    eprintln!(
+        "a17: the second stream {} the first one's address",
+        if second.as_cu() as usize == first_raw { "took" } else { "did not take" }
+    );
+    memory.memset_async(9, 1 << 10, &second).unwrap();
+    second.synchronize().unwrap();
+    let waiter = release_later(release, Duration::from_millis(40));
+    // The free waits for the held memset on the first stream, not only for the second's.
+    drop(memory);
+    waiter.join().unwrap();
+    home.synchronize().unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------

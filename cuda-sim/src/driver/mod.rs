@@ -87,6 +87,10 @@ pub struct Config {
     /// `CUDA_SIM_CHECK_RACECHECK` (on unless `0`): report shared-memory hazards
     /// between the threads of a block (`cuda_sim_ptx::LaunchArgs::racecheck`).
     pub check_racecheck: bool,
+    /// `CUDA_SIM_REUSE_STREAMS`: a new stream takes the address of the stream destroyed last
+    /// (its queued work may still be pending), as driver 580 does, instead of a fresh one.
+    /// Off by default, so that a use of a destroyed stream is reported as one.
+    pub reuse_streams: bool,
 }
 
 impl Config {
@@ -108,6 +112,7 @@ impl Config {
             check_initcheck: check("CUDA_SIM_CHECK_INITCHECK"),
             check_synccheck: check("CUDA_SIM_CHECK_SYNCCHECK"),
             check_racecheck: check("CUDA_SIM_CHECK_RACECHECK"),
+            reuse_streams: var("CUDA_SIM_REUSE_STREAMS").is_some_and(|v| v != "0"),
         }
     }
 }
@@ -221,6 +226,8 @@ pub struct Sim {
     /// Work queued behind host functions (`deferred`).
     pub deferred: deferred::Deferred,
     pub next_id: usize,
+    /// Destroyed streams' addresses, for `CUDA_SIM_REUSE_STREAMS`, the last destroyed last.
+    pub free_streams: Vec<Raw>,
     /// Modules, managed-memory advice, context limits (`exports_cudarc`).
     pub extra: exports_cudarc::Extra,
     /// Conditional handles and nodes (`conditional`).
@@ -330,6 +337,7 @@ pub fn init(flags: u32) -> Result<(), CuResult> {
             checker,
             deferred: deferred::Deferred::default(),
             next_id: 1,
+            free_streams: Vec::new(),
             extra: Default::default(),
             conditionals: Default::default(),
             graph_memory: Default::default(),

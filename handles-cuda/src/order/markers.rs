@@ -13,14 +13,19 @@ use cudarc::driver::sys::CUcontext;
 use crate::driver::current::current_raw;
 use crate::error::Result;
 use crate::exec::event::EventHandle;
-use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle};
+use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle, StreamWeak};
+use handles_core::{ResourceHandle, WeakResourceHandle};
 
 /// Which stream work went to: the raw stream, and for default-stream tokens the context it
 /// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept
-/// as integers: the key identifies, it is never used to call the driver. A real stream's
-/// address names one stream while work queued on it is pending: `cuStreamDestroy` lets queued
-/// work finish before the stream goes, so a new stream cannot take the address of one whose
-/// marker still covers work.
+/// as integers: the key identifies, it is never used to call the driver.
+///
+/// A real stream's address names it only while its handle lives: `cuStreamDestroy` returns
+/// with work still queued, and the driver hands the address to the next stream it creates
+/// (seen on the H200, driver 580: a marker re-recorded on the new stream lost the old one's
+/// pending memset). So a marker of a real stream also keeps a weak reference to the handle it
+/// was recorded through ([`Marker::via`]), and matches only work queued through that handle's
+/// box, which the weak reference keeps from being reused.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct StreamKey {
     raw: usize,
@@ -62,8 +67,26 @@ impl StreamKey {
 /// A stream the memory was used on, with a marker recorded after its latest use there.
 struct Marker {
     key: StreamKey,
+    /// For a real stream, the handle the marker was recorded through: a later use matches
+    /// only through the same box (see [`StreamKey`]). `None` for default-stream tokens, which
+    /// the key alone names for as long as their context lives.
+    via: Option<StreamWeak>,
     event: EventHandle,
 }
+
+impl Marker {
+    fn covers(&self, key: StreamKey, stream: &StreamHandle) -> bool {
+        self.key == key
+            && self
+                .via
+                .as_ref()
+                .is_none_or(|via| via.as_weak().points_to(stream.as_handle()))
+    }
+}
+
+/// Markers beyond this many are pruned of the completed ones before another is added: memory
+/// used on many short-lived streams keeps one marker per stream with work still pending.
+const PRUNE_AT: usize = 8;
 
 /// The markers of the streams some memory was used on (see the module docs).
 #[derive(Default)]
@@ -73,7 +96,7 @@ impl Markers {
     /// Records `key`'s marker on `stream` (the calling thread's work there, `key` being
     /// [`StreamKey::of`] it) after the work queued so far, making the marker on first use.
     pub(crate) fn mark(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
-        match self.0.iter().find(|marker| marker.key == key) {
+        match self.0.iter().find(|marker| marker.covers(key, stream)) {
             Some(marker) => marker.event.record(stream),
             None => self.ensure(key, stream),
         }
@@ -83,21 +106,34 @@ impl Markers {
     /// contexts or fail for a lack of resources happens here, before the work is queued, so
     /// that [`Self::mark`] after it is a record only.
     pub(crate) fn ensure(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
-        if self.0.iter().any(|marker| marker.key == key) {
+        if self.0.iter().any(|marker| marker.covers(key, stream)) {
             return Ok(());
         }
-        EventHandle::marker_on(stream).map(|event| self.0.push(Marker { key, event }))
+        let event = EventHandle::marker_on(stream)?;
+        self.push(key, stream, event);
+        Ok(())
     }
 
-    /// Keeps `event` (already recorded) as `key`'s marker, replacing an older one.
-    pub(crate) fn replace(&mut self, key: StreamKey, event: EventHandle) {
-        self.forget(key);
-        self.0.push(Marker { key, event });
+    /// Keeps `event` (already recorded on `stream`) as its marker, replacing an older one.
+    pub(crate) fn replace(&mut self, key: StreamKey, stream: &StreamHandle, event: EventHandle) {
+        self.forget(key, stream);
+        self.push(key, stream, event);
     }
 
-    /// Forgets `key`'s marker: what it covers is ordered another way now.
-    pub(crate) fn forget(&mut self, key: StreamKey) {
-        self.0.retain(|marker| marker.key != key);
+    /// Forgets `stream`'s marker: what it covers is ordered another way now. A marker of
+    /// another stream that had the same address stays.
+    pub(crate) fn forget(&mut self, key: StreamKey, stream: &StreamHandle) {
+        self.0.retain(|marker| !marker.covers(key, stream));
+    }
+
+    fn push(&mut self, key: StreamKey, stream: &StreamHandle, event: EventHandle) {
+        if self.0.len() >= PRUNE_AT {
+            // A completed marker covers nothing that can still run; one whose query fails is
+            // kept, and waited for like the others.
+            self.0.retain(|marker| !matches!(marker.event.query(), Ok(true)));
+        }
+        let via = (!stream.is_default_token()).then(|| stream.downgrade());
+        self.0.push(Marker { key, via, event });
     }
 
     /// The markers, one per stream.

@@ -164,14 +164,17 @@ impl StreamOrder {
                 .owning_context()
                 .and_then(|context| context.synchronize())
         } else {
-            EventHandle::marker_on(&state.home).map(|marker| state.others.replace(old_key, marker))
+            EventHandle::marker_on(&state.home).map(|marker| {
+                let old_home = state.home.clone();
+                state.others.replace(old_key, &old_home, marker)
+            })
         };
         if let Err(error) = ordered {
             // The free stays where it was, and the mirror says so again.
             self.mirror.set_home(mirror_value(&state.home));
             return Err(error);
         }
-        state.others.forget(new_key);
+        state.others.forget(new_key, &new_home);
         state.home = new_home;
         state.home_key = new_key;
         Ok(())

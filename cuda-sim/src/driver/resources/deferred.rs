@@ -7,9 +7,11 @@
 //! synchronous copies, `cuMemFree`). Everything else still runs at once on the calling
 //! thread, so a program without host functions behaves as before.
 //!
+//! A stream destroyed while busy is gone at once, as on the driver; its queued work stays
+//! queued on its timeline and runs when due (its context's synchronisation still waits for it).
+//!
 //! Not modelled: work queued on a blocking stream does not hold back the legacy default
-//! stream (or the other way round) while it waits; a stream destroyed while busy waits for
-//! its work first (the driver returns at once and finishes the work later).
+//! stream (or the other way round) while it waits.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::c_void;

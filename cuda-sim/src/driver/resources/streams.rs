@@ -158,7 +158,13 @@ impl Sim {
         if flags & !STREAM_NON_BLOCKING != 0 {
             return Err(INVALID_VALUE);
         }
-        let raw = self.new_raw(Kind::Stream);
+        let raw = match self.free_streams.pop() {
+            Some(raw) => {
+                self.graves.remove(&raw);
+                raw
+            }
+            None => self.new_raw(Kind::Stream),
+        };
         let timeline = self.checker.timeline(format!("stream {raw:#x}"));
         let ctx = self.contexts.get_mut(&context).expect("current");
         ctx.streams.push(timeline);
@@ -187,6 +193,9 @@ impl Sim {
         }
         self.abandon_capture(stream.timeline);
         self.bury(raw, Kind::Stream);
+        if self.config.reuse_streams {
+            self.free_streams.push(raw);
+        }
         Ok(())
     }
 

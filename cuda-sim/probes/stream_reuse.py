@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Whether a stream created after `cuStreamDestroy` takes the destroyed stream's address, and
+whether that happens while the destroyed stream's work is still pending.
+
+A stream is held back by a host function that waits on a flag, a memset is queued behind it,
+an event is recorded after the memset, and the stream is destroyed. Then new streams are
+created: the probe prints their addresses next to the destroyed one's and whether the held
+memset had completed (it cannot have: the flag is still down). Run on a GPU machine:
+
+    python3 cuda-sim/probes/stream_reuse.py
+
+and under the simulator (`cargo build -p cuda-sim` first; CUDA_SIM_REUSE_STREAMS=1 plays the
+driver's reuse):
+
+    python3 cuda-sim/probes/stream_reuse.py target/cuda-sim/libcuda.so
+
+Only ctypes: no CUDA Python package is needed.
+"""
+import ctypes
+import sys
+import threading
+
+cuda = ctypes.CDLL("libcuda.so.1" if len(sys.argv) < 2 else sys.argv[1])
+P = ctypes.c_void_p
+
+
+def check(name, *args):
+    code = getattr(cuda, name)(*args)
+    if code != 0:
+        raise SystemExit(f"call {name} failed with {code}")
+
+
+check("cuInit", 0)
+primary = P()
+check("cuDevicePrimaryCtxRetain", ctypes.byref(primary), 0)
+check("cuCtxSetCurrent", primary)
+
+release = threading.Event()
+HOST_FN = ctypes.CFUNCTYPE(None, P)
+gate = HOST_FN(lambda _: release.wait())
+
+for round_ in range(3):
+    release.clear()
+    held = P()
+    check("cuStreamCreate", ctypes.byref(held), 1)
+    memory = ctypes.c_uint64()
+    check("cuMemAlloc_v2", ctypes.byref(memory), 1 << 20)
+    check("cuLaunchHostFunc", held, gate, None)
+    check("cuMemsetD8Async", memory, 7, 1 << 20, held)
+    done = P()
+    check("cuEventCreate", ctypes.byref(done), 2)
+    check("cuEventRecord", done, held)
+    check("cuStreamDestroy_v2", held)
+    fresh = []
+    for _ in range(2):
+        stream = P()
+        check("cuStreamCreate", ctypes.byref(stream), 1)
+        fresh.append(stream)
+    pending = cuda.cuEventQuery(done) == 600  # CUDA_ERROR_NOT_READY
+    print(
+        f"round {round_}: destroyed {held.value:#x} with its memset "
+        f"{'still pending' if pending else 'complete'}; next streams "
+        + ", ".join(f"{s.value:#x}" for s in fresh)
+        + f"; first takes its address: {fresh[0].value == held.value}"
+    )
+    release.set()
+    check("cuEventSynchronize", done)
+    for stream in fresh:
+        check("cuStreamDestroy_v2", stream)
+    check("cuEventDestroy_v2", done)
+    check("cuMemFree_v2", memory)
