@@ -240,7 +240,7 @@ RUST
     { tail -40 "$work/per-thread-build.log"; exit 1; }
   report="$work/per-thread-report.json"
   rm -f "$report"
-  (cd "$app" && CUDA_SIM_REPORT="$report" "$sim" run -- "$CARGO_TARGET_DIR/debug/candle-per-thread-free") \
+  (cd "$app" && "$sim" run --report "$report" -- "$CARGO_TARGET_DIR/debug/candle-per-thread-free") \
     >"$work/logs/per-thread-free.out" 2>&1 || true
   python3 - "$report" <<'PY' || { tail -20 "$work/logs/per-thread-free.out"; exit 1; }
 import json, sys

@@ -65,8 +65,10 @@ strip .gpu/gpu_bench .gpu/serving
 # The simulated driver, for the `on_the_simulator` launchers and the fault sweep; only their
 # child processes load it (gpu-run.sh sets CUDA_SIM_LIBRARY_DIR), everything else uses the real
 # driver.
+# With it, its links (the names of the simulated cuBLAS, cuRAND and CUDA runtime), so that a
+# simulator child finds them there and not the machine's real libraries.
 mkdir -p .gpu/cuda-sim
-cp target/cuda-sim/libcuda.so .gpu/cuda-sim/libcuda.so
+cp -P target/cuda-sim/lib*.so* .gpu/cuda-sim/
 strip .gpu/cuda-sim/libcuda.so
 # candle-core's CUDA test binaries, when scripts/candle.sh --no-run has built them (CANDLE_WORK as
 # there), stripped and packed in one xz stream whose window spans two binaries (they share

@@ -978,3 +978,364 @@ fn every_name_reaches_the_same_simulator() {
     assert_clean(&report);
     assert_eq!(report.calls.get("curandGenerateUniform"), Some(&7));
 }
+
+// ---------------------------------------------------------------------------------------------
+// cuBLASLt, and cuBLAS's gemv and asum.
+
+/// f32 through cudarc's safe `CudaBlasLT` (plain, then a batch of two with A and B
+/// transposed), then raw calls: device scalars, and the refusals (`NOT_SUPPORTED`) of a ReLU
+/// epilogue and of a D that is not C. Then `cublasSgemv_v2` (both operations, a negative
+/// increment) and `cublasDasum_v2` against the reference.
+fn lt_products() {
+    use cudarc::cublaslt::sys as lt;
+    use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let cublaslt = CudaBlasLT::new(stream.clone()).unwrap();
+    let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    // Two batches of A (3x4, stored transposed: 4x3, ld 4), B (4x2 stored transposed: 2x4,
+    // ld 2), C (3x2, ld 3, starting from ones, beta 0.5).
+    let (m, n, k, batch) = (3usize, 2usize, 4usize, 2usize);
+    let a = narrow(&quarters(k * m * batch, 1));
+    let b = narrow(&quarters(n * k * batch, 2));
+    let c = vec![1.0f32; m * n * batch];
+    for (transposed, batches) in [(false, 1), (true, batch)] {
+        let (lda, ldb) = if transposed { (k, n) } else { (m, k) };
+        let da = stream.clone_htod(&a).unwrap();
+        let db = stream.clone_htod(&b).unwrap();
+        let mut dc = stream.clone_htod(&c).unwrap();
+        let strided = |len: usize| (batches > 1).then_some(len as i64);
+        let config = MatmulConfig {
+            transa: transposed,
+            transb: transposed,
+            transc: false,
+            m: m as u64,
+            n: n as u64,
+            k: k as u64,
+            alpha: 1.5,
+            lda: lda as i64,
+            ldb: ldb as i64,
+            beta: 0.5,
+            ldc: m as i64,
+            stride_a: strided(m * k),
+            stride_b: strided(k * n),
+            stride_c: strided(m * n),
+            stride_bias: None,
+            batch_size: (batches > 1).then_some(batches as i32),
+        };
+        // SAFETY: the buffers hold the matrices (and batches) the configuration describes.
+        unsafe { cublaslt.matmul(config, &da, &db, &mut dc, None, None) }.unwrap();
+        let got = stream.clone_dtoh(&dc).unwrap();
+        let mut want = wide(&c);
+        reference(
+            (transposed, transposed),
+            (m, n, k, batches),
+            (&wide(&a), lda, m * k),
+            (&wide(&b), ldb, k * n),
+            (&mut want, m, m * n),
+            (1.5, 0.5),
+        );
+        assert_eq!(
+            wide(&got[..m * n * batches]),
+            want[..m * n * batches],
+            "transposed {transposed}"
+        );
+    }
+
+    // Raw calls on one description and three layouts (A 3x4, B 4x2, C 3x2).
+    ctx.bind_to_thread().unwrap();
+    let ok =
+        |status: lt::cublasStatus_t| assert_eq!(status, lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
+    let f32_type = lt::cudaDataType_t::CUDA_R_32F;
+    let (da, db, dc, dd) = (
+        upload(&a[..m * k]),
+        upload(&b[..k * n]),
+        upload(&c[..m * n]),
+        upload(&c[..m * n]),
+    );
+    let scalars = upload(&[2.0f32, 0.0]);
+    // SAFETY: cuBLASLt's API with valid out-pointers, attribute buffers of the sizes given,
+    // device buffers holding the matrices the layouts describe, and device scalars.
+    unsafe {
+        let mut handle = std::ptr::null_mut();
+        ok(lt::cublasLtCreate(&mut handle));
+        let mut desc = std::ptr::null_mut();
+        ok(lt::cublasLtMatmulDescCreate(
+            &mut desc,
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            f32_type,
+        ));
+        let device_mode = 1i32;
+        ok(lt::cublasLtMatmulDescSetAttribute(
+            desc,
+            lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_POINTER_MODE,
+            (&device_mode as *const i32).cast(),
+            4,
+        ));
+        let layout = |rows: usize, cols: usize| {
+            let mut layout = std::ptr::null_mut();
+            ok(lt::cublasLtMatrixLayoutCreate(
+                &mut layout,
+                f32_type,
+                rows as u64,
+                cols as u64,
+                rows as i64,
+            ));
+            layout
+        };
+        let (la, lb, lc) = (layout(m, k), layout(k, n), layout(m, n));
+        let mut preference = std::ptr::null_mut();
+        ok(lt::cublasLtMatmulPreferenceCreate(&mut preference));
+        let mut result = std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>();
+        let mut count = 0;
+        ok(lt::cublasLtMatmulAlgoGetHeuristic(
+            handle,
+            desc,
+            la,
+            lb,
+            lc,
+            lc,
+            preference,
+            1,
+            &mut result,
+            &mut count,
+        ));
+        assert_eq!((count, result.workspaceSize), (1, 0));
+        let s = scalars as *const c_void;
+        let beta = (scalars + 4) as *const c_void;
+        let cu = stream.cu_stream() as lt::cudaStream_t;
+        ok(lt::cublasLtMatmul(
+            handle,
+            desc,
+            s,
+            da as _,
+            la,
+            db as _,
+            lb,
+            beta,
+            dc as _,
+            lc,
+            dc as _,
+            lc,
+            &result.algo,
+            std::ptr::null_mut(),
+            0,
+            cu,
+        ));
+        stream.synchronize().unwrap();
+        let mut want = vec![0.0; m * n];
+        reference(
+            (false, false),
+            (m, n, k, 1),
+            (&wide(&a), m, 0),
+            (&wide(&b), k, 0),
+            (&mut want, m, 0),
+            (2.0, 0.0),
+        );
+        assert_eq!(wide(&download::<f32>(dc, m * n)), want);
+        // D is not C: not simulated, refused before anything runs.
+        let refused = lt::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED;
+        assert_eq!(
+            lt::cublasLtMatmul(
+                handle,
+                desc,
+                s,
+                da as _,
+                la,
+                db as _,
+                lb,
+                beta,
+                dc as _,
+                lc,
+                dd as _,
+                lc,
+                &result.algo,
+                std::ptr::null_mut(),
+                0,
+                cu
+            ),
+            refused
+        );
+        // A ReLU epilogue: not simulated.
+        let relu = lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU;
+        ok(lt::cublasLtMatmulDescSetAttribute(
+            desc,
+            lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            (&relu as *const lt::cublasLtEpilogue_t).cast(),
+            4,
+        ));
+        assert_eq!(
+            lt::cublasLtMatmul(
+                handle,
+                desc,
+                s,
+                da as _,
+                la,
+                db as _,
+                lb,
+                beta,
+                dc as _,
+                lc,
+                dc as _,
+                lc,
+                &result.algo,
+                std::ptr::null_mut(),
+                0,
+                cu
+            ),
+            refused
+        );
+        assert_eq!(
+            lt::cublasLtMatmulAlgoGetHeuristic(
+                handle,
+                desc,
+                la,
+                lb,
+                lc,
+                lc,
+                preference,
+                1,
+                &mut result,
+                &mut count
+            ),
+            refused
+        );
+        for layout in [la, lb, lc] {
+            ok(lt::cublasLtMatrixLayoutDestroy(layout));
+        }
+        ok(lt::cublasLtMatmulPreferenceDestroy(preference));
+        ok(lt::cublasLtMatmulDescDestroy(desc));
+        ok(lt::cublasLtDestroy(handle));
+    }
+    for ptr in [da, db, dc, dd, scalars] {
+        free(ptr);
+    }
+
+    // gemv: y = 0.5 * op(A) * x + 2 * y with A 3x4 (ld 5), both operations; x walked backwards.
+    let cublas = CudaBlas::new(stream.clone()).unwrap();
+    let handle = *cublas.handle();
+    let (rows, cols, ld) = (3usize, 4usize, 5usize);
+    let a = narrow(&quarters(ld * cols, 3));
+    for (op, trans) in [(CUBLAS_OP_N, false), (CUBLAS_OP_T, true)] {
+        let (len_x, len_y) = if trans { (rows, cols) } else { (cols, rows) };
+        let x = narrow(&quarters(len_x, 4));
+        let y = narrow(&quarters(len_y, 5));
+        let (da, dx, dy) = (upload(&a), upload(&x), upload(&y));
+        let (alpha, beta) = (0.5f32, 2.0f32);
+        // SAFETY: valid handle, host scalars, device buffers of the sizes the call reads.
+        unsafe {
+            blas_ok(blas::cublasSgemv_v2(
+                handle,
+                op,
+                rows as i32,
+                cols as i32,
+                &alpha,
+                da as _,
+                ld as i32,
+                dx as _,
+                -1,
+                &beta,
+                dy as _,
+                1,
+            ));
+        }
+        stream.synchronize().unwrap();
+        let got = wide(&download::<f32>(dy, len_y));
+        for (i, &value) in got.iter().enumerate() {
+            let sum: f64 = (0..len_x)
+                .map(|j| {
+                    let element = if trans { a[j + i * ld] } else { a[i + j * ld] };
+                    f64::from(element) * f64::from(x[len_x - 1 - j])
+                })
+                .sum();
+            assert_eq!(
+                value,
+                0.5 * sum + 2.0 * f64::from(y[i]),
+                "gemv trans {trans}, row {i}"
+            );
+        }
+        for ptr in [da, dx, dy] {
+            free(ptr);
+        }
+    }
+    // asum: the sum of magnitudes of every other element.
+    let x = quarters(9, 6);
+    let dx = upload(&x);
+    let mut sum = 0.0f64;
+    // SAFETY: valid handle, device vector of 9 doubles, host result in host pointer mode.
+    unsafe { blas_ok(blas::cublasDasum_v2(handle, 5, dx as _, 2, &mut sum)) };
+    assert_eq!(sum, x.iter().step_by(2).map(|v| v.abs()).sum::<f64>());
+    free(dx);
+    drop(cublas);
+    drop(cublaslt);
+}
+
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_lt_products() {
+    child();
+    lt_products();
+}
+
+#[test]
+fn cublaslt_products_gemv_and_asum_equal_the_reference() {
+    let report = report_of("scenario_lt_products");
+    assert_clean(&report);
+    assert_eq!(report.calls.get("cublasLtMatmul"), Some(&5));
+}
+
+/// A cuBLASLt layout destroyed twice (a `double-destroy`), or once (the twin); a
+/// description left alive (a `cublaslt_descriptor` leak), or destroyed (the twin).
+fn lt_destroyed(correct: bool) {
+    use cudarc::cublaslt::sys as lt;
+    setup();
+    // SAFETY: valid out-pointers; the second destroy is the planted bug.
+    unsafe {
+        let mut layout = std::ptr::null_mut();
+        lt::cublasLtMatrixLayoutCreate(&mut layout, lt::cudaDataType_t::CUDA_R_32F, 2, 2, 2);
+        lt::cublasLtMatrixLayoutDestroy(layout);
+        let mut desc = std::ptr::null_mut();
+        lt::cublasLtMatmulDescCreate(
+            &mut desc,
+            lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            lt::cudaDataType_t::CUDA_R_32F,
+        );
+        if !correct {
+            assert_eq!(
+                lt::cublasLtMatrixLayoutDestroy(layout),
+                lt::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED
+            );
+        } else {
+            lt::cublasLtMatmulDescDestroy(desc);
+        }
+    }
+    teardown();
+}
+
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_lt_destroyed() {
+    child();
+    lt_destroyed(false);
+}
+
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_lt_destroyed_twin() {
+    child();
+    lt_destroyed(true);
+}
+
+#[test]
+fn cublaslt_descriptors_destroyed_twice_or_left_are_reported() {
+    let report = report_of("scenario_lt_destroyed");
+    assert_eq!(
+        report.of_kind("double-destroy").len(),
+        1,
+        "{:?}",
+        report.violations
+    );
+    assert_eq!(report.leaks.get("cublaslt_descriptor"), Some(&1));
+    assert_clean(&report_of("scenario_lt_destroyed_twin"));
+}

@@ -1025,7 +1025,11 @@ fn scenario_a17_free_after_uses_on_a_dropped_stream_and_its_address_successor() 
     let second = non_blocking(&context);
     eprintln!(
         "a17: the second stream {} the first one's address",
-        if second.as_cu() as usize == first_raw { "took" } else { "did not take" }
+        if second.as_cu() as usize == first_raw {
+            "took"
+        } else {
+            "did not take"
+        }
     );
     memory.memset_async(9, 1 << 10, &second).unwrap();
     second.synchronize().unwrap();

@@ -137,6 +137,8 @@ pub enum Kind {
     Module,
     Conditional,
     BlasHandle,
+    BlasLtHandle,
+    BlasLtObject,
     RandGenerator,
 }
 
@@ -160,6 +162,8 @@ impl Kind {
             Kind::Module => 0x3d,
             Kind::Conditional => 0xcd,
             Kind::BlasHandle => 0xb1,
+            Kind::BlasLtHandle => 0xb2,
+            Kind::BlasLtObject => 0xb3,
             Kind::RandGenerator => 0x7a,
         }
     }
@@ -183,12 +187,15 @@ impl Kind {
             Kind::Module => "module",
             Kind::Conditional => "conditional handle",
             Kind::BlasHandle => "cuBLAS handle",
+            Kind::BlasLtHandle => "cuBLASLt handle",
+            Kind::BlasLtObject => "cuBLASLt descriptor",
             Kind::RandGenerator => "cuRAND generator",
         }
     }
 }
 
-/// A destroyed handle: raw values are never reused, so a later use is recognised.
+/// A destroyed handle: raw values are never reused (streams' are with
+/// `CUDA_SIM_REUSE_STREAMS`), so a later use is recognised.
 #[derive(Clone, Debug)]
 pub struct Grave {
     pub kind: Kind,

@@ -409,6 +409,7 @@ mod tests {
         "exec/host.rs",
         "exec/mod.rs",
         "exec/stream.rs",
+        "exec/stream_generation.rs",
         "exec/stream_recycler.rs",
         "graph/book.rs",
         "graph/capture.rs",

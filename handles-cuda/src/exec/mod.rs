@@ -83,6 +83,7 @@ pub(crate) mod event_recycler;
 pub(crate) mod green;
 pub(crate) mod host;
 pub(crate) mod stream;
+pub(crate) mod stream_generation;
 pub(crate) mod stream_recycler;
 
 pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers};

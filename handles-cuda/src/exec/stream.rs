@@ -29,6 +29,9 @@ pub struct Stream {
 unsafe impl handles_core::ThreadSafe for Stream {}
 
 fn destroy_stream(raw: CUstream, stream: &Stream) -> Result<()> {
+    // The driver may give this address to the next stream while work queued here still runs:
+    // markers keyed by it must not match that stream (`stream_generation.rs`).
+    crate::exec::stream_generation::GENERATIONS.retire(raw as usize);
     // SAFETY: the handle owns `raw`, and this deleter runs once; its context is still alive.
     let destroyed = deleter_status(unsafe { driver!(cuStreamDestroy_v2(raw)) });
     if destroyed.is_err() {

@@ -14,21 +14,24 @@ use crate::driver::current::current_raw;
 use crate::error::Result;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::{PER_THREAD_STREAM, StreamHandle, StreamWeak};
+use crate::exec::stream_generation::GENERATIONS;
 use handles_core::{ResourceHandle, WeakResourceHandle};
 
 /// Which stream work went to: the raw stream, and for default-stream tokens the context it
 /// resolved in and, for the per-thread token, the thread that queued it. Addresses are kept
 /// as integers: the key identifies, it is never used to call the driver.
 ///
-/// A real stream's address names it only while its handle lives: `cuStreamDestroy` returns
-/// with work still queued, and the driver hands the address to the next stream it creates
-/// (seen on the H200, driver 580: a marker re-recorded on the new stream lost the old one's
-/// pending memset). So a marker of a real stream also keeps a weak reference to the handle it
-/// was recorded through ([`Marker::via`]), and matches only work queued through that handle's
-/// box, which the weak reference keeps from being reused.
+/// A real stream's address names it only while the stream lives: `cuStreamDestroy` returns
+/// with work still queued, and driver 580 hands the address to the next stream it creates
+/// (seen on the H200: a marker re-recorded on the new stream lost the old one's pending
+/// memset). So the key of a stream this crate owns carries its address's generation, which
+/// the stream's deleter moves on before destroying it (`exec/stream_generation.rs`); a stream
+/// destroyed by others (borrowed, or cudarc's) is told apart by the handle its work was
+/// queued through instead ([`Marker::via`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct StreamKey {
     raw: usize,
+    generation: u64,
     context: usize,
     pub(crate) thread: Option<thread::ThreadId>,
 }
@@ -38,8 +41,10 @@ impl StreamKey {
     #[inline(always)]
     pub(crate) fn of(stream: &StreamHandle) -> Result<StreamKey> {
         if !stream.is_default_token() {
+            let raw = stream.as_cu() as usize;
             return Ok(StreamKey {
-                raw: stream.as_cu() as usize,
+                raw,
+                generation: GENERATIONS.of(raw),
                 context: 0,
                 thread: None,
             });
@@ -58,6 +63,7 @@ impl StreamKey {
         let thread = (raw == PER_THREAD_STREAM).then(|| thread::current().id());
         Ok(StreamKey {
             raw: raw as usize,
+            generation: 0,
             context: context as usize,
             thread,
         })
@@ -67,9 +73,12 @@ impl StreamKey {
 /// A stream the memory was used on, with a marker recorded after its latest use there.
 struct Marker {
     key: StreamKey,
-    /// For a real stream, the handle the marker was recorded through: a later use matches
-    /// only through the same box (see [`StreamKey`]). `None` for default-stream tokens, which
-    /// the key alone names for as long as their context lives.
+    /// For a real stream this crate does not own, the handle the marker was recorded
+    /// through: a later use matches only through the same box, which the weak reference keeps
+    /// from being reused (see [`StreamKey`]). `None` for owned streams, whose key carries a
+    /// generation, and for default-stream tokens, which the key alone names for as long as
+    /// their context lives. (A weak reference to an owned stream would keep a recycler from
+    /// taking it back.)
     via: Option<StreamWeak>,
     event: EventHandle,
 }
@@ -90,13 +99,21 @@ const PRUNE_AT: usize = 8;
 
 /// The markers of the streams some memory was used on (see the module docs).
 #[derive(Default)]
-pub(crate) struct Markers(Vec<Marker>);
+pub(crate) struct Markers {
+    markers: Vec<Marker>,
+    /// How many markers the next push prunes at (at least [`PRUNE_AT`]).
+    prune_at: usize,
+}
 
 impl Markers {
     /// Records `key`'s marker on `stream` (the calling thread's work there, `key` being
     /// [`StreamKey::of`] it) after the work queued so far, making the marker on first use.
     pub(crate) fn mark(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
-        match self.0.iter().find(|marker| marker.covers(key, stream)) {
+        match self
+            .markers
+            .iter()
+            .find(|marker| marker.covers(key, stream))
+        {
             Some(marker) => marker.event.record(stream),
             None => self.ensure(key, stream),
         }
@@ -106,7 +123,7 @@ impl Markers {
     /// contexts or fail for a lack of resources happens here, before the work is queued, so
     /// that [`Self::mark`] after it is a record only.
     pub(crate) fn ensure(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
-        if self.0.iter().any(|marker| marker.covers(key, stream)) {
+        if self.markers.iter().any(|marker| marker.covers(key, stream)) {
             return Ok(());
         }
         let event = EventHandle::marker_on(stream)?;
@@ -123,27 +140,31 @@ impl Markers {
     /// Forgets `stream`'s marker: what it covers is ordered another way now. A marker of
     /// another stream that had the same address stays.
     pub(crate) fn forget(&mut self, key: StreamKey, stream: &StreamHandle) {
-        self.0.retain(|marker| !marker.covers(key, stream));
+        self.markers.retain(|marker| !marker.covers(key, stream));
     }
 
     fn push(&mut self, key: StreamKey, stream: &StreamHandle, event: EventHandle) {
-        if self.0.len() >= PRUNE_AT {
+        if self.markers.len() >= self.prune_at.max(PRUNE_AT) {
             // A completed marker covers nothing that can still run; one whose query fails is
-            // kept, and waited for like the others.
-            self.0.retain(|marker| !matches!(marker.event.query(), Ok(true)));
+            // kept, and waited for like the others. The next pruning waits for twice as many
+            // markers as are left, so each push queries a bounded number on average.
+            self.markers
+                .retain(|marker| !matches!(marker.event.query(), Ok(true)));
+            self.prune_at = 2 * self.markers.len();
         }
-        let via = (!stream.is_default_token()).then(|| stream.downgrade());
-        self.0.push(Marker { key, via, event });
+        let foreign = !stream.is_default_token() && !stream.as_handle().is_owning();
+        let via = foreign.then(|| stream.downgrade());
+        self.markers.push(Marker { key, via, event });
     }
 
     /// The markers, one per stream.
     pub(crate) fn events(&self) -> impl Iterator<Item = &EventHandle> {
-        self.0.iter().map(|marker| &marker.event)
+        self.markers.iter().map(|marker| &marker.event)
     }
 
     /// How many streams have a marker.
     pub(crate) fn len(&self) -> usize {
-        self.0.len()
+        self.markers.len()
     }
 
     /// Blocks until the work each marker covers has completed.

@@ -60,6 +60,11 @@ pub fn leaks(sim: &Sim) -> BTreeMap<&'static str, u64> {
     add("physical_allocation", sim.vmm.handles.len() as u64);
     add("reservation", sim.vmm.reservations.len() as u64);
     add("cublas_handle", sim.library_handles.blas.len() as u64);
+    add("cublaslt_handle", sim.library_handles.blas_lt.len() as u64);
+    add(
+        "cublaslt_descriptor",
+        sim.library_handles.lt_objects.len() as u64,
+    );
     add(
         "curand_generator",
         sim.library_handles.generators.len() as u64,

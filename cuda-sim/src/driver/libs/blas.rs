@@ -65,7 +65,7 @@ fn settings(raw: Raw) -> Result<BlasHandle, CuResult> {
 
 /// `cublasOperation_t`: whether `op` transposes (`C` is `T` for real data; `CONJG` and
 /// unknown values are invalid for gemm).
-fn transposes(op: c_int) -> Result<bool, CuResult> {
+pub(crate) fn transposes(op: c_int) -> Result<bool, CuResult> {
     match op {
         0 => Ok(false),
         1 | 2 => Ok(true),
@@ -188,7 +188,12 @@ fn gemm(call: &'static str, handle: Raw, args: GemmArgs) -> Result<(), CuResult>
 /// The scalar type and precision of `cublasComputeType_t` `compute` for data types `a`, `b`,
 /// `c`, if cuBLAS supports the combination (`cublasGemmEx`'s table, for these four types; the
 /// `FAST` and `PEDANTIC` variants compute here as their base type).
-fn compute(compute: u32, a: Elem, b: Elem, c: Elem) -> Result<(Elem, Precision), CuResult> {
+pub(crate) fn compute(
+    compute: u32,
+    a: Elem,
+    b: Elem,
+    c: Elem,
+) -> Result<(Elem, Precision), CuResult> {
     use Elem::*;
     match compute {
         // CUBLAS_COMPUTE_16F(_PEDANTIC): all f16, f16 scalars.
@@ -208,7 +213,7 @@ fn compute(compute: u32, a: Elem, b: Elem, c: Elem) -> Result<(Elem, Precision),
     }
 }
 
-fn elem(value: u32) -> Result<Elem, CuResult> {
+pub(crate) fn elem(value: u32) -> Result<Elem, CuResult> {
     Elem::from_cuda(value).ok_or(NOT_SUPPORTED)
 }
 

@@ -1,4 +1,5 @@
-//! The simulated libraries: cuBLAS (`blas.rs`, its matrix products in `gemm.rs`), cuRAND
+//! The simulated libraries: cuBLAS (`blas.rs`, its matrix products in `gemm.rs`), cuBLASLt
+//! (`blas_lt.rs`, the same products), cuRAND
 //! (`rand.rs`) and the CUDA runtime's kernel registration and launch (`runtime.rs`), compiled into the same `libcuda.so` (so they share the driver's memory, streams
 //! and clocks) and installed under their names as links to it (`libcublas.so`,
 //! `libcublas.so.13`, `libcublasLt.so`, `libcublasLt.so.13`, `libcurand.so`, `libcurand.so.10`,
@@ -31,6 +32,7 @@ macro_rules! library_fns {
 }
 
 pub(crate) mod blas;
+pub(crate) mod blas_lt;
 pub(crate) mod gemm;
 pub(crate) mod rand;
 pub(crate) mod runtime;

@@ -1,4 +1,5 @@
-//! The handles of the simulated libraries (`libs/`): cuBLAS handles and cuRAND generators.
+//! The handles of the simulated libraries (`libs/`): cuBLAS and cuBLASLt handles, cuBLASLt
+//! descriptors, and cuRAND generators.
 //! Each is a resource like a stream: it belongs to the context current at its creation, is
 //! counted as a leak while alive (`cublas_handle`, `curand_generator`), and keeps a tombstone
 //! once destroyed, so a later use is a **destroyed handle** and a second destroy a **double
@@ -36,11 +37,45 @@ pub struct Generator {
     pub offset: u64,
 }
 
+/// What a cuBLASLt descriptor describes, with its attributes by number (values up to eight
+/// bytes, little-endian, as set).
+#[derive(Clone, Debug)]
+pub enum LtObject {
+    /// `cublasLtMatmulDesc_t`: the compute type and scale type, then attributes.
+    Matmul {
+        compute: u32,
+        scale: u32,
+        attributes: std::collections::HashMap<u32, u64>,
+    },
+    /// `cublasLtMatrixLayout_t`: attributes 0 (type) to 6 (strided batch offset).
+    Layout {
+        attributes: std::collections::HashMap<u32, u64>,
+    },
+    /// `cublasLtMatmulPreference_t`.
+    Preference {
+        attributes: std::collections::HashMap<u32, u64>,
+    },
+}
+
+impl LtObject {
+    pub fn attributes(&mut self) -> &mut std::collections::HashMap<u32, u64> {
+        match self {
+            LtObject::Matmul { attributes, .. }
+            | LtObject::Layout { attributes }
+            | LtObject::Preference { attributes } => attributes,
+        }
+    }
+}
+
 /// The live library handles.
 #[derive(Default)]
 pub struct LibraryHandles {
     pub blas: std::collections::HashMap<Raw, BlasHandle>,
     pub generators: std::collections::HashMap<Raw, Generator>,
+    /// cuBLASLt handles (they keep no state here).
+    pub blas_lt: std::collections::HashSet<Raw>,
+    /// cuBLASLt matmul descriptors, matrix layouts and preferences.
+    pub lt_objects: std::collections::HashMap<Raw, LtObject>,
 }
 
 impl Sim {
@@ -53,6 +88,26 @@ impl Sim {
         Ok(self
             .library_handles
             .blas
+            .get_mut(&raw)
+            .expect("checked above"))
+    }
+
+    /// The live cuBLASLt handle `raw`, or the error of a dead one.
+    pub fn blas_lt_handle(&mut self, raw: Raw, destroying: bool) -> Result<(), CuResult> {
+        if !self.library_handles.blas_lt.contains(&raw) {
+            return Err(self.dead_handle(raw, Kind::BlasLtHandle, destroying));
+        }
+        Ok(())
+    }
+
+    /// The live cuBLASLt descriptor, layout or preference `raw`, or the error of a dead one.
+    pub fn lt_object(&mut self, raw: Raw, destroying: bool) -> Result<&mut LtObject, CuResult> {
+        if !self.library_handles.lt_objects.contains_key(&raw) {
+            return Err(self.dead_handle(raw, Kind::BlasLtObject, destroying));
+        }
+        Ok(self
+            .library_handles
+            .lt_objects
             .get_mut(&raw)
             .expect("checked above"))
     }
