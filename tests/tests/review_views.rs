@@ -1040,6 +1040,42 @@ fn scenario_a17_free_after_uses_on_a_dropped_stream_and_its_address_successor() 
     home.synchronize().unwrap();
 }
 
+// A18: a recycled stream that used pinned and stream-ordered memory is taken back by its
+// recycler (the memory's markers keep no reference to an owned stream), and the memory still
+// waits for it.
+
+#[test]
+fn a18_a_stream_that_used_memory_is_still_recycled() {
+    clean("a18_a_stream_that_used_memory_is_still_recycled", "1");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a18_a_stream_that_used_memory_is_still_recycled() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let recycler = StreamRecycler::new(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+    let home = non_blocking(&context);
+    let pinned = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let device = DevicePtrHandle::alloc_async(4096, &home).unwrap();
+    home.synchronize().unwrap();
+    let stream = recycler.acquire().unwrap();
+    let raw = stream.as_cu() as usize;
+    pinned.memset_async(3, 4096, &stream).unwrap();
+    device.memset_async(4, 4096, &stream).unwrap();
+    drop(stream);
+    let again = recycler.acquire().unwrap();
+    assert_eq!(
+        again.as_cu() as usize,
+        raw,
+        "the recycler made a new stream: the used one was not taken back"
+    );
+    assert!(pinned.host_view().unwrap().iter().all(|&b| b == 3));
+    drop(device);
+    again.synchronize().unwrap();
+    home.synchronize().unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Control: the checker sees a host read of pinned memory that pending work writes (through the
 // raw address, bypassing the views), so the clean reports above are not vacuous.
