@@ -36,6 +36,12 @@ while [[ $# -gt 0 ]]; do
 done
 filters=("$@")
 
+# A throwaway crate's manifest, outside any workspace: its name and its one dependency.
+manifest() {
+  printf '[package]\nname = "%s"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n' "$1"
+  printf '[dependencies]\n%s\n[workspace]\n' "$2"
+}
+
 phase_start=$SECONDS
 phase() {
   echo "candle.sh: $1 took $((SECONDS - phase_start)) s" >&2
@@ -102,16 +108,8 @@ src="$work/candle-core"
 if [[ ! -f $src/.candle-sim-copied ]]; then
   fetcher="$work/fetch"
   mkdir -p "$fetcher/src"
-  cat >"$fetcher/Cargo.toml" <<EOF
-[package]
-name = "candle-fetch"
-version = "0.0.0"
-edition = "2021"
-publish = false
-[dependencies]
-candle-core = { version = "=$version", features = ["cuda"] }
-[workspace]
-EOF
+  manifest candle-fetch "candle-core = { version = \"=$version\", features = [\"cuda\"] }" \
+    >"$fetcher/Cargo.toml"
   : >"$fetcher/src/lib.rs"
   (cd "$fetcher" && cargo fetch -q)
   registry=$(cd "$fetcher" && cargo metadata -q --format-version 1 |
@@ -209,16 +207,8 @@ fi
 if [[ -z $only && ${#filters[@]} == 0 ]]; then
   app="$work/per-thread-free"
   mkdir -p "$app/src"
-  cat >"$app/Cargo.toml" <<TOML
-[package]
-name = "candle-per-thread-free"
-version = "0.0.0"
-edition = "2021"
-publish = false
-[dependencies]
-candle-core = { path = "../candle-core", features = ["cuda"] }
-[workspace]
-TOML
+  manifest candle-per-thread-free 'candle-core = { path = "../candle-core", features = ["cuda"] }' \
+    >"$app/Cargo.toml"
   cat >"$app/src/main.rs" <<'RUST'
 fn main() -> candle_core::Result<()> {
     let device = candle_core::Device::new_cuda(0)?;

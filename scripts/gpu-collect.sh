@@ -77,7 +77,10 @@ strip .gpu/cuda-sim/libcuda.so
 candle_work=${CANDLE_WORK:-${CARGO_TARGET_DIR:-target}/candle-work}
 if [ -f "$candle_work/binaries" ]; then
   pack="$candle_work/candle.tar.xz"
-  if [ ! "$pack" -nt "$candle_work/binaries" ]; then
+  # The pack's signature: each binary's path and modification time (candle.sh rewrites the
+  # list on every run, rebuilt or not).
+  signature=$(awk '{print $2}' "$candle_work/binaries" | xargs stat -c '%n %Y')
+  if [ ! -f "$pack" ] || [ "$(cat "$pack.signature" 2>/dev/null)" != "$signature" ]; then
     stripped=$(mktemp -d)
     for name in candle_core conv_tests pool_tests layout_tests tensor_tests grad_tests quantized_tests \
       matmul_tests bilinear_tests; do
@@ -85,6 +88,7 @@ if [ -f "$candle_work/binaries" ]; then
     done
     tar -C "$stripped" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB >"$pack.part"
     mv "$pack.part" "$pack"
+    printf '%s\n' "$signature" >"$pack.signature"
     rm -rf "$stripped"
   fi
   cp "$pack" .gpu/candle.tar.xz

@@ -1105,24 +1105,29 @@ fn lt_products() {
         let s = scalars as *const c_void;
         let beta = (scalars + 4) as *const c_void;
         let cu = stream.cu_stream() as lt::cudaStream_t;
-        ok(lt::cublasLtMatmul(
-            handle,
-            desc,
-            s,
-            da as _,
-            la,
-            db as _,
-            lb,
-            beta,
-            dc as _,
-            lc,
-            dc as _,
-            lc,
-            &result.algo,
-            std::ptr::null_mut(),
-            0,
-            cu,
-        ));
+        let algo = result.algo;
+        // D = 2 * A * B (device scalars 2 and 0) with C = dc, into `d`.
+        let matmul = |d: sys::CUdeviceptr| {
+            lt::cublasLtMatmul(
+                handle,
+                desc,
+                s,
+                da as _,
+                la,
+                db as _,
+                lb,
+                beta,
+                dc as _,
+                lc,
+                d as _,
+                lc,
+                &algo,
+                std::ptr::null_mut(),
+                0,
+                cu,
+            )
+        };
+        ok(matmul(dc));
         stream.synchronize().unwrap();
         let mut want = vec![0.0; m * n];
         reference(
@@ -1136,27 +1141,7 @@ fn lt_products() {
         assert_eq!(wide(&download::<f32>(dc, m * n)), want);
         // D is not C: not simulated, refused before anything runs.
         let refused = lt::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED;
-        assert_eq!(
-            lt::cublasLtMatmul(
-                handle,
-                desc,
-                s,
-                da as _,
-                la,
-                db as _,
-                lb,
-                beta,
-                dc as _,
-                lc,
-                dd as _,
-                lc,
-                &result.algo,
-                std::ptr::null_mut(),
-                0,
-                cu
-            ),
-            refused
-        );
+        assert_eq!(matmul(dd), refused);
         // A ReLU epilogue: not simulated.
         let relu = lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU;
         ok(lt::cublasLtMatmulDescSetAttribute(
@@ -1165,27 +1150,7 @@ fn lt_products() {
             (&relu as *const lt::cublasLtEpilogue_t).cast(),
             4,
         ));
-        assert_eq!(
-            lt::cublasLtMatmul(
-                handle,
-                desc,
-                s,
-                da as _,
-                la,
-                db as _,
-                lb,
-                beta,
-                dc as _,
-                lc,
-                dc as _,
-                lc,
-                &result.algo,
-                std::ptr::null_mut(),
-                0,
-                cu
-            ),
-            refused
-        );
+        assert_eq!(matmul(dc), refused);
         assert_eq!(
             lt::cublasLtMatmulAlgoGetHeuristic(
                 handle,
