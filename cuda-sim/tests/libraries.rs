@@ -985,7 +985,7 @@ fn every_name_reaches_the_same_simulator() {
 /// f32 through cudarc's safe `CudaBlasLT` (plain, then a batch of two with A and B
 /// transposed), then raw calls: device scalars, and the refusals (`NOT_SUPPORTED`) of a ReLU
 /// epilogue and of a D that is not C. Then `cublasSgemv_v2` (both operations, a negative
-/// increment) and `cublasDasum_v2` against the reference.
+/// increment), `cublasDasum_v2` and `cublasHgemm` against the reference.
 fn lt_products() {
     use cudarc::cublaslt::sys as lt;
     use cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
@@ -1232,6 +1232,73 @@ fn lt_products() {
     unsafe { blas_ok(blas::cublasDasum_v2(handle, 5, dx as _, 2, &mut sum)) };
     assert_eq!(sum, x.iter().step_by(2).map(|v| v.abs()).sum::<f64>());
     free(dx);
+    // Hgemm (cudarc's `Gemm<f16>` reaches it by name, bindgen has no binding): C (2x3) = 0.5 *
+    // A (2x4) * B (4x3) + 2 * C in f16.
+    let (m, n, k) = (2usize, 3usize, 4usize);
+    let (a, b, c) = (quarters(m * k, 7), quarters(k * n, 8), quarters(m * n, 9));
+    let half = |v: &[f64]| v.iter().map(|&x| to_f16(x)).collect::<Vec<u16>>();
+    let (da, db, dc) = (upload(&half(&a)), upload(&half(&b)), upload(&half(&c)));
+    type Hgemm = unsafe extern "C" fn(
+        blas::cublasHandle_t,
+        blas::cublasOperation_t,
+        blas::cublasOperation_t,
+        i32,
+        i32,
+        i32,
+        *const u16,
+        *const u16,
+        i32,
+        *const u16,
+        i32,
+        *const u16,
+        *mut u16,
+        i32,
+    ) -> blas::cublasStatus_t;
+    let (alpha, beta) = (to_f16(0.5), to_f16(2.0));
+    // SAFETY: the simulator's cublasHgemm, with cuBLAS's signature (`__half` is 16 bits);
+    // device buffers holding the matrices, host scalars.
+    unsafe {
+        let library = libc::dlopen(c"libcublas.so".as_ptr(), libc::RTLD_NOW);
+        assert!(!library.is_null());
+        let symbol = libc::dlsym(library, c"cublasHgemm".as_ptr());
+        assert!(!symbol.is_null(), "cublasHgemm is exported");
+        let hgemm: Hgemm = std::mem::transmute(symbol);
+        blas_ok(hgemm(
+            handle,
+            CUBLAS_OP_N,
+            CUBLAS_OP_N,
+            m as i32,
+            n as i32,
+            k as i32,
+            &alpha,
+            da as _,
+            m as i32,
+            db as _,
+            k as i32,
+            &beta,
+            dc as _,
+            m as i32,
+        ));
+        libc::dlclose(library);
+    }
+    stream.synchronize().unwrap();
+    let mut want = c.clone();
+    reference(
+        (false, false),
+        (m, n, k, 1),
+        (&a, m, 0),
+        (&b, k, 0),
+        (&mut want, m, 0),
+        (0.5, 2.0),
+    );
+    let got: Vec<f64> = download::<u16>(dc, m * n)
+        .into_iter()
+        .map(from_f16)
+        .collect();
+    assert_eq!(got, want, "Hgemm");
+    for ptr in [da, db, dc] {
+        free(ptr);
+    }
     drop(cublas);
     drop(cublaslt);
 }

@@ -1,7 +1,8 @@
-//! The simulated cuBLAS (`libcublas.so.13`): handles, their stream, pointer and math modes,
-//! and the products cudarc's `CudaBlas` and candle reach (`cublasSgemm_v2`, `cublasDgemm_v2`,
-//! their strided-batched forms, `cublasGemmEx`, `cublasGemmStridedBatchedEx` for f16, bf16,
-//! f32 and f64, `cublasSgemv_v2`, `cublasDgemv_v2`, `cublasSasum_v2`, `cublasDasum_v2`).
+//! The simulated cuBLAS (`libcublas.so.13`): handles, their stream, pointer and math modes, and
+//! the products cudarc's `CudaBlas` and candle reach (`cublasSgemm_v2`, `cublasDgemm_v2`,
+//! `cublasHgemm`, their strided-batched forms, `cublasGemmEx`, `cublasGemmStridedBatchedEx` for
+//! f16, bf16, f32 and f64, `cublasSgemv_v2`, `cublasDgemv_v2`, `cublasSasum_v2`,
+//! `cublasDasum_v2`).
 //! Arguments are validated as cuBLAS documents (`CUBLAS_STATUS_INVALID_VALUE` for negative
 //! sizes, leading dimensions below the rows, unknown operations; `CUBLAS_STATUS_NOT_SUPPORTED`
 //! for a type combination cuBLAS lacks; `CUBLAS_STATUS_NOT_INITIALIZED` for a handle that is
@@ -420,6 +421,51 @@ fn asum(
     Ok(())
 }
 
+/// The typed gemm entry points, each a [`gemm`] of one data type with scalars of that type:
+/// `cublas<T>gemm` (`_v2` where cuBLAS names it so) and `cublas<T>gemmStridedBatched`.
+macro_rules! typed_gemms {
+    ($( $gemm:ident, $batched:ident: $t:ty => $elem:expr, $precision:expr; )*) => {
+        library_fns! { CODES.statuses; $(
+            fn $gemm(
+                handle: Raw, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
+                alpha: *const $t, a: *const $t, lda: c_int, b: *const $t, ldb: c_int,
+                beta: *const $t, c: *mut $t, ldc: c_int
+            ) {
+                gemm(stringify!($gemm), handle, GemmArgs {
+                    transa, transb, m, n, k, alpha: alpha.cast(),
+                    a: a as u64, a_type: $elem, lda, stride_a: 0,
+                    b: b as u64, b_type: $elem, ldb, stride_b: 0,
+                    beta: beta.cast(), c: c as u64, c_type: $elem, ldc, stride_c: 0,
+                    batch: 1, scalar: $elem, precision: $precision,
+                })
+            }
+
+            fn $batched(
+                handle: Raw, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
+                alpha: *const $t, a: *const $t, lda: c_int, stride_a: c_longlong,
+                b: *const $t, ldb: c_int, stride_b: c_longlong,
+                beta: *const $t, c: *mut $t, ldc: c_int, stride_c: c_longlong, batch: c_int
+            ) {
+                gemm(stringify!($batched), handle, GemmArgs {
+                    transa, transb, m, n, k, alpha: alpha.cast(),
+                    a: a as u64, a_type: $elem, lda, stride_a,
+                    b: b as u64, b_type: $elem, ldb, stride_b,
+                    beta: beta.cast(), c: c as u64, c_type: $elem, ldc, stride_c,
+                    batch, scalar: $elem, precision: $precision,
+                })
+            }
+        )* }
+    };
+}
+
+// `cublasHgemm` takes `__half` scalars and computes as `CUBLAS_COMPUTE_16F` does here (f32
+// sums, rounded once), as `cublasGemmEx` with that compute type.
+typed_gemms! {
+    cublasSgemm_v2, cublasSgemmStridedBatched: f32 => Elem::F32, Precision::F32;
+    cublasDgemm_v2, cublasDgemmStridedBatched: f64 => Elem::F64, Precision::F64;
+    cublasHgemm, cublasHgemmStridedBatched: u16 => Elem::F16, Precision::F32;
+}
+
 /// The text of a status, as `cublasGetStatusString` returns it.
 fn status_text(status: u32, name: bool) -> &'static std::ffi::CStr {
     match (status, name) {
@@ -562,64 +608,6 @@ library_fns! { CODES.statuses;
             _ => return Err(INVALID_VALUE),
         };
         put(value, answer, INVALID_VALUE)
-    }
-
-    fn cublasSgemm_v2(
-        handle: Raw, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-        alpha: *const f32, a: *const f32, lda: c_int, b: *const f32, ldb: c_int,
-        beta: *const f32, c: *mut f32, ldc: c_int
-    ) {
-        gemm("cublasSgemm_v2", handle, GemmArgs {
-            transa, transb, m, n, k, alpha: alpha.cast(),
-            a: a as u64, a_type: Elem::F32, lda, stride_a: 0,
-            b: b as u64, b_type: Elem::F32, ldb, stride_b: 0,
-            beta: beta.cast(), c: c as u64, c_type: Elem::F32, ldc, stride_c: 0,
-            batch: 1, scalar: Elem::F32, precision: Precision::F32,
-        })
-    }
-
-    fn cublasDgemm_v2(
-        handle: Raw, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-        alpha: *const f64, a: *const f64, lda: c_int, b: *const f64, ldb: c_int,
-        beta: *const f64, c: *mut f64, ldc: c_int
-    ) {
-        gemm("cublasDgemm_v2", handle, GemmArgs {
-            transa, transb, m, n, k, alpha: alpha.cast(),
-            a: a as u64, a_type: Elem::F64, lda, stride_a: 0,
-            b: b as u64, b_type: Elem::F64, ldb, stride_b: 0,
-            beta: beta.cast(), c: c as u64, c_type: Elem::F64, ldc, stride_c: 0,
-            batch: 1, scalar: Elem::F64, precision: Precision::F64,
-        })
-    }
-
-    fn cublasSgemmStridedBatched(
-        handle: Raw, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-        alpha: *const f32, a: *const f32, lda: c_int, stride_a: c_longlong,
-        b: *const f32, ldb: c_int, stride_b: c_longlong,
-        beta: *const f32, c: *mut f32, ldc: c_int, stride_c: c_longlong, batch: c_int
-    ) {
-        gemm("cublasSgemmStridedBatched", handle, GemmArgs {
-            transa, transb, m, n, k, alpha: alpha.cast(),
-            a: a as u64, a_type: Elem::F32, lda, stride_a,
-            b: b as u64, b_type: Elem::F32, ldb, stride_b,
-            beta: beta.cast(), c: c as u64, c_type: Elem::F32, ldc, stride_c,
-            batch, scalar: Elem::F32, precision: Precision::F32,
-        })
-    }
-
-    fn cublasDgemmStridedBatched(
-        handle: Raw, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int,
-        alpha: *const f64, a: *const f64, lda: c_int, stride_a: c_longlong,
-        b: *const f64, ldb: c_int, stride_b: c_longlong,
-        beta: *const f64, c: *mut f64, ldc: c_int, stride_c: c_longlong, batch: c_int
-    ) {
-        gemm("cublasDgemmStridedBatched", handle, GemmArgs {
-            transa, transb, m, n, k, alpha: alpha.cast(),
-            a: a as u64, a_type: Elem::F64, lda, stride_a,
-            b: b as u64, b_type: Elem::F64, ldb, stride_b,
-            beta: beta.cast(), c: c as u64, c_type: Elem::F64, ldc, stride_c,
-            batch, scalar: Elem::F64, precision: Precision::F64,
-        })
     }
 
     /// `cudaDataType_t` A, B, C of f16, bf16, f32 or f64 and a compute type of cuBLAS's table;
