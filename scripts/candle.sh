@@ -242,5 +242,28 @@ sys.exit(0 if frees else 1)
 PY
   phase "candle per-thread-stream free"
 fi
+# 8. Every PTX module of candle-kernels loads on the simulator: the sm_90 ones of the build
+# above, and the same sources compiled here for sm_80 (nvcc 13.0, candle-kernels' own flags).
+if [[ -z $only && ${#filters[@]} == 0 ]]; then
+  kernels=$(cd "$src" && cargo metadata -q --format-version 1 --features cuda |
+    python3 -c 'import json,sys; m=json.load(sys.stdin); print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="candle-kernels").rsplit("/", 1)[0])')
+  sm90=$(ls -td "$CARGO_TARGET_DIR"/debug/build/candle-kernels-*/out/affine.ptx | head -n 1 | xargs dirname)
+  sm80="$work/ptx-sm80"
+  mkdir -p "$sm80"
+  modules=(affine binary cast conv fill indexing quantized reduce sort ternary unary)
+  for module in "${modules[@]}"; do
+    [[ -f $sm80/$module.ptx ]] && continue
+    "$cu/bin/nvcc" --ptx -arch=compute_80 --expt-relaxed-constexpr -std=c++17 -O3 \
+      -o "$sm80/$module.ptx.part" "$kernels/src/$module.cu" 2>>"$work/ptx-sm80.log"
+    mv "$sm80/$module.ptx.part" "$sm80/$module.ptx"
+  done
+  files=()
+  for module in "${modules[@]}"; do files+=("$sm90/$module.ptx" "$sm80/$module.ptx"); done
+  "$sim" run --strict -- python3 "$repo/scripts/load-modules.py" "${files[@]}" \
+    >"$work/logs/modules.log" 2>&1 ||
+    { grep -v ": loaded" "$work/logs/modules.log"; exit 1; }
+  echo "candle-kernels: $(grep -c ': loaded' "$work/logs/modules.log") modules loaded (${#modules[@]} for sm_90, ${#modules[@]} for sm_80)"
+  phase "candle-kernels modules for sm_90 and sm_80"
+fi
 # Every test passes and every binary exits cleanly, or the script fails.
 [[ $total_fail == 0 && ${#bad[@]} == 0 && $total_pass -gt 0 && $h200 == 0 ]]
