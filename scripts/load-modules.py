@@ -6,22 +6,15 @@ exits 1 if any module fails to load. Used by scripts/candle.sh for candle-kernel
     cuda-sim run -- python3 scripts/load-modules.py A.ptx B.ptx ...
 """
 import ctypes
+import os
 import sys
 
-cuda = ctypes.CDLL("libcuda.so.1")
-P = ctypes.c_void_p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cuda-sim", "probes"))
+from driver import P, checked, open_driver, primary_context  # noqa: E402
 
-
-def check(name, *args):
-    code = getattr(cuda, name)(*args)
-    if code != 0:
-        raise SystemExit(f"load-modules: {name} failed with {code}")
-
-
-check("cuInit", 0)
-context = P()
-check("cuDevicePrimaryCtxRetain", ctypes.byref(context), 0)
-check("cuCtxSetCurrent", context)
+cuda = open_driver()
+check = checked(cuda)
+primary_context(cuda)
 failed = 0
 for path in sys.argv[1:]:
     image = open(path, "rb").read() + b"\0"

@@ -20,20 +20,11 @@ import ctypes
 import sys
 import threading
 
-cuda = ctypes.CDLL("libcuda.so.1" if len(sys.argv) < 2 else sys.argv[1])
-P = ctypes.c_void_p
+from driver import P, checked, open_driver, primary_context
 
-
-def check(name, *args):
-    code = getattr(cuda, name)(*args)
-    if code != 0:
-        raise SystemExit(f"call {name} failed with {code}")
-
-
-check("cuInit", 0)
-primary = P()
-check("cuDevicePrimaryCtxRetain", ctypes.byref(primary), 0)
-check("cuCtxSetCurrent", primary)
+cuda = open_driver(sys.argv[1] if len(sys.argv) > 1 else None)
+check = checked(cuda)
+primary_context(cuda)
 
 release = threading.Event()
 HOST_FN = ctypes.CFUNCTYPE(None, P)

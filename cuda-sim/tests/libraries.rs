@@ -1089,18 +1089,12 @@ fn lt_products() {
         ok(lt::cublasLtMatmulPreferenceCreate(&mut preference));
         let mut result = std::mem::zeroed::<lt::cublasLtMatmulHeuristicResult_t>();
         let mut count = 0;
-        ok(lt::cublasLtMatmulAlgoGetHeuristic(
-            handle,
-            desc,
-            la,
-            lb,
-            lc,
-            lc,
-            preference,
-            1,
-            &mut result,
-            &mut count,
-        ));
+        let heuristic = |result: &mut lt::cublasLtMatmulHeuristicResult_t, count: &mut i32| {
+            lt::cublasLtMatmulAlgoGetHeuristic(
+                handle, desc, la, lb, lc, lc, preference, 1, result, count,
+            )
+        };
+        ok(heuristic(&mut result, &mut count));
         assert_eq!((count, result.workspaceSize), (1, 0));
         let s = scalars as *const c_void;
         let beta = (scalars + 4) as *const c_void;
@@ -1151,21 +1145,7 @@ fn lt_products() {
             4,
         ));
         assert_eq!(matmul(dc), refused);
-        assert_eq!(
-            lt::cublasLtMatmulAlgoGetHeuristic(
-                handle,
-                desc,
-                la,
-                lb,
-                lc,
-                lc,
-                preference,
-                1,
-                &mut result,
-                &mut count
-            ),
-            refused
-        );
+        assert_eq!(heuristic(&mut result, &mut count), refused);
         for layout in [la, lb, lc] {
             ok(lt::cublasLtMatrixLayoutDestroy(layout));
         }
