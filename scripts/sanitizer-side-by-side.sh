@@ -57,6 +57,7 @@ for s in kernel_kernel kernel_kernel_ordered_by_an_event copy_kernel copy_kernel
   host_reads_managed_after_a_synchronize host_writes_managed_read_by_a_kernel \
   host_writes_managed_read_by_a_kernel_after_a_synchronize host_overwrites_pinned_source \
   host_overwrites_pinned_source_after_a_synchronize host_reads_mapped_memory \
-  host_reads_mapped_memory_after_a_synchronize; do
+  host_reads_mapped_memory_after_a_synchronize host_reads_host_pool_memory \
+  host_reads_host_pool_memory_after_a_synchronize; do
   run races memcheck-races scenario_$s
 done

@@ -871,6 +871,59 @@ planted!(
     ]
 );
 
+/// A kernel writes an allocation of a host pool (pinned memory the device was granted) on a
+/// non-blocking stream and the host reads an element through the pointer: a race unless the
+/// host synchronised with the stream first.
+fn host_reads_host_pool_memory(fixed: bool) {
+    let env = env(false);
+    // SAFETY: all-zero is the props struct's documented default; valid pointers; the pool,
+    // its allocation and the access grant are ours.
+    let (pool, ptr) = unsafe {
+        let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+        props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
+            id: 0,
+        };
+        let mut pool = std::ptr::null_mut();
+        ok(sys::cuMemPoolCreate(&mut pool, &props));
+        let access = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: 0,
+            },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        ok(sys::cuMemPoolSetAccess(pool, &access, 1));
+        let mut ptr = 0;
+        ok(sys::cuMemAllocFromPoolAsync(&mut ptr, BYTES, pool, env.s1));
+        (pool, ptr)
+    };
+    launch(env.fill, env.s1, ptr, 9u32, N);
+    if fixed {
+        // SAFETY: a live stream.
+        unsafe { ok(sys::cuStreamSynchronize(env.s1)) };
+    }
+    assert_eq!(host_read(ptr, 5), 9);
+    // SAFETY: our allocation, freed once on the stream that used it; the pool destroyed after
+    // everything ran.
+    unsafe {
+        ok(sys::cuMemFreeAsync(ptr, env.s1));
+        ok(sys::cuCtxSynchronize());
+        ok(sys::cuMemPoolDestroy(pool));
+    }
+    finish(env);
+}
+
+planted!(
+    host_read_of_host_pool_memory_a_kernel_writes_race,
+    scenario_host_reads_host_pool_memory,
+    scenario_host_reads_host_pool_memory_after_a_synchronize,
+    host_reads_host_pool_memory,
+    "data-race",
+    [" reads 0x", "(through a pointer)", "cuLaunchKernel (call #"]
+);
+
 /// A kernel writes mapped pinned memory (through its device pointer) on a non-blocking
 /// stream and the host reads an element through its host pointer: a race unless the host
 /// synchronised with the stream first.

@@ -255,13 +255,23 @@ impl Sim {
             // no check sees 0 as an allocation; `cuMemFreeAsync(0)` succeeds (`free_async`).
             return Ok(0);
         }
-        let block = rounded(size as u64).ok_or(OUT_OF_MEMORY)?;
+        let mut block = rounded(size as u64).ok_or(OUT_OF_MEMORY)?;
+        // A host pool's allocation (no device) takes whole pages of its own, as pinned memory
+        // from `cuMemHostAlloc` does: the host's accesses through the pointer are watched.
+        let host = device.is_none();
+        if host {
+            block = block.checked_next_multiple_of(PAGE).ok_or(OUT_OF_MEMORY)?;
+        }
         if max_size != 0 && used.saturating_add(block) > max_size {
             return Err(OUT_OF_MEMORY);
         }
         let budget = self.budget(device);
         let pool = self.pools.get_mut(&raw).expect("checked");
-        let (offset, _) = pool.arena.alloc(block, budget)?;
+        let (offset, _) = if host {
+            pool.arena.alloc_aligned(block, PAGE, budget)?
+        } else {
+            pool.arena.alloc(block, budget)?
+        };
         let addr = (pool.arena.base as u64) + offset;
         let operation = self.enqueue(target);
         self.record_alloc(
@@ -274,6 +284,9 @@ impl Sim {
             Some(target.context),
             Some(operation),
         );
+        if host {
+            self.races.watch_host_visible(addr, block);
+        }
         Ok(addr)
     }
 
