@@ -69,4 +69,30 @@ print(f"cudarc: {len(want) - len(missing)} of the {len(want)} lib tests that pas
 sys.exit(1 if missing or failed else 0)
 EOF
 [[ $unclean == 0 ]] || { echo "cudarc: a run under the simulator did not exit cleanly"; exit 1; }
+
 echo "$version: lib tests on the simulator in $((SECONDS - started)) s; skipped (host timing): ${timing[*]}"
+
+# Its examples, strict, each with exit status 0 and no violation. Not run: 08-cupti and
+# cufile-copy (CUPTI and cuFile, which the simulator does not provide), 13-copy-multi-gpu (two
+# GPUs), and 12-context-config, which queries CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: driver 580
+# answers CUDA_ERROR_UNSUPPORTED_LIMIT on Hopper, and so does the simulator
+# (cuda-sim/tests/cudarc_coverage.rs), so the example stops there on both.
+examples=(01-allocate 02-copy 03-launch-kernel 04-streams 05-device-repr 06-threading
+  09-constant-memory 10-function-attributes matmul-kernel nvrtc-compile)
+(
+  cd "$work/cudarc"
+  CARGO_TARGET_DIR="$target/cudarc-tests" cargo build -q "${examples[@]/#/--example=}" \
+    --no-default-features --features std,driver,nvrtc,cuda-13000,dynamic-loading 2>&1 | tail -n 3
+)
+clean_examples=0
+for example in "${examples[@]}"; do
+  out=$(cd "$work/cudarc" && "$sim" run --strict -- "$target/cudarc-tests/debug/examples/$example" 2>&1)
+  status=$?
+  if [[ $status == 0 ]] && grep -q '^cuda-sim: 0 violations, leaks: none' <<<"$out"; then
+    clean_examples=$((clean_examples + 1))
+  else
+    echo "cudarc example $example: exit $status; $(grep -E '^cuda-sim: ' <<<"$out" | tail -n 2 | paste -sd' ' -)"
+  fi
+done
+echo "cudarc: $clean_examples of ${#examples[@]} examples ran clean on the strict simulator"
+[[ $clean_examples == "${#examples[@]}" ]]
