@@ -77,9 +77,9 @@ strip .gpu/cuda-sim/libcuda.so
 candle_work=${CANDLE_WORK:-${CARGO_TARGET_DIR:-target}/candle-work}
 if [ -f "$candle_work/binaries" ]; then
   pack="$candle_work/candle.tar.xz"
-  # The pack's signature: each binary's path and modification time (candle.sh rewrites the
+  # The pack's signature: each binary's path and modification time, sorted (candle.sh rewrites the
   # list on every run, rebuilt or not).
-  signature=$(awk '{print $2}' "$candle_work/binaries" | xargs stat -c '%n %Y')
+  signature=$(awk '{print $2}' "$candle_work/binaries" | sort | xargs stat -c '%n %Y')
   if [ ! -f "$pack" ] || [ "$(cat "$pack.signature" 2>/dev/null)" != "$signature" ]; then
     stripped=$(mktemp -d)
     for name in candle_core conv_tests pool_tests layout_tests tensor_tests grad_tests quantized_tests \
