@@ -102,7 +102,8 @@ impl HostAccess {
 
     /// Leaves a use entered by [`Self::enter`]. `queued`: the real stream its work was queued
     /// on, with the work's [`StreamKey`], whose marker (made at `enter`) is recorded after it
-    /// ([`Self::cover`]): a record only, with no context switch, as befits a drop.
+    /// ([`Self::cover`]): a record only, with no context switch, as befits a drop (unless the
+    /// marker was pruned meanwhile: see `Markers::ensure`).
     pub(crate) fn leave(&self, queued: Option<(&StreamHandle, StreamKey)>) {
         if let Some((stream, key)) = queued {
             // A failed record falls back to the stream's context (`cover`); a drop has no one

@@ -121,7 +121,9 @@ impl Markers {
 
     /// Makes `key`'s marker (recorded on `stream` now) unless it has one: what may switch
     /// contexts or fail for a lack of resources happens here, before the work is queued, so
-    /// that [`Self::mark`] after it is a record only.
+    /// that [`Self::mark`] after it is a record only. (Unless another thread's push pruned the
+    /// marker in between, its event being complete: then `mark` makes a fresh one after the
+    /// work, and a failure there falls back to the caller's context note.)
     pub(crate) fn ensure(&mut self, key: StreamKey, stream: &StreamHandle) -> Result<()> {
         if self.markers.iter().any(|marker| marker.covers(key, stream)) {
             return Ok(());
