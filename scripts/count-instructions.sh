@@ -18,7 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -eq 0 ] && ops=(event-raw event event-cudarc pool-raw pool pool-cudarc
-  stream-raw stream stream-cudarc graph-raw graph graph-cudarc graph10-raw graph10 clone-arc clone)
+  stream-raw stream stream-cudarc graph-raw graph graph-cudarc graph10-raw graph10 clone-arc clone
+  launch-raw launch launch-cudarc event-unbound event-cudarc-unbound)
 cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
 sim_count=${SIM_COUNT:-target/release/sim_count}
 out=$(mktemp -d)
@@ -43,7 +44,7 @@ else
   printf '| op | instructions per op |\n|---|---|\n'
 fi
 for op in "${ops[@]}"; do
-  case $op in graph*) low=200 high=400 ;; clone*) low=20000 high=40000 ;; *) low=1000 high=2000 ;; esac
+  case $op in graph*|launch*) low=200 high=400 ;; clone*) low=20000 high=40000 ;; *) low=1000 high=2000 ;; esac
   a=$(count "$op" $low)
   b=$(count "$op" $high)
   if [ -n "${BUS:-}" ]; then

@@ -65,7 +65,8 @@ pub use live::LiveCount;
 pub use raw::RawValue;
 pub use registry::Registry;
 pub use report::{
-    DeleteFailure, report_panic, report_panic_of, reset_report_hook, set_report_hook,
+    DeleteFailure, report_panic, report_panic_of, report_release_failure, reset_report_hook,
+    set_report_hook,
 };
 pub use resource::{Owner, Resource, ResourceHandle, ThreadSafe, WeakResourceHandle};
 

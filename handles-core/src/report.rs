@@ -71,7 +71,18 @@ pub fn report_panic(type_name: &'static str, raw: isize, payload: Box<dyn std::a
 /// thread of its own instead). Never unwinds.
 pub fn report_panic_of(type_name: &'static str, raw: isize, payload: &(dyn std::any::Any + Send)) {
     let message = crate::error::panic_message(payload);
-    let error = DeleteError::new(CaughtPanic(message));
+    report_release_failure(type_name, raw, CaughtPanic(message));
+}
+
+/// Reports a release that failed outside a deleter (a thread's cache letting go of what it
+/// held, say) through the same hook as a deleter's failure, with `raw` shown in hex. Never
+/// unwinds.
+pub fn report_release_failure(
+    type_name: &'static str,
+    raw: isize,
+    error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) {
+    let error = DeleteError::new(error);
     report(&DeleteFailure {
         type_name,
         raw,

@@ -82,8 +82,13 @@ fn scenario_nested_panicking_runs_restore_each_level() {
     drop((green_context, green, green2_context, green2));
     let stream = non_blocking(&primary);
     let event = EventHandle::create(&primary, EventFlags::default()).unwrap();
+    // With no context current, the event's primary context is left current (the thread's
+    // primary cache keeps it) until the cache is cleared.
+    assert_eq!(current_raw(), primary.as_cu());
     event.record(&stream).unwrap();
     stream.synchronize().unwrap();
+    handles_cuda::exec::clear_primary_cache();
+    assert!(current_raw().is_null());
     assert!(EventHandle::create_in_current(EventFlags::default()).is_err());
 }
 

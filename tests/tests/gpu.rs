@@ -1008,7 +1008,7 @@ fn a_bound_context_stays_current_and_alive_on_its_thread() {
         );
         let raw = context.as_cu();
         // Without a binding, work in a context leaves the thread as it was.
-        drop(EventHandle::create(&context, EventFlags::default()).unwrap());
+        drop(StreamHandle::create(&context, Default::default(), 0).unwrap());
         assert!(raw_current().is_null());
         context.bind_to_thread().unwrap();
         assert_eq!(raw_current(), raw);
@@ -1033,6 +1033,75 @@ fn a_bound_context_stays_current_and_alive_on_its_thread() {
             "unbinding leaves no context current"
         );
         ContextHandle::unbind_thread().unwrap();
+    })
+    .join()
+    .unwrap();
+    failures.assert_none();
+}
+
+/// An event made on a thread with no context current leaves its primary context current
+/// (`driver/current.rs`), kept alive by the thread's primary cache with every other handle of
+/// it gone, until `clear_primary_cache`, which makes no context current again. A thread that
+/// had another context current has it current again afterwards; a green context is never
+/// left current, and inside `ContextHandle::run` nothing is left.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_event_made_with_no_context_current_leaves_its_primary_context_current() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    std::thread::spawn(|| {
+        let raw_current = || {
+            let mut current = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            let status = unsafe { sys::cuCtxGetCurrent(&mut current) };
+            assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+            current
+        };
+        let context = ContextHandle::primary(0).unwrap();
+        let raw = context.as_cu();
+        assert!(raw_current().is_null(), "a new thread starts with none");
+        let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+        assert_eq!(
+            raw_current(),
+            raw,
+            "the event's primary context is left current"
+        );
+        drop((event, context));
+        // The thread's primary cache keeps it alive while it is current.
+        let event = EventHandle::create_in_current(EventFlags::default()).unwrap();
+        let kept = event.context().clone().expect("made in a context");
+        assert_eq!(kept.as_cu(), raw);
+        drop((kept, event));
+        handles_cuda::exec::clear_primary_cache();
+        assert!(raw_current().is_null(), "cleared with the cache");
+        // With a green context current, the caller's context is restored; a green context's
+        // own event leaves nothing current on a thread that had none.
+        let context = ContextHandle::primary(0).unwrap();
+        let green = handles_cuda::exec::GreenContextHandle::create(0, 16).unwrap();
+        let green_context = green.context().unwrap();
+        green_context.bind_to_thread().unwrap();
+        drop(EventHandle::create(&context, EventFlags::default()).unwrap());
+        assert_eq!(raw_current(), green_context.as_cu(), "the caller's context");
+        ContextHandle::unbind_thread().unwrap();
+        assert!(raw_current().is_null());
+        drop(EventHandle::create(&green_context, EventFlags::default()).unwrap());
+        assert!(
+            raw_current().is_null(),
+            "a green context is not left current"
+        );
+        // Inside `run`, which restores its caller's context (none), nothing is left.
+        let inside = green_context.run(|| {
+            // SAFETY: makes no context current; `run` restores its own afterwards.
+            let status = unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) };
+            assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+            let event = EventHandle::create(&context, EventFlags::default())?;
+            assert!(raw_current().is_null(), "not left current inside run");
+            Ok::<_, Error>(event)
+        });
+        drop(inside.unwrap());
+        assert!(raw_current().is_null());
+        drop((green_context, green, context));
+        handles_cuda::exec::clear_primary_cache();
     })
     .join()
     .unwrap();

@@ -88,6 +88,42 @@ fn r22_view_waits_for_a_graph_launched_on_another_contexts_stream() {
     failures.assert_none();
 }
 
+/// A graph launched on a stream of its own context, then again on a green context's stream
+/// held back: the launch plan makes its notes of contexts once per stream context, so the
+/// second launch still notes the green context, and the synchronous free of the graph's buffer
+/// waits for that launch (without the note it returned at once).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn r22_relaunch_on_another_contexts_stream_holds_back_the_free() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let primary = ContextHandle::primary(0).unwrap();
+    let own = stream(&primary);
+    let green = GreenContextHandle::create(0, 1).unwrap();
+    let green_stream = green.create_stream(0).unwrap();
+    let buffer = DevicePtrHandle::alloc(&primary, 4096).unwrap();
+    let graph = GraphHandle::create(&primary).unwrap();
+    graph.add_memset_node(&[], &buffer, 0, 7, 4096).unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&own).unwrap();
+    own.synchronize().unwrap();
+    let gate = block(&green_stream);
+    exec.launch(&green_stream).unwrap();
+    let opener = open_later(&gate, Duration::from_millis(300));
+    let start = Instant::now();
+    // The buffer's last handle: its `cuMemFree` waits for every context it was used in.
+    drop((exec, graph, buffer));
+    let waited = start.elapsed();
+    opener.join().unwrap();
+    green_stream.synchronize().unwrap();
+    assert!(
+        waited >= Duration::from_millis(200),
+        "the free did not wait for the launch on the green context's stream ({waited:?})"
+    );
+    drop((green_stream, green));
+    failures.assert_none();
+}
+
 /// The same with a kernel-free memset queued directly: the gate notes the *stream's* context,
 /// so this one must hold (control for the test above).
 #[test]
@@ -638,6 +674,11 @@ fn run_group(label: &str, filter: &str) {
 #[test]
 fn on_the_simulator() {
     run_group("review22 views", "r22_view");
+}
+
+#[test]
+fn on_the_simulator_relaunch() {
+    run_group("review22 relaunch", "r22_relaunch");
 }
 
 #[test]

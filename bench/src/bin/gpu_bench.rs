@@ -1250,6 +1250,10 @@ fn main() {
             &graph_launches(&context, &stream, &untracked),
         );
         report(
+            "kernel launch (1 block of 256)",
+            &launches(&stream, &tracked, &untracked),
+        );
+        report(
             "event create+drop on a fresh thread, context bound (timing off)",
             &on_a_fresh_thread(&context, None, || events(&context, &cudarc_context)),
         );

@@ -11,6 +11,8 @@
 //! | `stream-raw`, `stream`, `stream-cudarc` | stream create+drop |
 //! | `graph-raw`, `graph`, `graph-cudarc` | launch of a one-kernel-node graph |
 //! | `graph10-raw`, `graph10` | launch of a graph of ten kernel nodes on one buffer |
+//! | `launch-raw`, `launch`, `launch-cudarc` | kernel launch, `add_one` over one buffer (cudarc untracked) |
+//! | `event-unbound`, `event-cudarc-unbound` | event create+drop on a thread with no context current |
 //! | `clone-arc`, `clone` | `Arc` clone+drop against `StreamHandle` clone+drop |
 //!
 //! See BENCHMARKS.md for the commands and the table.
@@ -108,6 +110,35 @@ fn main() -> Result<(), Failure> {
         // cudarc's graph does not keep its kernel's module loaded: the function is kept here.
         graph_forms = Some((exec, cudarc_graph, buffer, slice, function));
     }
+    let mut launch_forms = None;
+    if op.starts_with("launch") {
+        let kernel = add_one()?;
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4, &stream)?;
+        let function = cudarc
+            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))?
+            .load_function("add_one")?;
+        let slice = cudarc_stream.alloc_zeros::<u32>(1)?;
+        launch_forms = Some((kernel, buffer, function, slice));
+    }
+    if op.ends_with("-unbound") {
+        // The same loop on a thread where no context is current.
+        let (ours, cudarc) = (context.clone(), cudarc.clone());
+        return std::thread::spawn(move || -> Result<(), String> {
+            for _ in 0..n {
+                if op == "event-unbound" {
+                    let event = EventHandle::create(&ours, EventFlags::default());
+                    drop(keep(event.map_err(|error| error.to_string())?));
+                } else {
+                    let event = cudarc.new_event(None);
+                    drop(keep(event.map_err(|error| error.to_string())?));
+                }
+            }
+            Ok(())
+        })
+        .join()
+        .map_err(|_| "the unbound thread panicked")?
+        .map_err(Into::into);
+    }
     let arc = Arc::new(raw_stream as usize);
     for _ in 0..n {
         match op.as_str() {
@@ -155,6 +186,52 @@ fn main() -> Result<(), Failure> {
                     }
                     "graph" | "graph10" => keep(exec).launch(&stream)?,
                     _ => keep(cudarc_graph).launch()?,
+                }
+            }
+            "launch-raw" | "launch" | "launch-cudarc" => {
+                let (kernel, buffer, function, slice) = launch_forms.as_ref().ok_or("no kernel")?;
+                match op.as_str() {
+                    "launch-raw" => {
+                        let (mut data, mut elements) = (buffer.as_cu(), 1u32);
+                        let mut params = [
+                            (&raw mut data).cast::<std::ffi::c_void>(),
+                            (&raw mut elements).cast::<std::ffi::c_void>(),
+                        ];
+                        // SAFETY: the kernel, stream and buffer are alive; `add_one` touches
+                        // one element of the 4-byte buffer.
+                        ok(unsafe {
+                            sys::cuLaunchKernel(
+                                kernel.kernel().as_cu() as sys::CUfunction,
+                                1,
+                                1,
+                                1,
+                                1,
+                                1,
+                                1,
+                                0,
+                                raw_stream,
+                                params.as_mut_ptr(),
+                                std::ptr::null_mut(),
+                            )
+                        })?
+                    }
+                    "launch" => keep(kernel).launch(
+                        &stream,
+                        &LaunchConfig::linear(1, 1),
+                        (keep(buffer), 1),
+                    )?,
+                    _ => {
+                        let mut builder = cudarc_stream.launch_builder(function);
+                        builder.arg(slice).arg(&1u32);
+                        // SAFETY: `add_one` touches one element of the slice.
+                        unsafe {
+                            builder.launch(cudarc::driver::LaunchConfig {
+                                grid_dim: (1, 1, 1),
+                                block_dim: (1, 1, 1),
+                                shared_mem_bytes: 0,
+                            })
+                        }?;
+                    }
                 }
             }
             "clone-arc" => drop(keep(keep(&arc).clone())),

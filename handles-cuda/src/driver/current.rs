@@ -7,6 +7,15 @@
 //! context is restored whether the call returns `Ok`, returns `Err` or unwinds, so a panic in
 //! a closure given to `ContextHandle::run` cannot leave a context current that may be
 //! destroyed later.
+//!
+//! The one exception, [`in_context_or_bind`]: a public event constructor called on a thread
+//! with *no* context current leaves a primary context current afterwards, kept alive by the
+//! thread's primary-context cache (`ContextHandle::leave_current`), instead of making it
+//! current and then none again around every call: on a worker thread that makes many events,
+//! that is two `cuCtxSetCurrent` fewer per event, as cudarc's calls leave their context
+//! current. `clear_primary_cache` makes it not current again before it lets go of the cache.
+//! Whenever the caller had a context current, it is restored as above; inside a scope that
+//! restores its caller's context afterwards, and for any other context, nothing is left.
 
 use cudarc::driver::sys::{CUcontext, CUdevice};
 
@@ -68,7 +77,7 @@ impl Drop for RestoringScope {
 /// green context bound to the thread, say, destroyed by the change), so the thread would be
 /// left in a destroyed context. The one home of that rule, whatever the scope.
 pub(crate) fn refuse_inside_restoring_scope() -> Result<()> {
-    if RESTORING.try_with(std::cell::Cell::get).unwrap_or(0) > 0 {
+    if restoring_depth() > 0 {
         return Err(Error::WrongContext {
             what: "a thread's bound context cannot change inside a scope that restores its \
                    caller's context afterwards (ContextHandle::run's closure, or a callback \
@@ -120,6 +129,38 @@ pub(crate) fn in_context<T, E: From<Error>>(
         return call();
     }
     in_another_context(previous, context, call)
+}
+
+/// [`in_context`], except on a thread with no context current outside any restoring scope:
+/// there `bind`, if given, makes `context` current in a way that keeps it alive while it is
+/// (`ContextHandle::leave_current`), and the call runs with it current and leaves it so (see
+/// the module docs).
+/// Without `bind`, or if it fails, the call runs as [`in_context`] runs it.
+#[inline(always)]
+pub(crate) fn in_context_or_bind<T, E: From<Error>>(
+    context: CUcontext,
+    bind: Option<impl FnOnce() -> Result<()>>,
+    call: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    ensure_loaded()?;
+    let previous = current_raw()?;
+    if previous == context {
+        return call();
+    }
+    if let Some(bind) = bind
+        && previous.is_null()
+        && restoring_depth() == 0
+        && bind().is_ok()
+    {
+        return call();
+    }
+    in_another_context(previous, context, call)
+}
+
+/// How many restoring scopes are open on this thread (0 while its locals are torn down).
+#[inline]
+fn restoring_depth() -> usize {
+    RESTORING.try_with(std::cell::Cell::get).unwrap_or(0)
 }
 
 /// [`in_context`] when `context` is not the current one (`previous` is): out of line, so the

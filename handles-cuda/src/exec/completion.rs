@@ -1,78 +1,42 @@
-//! An event's completion as a `Future`, for any executor and without a thread that spins.
+//! An event's completion as a `Future`, for any executor and without a thread that spins
+//! while nothing is due.
 //!
-//! [`EventHandle::completed`] makes a small private *notifier* stream of the event's context
-//! wait for the event (`cuStreamWaitEvent`: its most recent record at that moment) and then run
-//! a host function that marks the shared state done and wakes the task. A notifier is picked
-//! among the context's notifiers that are idle, or made when none is, so a pending completion
-//! never holds back another; a context keeps at most [`NOTIFIERS_PER_CONTEXT`] idle ones. An event already complete resolves at once, with no driver call but a query.
+//! [`EventHandle::completed`] hands the event to the waiter thread (`completion_waiter.rs`),
+//! which polls it for its first moments and wakes the task as soon as the record completes;
+//! a completion not resolved by then, or of an event that can be recorded without notice
+//! (by a graph's record node, or another process), goes to a notifier stream whose host
+//! function wakes the task once the event's record completes (`completion_notifier.rs`). An
+//! event already complete resolves at once, with no driver call but a query.
 //!
-//! The awaited event is kept in the notifier table (not in the host function, whose captures
-//! are dropped on the disposal thread) until its host function has run: the completion lets go
-//! of it when it resolves (or is dropped after its host function ran), the table drops the
-//! events of completions dropped early once their host functions have run, and
-//! [`clear_notifiers`] drops the rest after waiting for them, so nothing the table kept
-//! outlives that call.
-//!
-//! The host function calls `Waker::wake_by_ref` on the driver's thread and hands the waker to
-//! the disposal thread to be dropped. Wakers of the usual executors
-//! (tokio, async-std, `futures`' executors) only schedule the task; a waker that calls CUDA
-//! itself breaks the host-function rule (see `StreamHandle::launch_host`).
-//!
-//! Dropping the future early is safe: the host function still runs later and finds no waker.
+//! Dropping the future early is safe: the waiter lets go of it, and a host function still
+//! runs later and finds no waker.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
-use crate::driver::call::driver;
 use crate::error::{Error, Result};
+use crate::exec::completion_notifier::{hand_over, let_go};
 use crate::exec::completion_protocol::Shared;
+use crate::exec::completion_waiter::{settle, watch};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
-use crate::exec::stream::{StreamFlags, StreamHandle};
-use crate::sync::lock;
 
-/// The most idle notifier streams one context keeps (each pending completion holds one more).
-pub const NOTIFIERS_PER_CONTEXT: usize = 16;
-
-/// The notifier streams of one context, and the events awaited on them whose host functions
-/// may not have run yet.
-struct Notifiers {
-    context: ContextHandle,
-    streams: Vec<StreamHandle>,
-    /// Each awaited event, by the address of its completion's shared state, kept until that
-    /// completion's host function has run (the notifier has passed its wait by then).
-    awaited: HashMap<usize, (Arc<Shared>, EventHandle)>,
-    /// The size at which the entries of completions dropped early are looked for next
-    /// (doubling, so that looking costs O(1) per completion).
-    prune_at: usize,
-}
-
-/// The fewest awaited events at which the table looks for those it can let go of.
-const PRUNE_FROM: usize = 64;
-
-/// The key of a completion's entry in its context's `awaited`.
-fn key(shared: &Arc<Shared>) -> usize {
-    Arc::as_ptr(shared) as usize
-}
-
-/// The notifier streams, by context. Cleared by [`clear_notifiers`].
-static NOTIFIERS: Mutex<Vec<Notifiers>> = Mutex::new(Vec::new());
+pub use crate::exec::completion_notifier::NOTIFIERS_PER_CONTEXT;
 
 /// A future that resolves when the record of an event that was the most recent when
 /// [`EventHandle::completed`] was called has completed. Its output is `Ok(())`; the error of
 /// the driver calls that set it up is returned by `completed` itself.
 ///
-/// It keeps the awaited event until it resolves: resolving or dropping it may destroy that
+/// It may keep the awaited event until it resolves: resolving or dropping it may destroy that
 /// event, so, like a handle, it is not to be dropped or polled inside a host function (see
-/// [`StreamHandle::launch_host`]).
+/// [`StreamHandle::launch_host`](crate::StreamHandle::launch_host)).
 #[must_use = "a future does nothing unless awaited"]
 pub struct Completion {
     shared: Arc<Shared>,
-    /// The raw context whose table entry keeps the awaited event, until this completion lets
-    /// go of it; 0 when nothing is kept.
+    /// The raw context whose notifier table may keep the awaited event, until this completion
+    /// lets go of it; 0 when nothing is kept.
     kept_in: usize,
 }
 
@@ -99,18 +63,11 @@ impl Future for Completion {
 }
 
 impl Completion {
-    /// Lets go of the awaited event once the host function has run (it has when the shared
-    /// state is done): dropped here, after the table's lock.
+    /// Lets go of the awaited event in the notifier table once the host function has run.
     fn let_go(&mut self) {
-        if self.kept_in == 0 || !self.shared.is_done() {
-            return;
+        if self.kept_in != 0 && self.shared.passed() {
+            let_go(std::mem::replace(&mut self.kept_in, 0), &self.shared);
         }
-        let context = std::mem::replace(&mut self.kept_in, 0);
-        let released = lock(&NOTIFIERS)
-            .iter_mut()
-            .find(|entry| entry.context.as_cu() as usize == context)
-            .and_then(|entry| entry.awaited.remove(&key(&self.shared)));
-        drop(released);
     }
 }
 
@@ -125,9 +82,11 @@ impl Drop for Completion {
 
 impl EventHandle {
     /// A future that resolves once the event's most recent record (at the time of this call)
-    /// has completed, or at once if it has (or the event was never recorded). No thread waits
-    /// or spins: a host function on a notifier stream of the event's context wakes the task.
-    /// Works with any executor; dropping the future early is safe.
+    /// has completed, or at once if it has (or the event was never recorded). A thread of this
+    /// crate polls the event for up to 200 µs, so a short wait resolves about as fast as a
+    /// blocking [`EventHandle::synchronize`]; a longer one is woken by a host function on a
+    /// notifier stream of the event's context, and no thread spins meanwhile. Works with any
+    /// executor; dropping the future early is safe.
     pub fn completed(&self) -> Result<Completion> {
         if self.query()? {
             return Ok(Completion {
@@ -143,25 +102,9 @@ impl EventHandle {
                        awaited",
             })?,
         };
-        let notifier = notifier(&context)?;
-        notifier.refuse_foreign_capture()?;
-        notifier
-            .queue(|raw_stream| {
-                // SAFETY: the stream and the event are alive (handles held).
-                unsafe { driver!(cuStreamWaitEvent(raw_stream, self.as_cu(), 0)) }
-            })
-            .status?;
-        let wake = Arc::clone(&shared);
-        notifier.queue_host(move || {
-            if let Some(waker) = wake.complete() {
-                waker.wake_by_ref();
-                // Dropped on the disposal thread, never in the host function.
-                crate::exec::disposal::dispose(Box::new(waker));
-            }
-        })?;
-        // The event stays alive until the notifier has passed its wait, however early the
-        // program drops its handles: the table keeps it until the host function has run.
-        keep_awaited(&context, Arc::clone(&shared), self.clone())?;
+        if !watch(self, &context, &shared) {
+            hand_over(self, &context, &shared)?;
+        }
         Ok(Completion {
             shared,
             kept_in: context.as_cu() as usize,
@@ -169,95 +112,12 @@ impl EventHandle {
     }
 }
 
-/// An idle notifier stream of `context`, or else a new one: a completion never queues behind
-/// another (an unrelated pending event would hold it back, and a program whose held-back
-/// events are released by the task awaiting the later one would deadlock). Idle streams
-/// beyond [`NOTIFIERS_PER_CONTEXT`] are let go of (after the table's lock), so the table keeps
-/// at most that many idle ones, plus one per completion pending at once.
-fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
-    let mut surplus = Vec::new();
-    let found = {
-        let mut all = lock(&NOTIFIERS);
-        let streams = &mut entry(&mut all, context)?.streams;
-        let mut idle = None;
-        let mut i = 0;
-        while i < streams.len() {
-            if !streams[i].query()? {
-                i += 1;
-            } else if idle.is_none() {
-                // Idle: it goes to the back, so that the next search tries the others first.
-                idle = Some(streams.remove(i));
-            } else if streams.len() > NOTIFIERS_PER_CONTEXT {
-                surplus.push(streams.remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        let stream = match idle {
-            Some(stream) => stream,
-            None => StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?,
-        };
-        streams.push(stream.clone());
-        stream
-    };
-    // Dropped after the table's lock: a stream's release may wait for its context.
-    drop(surplus);
-    Ok(found)
-}
-
-/// The table's entry of `context`, made if it has none.
-fn entry<'a>(all: &'a mut Vec<Notifiers>, context: &ContextHandle) -> Result<&'a mut Notifiers> {
-    let index = match all.iter().position(|entry| entry.context == *context) {
-        Some(index) => index,
-        None => {
-            all.push(Notifiers {
-                context: context.keep_alive()?.into_owned(),
-                streams: Vec::new(),
-                awaited: HashMap::new(),
-                prune_at: PRUNE_FROM,
-            });
-            all.len() - 1
-        }
-    };
-    Ok(&mut all[index])
-}
-
-/// Keeps `event` in `context`'s entry until the host function of `shared` has run; once the
-/// entry has grown to twice what it held after the last look, lets go of the events of
-/// completions dropped early whose host functions have run (dropped here, after the table's
-/// lock: the caller's thread, never a host function).
-fn keep_awaited(context: &ContextHandle, shared: Arc<Shared>, event: EventHandle) -> Result<()> {
-    let passed: Vec<_> = {
-        let mut all = lock(&NOTIFIERS);
-        let entry = entry(&mut all, context)?;
-        entry.awaited.insert(key(&shared), (shared, event));
-        if entry.awaited.len() < entry.prune_at {
-            return Ok(());
-        }
-        let passed = entry
-            .awaited
-            .extract_if(|_, (shared, _)| shared.is_done())
-            .collect();
-        entry.prune_at = (2 * entry.awaited.len()).max(PRUNE_FROM);
-        passed
-    };
-    drop(passed);
-    Ok(())
-}
-
 /// Destroys the notifier streams of every context, after waiting for their pending
 /// completions (so this blocks until the awaited events complete), and releases the contexts
-/// they kept and the awaited events; returns how many streams there were. For programs and tests
-/// that check for leaks at exit; later completions make new ones.
+/// they kept and the awaited events; returns how many streams there were. Completions the
+/// waiter thread polls are handed to notifiers first, so nothing is kept afterwards. For
+/// programs and tests that check for leaks at exit; later completions make new ones.
 pub fn clear_notifiers() -> usize {
-    let all = std::mem::take(&mut *lock(&NOTIFIERS));
-    // Each stream's pending completions run first: destroying a busy stream is left to the
-    // driver's care otherwise, and the futures' promise is to resolve after their records.
-    // A stream that cannot be waited for is still released (its work stays queued).
-    for entry in &all {
-        for stream in &entry.streams {
-            let _ = stream.synchronize();
-        }
-    }
-    all.iter().map(|entry| entry.streams.len()).sum()
+    settle();
+    crate::exec::completion_notifier::clear()
 }

@@ -19,6 +19,9 @@ use std::sync::{Mutex, MutexGuard};
 pub(crate) struct Shared {
     done: AtomicBool,
     waker: Mutex<Option<Waker>>,
+    /// Set by the notifier's host function when it runs (the notifier has passed its wait on
+    /// the event): apart from `done`, which the waiter thread may set first.
+    passed: AtomicBool,
 }
 
 impl Shared {
@@ -26,7 +29,18 @@ impl Shared {
         Shared {
             done: AtomicBool::new(done),
             waker: Mutex::new(None),
+            passed: AtomicBool::new(false),
         }
+    }
+
+    /// The notifier's host function has run.
+    pub(crate) fn mark_passed(&self) {
+        self.passed.store(true, Ordering::Release);
+    }
+
+    /// Whether the notifier's host function has run.
+    pub(crate) fn passed(&self) -> bool {
+        self.passed.load(Ordering::Acquire)
     }
 
     /// Poisoning is ignored: the critical sections only move a waker in or out.

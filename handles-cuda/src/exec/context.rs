@@ -87,6 +87,10 @@ thread_local! {
     /// The context [`ContextHandle::bind_to_thread`] made current on this thread, kept alive
     /// for as long as it is bound.
     static BOUND: RefCell<Bound> = const { RefCell::new(Bound(None)) };
+    /// The primary context an event constructor left current on this thread, which had none
+    /// current (`ContextHandle::leave_current`); 0 if none, or once an explicit binding or
+    /// [`clear_primary_cache`] took over.
+    static LEFT_CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Runs `call` in whatever context is current, resolved first to a handle that keeps it alive
@@ -326,6 +330,8 @@ impl ContextHandle {
         refuse_inside_restoring_scope()?;
         let context = self.keep_alive()?.into_owned();
         let raw = context.as_cu();
+        // An explicit binding takes over from one an event constructor left.
+        let _ = LEFT_CURRENT.try_with(|left| left.set(0));
         // Kept first, made current second: a thread whose locals are being torn down cannot
         // keep it, and is refused before anything changed.
         let Some(replaced) = with_cache(&BOUND, |bound| bound.0.replace(context)) else {
@@ -372,7 +378,70 @@ impl ContextHandle {
 }
 
 /// Drops this thread's cached primary-context handles (each releases its retain if nothing
-/// else holds it). Threads release their cache automatically when they exit.
+/// else holds it). Threads release their cache automatically when they exit. A primary
+/// context an event constructor left current on this thread (see [`EventHandle::create`]) is
+/// made not current first, if it still is; if that fails, its handle is kept for the rest of
+/// the process (it must not be released while current) and the failure goes to the report
+/// hook.
+///
+/// [`EventHandle::create`]: crate::EventHandle::create
 pub fn clear_primary_cache() {
-    drop(take_cache(&PRIMARY));
+    let cache = take_cache(&PRIMARY);
+    let left = LEFT_CURRENT.try_with(|left| left.replace(0)).unwrap_or(0);
+    if left != 0 {
+        let cleared = ensure_loaded().and_then(|()| match current_raw()? == left as CUcontext {
+            // SAFETY: making no context current is always allowed.
+            true => unsafe { driver!(cuCtxSetCurrent(std::ptr::null_mut())) },
+            false => Ok(()),
+        });
+        if let Err(error) = cleared {
+            let kept = cache
+                .iter()
+                .flatten()
+                .find(|cached| cached.as_cu() as usize == left);
+            std::mem::forget(kept.cloned());
+            handles_core::report_release_failure("Context", left as isize, error);
+        }
+    }
+    drop(cache);
+}
+
+impl ContextHandle {
+    /// Makes this context current on a thread that has none current, and leaves it so (the
+    /// exception of `driver/current.rs`): a primary context only, whose handle this thread's
+    /// primary cache then holds, so that it stays alive while current, until
+    /// [`clear_primary_cache`] (which makes no context current again if it still is) or the
+    /// thread's exit. `Err`, with nothing changed, for any other context, or when the cache
+    /// cannot hold it (during the thread's teardown, or inside `with_primary`).
+    pub(crate) fn leave_current(&self) -> Result<()> {
+        let raw = self.as_cu();
+        let cached = match (self.primary_of(), self.device()) {
+            (Some(_), Some(ordinal)) => with_cache(&PRIMARY, |cache| {
+                if cache.len() <= ordinal {
+                    cache.resize(ordinal + 1, None);
+                }
+                let slot = &mut cache[ordinal];
+                match slot {
+                    Some(cached) => cached.as_cu() == raw,
+                    None => {
+                        *slot = Some(self.clone());
+                        true
+                    }
+                }
+            }),
+            _ => None,
+        };
+        if cached != Some(true)
+            || LEFT_CURRENT
+                .try_with(|left| left.set(raw as usize))
+                .is_err()
+        {
+            return Err(Error::NothingMade {
+                what: "only a primary context that this thread's cache holds is left current",
+            });
+        }
+        // SAFETY: the context is alive, and stays so while cached: this thread's cache holds a
+        // handle of it until `clear_primary_cache`, which makes it not current first.
+        unsafe { driver!(cuCtxSetCurrent(raw)) }
+    }
 }

@@ -1,14 +1,17 @@
 //! CUDA events: owned in a context, context-free, and interprocess (IPC) events (exported and
 //! imported in `ipc/event.rs`).
 
+use std::sync::OnceLock;
+
 use cudarc::driver::sys::{self, CUcontext, CUevent, CUstream};
 use handles_core::ResourceHandle;
 
 use crate::driver::call::{check, completed, deleter_status, driver, out};
-use crate::driver::current::{current_raw, in_context};
+use crate::driver::current::{current_raw, in_context_or_bind};
 use crate::driver::load::{ensure_loaded, newer, probed};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+pub(crate) use crate::exec::record_count::RecordCount;
 use crate::exec::stream::StreamHandle;
 
 /// A CUDA event, with the flags it was created with.
@@ -29,7 +32,38 @@ pub struct Event {
     /// The device ordinal of the creating context, when known.
     #[handle(copy)]
     pub device: Option<usize>,
+    /// Whether a completion's waiter polls it (see `exec/completion_waiter.rs`).
+    pub(crate) records: RecordCount,
 }
+
+/// Hands the watches of an event over to the notifier, before the event is recorded again:
+/// set by the waiter module when it starts (a function, so that this file needs not import
+/// it).
+pub(crate) static RERECORD: OnceLock<fn(&EventHandle)> = OnceLock::new();
+
+impl EventHandle {
+    /// Before a record of this event that does not come through [`EventHandle::record`] is
+    /// made possible (a graph record node): no waiter polls it from now on, and the watches
+    /// pending are handed to the notifier first.
+    pub(crate) fn before_uncounted_records(&self) {
+        if (**self).record().records.set_uncounted()
+            && let Some(hand_over) = RERECORD.get()
+        {
+            hand_over(self);
+        }
+    }
+
+    /// Hands the pending watches of this event to the notifier, if there are any.
+    #[inline]
+    fn before_record(&self, records: &RecordCount) {
+        if records.watched()
+            && let Some(hand_over) = RERECORD.get()
+        {
+            hand_over(self);
+        }
+    }
+}
+
 // SAFETY: the CUDA driver API lets events be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for Event {}
 
@@ -116,17 +150,36 @@ impl EventHandle {
 impl EventHandle {
     /// Creates an event in `context`, which it keeps alive (a non-owning reference is
     /// resolved to a handle that does, or refused).
+    ///
+    /// On a thread with no context current, a primary `context` is left current, kept alive by
+    /// the thread's primary-context cache until [`clear_primary_cache`] or the thread's exit:
+    /// the thread's later calls find it current, as after cudarc's calls. A thread that had a
+    /// context current has it current again afterwards.
+    ///
+    /// [`clear_primary_cache`]: crate::exec::clear_primary_cache
     pub fn create(context: &ContextHandle, flags: EventFlags) -> Result<Self> {
+        Self::create_binding(context, flags, true)
+    }
+
+    /// [`EventHandle::create`]; with `bind` false, a thread with no context current has none
+    /// afterwards either (events this crate makes for itself, inside other calls).
+    pub(crate) fn create_binding(
+        context: &ContextHandle,
+        flags: EventFlags,
+        bind: bool,
+    ) -> Result<Self> {
         let raw_flags = flags.to_raw()?;
-        let context = context.keep_alive()?.into_owned();
-        in_context(context.as_cu(), || {
+        let context = context.keep_alive()?;
+        let bind = bind.then_some(|| context.leave_current());
+        in_context_or_bind(context.as_cu(), bind, || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             let raw = out(|raw| unsafe { driver!(cuEventCreate(raw, raw_flags)) })?;
             // Made after the call, straight into the handle's box.
             let record = Event {
                 device: context.device(),
-                context: Some(context),
+                context: Some(context.as_ref().clone()),
                 flags,
+                records: RecordCount::new(flags.interprocess),
             };
             // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
             Ok(unsafe { EventHandle::from_raw(raw, record) })
@@ -155,6 +208,8 @@ impl EventHandle {
         stream.refuse_if_captured()?;
         let event = self.as_cu();
         let own = self.context().as_ref().map(ContextHandle::as_cu);
+        // A waiter polling this event for an earlier record hands it over first.
+        self.before_record(&(**self).record().records);
         stream.run(|raw_stream| {
             if let Some(own) = own {
                 require_same_context(own, stream, raw_stream)?;
@@ -177,7 +232,7 @@ impl EventHandle {
     /// stream's context alive.
     pub(crate) fn marker_on(stream: &StreamHandle) -> Result<EventHandle> {
         let context = stream.owning_context()?;
-        let marker = EventHandle::create(&context, EventFlags::default())?;
+        let marker = EventHandle::create_binding(&context, EventFlags::default(), false)?;
         marker.record(stream)?;
         Ok(marker)
     }

@@ -74,7 +74,9 @@
 //! runs the GPU suite on it, and its README lists what it models.
 
 pub(crate) mod completion;
+pub(crate) mod completion_notifier;
 pub(crate) mod completion_protocol;
+pub(crate) mod completion_waiter;
 pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod disposal;
@@ -82,6 +84,7 @@ pub(crate) mod event;
 pub(crate) mod event_recycler;
 pub(crate) mod green;
 pub(crate) mod host;
+pub(crate) mod record_count;
 pub(crate) mod stream;
 pub(crate) mod stream_generation;
 pub(crate) mod stream_recycler;

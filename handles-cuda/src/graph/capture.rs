@@ -310,7 +310,7 @@ impl Capture {
     /// Orders what is captured on `after` from now on after what `before` has captured so
     /// far: a private event recorded on `before`, waited for on `after`.
     fn order(&self, before: &StreamHandle, after: &StreamHandle) -> Result<()> {
-        let event = EventHandle::create(&self.context, EventFlags::default())?;
+        let event = EventHandle::create_binding(&self.context, EventFlags::default(), false)?;
         // SAFETY: the event and both streams are alive; both streams are this capture's
         // private streams (the origin, or a branch joined to it), which no other code can
         // reach: the record is a capture dependency, not work, and the wait joins `after` to

@@ -62,6 +62,8 @@ pub(crate) struct Attached {
     pub(crate) memory_uses: Vec<(usize, sys::CUdeviceptr)>,
     /// What a launch checks and reports, worked out from `all` whenever it changes.
     plan: LaunchPlan,
+    /// The ordinal of the device the graph's nodes run on, which the plan is worked out for.
+    ordinal: usize,
 }
 
 impl Attached {
@@ -69,13 +71,15 @@ impl Attached {
         all: Arc<[Attachment]>,
         spans: Vec<Span>,
         memory_uses: Vec<(usize, sys::CUdeviceptr)>,
+        ordinal: usize,
     ) -> Self {
-        let plan = LaunchPlan::of(&all);
+        let plan = LaunchPlan::of(&all, ordinal);
         Attached {
             all,
             spans,
             memory_uses,
             plan,
+            ordinal,
         }
     }
 
@@ -107,7 +111,7 @@ impl Attached {
             });
         }
         let list: Arc<[Attachment]> = list.into();
-        self.plan = LaunchPlan::of(&list);
+        self.plan = LaunchPlan::of(&list, self.ordinal);
         std::mem::replace(&mut self.all, list)
     }
 }
@@ -138,12 +142,13 @@ impl GraphHandle {
         let attached = lock(&self.record().attachments);
         let mut book = lock(&self.record().book);
         let instance = book.instantiating()?;
+        let ordinal = self.device_ordinal()?;
         let kept = Attached::new(
             attached.as_slice().into(),
             book.spans.clone(),
             book.memory_uses(),
+            ordinal,
         );
-        let ordinal = self.device_ordinal()?;
         let graph = self.id();
         let nodes = book.nodes();
         let context = self.context();
@@ -208,7 +213,7 @@ impl GraphExecHandle {
         let context = self.context();
         let ordinal = self.record().ordinal;
         let mut reach = Vec::new();
-        for buffer in &plan.buffers {
+        for buffer in &plan.checked {
             let guard = buffer.check_accessible_in(context, ordinal)?;
             if guard.is_held() {
                 reach.push(guard);
@@ -226,7 +231,15 @@ impl GraphExecHandle {
         // guards are held until the uses are reported, so no host view opens in between.
         let reported = queued.then(|| {
             let mut status = Ok(());
-            for buffer in &plan.buffers {
+            for buffer in &plan.recorded {
+                status = status.and(buffer.record_use(stream));
+            }
+            // The notes of contexts: made once for streams of one context (see the plan).
+            let noted_in = stream.context().as_ref().map(|c| c.as_cu() as usize);
+            if plan.noted_for(noted_in) {
+                return status;
+            }
+            for buffer in &plan.noted {
                 status = status.and(buffer.record_use(stream));
             }
             for library in &plan.libraries {
@@ -247,6 +260,9 @@ impl GraphExecHandle {
                     .note(context.as_cu(), || Ok(context.clone()))
                     .and_then(|()| launched_in.note_stream(stream));
                 status = status.and(noted);
+            }
+            if status.is_ok() {
+                plan.mark_noted_for(noted_in);
             }
             status
         });
@@ -284,7 +300,12 @@ impl GraphExecHandle {
             match unsafe { sys::cuGraphExecUpdate_v2(self.as_cu(), graph.as_cu(), &mut info) } {
                 sys::CUresult::CUDA_SUCCESS => Ok(std::mem::replace(
                     &mut *kept,
-                    Attached::new(source.as_slice().into(), Vec::new(), Vec::new()),
+                    Attached::new(
+                        source.as_slice().into(),
+                        Vec::new(),
+                        Vec::new(),
+                        self.record().ordinal,
+                    ),
                 )),
                 code => Err(Error::GraphUpdate {
                     result: format!("{:?}", info.result),

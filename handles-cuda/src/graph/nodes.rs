@@ -355,6 +355,8 @@ impl GraphHandle {
         })?;
         if let EventNode::Record = kind {
             event.require_recordable_in(self.context().as_cu())?;
+            // Every launch of the graph records the event, not through `record`.
+            event.before_uncounted_records();
         }
         let (graph, raw_event) = (self.as_cu(), event.as_cu());
         let added = self.add_node(

@@ -7,7 +7,7 @@ use crate::driver::call::{driver, out};
 use crate::driver::current::{in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
-use crate::exec::event::{Event, EventFlags, EventHandle};
+use crate::exec::event::{Event, EventFlags, EventHandle, RecordCount};
 use crate::ipc::token::{self, TOKEN};
 
 /// The 64-byte token that names an interprocess event in another process.
@@ -81,14 +81,16 @@ impl EventHandle {
         let raw_token = sys::CUipcEventHandle {
             reserved: token.token.map(|byte| byte as std::ffi::c_char),
         };
+        let flags = EventFlags {
+            timing: false,
+            blocking_sync: token.blocking_sync,
+            interprocess: true,
+        };
         let record = Event {
             context: Some(context.clone().into_owned()),
-            flags: EventFlags {
-                timing: false,
-                blocking_sync: token.blocking_sync,
-                interprocess: true,
-            },
+            flags,
             device: context.device(),
+            records: RecordCount::new(true),
         };
         in_context(context.as_cu(), || {
             // SAFETY: a context is current; `raw` is a valid out-pointer and the token is

@@ -522,6 +522,16 @@ impl DevicePtrHandle {
         }
     }
 
+    /// Whether [`DevicePtrHandle::record_use`] only notes the stream's context (synchronous and
+    /// mapped allocations): noting it again for a stream of the same context adds nothing.
+    pub(crate) fn use_is_context_note(&self) -> bool {
+        self.is_owning()
+            && matches!(
+                self.record().release,
+                Release::Synchronous(_) | Release::Mapped(_)
+            )
+    }
+
     /// The stream a stream-ordered free of this crate will be queued on. `None` for memory
     /// another library frees (a wrapped cudarc slice): its stream is that library's, which it
     /// may capture at any time, and only the `unsafe` stream conversions hand such a stream out.

@@ -138,6 +138,20 @@ impl DevicePtrHandle {
     }
 
     /// The pool of this memory (through views) if it lives on another device than `ordinal`.
+    /// Whether a reach check from device `ordinal` can only ever pass with no guard held:
+    /// memory allocated here synchronously or from a pool, which no host view gates, no remote
+    /// pool's grant reaches (its pool, if any, is located on `ordinal` itself) and which
+    /// `ordinal` reaches now. All of that is fixed for the allocation's life, so an executable
+    /// graph's launch plan leaves such buffers out of the checks made at every launch.
+    pub(crate) fn reach_is_fixed(&self, ordinal: usize) -> bool {
+        matches!(
+            self.record().release,
+            Release::Synchronous(_) | Release::StreamOrdered { host: None, .. }
+        ) && self.host_access().is_none()
+            && self.remote_pool(ordinal).is_none()
+            && self.check_accessible_from(ordinal).is_ok()
+    }
+
     fn remote_pool(&self, ordinal: usize) -> Option<&MemoryPoolHandle> {
         if let Release::View(parent) = &self.record().release {
             return parent.remote_pool(ordinal);
