@@ -332,62 +332,6 @@ fn awaited_events_are_let_go_once_their_completions_resolve() {
     failures.assert_none();
 }
 
-/// A completion polled by the waiter thread never resolves early: an event recorded again on
-/// an idle stream, or made the event of a graph's record node and launched there, while its
-/// awaited record is still held back, leaves the completion pending until that record
-/// completes (the waiter hands the completion to a notifier before the new record).
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn a_completion_waits_for_its_record_whatever_records_the_event_later() {
-    let _serial = serial();
-    let failures = Failures::watch();
-    let context = ContextHandle::primary(0).unwrap();
-    let (held, idle) = (stream(&context), stream(&context));
-    let waker = std::task::Waker::from(Arc::new(NoWake));
-    let mut task = std::task::Context::from_waker(&waker);
-    for graph_node in [false, true] {
-        let open = Arc::new(AtomicUsize::new(0));
-        let gate = Arc::clone(&open);
-        held.launch_host(move || {
-            while gate.load(Ordering::SeqCst) == 0 {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        })
-        .unwrap();
-        let event = EventHandle::create(&context, EventFlags::default()).unwrap();
-        event.record(&held).unwrap();
-        let mut completion = Box::pin(event.completed().unwrap());
-        assert!(completion.as_mut().poll(&mut task).is_pending());
-        if graph_node {
-            let graph = GraphHandle::create(&context).unwrap();
-            graph.add_event_record_node(&[], &event).unwrap();
-            graph.instantiate().unwrap().launch(&idle).unwrap();
-        } else {
-            event.record(&idle).unwrap();
-        }
-        idle.synchronize().unwrap();
-        assert!(event.query().unwrap(), "the later record completed");
-        // Longer than the waiter polls for, twice over.
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(
-            completion.as_mut().poll(&mut task).is_pending(),
-            "resolved by a later record (graph node: {graph_node})"
-        );
-        open.store(1, Ordering::SeqCst);
-        block_on(completion);
-        assert!(held.query().unwrap(), "the awaited record completed");
-    }
-    handles_cuda::exec::clear_notifiers();
-    failures.assert_none();
-}
-
-/// A waker that does nothing (the test polls by hand).
-struct NoWake;
-
-impl std::task::Wake for NoWake {
-    fn wake(self: Arc<Self>) {}
-}
-
 /// CPU time of this process's tokio worker threads and of handles-cuda's waiter thread (user +
 /// system), from `/proc`.
 fn worker_cpu_time() -> Duration {

@@ -401,6 +401,11 @@ fn queue<P: KernelParams>(
         });
     });
     reachable?;
+    // The launch records its programmatic event: a completion's waiter polling the event for
+    // an earlier record hands it to a notifier first.
+    if let Some(programmatic) = options.and_then(|options| options.programmatic_event.as_ref()) {
+        programmatic.event.before_other_record();
+    }
     let function = kernel.as_cu() as CUfunction;
     // A `CUkernel` launches in the current context: the stream's, made current for the call.
     let mut context: CUcontext = stream

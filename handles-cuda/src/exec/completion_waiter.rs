@@ -107,6 +107,7 @@ fn run() {
 /// whether any watch is left.
 fn poll_round() -> bool {
     let mut done = Vec::new();
+    let mut woken = Vec::new();
     let left = {
         let mut watches = lock(&WATCHES);
         let now = Instant::now();
@@ -123,22 +124,21 @@ fn poll_round() -> bool {
             // An error of the query is the notifier's to meet: the watch is handed over.
             if dropped || complete || queried.is_err() || now >= watch.until {
                 let watch = watches.swap_remove(i);
-                (*watch.event).record().records.unwatch();
-                if complete || dropped {
-                    done.push((watch, complete));
-                } else {
-                    // Handed over under the lock: no record of the event can come between.
-                    hand_over_or_wait(&watch);
-                    done.push((watch, false));
+                if !complete && !dropped {
+                    woken.extend(hand_over_or_keep(&watch));
                 }
+                // Unwatched only now, under the lock: a record of the event that saw the
+                // watch waits for this lock, so it comes after the hand-over.
+                (*watch.event).record().records.unwatch();
+                done.push((watch, complete));
             } else {
                 i += 1;
             }
         }
         !watches.is_empty()
     };
-    // Dropped and woken after the lock: a waker and the last handles may run any code. The
-    // waiter's handles go before the completion resolves, so a task that sees it resolved
+    // Dropped, then resolved and woken, after the lock: a waker and the last handles may run
+    // any code. The waiter's handles go first, so a task that sees its completion resolved
     // finds nothing of its event kept here.
     for (watch, complete) in done {
         let Watch {
@@ -148,21 +148,38 @@ fn poll_round() -> bool {
             ..
         } = watch;
         drop((event, context));
-        if complete && let Some(waker) = shared.complete() {
-            waker.wake();
+        if complete {
+            woken.extend(shared.complete());
         }
     }
+    wake_all(woken);
     left
 }
 
 /// Hands `watch` to a notifier; if that fails, waits for the event here (its record cannot
-/// change meanwhile: the caller holds the watches' lock) and resolves the completion, so that
-/// it never resolves early nor never.
-fn hand_over_or_wait(watch: &Watch) {
-    if hand_over(&watch.event, &watch.context, &watch.shared).is_err() {
-        let _ = watch.event.synchronize();
-        if let Some(waker) = watch.shared.complete() {
-            waker.wake();
+/// change meanwhile: the caller holds the watches' lock) and returns the completion's waker
+/// to wake after the lock. If even the wait fails, the completion is left pending (it never
+/// resolves early) and the failure is reported.
+fn hand_over_or_keep(watch: &Watch) -> Option<std::task::Waker> {
+    let Err(error) = hand_over(&watch.event, &watch.context, &watch.shared) else {
+        return None;
+    };
+    match watch.event.synchronize() {
+        Ok(()) => watch.shared.complete(),
+        Err(_) => {
+            handles_core::report_release_failure("Completion", watch.event.as_cu() as isize, error);
+            None
+        }
+    }
+}
+
+/// Wakes each task, each under `catch_unwind`: a waker's panic is reported, and the waiter
+/// goes on.
+fn wake_all(wakers: Vec<std::task::Waker>) {
+    for waker in wakers {
+        let woken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+        if let Err(payload) = woken {
+            handles_core::report_panic("a completion's waker", 0, payload);
         }
     }
 }
@@ -179,16 +196,19 @@ pub(crate) fn settle() {
 }
 
 /// Hands the watches `pick` selects to the notifier, under the watches' lock (no record of
-/// their events can come between); they are dropped after it.
+/// their events can come between); they are dropped, and any completion resolved here woken,
+/// after it.
 fn hand_over_where(pick: impl FnMut(&mut Watch) -> bool) {
+    let mut woken = Vec::new();
     let handed: Vec<Watch> = {
         let mut watches = lock(&WATCHES);
         let handed: Vec<Watch> = watches.extract_if(.., pick).collect();
         for watch in &handed {
+            woken.extend(hand_over_or_keep(watch));
             (*watch.event).record().records.unwatch();
-            hand_over_or_wait(watch);
         }
         handed
     };
     drop(handed);
+    wake_all(woken);
 }

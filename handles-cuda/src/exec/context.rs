@@ -385,9 +385,28 @@ impl ContextHandle {
 /// hook.
 ///
 /// [`EventHandle::create`]: crate::EventHandle::create
+///
+/// Inside a scope that restores its caller's context afterwards (`ContextHandle::run`'s
+/// closure), the context left current may be made current again by that restore: its handle
+/// stays cached, and it stays left current, until a clear outside any such scope.
 pub fn clear_primary_cache() {
-    let cache = take_cache(&PRIMARY);
-    let left = LEFT_CURRENT.try_with(|left| left.replace(0)).unwrap_or(0);
+    let mut cache = take_cache(&PRIMARY);
+    let left = LEFT_CURRENT.try_with(std::cell::Cell::get).unwrap_or(0);
+    if left != 0 && refuse_inside_restoring_scope().is_err() {
+        let kept: Vec<Option<ContextHandle>> = cache
+            .iter_mut()
+            .map(|slot| slot.take_if(|cached| cached.as_cu() as usize == left))
+            .collect();
+        if let Some(unkept) = with_cache(&PRIMARY, |fresh| std::mem::replace(fresh, kept.clone())) {
+            drop(unkept);
+        } else {
+            // Nowhere to keep it: never released while it may be current.
+            std::mem::forget(kept);
+        }
+        drop(cache);
+        return;
+    }
+    let _ = LEFT_CURRENT.try_with(|left| left.set(0));
     if left != 0 {
         let cleared = ensure_loaded().and_then(|()| match current_raw()? == left as CUcontext {
             // SAFETY: making no context current is always allowed.
@@ -440,8 +459,10 @@ impl ContextHandle {
                 what: "only a primary context that this thread's cache holds is left current",
             });
         }
-        // SAFETY: the context is alive, and stays so while cached: this thread's cache holds a
-        // handle of it until `clear_primary_cache`, which makes it not current first.
+        // SAFETY: the context is alive, and stays so while it may be current: this thread's
+        // cache holds a handle of it until `clear_primary_cache` outside any restoring scope,
+        // which makes it not current first (or keeps the handle for good if it cannot), or
+        // until the thread's exit, after which the thread makes no more calls in it.
         unsafe { driver!(cuCtxSetCurrent(raw)) }
     }
 }

@@ -53,6 +53,13 @@ impl EventHandle {
         }
     }
 
+    /// Before a record of this event that does not come through [`EventHandle::record`] but is
+    /// made by this crate (a launch's programmatic event): the watches pending are handed to
+    /// the notifier first.
+    pub(crate) fn before_other_record(&self) {
+        self.before_record(&(**self).record().records);
+    }
+
     /// Hands the pending watches of this event to the notifier, if there are any.
     #[inline]
     fn before_record(&self, records: &RecordCount) {
