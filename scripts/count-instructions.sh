@@ -10,6 +10,9 @@
 #                                                   # callgrind_annotate --auto=yes
 #   SIM_COUNT=/path/to/sim_count scripts/count-instructions.sh   # count another build of
 #                                   # sim_count (an older commit's) against this simulator
+#   OWN=1 scripts/count-instructions.sh graph graph-cudarc   # also the program's own instructions
+#                                   # per op (scripts/hot-path.py at N=400: our crates, cudarc and std,
+#                                   # not the simulated driver; the PTX loader's setup lines left out)
 #   BUS=1 scripts/count-instructions.sh event event-cudarc   # also the atomic instructions
 #                                   # (callgrind's global bus events) per op of the program's
 #                                   # own code, without the simulated driver's (functions of its
@@ -38,7 +41,15 @@ atomics() { # OP N -> atomic instructions outside the simulated driver's functio
         if (name !~ /^(<)?cuda::/ && name !~ /libcuda\.so/) total += n
       } END { print total + 0 }'
 }
-if [ -n "${BUS:-}" ]; then
+own() { # OP -> the program's own instructions per op (hot-path.py at N=400)
+  LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind --dump-instr=yes \
+    --callgrind-out-file="$out/own.$1" "$sim_count" 400 "$1" >/dev/null 2>&1
+  python3 scripts/hot-path.py "$out/own.$1" "$(basename "$sim_count")" 400 | awk 'NR > 1 && $1 ~ /^[0-9.]+$/ &&
+    $0 !~ /TwoWaySearcher|ptx_entries|checked_image|load_with_entries|from_utf8/ { t += $1 } END { printf "%.0f", t }'
+}
+if [ -n "${OWN:-}" ]; then
+  printf '| op | instructions per op | own instructions per op (program) |\n|---|---|---|\n'
+elif [ -n "${BUS:-}" ]; then
   printf '| op | instructions per op | atomics per op (program) |\n|---|---|---|\n'
 else
   printf '| op | instructions per op |\n|---|---|\n'
@@ -50,6 +61,10 @@ for op in "${ops[@]}"; do
   if [ -n "${BUS:-}" ]; then
     atomic=$(python3 -c "print(round(($(atomics "$op" $high) - $(atomics "$op" $low)) / ($high - $low), 2))")
     printf '| %s | %s | %s |\n' "$op" "$(( (b - a) / (high - low) ))" "$atomic"
+    continue
+  fi
+  if [ -n "${OWN:-}" ]; then
+    printf '| %s | %s | %s |\n' "$op" "$(( (b - a) / (high - low) ))" "$(own "$op")"
     continue
   fi
   printf '| %s | %s |\n' "$op" "$(( (b - a) / (high - low) ))"

@@ -983,6 +983,15 @@ fn recycled_streams_behave_like_fresh_ones() {
     failures.assert_none();
 }
 
+/// The calling thread's current context, straight from the driver.
+fn raw_current() -> sys::CUcontext {
+    let mut current = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let status = unsafe { sys::cuCtxGetCurrent(&mut current) };
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
+    current
+}
+
 /// `bind_to_thread` leaves a context current on its thread and keeps it alive there: with
 /// every other handle of the context dropped, the thread still works in it (an event made in
 /// the current context resolves to the bound handle), and `unbind_thread` leaves no context
@@ -995,13 +1004,6 @@ fn a_bound_context_stays_current_and_alive_on_its_thread() {
     std::thread::spawn(|| {
         // Loads and initialises the driver; makes nothing current.
         let context = ContextHandle::primary(0).unwrap();
-        let raw_current = || {
-            let mut current = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer.
-            let status = unsafe { sys::cuCtxGetCurrent(&mut current) };
-            assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
-            current
-        };
         assert!(
             raw_current().is_null(),
             "a new thread starts with no context current"
@@ -1050,13 +1052,6 @@ fn an_event_made_with_no_context_current_leaves_its_primary_context_current() {
     let _serial = serial();
     let failures = Failures::watch();
     std::thread::spawn(|| {
-        let raw_current = || {
-            let mut current = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer.
-            let status = unsafe { sys::cuCtxGetCurrent(&mut current) };
-            assert_eq!(status, sys::CUresult::CUDA_SUCCESS);
-            current
-        };
         let context = ContextHandle::primary(0).unwrap();
         let raw = context.as_cu();
         assert!(raw_current().is_null(), "a new thread starts with none");

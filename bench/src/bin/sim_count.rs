@@ -60,6 +60,25 @@ fn add_one() -> Result<TypedKernel<(Buffer, u32)>, Failure> {
     Ok(typed)
 }
 
+/// cudarc's launch of `add_one` over the first element of `slice`, one thread.
+fn cudarc_add_one(
+    stream: &Arc<cudarc::driver::CudaStream>,
+    function: &cudarc::driver::CudaFunction,
+    slice: &cudarc::driver::CudaSlice<u32>,
+) -> Result<(), Failure> {
+    let mut builder = stream.launch_builder(function);
+    builder.arg(slice).arg(&1u32);
+    // SAFETY: `add_one` touches one element of the slice.
+    unsafe {
+        builder.launch(cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
 fn main() -> Result<(), Failure> {
     let mut args = std::env::args().skip(1);
     let (Some(n), Some(op)) = (args.next(), args.next()) else {
@@ -94,16 +113,7 @@ fn main() -> Result<(), Failure> {
             .load_function("add_one")?;
         let slice = cudarc_stream.alloc_zeros::<u32>(1)?;
         cudarc_stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)?;
-        let mut builder = cudarc_stream.launch_builder(&function);
-        builder.arg(&slice).arg(&1u32);
-        // SAFETY: `add_one` touches 1 element of the slice.
-        unsafe {
-            builder.launch(cudarc::driver::LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }?;
+        cudarc_add_one(&cudarc_stream, &function, &slice)?;
         let cudarc_graph = cudarc_stream
             .end_capture(sys::CUgraphInstantiate_flags(0))?
             .ok_or("cudarc's capture made no graph")?;
@@ -220,18 +230,7 @@ fn main() -> Result<(), Failure> {
                         &LaunchConfig::linear(1, 1),
                         (keep(buffer), 1),
                     )?,
-                    _ => {
-                        let mut builder = cudarc_stream.launch_builder(function);
-                        builder.arg(slice).arg(&1u32);
-                        // SAFETY: `add_one` touches one element of the slice.
-                        unsafe {
-                            builder.launch(cudarc::driver::LaunchConfig {
-                                grid_dim: (1, 1, 1),
-                                block_dim: (1, 1, 1),
-                                shared_mem_bytes: 0,
-                            })
-                        }?;
-                    }
+                    _ => cudarc_add_one(&cudarc_stream, function, slice)?,
                 }
             }
             "clone-arc" => drop(keep(keep(&arc).clone())),

@@ -121,14 +121,7 @@ pub(crate) fn in_context<T, E: From<Error>>(
     context: CUcontext,
     call: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
-    // A context handle can exist without a driver (an unsafe reference): never let cudarc
-    // panic on a missing library.
-    ensure_loaded()?;
-    let previous = current_raw()?;
-    if previous == context {
-        return call();
-    }
-    in_another_context(previous, context, call)
+    in_context_or_bind(context, None::<fn() -> Result<()>>, call)
 }
 
 /// [`in_context`], except on a thread with no context current outside any restoring scope:
@@ -142,6 +135,8 @@ pub(crate) fn in_context_or_bind<T, E: From<Error>>(
     bind: Option<impl FnOnce() -> Result<()>>,
     call: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
+    // A context handle can exist without a driver (an unsafe reference): never let cudarc
+    // panic on a missing library.
     ensure_loaded()?;
     let previous = current_raw()?;
     if previous == context {
