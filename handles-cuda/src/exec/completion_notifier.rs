@@ -129,8 +129,11 @@ fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
         streams.push(stream.clone());
         stream
     };
-    // Dropped after the table's lock: a stream's release may wait for its context.
-    drop(surplus);
+    // Dropped on the disposal thread: a stream's release may wait for its context, and the
+    // caller may hold the waiter's lock, under which no report hook may run.
+    if !surplus.is_empty() {
+        crate::exec::disposal::dispose(Box::new(surplus));
+    }
     Ok(found)
 }
 
@@ -159,6 +162,13 @@ fn keep_awaited(context: &ContextHandle, shared: Arc<Shared>, event: EventHandle
     let passed: Vec<_> = {
         let mut all = lock(&NOTIFIERS);
         let entry = entry(&mut all, context)?;
+        // The host function may have run already, and the completion let go of nothing: the
+        // event is not kept then.
+        if shared.passed() {
+            drop(all);
+            drop(event);
+            return Ok(());
+        }
         entry.awaited.insert(key(&shared), (shared, event));
         if entry.awaited.len() < entry.prune_at {
             return Ok(());

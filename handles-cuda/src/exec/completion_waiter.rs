@@ -80,12 +80,16 @@ fn start() -> Option<std::thread::Thread> {
 }
 
 /// The waiter's loop: a round of queries while there are watches, spinning a while when there
-/// are none, then parking until a watch is added.
+/// are none, then parking until a watch is added. A waker run here may have left a primary
+/// context current and cached on this thread (an event made by the task it ran): the cache is
+/// cleared after each round, as no other code could clear it.
 fn run() {
     let mut idle_since = Instant::now();
     loop {
         ADDED.store(false, Ordering::Relaxed);
-        if poll_round() {
+        let left = poll_round();
+        crate::exec::context::clear_primary_cache();
+        if left {
             idle_since = Instant::now();
             std::hint::spin_loop();
             continue;
@@ -102,12 +106,26 @@ fn run() {
     }
 }
 
+/// Held by a round of the waiter from before it takes its watches until it has dropped their
+/// handles, and by [`settle`]: `clear_notifiers` returns only once no round holds any handle.
+static ROUND: Mutex<()> = Mutex::new(());
+
+/// What became of a watch taken out of the list, for after the watches' lock.
+enum Outcome {
+    /// Its event completed (or the hand-over's fallback wait returned): resolve it.
+    Resolve,
+    /// Handed to a notifier, or dropped by its task: nothing more to do.
+    Nothing,
+    /// Neither the hand-over nor the wait worked: left pending, and reported.
+    Report(crate::error::Error),
+}
+
 /// One query of every watched event; resolves the completed ones, and hands over those past
 /// their time (or whose completion was dropped: nothing awaits them, and they go). Returns
 /// whether any watch is left.
 fn poll_round() -> bool {
+    let round = lock(&ROUND);
     let mut done = Vec::new();
-    let mut woken = Vec::new();
     let left = {
         let mut watches = lock(&WATCHES);
         let now = Instant::now();
@@ -124,91 +142,105 @@ fn poll_round() -> bool {
             // An error of the query is the notifier's to meet: the watch is handed over.
             if dropped || complete || queried.is_err() || now >= watch.until {
                 let watch = watches.swap_remove(i);
-                if !complete && !dropped {
-                    woken.extend(hand_over_or_keep(&watch));
-                }
+                let outcome = match (complete, dropped) {
+                    (true, _) => Outcome::Resolve,
+                    (false, true) => Outcome::Nothing,
+                    (false, false) => hand_over_or_wait(&watch),
+                };
                 // Unwatched only now, under the lock: a record of the event that saw the
                 // watch waits for this lock, so it comes after the hand-over.
                 (*watch.event).record().records.unwatch();
-                done.push((watch, complete));
+                done.push((watch, outcome));
             } else {
                 i += 1;
             }
         }
         !watches.is_empty()
     };
-    // Dropped, then resolved and woken, after the lock: a waker and the last handles may run
-    // any code. The waiter's handles go first, so a task that sees its completion resolved
-    // finds nothing of its event kept here.
-    for (watch, complete) in done {
+    finish(done, Some(round));
+    left
+}
+
+/// Hands `watch` to a notifier; if that fails, waits for the event here (its record cannot
+/// change meanwhile: the caller holds the watches' lock). If even the wait fails, the
+/// completion is left pending (it never resolves early) and the failure is to be reported.
+fn hand_over_or_wait(watch: &Watch) -> Outcome {
+    match hand_over(&watch.event, &watch.context, &watch.shared) {
+        Ok(()) => Outcome::Nothing,
+        Err(error) => match watch.event.synchronize() {
+            Ok(()) => Outcome::Resolve,
+            Err(_) => Outcome::Report(error),
+        },
+    }
+}
+
+/// After the watches' lock: drops each watch's handles (the waiter's go before a completion
+/// resolves, so a task that sees it resolved by the waiter finds nothing of its event kept
+/// here), ends the round, then resolves, reports and wakes (a report hook and a waker may run
+/// any code, and each waker runs under `catch_unwind`: a panic is reported, the waiter goes
+/// on).
+fn finish(done: Vec<(Watch, Outcome)>, round: Option<std::sync::MutexGuard<'_, ()>>) {
+    let mut after = Vec::new();
+    for (watch, outcome) in done {
         let Watch {
             event,
             context,
             shared,
             ..
         } = watch;
+        let raw = event.as_cu() as isize;
         drop((event, context));
-        if complete {
-            woken.extend(shared.complete());
-        }
+        after.push((shared, raw, outcome));
     }
-    wake_all(woken);
-    left
-}
-
-/// Hands `watch` to a notifier; if that fails, waits for the event here (its record cannot
-/// change meanwhile: the caller holds the watches' lock) and returns the completion's waker
-/// to wake after the lock. If even the wait fails, the completion is left pending (it never
-/// resolves early) and the failure is reported.
-fn hand_over_or_keep(watch: &Watch) -> Option<std::task::Waker> {
-    let Err(error) = hand_over(&watch.event, &watch.context, &watch.shared) else {
-        return None;
-    };
-    match watch.event.synchronize() {
-        Ok(()) => watch.shared.complete(),
-        Err(_) => {
-            handles_core::report_release_failure("Completion", watch.event.as_cu() as isize, error);
-            None
-        }
-    }
-}
-
-/// Wakes each task, each under `catch_unwind`: a waker's panic is reported, and the waiter
-/// goes on.
-fn wake_all(wakers: Vec<std::task::Waker>) {
-    for waker in wakers {
-        let woken = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
-        if let Err(payload) = woken {
-            handles_core::report_panic("a completion's waker", 0, payload);
+    drop(round);
+    for (shared, raw, outcome) in after {
+        match outcome {
+            Outcome::Resolve => {
+                if let Some(waker) = shared.complete() {
+                    let woken =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+                    if let Err(payload) = woken {
+                        handles_core::report_panic("a completion's waker", 0, payload);
+                    }
+                }
+            }
+            Outcome::Report(error) => {
+                handles_core::report_release_failure("Completion", raw, error)
+            }
+            Outcome::Nothing => {}
         }
     }
 }
 
 /// Run by a record of a watched event before it is made: hands its watches to the notifier.
 fn hand_over_watches_of(event: &EventHandle) {
-    hand_over_where(|watch| watch.event.ptr_eq(event));
+    hand_over_where(|watch| watch.event.ptr_eq(event), None);
 }
 
 /// Resolves or hands over every watch now (for `clear_notifiers`): afterwards the waiter keeps
-/// nothing.
+/// nothing, and no round of it holds a handle.
 pub(crate) fn settle() {
-    hand_over_where(|_| true);
+    let round = lock(&ROUND);
+    hand_over_where(|_| true, Some(round));
 }
 
 /// Hands the watches `pick` selects to the notifier, under the watches' lock (no record of
-/// their events can come between); they are dropped, and any completion resolved here woken,
-/// after it.
-fn hand_over_where(pick: impl FnMut(&mut Watch) -> bool) {
-    let mut woken = Vec::new();
-    let handed: Vec<Watch> = {
+/// their events can come between); see [`finish`] for what follows.
+fn hand_over_where(
+    pick: impl FnMut(&mut Watch) -> bool,
+    round: Option<std::sync::MutexGuard<'_, ()>>,
+) {
+    let done: Vec<(Watch, Outcome)> = {
         let mut watches = lock(&WATCHES);
         let handed: Vec<Watch> = watches.extract_if(.., pick).collect();
-        for watch in &handed {
-            woken.extend(hand_over_or_keep(watch));
-            (*watch.event).record().records.unwatch();
-        }
         handed
+            .into_iter()
+            .map(|watch| {
+                let outcome = hand_over_or_wait(&watch);
+                (*watch.event).record().records.unwatch();
+                (watch, outcome)
+            })
+            .collect()
     };
-    drop(handed);
-    wake_all(woken);
+    finish(done, round);
 }

@@ -330,8 +330,6 @@ impl ContextHandle {
         refuse_inside_restoring_scope()?;
         let context = self.keep_alive()?.into_owned();
         let raw = context.as_cu();
-        // An explicit binding takes over from one an event constructor left.
-        let _ = LEFT_CURRENT.try_with(|left| left.set(0));
         // Kept first, made current second: a thread whose locals are being torn down cannot
         // keep it, and is refused before anything changed.
         let Some(replaced) = with_cache(&BOUND, |bound| bound.0.replace(context)) else {
@@ -342,7 +340,10 @@ impl ContextHandle {
         // Dropped outside the borrow: it may be the previous context's last handle.
         drop(replaced);
         // SAFETY: the context is alive, and stays so while bound: the thread keeps its handle.
-        unsafe { driver!(cuCtxSetCurrent(raw)) }
+        unsafe { driver!(cuCtxSetCurrent(raw)) }?;
+        // The explicit binding takes over from one an event constructor left, once made.
+        let _ = LEFT_CURRENT.try_with(|left| left.set(0));
+        Ok(())
     }
 
     /// Undoes [`ContextHandle::bind_to_thread`] on the calling thread: if the bound context is

@@ -32,7 +32,8 @@ impl RecordCount {
     /// sequentially consistent fence, then reads), so either this refuses or the hand-over
     /// finds the watch.
     pub(crate) fn watch(&self) -> bool {
-        self.watched.fetch_add(1, Ordering::Relaxed);
+        // Release: a record that sees the count also sees the hand-over installed before it.
+        self.watched.fetch_add(1, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.uncounted.load(Ordering::Relaxed) {
             self.unwatch();

@@ -137,7 +137,6 @@ impl DevicePtrHandle {
         Ok(guard)
     }
 
-    /// The pool of this memory (through views) if it lives on another device than `ordinal`.
     /// Whether a reach check from device `ordinal` can only ever pass with no guard held:
     /// memory allocated here synchronously or from a pool, which no host view gates, no remote
     /// pool's grant reaches (its pool, if any, is located on `ordinal` itself) and which
@@ -152,6 +151,7 @@ impl DevicePtrHandle {
             && self.check_accessible_from(ordinal).is_ok()
     }
 
+    /// The pool of this memory (through views) if it lives on another device than `ordinal`.
     fn remote_pool(&self, ordinal: usize) -> Option<&MemoryPoolHandle> {
         if let Release::View(parent) = &self.record().release {
             return parent.remote_pool(ordinal);
