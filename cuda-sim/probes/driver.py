@@ -30,3 +30,17 @@ def primary_context(cuda):
     check("cuDevicePrimaryCtxRetain", ctypes.byref(primary), 0)
     check("cuCtxSetCurrent", primary)
     return primary
+
+
+def new_stream(check, flags=1):
+    """A new stream (`cuStreamCreate`, non-blocking by default) in the current context."""
+    stream = P()
+    check("cuStreamCreate", ctypes.byref(stream), flags)
+    return stream
+
+
+def new_event(check, flags=2):
+    """A new event (`cuEventCreate`, timing off by default) in the current context."""
+    event = P()
+    check("cuEventCreate", ctypes.byref(event), flags)
+    return event

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from driver import P, checked, open_driver, primary_context
+from driver import P, checked, new_event, new_stream, open_driver, primary_context
 
 cuda = open_driver(sys.argv[1] if len(sys.argv) > 1 else None)
 check = checked(cuda)
@@ -37,22 +37,10 @@ HOST_FN = ctypes.CFUNCTYPE(None, P)
 gate = HOST_FN(lambda _: release.wait())
 
 
-def stream():
-    made = P()
-    check("cuStreamCreate", ctypes.byref(made), 1)
-    return made
-
-
-def event():
-    made = P()
-    check("cuEventCreate", ctypes.byref(made), 2)
-    return made
-
-
 for round_ in range(3):
     release.clear()
-    held, waiting, idle = stream(), stream(), stream()
-    awaited, marker = event(), event()
+    held, waiting, idle = (new_stream(check) for _ in range(3))
+    awaited, marker = new_event(check), new_event(check)
     check("cuLaunchHostFunc", held, gate, None)
     check("cuEventRecord", awaited, held)
     check("cuStreamWaitEvent", waiting, awaited, 0)

@@ -20,7 +20,7 @@ import ctypes
 import sys
 import threading
 
-from driver import P, checked, open_driver, primary_context
+from driver import P, checked, new_event, new_stream, open_driver, primary_context
 
 cuda = open_driver(sys.argv[1] if len(sys.argv) > 1 else None)
 check = checked(cuda)
@@ -32,21 +32,17 @@ gate = HOST_FN(lambda _: release.wait())
 
 for round_ in range(3):
     release.clear()
-    held = P()
-    check("cuStreamCreate", ctypes.byref(held), 1)
+    held = new_stream(check)
     memory = ctypes.c_uint64()
     check("cuMemAlloc_v2", ctypes.byref(memory), 1 << 20)
     check("cuLaunchHostFunc", held, gate, None)
     check("cuMemsetD8Async", memory, 7, 1 << 20, held)
-    done = P()
-    check("cuEventCreate", ctypes.byref(done), 2)
+    done = new_event(check)
     check("cuEventRecord", done, held)
     check("cuStreamDestroy_v2", held)
     fresh = []
     for _ in range(2):
-        stream = P()
-        check("cuStreamCreate", ctypes.byref(stream), 1)
-        fresh.append(stream)
+        fresh.append(new_stream(check))
     pending = cuda.cuEventQuery(done) == 600  # CUDA_ERROR_NOT_READY
     print(
         f"round {round_}: destroyed {held.value:#x} with its memset "
