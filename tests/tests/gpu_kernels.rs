@@ -852,6 +852,31 @@ fn two_gpus_a_kernel_is_refused_memory_its_device_cannot_reach() {
     let far = DevicePtrHandle::alloc_from_pool(&far_pool, 64 * 4, &far_stream).unwrap();
     let far_sync = DevicePtrHandle::alloc(&ContextHandle::primary(1).unwrap(), 64 * 4).unwrap();
     let config = LaunchConfig::linear(64, 64);
+    // Used first on their own device, where their reach is fixed and kept in their records
+    // (a view's too): the checks from device 0 below are made all the same.
+    let far_view = far.view(0, 32 * 4).unwrap();
+    kernels
+        .fill
+        .launch(&far_stream, &config, (&far, 2, 64))
+        .unwrap();
+    kernels
+        .fill
+        .launch(&far_stream, &config, (&far_sync, 2, 64))
+        .unwrap();
+    let half = LaunchConfig::linear(32, 32);
+    kernels
+        .fill
+        .launch(&far_stream, &half, (&far_view, 2, 32))
+        .unwrap();
+    far_stream.synchronize().unwrap();
+    refused!(
+        kernels.fill.launch(&stream, &half, (&far_view, 1, 32)),
+        Error::Unreachable {
+            device: 0,
+            owner: Some(1),
+            pool: true
+        }
+    );
     refused!(
         kernels.fill.launch(&stream, &config, (&far, 1, 64)),
         Error::Unreachable {

@@ -393,7 +393,7 @@ fn queue<P: KernelParams>(
     let mut reachable = Ok(());
     P::for_each_buffer(args, |buffer| {
         reachable = std::mem::replace(&mut reachable, Ok(())).and_then(|()| {
-            let guard = buffer.check_accessible_on(stream)?;
+            let guard = buffer.check_accessible_on_device(stream, ordinal)?;
             if guard.is_held() {
                 reach.push(guard);
             }

@@ -87,6 +87,10 @@ impl EventHandle {
     /// blocking [`EventHandle::synchronize`]; a longer one is woken by a host function on a
     /// notifier stream of the event's context, and no thread spins meanwhile. Works with any
     /// executor; dropping the future early is safe.
+    ///
+    /// A record of the event that another thread makes while this call runs is not ordered
+    /// with it: the future may await that record instead (whichever the driver holds when the
+    /// watch begins). Records made after the call returns are never awaited.
     pub fn completed(&self) -> Result<Completion> {
         if self.query()? {
             return Ok(Completion {

@@ -197,7 +197,12 @@ impl GraphExecHandle {
     /// then reported as used on `stream`, and every kernel's library notes the launch, so
     /// nothing the graph uses is freed or unloaded before the launch completes.
     pub fn launch(&self, stream: &StreamHandle) -> Result<()> {
-        // Held for the launch: an update cannot swap what the graph keeps while it is noted.
+        // Held for the launch, for two reasons. An update cannot swap what the graph keeps
+        // while it is noted. And the driver documents `cuGraphLaunch` under its graph
+        // thread-safety note: calls on one graph object are not synchronized inside the
+        // driver, and the caller must serialize them; a handle shared between threads would
+        // otherwise launch one executable graph from two threads at once. Uncontended, the
+        // lock is one compare-and-swap and one swap.
         let attached = lock(&self.record().attachments);
         let plan = &attached.plan;
         // The grid's need is checked first, on the host's own figures: on driver 580 a capture
@@ -212,13 +217,20 @@ impl GraphExecHandle {
         // after the graph was built, and its kernels would fault.
         let context = self.context();
         let ordinal = self.record().ordinal;
-        let mut reach = Vec::new();
-        for buffer in &plan.checked {
-            let guard = buffer.check_accessible_in(context, ordinal)?;
-            if guard.is_held() {
-                reach.push(guard);
+        // Most plans check nothing (every buffer's reach is fixed): then no list to drop.
+        let reach = match plan.checked.is_empty() {
+            true => None,
+            false => {
+                let mut held = Vec::new();
+                for buffer in &plan.checked {
+                    let guard = buffer.check_accessible_in(context, ordinal)?;
+                    if guard.is_held() {
+                        held.push(guard);
+                    }
+                }
+                Some(held)
             }
-        }
+        };
         let queued = stream.queue_bound(|raw_stream| {
             // SAFETY: the executable graph and the stream are alive; the record keeps alive
             // everything the graph's nodes reference.

@@ -18,6 +18,7 @@ use crate::exec::context::ContextHandle;
 use crate::exec::stream::{Queued, StreamHandle};
 use crate::memory::host_access::HostAccess;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
+use crate::memory::reach::FixedReach;
 use crate::memory::vmm::MappingHandle;
 use crate::order::contexts_used::ContextsUsed;
 use crate::order::stream_order::StreamOrder;
@@ -78,6 +79,8 @@ pub struct DevicePtr {
     pub(crate) release: Release,
     /// The IPC import cache entry, released after the free.
     import_slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
+    /// What reach checks have found fixed for the allocation's life (`memory/reach.rs`).
+    pub(crate) fixed_reach: FixedReach,
 }
 // SAFETY: the CUDA driver API lets device pointers be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for DevicePtr {}
@@ -97,6 +100,7 @@ impl DevicePtr {
             size,
             release,
             import_slot: None,
+            fixed_reach: FixedReach::default(),
         }
     }
 }
@@ -304,9 +308,13 @@ impl DevicePtrHandle {
     fn own_allocated(allocated: Queued, wrap: impl FnOnce() -> Self) -> Result<Self> {
         let handle = allocated.queued.then(wrap);
         allocated.status?;
-        handle.ok_or(Error::NothingMade {
-            what: "the allocation made no pointer",
-        })
+        // Not `ok_or`: its error would be built and dropped on every allocation.
+        match handle {
+            Some(handle) => Ok(handle),
+            None => Err(Error::NothingMade {
+                what: "the allocation made no pointer",
+            }),
+        }
     }
 
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
@@ -342,6 +350,7 @@ impl DevicePtrHandle {
                 host,
             },
             import_slot,
+            fixed_reach: FixedReach::default(),
         };
         // SAFETY: fresh memory (or an import the cache guarantees is the only one of its
         // export data) owned by nobody else, of `size` bytes; freed with cuMemFreeAsync on the
@@ -392,6 +401,7 @@ impl DevicePtrHandle {
             size,
             release,
             import_slot: None,
+            fixed_reach: FixedReach::default(),
         };
         // SAFETY: fresh memory of `size` bytes owned by nobody else, freed according to
         // `release` in `context`, which the record keeps alive.

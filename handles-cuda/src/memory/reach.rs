@@ -7,6 +7,7 @@
 //! gate and pays nothing.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
@@ -41,7 +42,34 @@ impl std::fmt::Debug for AccessGuard {
     }
 }
 
+/// What reach checks of one allocation have found to be fixed for its life: the device from
+/// which a check always passes holding nothing ([`DevicePtrHandle::reach_is_fixed`]), or that
+/// no device's check ever does. Every check then starts with one load and one comparison.
+/// Each value stored is a fact that never changes, so the last of two racing stores is as true
+/// as the first, and a relaxed load suffices.
+pub(crate) struct FixedReach(AtomicUsize);
+
+impl FixedReach {
+    /// Not asked yet.
+    const UNKNOWN: usize = usize::MAX;
+    /// Never fixed, whatever the device: memory with host access, a view of such memory,
+    /// memory of a kind not allocated here.
+    const NEVER: usize = usize::MAX - 1;
+}
+
+impl Default for FixedReach {
+    fn default() -> Self {
+        FixedReach(AtomicUsize::new(FixedReach::UNKNOWN))
+    }
+}
+
 impl AccessGuard {
+    /// No use held: the guard of memory whose reach is fixed.
+    const NONE: AccessGuard = AccessGuard {
+        remote: None,
+        host: None,
+    };
+
     /// Whether the guard holds a use (memory of another device's pool, of a host pool, or with
     /// host access).
     pub fn is_held(&self) -> bool {
@@ -50,6 +78,9 @@ impl AccessGuard {
 }
 
 impl Drop for AccessGuard {
+    // Inlined so that dropping a guard known to hold nothing (memory of fixed reach) costs
+    // nothing on a launch's path.
+    #[inline]
     fn drop(&mut self) {
         // The host gate first: its marker is recorded while the remote use still holds the
         // access the work needs.
@@ -73,7 +104,16 @@ impl DevicePtrHandle {
     /// on, and drops the guard after queueing.
     #[inline]
     pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<AccessGuard> {
-        let ordinal = stream.device_ordinal()?;
+        self.check_accessible_on_device(stream, stream.device_ordinal()?)
+    }
+
+    /// [`Self::check_accessible_on`] where the device of `stream`'s work, `ordinal`, is known.
+    #[inline]
+    pub(crate) fn check_accessible_on_device(
+        &self,
+        stream: &StreamHandle,
+        ordinal: usize,
+    ) -> Result<AccessGuard> {
         self.reach(ordinal, UseIn::Stream(stream), |remote| {
             remote.note_stream(stream)
         })
@@ -102,10 +142,10 @@ impl DevicePtrHandle {
         at: UseIn<'_>,
         note: impl FnOnce(&RemoteAccess) -> Result<()>,
     ) -> Result<AccessGuard> {
-        let mut guard = AccessGuard {
-            remote: None,
-            host: None,
-        };
+        if self.reach_is_fixed(ordinal) {
+            return Ok(AccessGuard::NONE);
+        }
+        let mut guard = AccessGuard::NONE;
         if let Some(pool) = self.remote_pool(ordinal) {
             let remote = remote::of(pool.as_cu());
             remote.begin()?;
@@ -138,17 +178,48 @@ impl DevicePtrHandle {
     }
 
     /// Whether a reach check from device `ordinal` can only ever pass with no guard held:
-    /// memory allocated here synchronously or from a pool, which no host view gates, no remote
-    /// pool's grant reaches (its pool, if any, is located on `ordinal` itself) and which
-    /// `ordinal` reaches now. All of that is fixed for the allocation's life, so an executable
-    /// graph's launch plan leaves such buffers out of the checks made at every launch.
+    /// memory allocated here synchronously or from a pool (or a view of such memory), which no
+    /// host view gates, no remote pool's grant reaches (its pool, if any, is located on
+    /// `ordinal` itself) and which `ordinal` reaches now. All of that is fixed for the
+    /// allocation's life: the answer is kept in the record ([`FixedReach`]), every check
+    /// starts here, and an executable graph's launch plan leaves such buffers out of the
+    /// checks made at every launch.
+    #[inline]
     pub(crate) fn reach_is_fixed(&self, ordinal: usize) -> bool {
-        matches!(
-            self.record().release,
+        let known = self.record().fixed_reach.0.load(Ordering::Relaxed);
+        if known == ordinal {
+            return true;
+        }
+        known == FixedReach::UNKNOWN && self.find_fixed_reach(ordinal)
+    }
+
+    /// [`Self::reach_is_fixed`] worked out, and kept when it is true or true of no device.
+    #[cold]
+    fn find_fixed_reach(&self, ordinal: usize) -> bool {
+        let release = &self.record().release;
+        let kept = &self.record().fixed_reach.0;
+        if let Release::View(parent) = release {
+            // A view's checks are its parent's (reach, remote pool, host gate).
+            let fixed = parent.reach_is_fixed(ordinal);
+            if fixed {
+                kept.store(ordinal, Ordering::Relaxed);
+            }
+            return fixed;
+        }
+        if !matches!(
+            release,
             Release::Synchronous(_) | Release::StreamOrdered { host: None, .. }
-        ) && self.host_access().is_none()
-            && self.remote_pool(ordinal).is_none()
-            && self.check_accessible_from(ordinal).is_ok()
+        ) || self.host_access().is_some()
+        {
+            kept.store(FixedReach::NEVER, Ordering::Relaxed);
+            return false;
+        }
+        let fixed =
+            self.remote_pool(ordinal).is_none() && self.check_accessible_from(ordinal).is_ok();
+        if fixed {
+            kept.store(ordinal, Ordering::Relaxed);
+        }
+        fixed
     }
 
     /// The pool of this memory (through views) if it lives on another device than `ordinal`.
