@@ -348,6 +348,86 @@ fn scenario_a6_unbound_threads_make_events_and_exit() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A7: a thread-local of the program, dropped at the thread's exit after the primary cache
+// (registered after it, so torn down first): the primary context the event constructor left
+// current was released by the cache; the handle the program's thread-local drops then runs in
+// another context, and restores "the caller's" context: the released one.
+
+thread_local! {
+    static KEPT: RefCell<Option<DevicePtrHandle>> = const { RefCell::new(None) };
+    static KEPT_EVENT: RefCell<Option<Later>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn a7_thread_local_dropped_after_the_primary_cache_in_another_context() {
+    clean(
+        "a7_thread_local_dropped_after_the_primary_cache_in_another_context",
+        "2",
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a7_thread_local_dropped_after_the_primary_cache_in_another_context() {
+    in_scenario();
+    let failures = Failures::watch();
+    std::thread::spawn(|| {
+        // Registered first, so torn down last.
+        KEPT.with(|kept| assert!(kept.borrow().is_none()));
+        let context0 = ContextHandle::primary(0).unwrap();
+        let event = EventHandle::create(&context0, EventFlags::default()).unwrap();
+        assert_eq!(
+            ContextHandle::current().unwrap().unwrap().as_cu(),
+            context0.as_cu(),
+            "the event constructor left device 0's primary context current"
+        );
+        let context1 = ContextHandle::primary(1).unwrap();
+        let buffer = DevicePtrHandle::alloc(&context1, 4096).unwrap();
+        KEPT.with(|kept| *kept.borrow_mut() = Some(buffer));
+        drop((event, context0, context1));
+    })
+    .join()
+    .unwrap();
+    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
+    failures.assert_none();
+}
+
+/// Makes an event of device 0's primary context when dropped.
+struct Later;
+impl Drop for Later {
+    fn drop(&mut self) {
+        let context = ContextHandle::primary(0).unwrap();
+        let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+        drop((event, context));
+    }
+}
+
+#[test]
+fn a7b_thread_local_makes_an_event_after_the_primary_cache() {
+    clean(
+        "a7b_thread_local_makes_an_event_after_the_primary_cache",
+        "1",
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a7b_thread_local_makes_an_event_after_the_primary_cache() {
+    in_scenario();
+    let failures = Failures::watch();
+    std::thread::spawn(|| {
+        KEPT_EVENT.with(|kept| *kept.borrow_mut() = Some(Later));
+        let context0 = ContextHandle::primary(0).unwrap();
+        let event = EventHandle::create(&context0, EventFlags::default()).unwrap();
+        drop((event, context0));
+    })
+    .join()
+    .unwrap();
+    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
+    failures.assert_none();
+}
+
+// ---------------------------------------------------------------------------------------------
 // A8: clear_primary_cache inside ContextHandle::run of a green context, bind/unbind after an
 // event left a primary context current.
 
@@ -528,11 +608,11 @@ fn scenario_a9_graph_update_frees_old_buffers_only_after_the_pending_launch() {
     failures.assert_none();
 }
 
-// A7c: a thread-local of the program, dropped after the thread's primary-context cache, frees
-// a buffer of another device and works in "the current context": the released primary
-// context left current by an event is refused, not used. The simulator's own per-thread state
-// is registered first, so that it outlives the thread-local (with it torn down first, every
-// call of the late destructor fails with no context current, a simulator artefact).
+// A7c: as A7, with a driver call made before the program's thread-local is first used, and
+// a late destructor that works in "the current context": the released primary context left
+// current by an event is refused, not used. (A7 and A7b found that the simulator tore its
+// per-thread context stack down before such late destructors, failing their calls; its stack
+// now has no destructor, as a driver's per-thread state outlives the program's.)
 
 #[test]
 fn a7c_thread_local_dropped_after_the_primary_cache_driver_state_alive() {

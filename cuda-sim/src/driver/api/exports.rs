@@ -270,8 +270,7 @@ export_fns! {
     fn cuCtxPushCurrent_v2(context: Raw) {
         with_sim(|sim| {
             sim.make_current_check(context)?;
-            contexts::push(context);
-            Ok(())
+            contexts::push(context)
         })
     }
 

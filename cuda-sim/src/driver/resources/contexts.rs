@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::base::errors::{INVALID_CONTEXT, INVALID_VALUE};
+use crate::base::errors::{INVALID_CONTEXT, INVALID_VALUE, OUT_OF_MEMORY};
 use crate::base::types::{CuResult, Raw};
 use crate::order::checker::Stamp;
 use crate::{Kind, Sim};
@@ -55,8 +55,45 @@ impl Context {
     }
 }
 
+/// The most contexts one thread's stack holds; a push beyond is refused with
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const DEPTH: usize = 256;
+
+/// A thread's stack of current contexts, in a type without a destructor: a thread-local of the
+/// program that is torn down after the simulator's first use on that thread (thread-locals go
+/// in the reverse order of their first use) may still make driver calls in its contexts, as it
+/// may on a real driver, whose per-thread state outlives them.
+#[derive(Clone, Copy)]
+struct ContextStack {
+    len: usize,
+    items: [Raw; DEPTH],
+}
+
+impl ContextStack {
+    fn as_slice(&self) -> &[Raw] {
+        &self.items[..self.len]
+    }
+
+    fn push(&mut self, raw: Raw) -> Result<(), CuResult> {
+        let slot = self.items.get_mut(self.len).ok_or(OUT_OF_MEMORY)?;
+        *slot = raw;
+        self.len += 1;
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Option<Raw> {
+        self.len = self.len.checked_sub(1)?;
+        Some(self.items[self.len])
+    }
+}
+
 thread_local! {
-    static STACK: RefCell<Vec<Raw>> = const { RefCell::new(Vec::new()) };
+    static STACK: RefCell<ContextStack> = const {
+        RefCell::new(ContextStack {
+            len: 0,
+            items: [0; DEPTH],
+        })
+    };
     static THREAD_ID: u64 = {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         NEXT.fetch_add(1, Ordering::Relaxed)
@@ -66,7 +103,7 @@ thread_local! {
 /// The calling thread's current context (0 when none).
 pub fn current() -> Raw {
     STACK
-        .try_with(|stack| stack.borrow().last().copied().unwrap_or(0))
+        .try_with(|stack| stack.borrow().as_slice().last().copied().unwrap_or(0))
         .unwrap_or(0)
 }
 
@@ -76,16 +113,20 @@ pub fn set_current(raw: Raw) {
         let mut stack = stack.borrow_mut();
         if raw == 0 {
             stack.pop();
-        } else if let Some(top) = stack.last_mut() {
-            *top = raw;
+        } else if let Some(top) = stack.len.checked_sub(1) {
+            stack.items[top] = raw;
         } else {
-            stack.push(raw);
+            // An empty stack has room.
+            let _ = stack.push(raw);
         }
     });
 }
 
-pub fn push(raw: Raw) {
-    let _ = STACK.try_with(|stack| stack.borrow_mut().push(raw));
+/// `cuCtxPushCurrent`: `CUDA_ERROR_OUT_OF_MEMORY` beyond the simulator's depth.
+pub fn push(raw: Raw) -> Result<(), CuResult> {
+    STACK
+        .try_with(|stack| stack.borrow_mut().push(raw))
+        .unwrap_or(Err(OUT_OF_MEMORY))
 }
 
 pub fn pop() -> Raw {
@@ -96,7 +137,18 @@ pub fn pop() -> Raw {
 
 /// Removes `raw` from this thread's stack (a destroyed context).
 pub fn forget(raw: Raw) {
-    let _ = STACK.try_with(|stack| stack.borrow_mut().retain(|&c| c != raw));
+    let _ = STACK.try_with(|stack| {
+        let mut stack = stack.borrow_mut();
+        let mut kept = 0;
+        for index in 0..stack.len {
+            let context = stack.items[index];
+            if context != raw {
+                stack.items[kept] = context;
+                kept += 1;
+            }
+        }
+        stack.len = kept;
+    });
 }
 
 /// A small id of the calling thread.
@@ -187,7 +239,11 @@ impl Sim {
             .timeline(format!("legacy stream of context {raw:#x}"));
         self.contexts
             .insert(raw, Context::new(raw, ordinal, false, legacy));
-        push(raw);
+        // A full stack of current contexts refuses the new one, which is never handed out.
+        if let Err(code) = push(raw) {
+            self.contexts.remove(&raw);
+            return Err(code);
+        }
         Ok(raw)
     }
 
