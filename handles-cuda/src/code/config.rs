@@ -92,9 +92,28 @@ impl LaunchConfig {
     }
 
     /// Checks the limits every device has, and the kernel's own on the launch's device.
+    #[inline]
     pub(crate) fn check(&self, max_threads: u32, max_shared: u32) -> Result<()> {
-        const GRID_LIMITS: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
-        const BLOCK_LIMITS: [u32; 3] = [1024, 1024, 64];
+        // The common case in straight-line compares: `count - 1 < limit` (wrapping) holds
+        // exactly when `count` is neither 0 nor above `limit`.
+        let within = |counts: [u32; 3], limits: [u32; 3]| {
+            (counts[0].wrapping_sub(1) < limits[0])
+                & (counts[1].wrapping_sub(1) < limits[1])
+                & (counts[2].wrapping_sub(1) < limits[2])
+        };
+        if within(self.grid, GRID_LIMITS)
+            & within(self.block, BLOCK_LIMITS)
+            & (self.threads_per_block() <= u64::from(max_threads))
+            & (self.shared_mem_bytes <= max_shared)
+        {
+            return Ok(());
+        }
+        self.refusal(max_threads, max_shared)
+    }
+
+    /// The error [`Self::check`] returns: the first rule broken, in the order they are listed.
+    #[cold]
+    fn refusal(&self, max_threads: u32, max_shared: u32) -> Result<()> {
         if let Some((axis, blocks, limit)) = first_out_of_range(self.grid, GRID_LIMITS) {
             return Err(config_error(LaunchProblem::Grid {
                 axis,
@@ -124,6 +143,11 @@ impl LaunchConfig {
         Ok(())
     }
 }
+
+/// The most blocks per grid axis, x then y then z.
+const GRID_LIMITS: [u32; 3] = [i32::MAX as u32, 65_535, 65_535];
+/// The most threads per block axis.
+const BLOCK_LIMITS: [u32; 3] = [1024, 1024, 64];
 
 /// The first axis, x then y then z, whose count is 0 or above its limit: its name, the count
 /// and the limit.

@@ -280,17 +280,12 @@ impl<P: KernelParams> TypedKernel<P> {
         config: &LaunchConfig,
         args: &P::Args<'a>,
         ordinal: usize,
-        mut check_buffer: impl FnMut(&'a DevicePtrHandle) -> Result<()>,
+        check_buffer: impl FnMut(&'a DevicePtrHandle) -> Result<()>,
     ) -> Result<()> {
         self.run_check(args, config)?;
         let (max_threads, max_shared) = self.kernel.launch_limits(ordinal)?;
         config.check(max_threads, max_shared)?;
-        let mut reachable = Ok(());
-        P::for_each_buffer(args, |buffer| {
-            reachable =
-                std::mem::replace(&mut reachable, Ok(())).and_then(|()| check_buffer(buffer));
-        });
-        reachable
+        P::try_each_buffer(args, check_buffer)
     }
 
     /// A launch on a capture's private stream: checked and queued, but neither reported as a
@@ -390,17 +385,12 @@ fn queue<P: KernelParams>(
     // Held until the launch is queued (memory of other devices' pools only; empty otherwise,
     // with no allocation).
     let mut reach = Vec::new();
-    let mut reachable = Ok(());
-    P::for_each_buffer(args, |buffer| {
-        reachable = std::mem::replace(&mut reachable, Ok(())).and_then(|()| {
-            let guard = buffer.check_accessible_on_device(stream, ordinal)?;
-            if guard.is_held() {
-                reach.push(guard);
-            }
-            Ok(())
-        });
-    });
-    reachable?;
+    P::try_each_buffer(args, |buffer| {
+        if let Some(guard) = buffer.held_reach_on(stream, ordinal)? {
+            reach.push(guard);
+        }
+        Ok(())
+    })?;
     // The launch records its programmatic event: a completion's waiter polling the event for
     // an earlier record hands it to a notifier first.
     if let Some(programmatic) = options.and_then(|options| options.programmatic_event.as_ref()) {

@@ -221,6 +221,11 @@ pub trait KernelParams: sealed::Sealed {
     fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()>;
     /// Calls `each` with every buffer argument.
     fn for_each_buffer<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a DevicePtrHandle));
+    /// Calls `each` with every buffer argument until it fails; its first error.
+    fn try_each_buffer<'a>(
+        args: &Self::Args<'a>,
+        each: impl FnMut(&'a DevicePtrHandle) -> Result<()>,
+    ) -> Result<()>;
     /// Calls `each` with every conditional-handle argument.
     fn for_each_conditional<'a>(args: &Self::Args<'a>, each: impl FnMut(&'a ConditionalHandle));
     /// Whether parameter `index` is one whose elements [`crate::code::check`]'s rules count
@@ -248,6 +253,9 @@ impl KernelParams for () {
         Ok(())
     }
     fn for_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle)) {}
+    fn try_each_buffer<'a>(_: &(), _: impl FnMut(&'a DevicePtrHandle) -> Result<()>) -> Result<()> {
+        Ok(())
+    }
     fn for_each_conditional<'a>(_: &(), _: impl FnMut(&'a ConditionalHandle)) {}
     fn holds_elements(_: usize) -> bool {
         false
@@ -301,6 +309,18 @@ macro_rules! param_tuples {
                         each(buffer);
                     }
                 )+
+            }
+            #[inline]
+            fn try_each_buffer<'a>(
+                args: &Self::Args<'a>,
+                mut each: impl FnMut(&'a DevicePtrHandle) -> Result<()>,
+            ) -> Result<()> {
+                $(
+                    if let Some(buffer) = $param::buffer(&args.$index) {
+                        each(buffer)?;
+                    }
+                )+
+                Ok(())
             }
             fn for_each_conditional<'a>(
                 args: &Self::Args<'a>,

@@ -40,8 +40,13 @@ pub fn ensure_loaded() -> Result<()> {
 }
 
 /// The driver's version (1000 × major + 10 × minor), once the driver is loaded.
+#[inline]
 pub fn driver_version() -> Result<i32> {
-    LOADED.get_or_init(load).clone()
+    // Once loaded, one load and no clone of the stored result (an error's clone is not free).
+    match LOADED.get() {
+        Some(Ok(version)) => Ok(*version),
+        _ => LOADED.get_or_init(load).clone(),
+    }
 }
 
 /// Whether the loaded driver exports `name` (a NUL-terminated symbol name), checked without

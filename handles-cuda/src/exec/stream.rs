@@ -7,7 +7,7 @@ use handles_core::ResourceHandle;
 use crate::driver::call::completed;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::capture::{foreign_capture_possible, in_capture_closure, is_capturing};
-use crate::driver::current::{current_raw, device_of, in_context, in_context_of};
+use crate::driver::current::{current_raw, device_of, in_context};
 use crate::driver::load::ensure_loaded;
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
@@ -267,18 +267,20 @@ impl StreamHandle {
 
     /// Runs a driver call on this stream with the stream's context current. For calls that
     /// validate memory against the current context (host/device copies).
+    #[inline]
     pub(crate) fn run_bound<T>(&self, call: impl FnOnce(CUstream) -> Result<T>) -> Result<T> {
-        if self.is_default_token() {
-            ensure_loaded()?;
-        }
         let raw = self.as_cu();
-        let _current = match self.context() {
-            None if self.is_default_token() => Some(require_current_context(raw)?),
-            _ => None,
-        };
-        in_context_of(self.context().as_ref().map(ContextHandle::as_cu), || {
-            call(raw)
-        })
+        match self.context() {
+            Some(context) => in_context(context.as_cu(), || call(raw)),
+            None if self.is_default_token() => {
+                // The built-in tokens can be made without a driver.
+                ensure_loaded()?;
+                let _current = require_current_context(raw)?;
+                call(raw)
+            }
+            // A borrowed stream runs in its own context, whatever is current.
+            None => call(raw),
+        }
     }
 }
 

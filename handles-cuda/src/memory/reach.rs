@@ -104,19 +104,25 @@ impl DevicePtrHandle {
     /// on, and drops the guard after queueing.
     #[inline]
     pub fn check_accessible_on(&self, stream: &StreamHandle) -> Result<AccessGuard> {
-        self.check_accessible_on_device(stream, stream.device_ordinal()?)
+        let held = self.held_reach_on(stream, stream.device_ordinal()?)?;
+        Ok(held.unwrap_or(AccessGuard::NONE))
     }
 
-    /// [`Self::check_accessible_on`] where the device of `stream`'s work, `ordinal`, is known.
+    /// [`Self::check_accessible_on`] where the device of `stream`'s work, `ordinal`, is known,
+    /// with the guard only if it holds a use (a launch keeps a list of those).
     #[inline]
-    pub(crate) fn check_accessible_on_device(
+    pub(crate) fn held_reach_on(
         &self,
         stream: &StreamHandle,
         ordinal: usize,
-    ) -> Result<AccessGuard> {
-        self.reach(ordinal, UseIn::Stream(stream), |remote| {
+    ) -> Result<Option<AccessGuard>> {
+        if self.reach_is_fixed(ordinal) {
+            return Ok(None);
+        }
+        let guard = self.reach(ordinal, UseIn::Stream(stream), |remote| {
             remote.note_stream(stream)
-        })
+        })?;
+        Ok(guard.is_held().then_some(guard))
     }
 
     /// [`Self::check_accessible_on`] for work that runs in `context`, on device `ordinal`,
