@@ -67,6 +67,7 @@
 pub(crate) mod batch;
 pub(crate) mod copy;
 pub(crate) mod device_ptr;
+pub(crate) mod fixed_reach;
 pub(crate) mod growable;
 pub(crate) mod host_access;
 pub(crate) mod host_view;

@@ -7,12 +7,12 @@
 //! gate and pays nothing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::device_ptr::{DevicePtrHandle, Release};
+use crate::memory::fixed_reach::Known;
 use crate::memory::host_access::UseIn;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
 use crate::memory::remote::{self, RemoteAccess};
@@ -39,27 +39,6 @@ impl std::fmt::Debug for AccessGuard {
         f.debug_struct("AccessGuard")
             .field("held", &self.is_held())
             .finish()
-    }
-}
-
-/// What reach checks of one allocation have found to be fixed for its life: the device from
-/// which a check always passes holding nothing ([`DevicePtrHandle::reach_is_fixed`]), or that
-/// no device's check ever does. Every check then starts with one load and one comparison.
-/// Each value stored is a fact that never changes, so the last of two racing stores is as true
-/// as the first, and a relaxed load suffices.
-pub(crate) struct FixedReach(AtomicUsize);
-
-impl FixedReach {
-    /// Not asked yet.
-    const UNKNOWN: usize = usize::MAX;
-    /// Never fixed, whatever the device: memory with host access, a view of such memory,
-    /// memory of a kind not allocated here.
-    const NEVER: usize = usize::MAX - 1;
-}
-
-impl Default for FixedReach {
-    fn default() -> Self {
-        FixedReach(AtomicUsize::new(FixedReach::UNKNOWN))
     }
 }
 
@@ -187,28 +166,28 @@ impl DevicePtrHandle {
     /// memory allocated here synchronously or from a pool (or a view of such memory), which no
     /// host view gates, no remote pool's grant reaches (its pool, if any, is located on
     /// `ordinal` itself) and which `ordinal` reaches now. All of that is fixed for the
-    /// allocation's life: the answer is kept in the record ([`FixedReach`]), every check
+    /// allocation's life: the answer is kept in the record (`fixed_reach.rs`), every check
     /// starts here, and an executable graph's launch plan leaves such buffers out of the
     /// checks made at every launch.
     #[inline]
     pub(crate) fn reach_is_fixed(&self, ordinal: usize) -> bool {
-        let known = self.record().fixed_reach.0.load(Ordering::Relaxed);
-        if known == ordinal {
-            return true;
+        match self.record().fixed_reach.known(ordinal) {
+            Known::Fixed => true,
+            Known::NotFixed => false,
+            Known::Unknown => self.find_fixed_reach(ordinal),
         }
-        known == FixedReach::UNKNOWN && self.find_fixed_reach(ordinal)
     }
 
     /// [`Self::reach_is_fixed`] worked out, and kept when it is true or true of no device.
     #[cold]
     fn find_fixed_reach(&self, ordinal: usize) -> bool {
         let release = &self.record().release;
-        let kept = &self.record().fixed_reach.0;
+        let kept = &self.record().fixed_reach;
         if let Release::View(parent) = release {
             // A view's checks are its parent's (reach, remote pool, host gate).
             let fixed = parent.reach_is_fixed(ordinal);
             if fixed {
-                kept.store(ordinal, Ordering::Relaxed);
+                kept.keep_fixed(ordinal);
             }
             return fixed;
         }
@@ -217,13 +196,13 @@ impl DevicePtrHandle {
             Release::Synchronous(_) | Release::StreamOrdered { host: None, .. }
         ) || self.host_access().is_some()
         {
-            kept.store(FixedReach::NEVER, Ordering::Relaxed);
+            kept.keep_never();
             return false;
         }
         let fixed =
             self.remote_pool(ordinal).is_none() && self.check_accessible_from(ordinal).is_ok();
         if fixed {
-            kept.store(ordinal, Ordering::Relaxed);
+            kept.keep_fixed(ordinal);
         }
         fixed
     }
