@@ -257,6 +257,24 @@ pub fn stream(context: &handles_cuda::ContextHandle) -> handles_cuda::StreamHand
     StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
 }
 
+/// Holds `stream` back behind a host function until the returned flag is set (or for at most
+/// 20 s, so that a failing test still ends): work queued after it is pending meanwhile.
+pub fn gate(stream: &handles_cuda::StreamHandle) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let open = std::sync::Arc::new(AtomicBool::new(false));
+    let seen = std::sync::Arc::clone(&open);
+    stream
+        .launch_host(move || {
+            let start = Instant::now();
+            while !seen.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+        .unwrap();
+    open
+}
+
 /// Helpers for tests that re-run their own test binary as a child process.
 pub mod child {
     use std::process::{Command, Output};

@@ -16,26 +16,11 @@ use handles_cuda::exec::{EventFlags, GreenContextHandle};
 use handles_cuda::graph::GraphHandle;
 use handles_cuda::memory::{Attach, BatchCopy, PoolLocation};
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+    ContextHandle, DevicePtrHandle, Error, EventHandle, MemoryPoolHandle, PoolProps,
 };
-use handles_tests::{Failures, serial, stream};
+use handles_tests::{Failures, gate, serial, stream};
 
 mod simulator;
-
-/// Blocks `stream` behind a host function until the returned flag is set.
-fn block(stream: &StreamHandle) -> Arc<AtomicBool> {
-    let open = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&open);
-    stream
-        .launch_host(move || {
-            let start = Instant::now();
-            while !seen.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-        .unwrap();
-    open
-}
 
 /// Opens `gate` after `after`, from another thread.
 fn open_later(gate: &Arc<AtomicBool>, after: Duration) -> std::thread::JoinHandle<()> {
@@ -66,7 +51,7 @@ fn r22_view_waits_for_a_graph_launched_on_another_contexts_stream() {
     let graph = GraphHandle::create(&primary).unwrap();
     graph.add_memset_node(&[], &buffer, 0, 7, 4096).unwrap();
     let exec = graph.instantiate().unwrap();
-    let gate = block(&green_stream);
+    let gate = gate(&green_stream);
     exec.launch(&green_stream).unwrap();
     let opener = open_later(&gate, Duration::from_millis(500));
     let start = Instant::now();
@@ -116,7 +101,7 @@ fn r22_relaunch_on_another_contexts_stream_holds_back_the_release() {
     let exec = graph.instantiate().unwrap();
     exec.launch(&own).unwrap();
     own.synchronize().unwrap();
-    let gate = block(&green_stream);
+    let gate = gate(&green_stream);
     exec.launch(&green_stream).unwrap();
     let opener = open_later(&gate, Duration::from_millis(300));
     let start = Instant::now();
@@ -145,7 +130,7 @@ fn r22_view_waits_for_a_memset_on_another_contexts_stream() {
     let green = GreenContextHandle::create(0, 1).unwrap();
     let green_stream = green.create_stream(0).unwrap();
     let buffer = DevicePtrHandle::alloc_host(&primary, 4096).unwrap();
-    let gate = block(&green_stream);
+    let gate = gate(&green_stream);
     buffer.memset_async(9, 4096, &green_stream).unwrap();
     let opener = open_later(&gate, Duration::from_millis(300));
     let view = buffer.host_view().unwrap();
@@ -323,7 +308,7 @@ fn r22_update_does_not_free_a_host_node_a_launch_on_another_context_will_call() 
     }
     let exec = graph.instantiate().unwrap();
     drop(graph);
-    let gate = block(&green_stream);
+    let gate = gate(&green_stream);
     exec.launch(&green_stream).unwrap();
     let replacement = GraphHandle::create(&primary).unwrap();
     replacement.add_host_node(&[], || {}).unwrap();
@@ -377,7 +362,7 @@ fn r22_update_waits_for_a_pending_launch_of_the_old_host_node() {
     }
     let exec = graph.instantiate().unwrap();
     drop(graph);
-    let gate = block(&s);
+    let gate = gate(&s);
     exec.launch(&s).unwrap();
     let replacement = GraphHandle::create(&context).unwrap();
     replacement.add_host_node(&[], || {}).unwrap();
@@ -425,7 +410,7 @@ fn r22_a_completion_does_not_drop_its_waker_in_the_host_function() {
     let failures = Failures::watch();
     let context = ContextHandle::primary(0).unwrap();
     let s = stream(&context);
-    let gate = block(&s);
+    let gate = gate(&s);
     let event = EventHandle::create(&context, EventFlags::default()).unwrap();
     event.record(&s).unwrap();
     let mut completion = event.completed().unwrap();
@@ -468,7 +453,7 @@ fn r22_a_repoll_does_not_drop_the_old_waker_under_the_completions_lock() {
     let _serial = serial();
     let context = ContextHandle::primary(0).unwrap();
     let s = stream(&context);
-    let gate = block(&s);
+    let gate = gate(&s);
     let event = EventHandle::create(&context, EventFlags::default()).unwrap();
     event.record(&s).unwrap();
     let mut completion = event.completed().unwrap();
@@ -520,8 +505,8 @@ fn r22_completions_resolve_after_rerecords_clears_and_drops() {
     let green_context = green.context().unwrap();
     let s = stream(&primary);
     let gs = green.create_stream(0).unwrap();
-    let gate = block(&s);
-    let green_gate = block(&gs);
+    let primary_gate = gate(&s);
+    let green_gate = gate(&gs);
     let event = EventHandle::create(&primary, EventFlags::default()).unwrap();
     let green_event = EventHandle::create(&green_context, EventFlags::default()).unwrap();
     event.record(&s).unwrap();
@@ -558,7 +543,7 @@ fn r22_completions_resolve_after_rerecords_clears_and_drops() {
         "resolved before its record completed"
     );
     let _ = done(&mut second);
-    gate.store(true, Ordering::SeqCst);
+    primary_gate.store(true, Ordering::SeqCst);
     green_gate.store(true, Ordering::SeqCst);
     drop((s, gs, green));
     let start = Instant::now();
@@ -657,7 +642,7 @@ fn r22_copy_batch_edges() {
     // Granted: it copies, and a view waits for it.
     pool.set_peer_access(0, true).unwrap();
     a.memset_async(3, 4096, &s).unwrap();
-    let gate = block(&s);
+    let gate = gate(&s);
     s.copy_batch(&[BatchCopy::bytes(&a, 0, &pooled, 0, 4096)])
         .unwrap();
     let opener = open_later(&gate, Duration::from_millis(300));

@@ -18,7 +18,7 @@ use handles_cuda::{
     ContextHandle, DeviceBuffer, DevicePtrHandle, Error, EventHandle, KernelHandle, LaunchConfig,
     LaunchProblem, LibraryHandle, StreamHandle,
 };
-use handles_tests::{Failures, serial, stream};
+use handles_tests::{Failures, gate, serial, stream};
 
 mod simulator;
 
@@ -61,19 +61,6 @@ fn block_on<F: Future>(future: F) -> F::Output {
         assert!(start.elapsed() < Duration::from_secs(20), "never resolved");
         std::thread::sleep(Duration::from_micros(200));
     }
-}
-
-fn gate(stream: &StreamHandle) -> Arc<AtomicBool> {
-    let open = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&open);
-    stream
-        .launch_host(move || {
-            while !seen.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        })
-        .unwrap();
-    open
 }
 
 #[test]

@@ -16,34 +16,14 @@ use handles_cuda::exec::{Completion, EventFlags, GreenContextHandle};
 use handles_cuda::graph::GraphHandle;
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventHandle, LaunchConfig, MemoryPoolHandle, PoolProps,
-    StreamFlags, StreamHandle,
 };
-use handles_tests::Failures;
 use handles_tests::kernels::{TestKernels, read_words};
+use handles_tests::{Failures, gate, stream};
 use simulator::{assert_clean, in_scenario, run_scenario};
 
 fn clean(name: &str, devices: &str) {
     let env = [("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", devices)];
     assert_clean(name, &run_scenario(name, &[], &env));
-}
-
-fn non_blocking(context: &ContextHandle) -> StreamHandle {
-    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
-}
-
-/// Queues a host function on `stream` that waits until the returned flag is set (or 20 s).
-fn gate(stream: &StreamHandle) -> Arc<AtomicBool> {
-    let open = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&open);
-    stream
-        .launch_host(move || {
-            let start = Instant::now();
-            while !seen.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        })
-        .unwrap();
-    open
 }
 
 struct Counter(AtomicUsize);
@@ -88,8 +68,8 @@ fn scenario_a1_rerecord_on_idle_stream_does_not_resolve_early() {
     in_scenario();
     let failures = Failures::watch();
     let context = ContextHandle::primary(0).unwrap();
-    let busy = non_blocking(&context);
-    let idle = non_blocking(&context);
+    let busy = stream(&context);
+    let idle = stream(&context);
     let mut early = 0;
     for round in 0..20 {
         let open = gate(&busy);
@@ -140,7 +120,7 @@ fn scenario_a3_everything_dropped_while_polled() {
     for round in 0..10 {
         let green = GreenContextHandle::create(0, 16).unwrap();
         let context = green.context().unwrap();
-        let stream = non_blocking(&context);
+        let stream = stream(&context);
         let open = gate(&stream);
         let event = EventHandle::create(&context, EventFlags::default()).unwrap();
         event.record(&stream).unwrap();
@@ -203,7 +183,7 @@ fn scenario_a4_panicking_wakers_leave_the_waiter_working() {
     in_scenario();
     let failures = Failures::watch();
     let context = ContextHandle::primary(0).unwrap();
-    let stream = non_blocking(&context);
+    let stream = stream(&context);
     for round in 0..6 {
         let open = gate(&stream);
         let event = EventHandle::create(&context, EventFlags::default()).unwrap();
@@ -267,7 +247,7 @@ fn scenario_a5_many_threads_await_one_event_being_rerecorded() {
     in_scenario();
     let failures = Failures::watch();
     let context = ContextHandle::primary(0).unwrap();
-    let streams: Vec<_> = (0..3).map(|_| non_blocking(&context)).collect();
+    let streams: Vec<_> = (0..3).map(|_| stream(&context)).collect();
     let event = EventHandle::create(&context, EventFlags::default()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let awaiters: Vec<_> = (0..6)
@@ -327,7 +307,7 @@ fn scenario_a6_unbound_threads_make_events_and_exit() {
                 let other = ContextHandle::primary(1 - i % 2).unwrap();
                 let event = EventHandle::create(&context, EventFlags::default()).unwrap();
                 let event2 = EventHandle::create(&other, EventFlags::default()).unwrap();
-                let stream = non_blocking(&context);
+                let stream = stream(&context);
                 event.record(&stream).unwrap();
                 let mut future = event.completed().unwrap();
                 assert!(poll_for(&mut future, Duration::from_secs(10)));
@@ -478,7 +458,7 @@ fn scenario_a8_clear_and_bind_after_an_event_left_a_context_current() {
         ContextHandle::unbind_thread().unwrap();
         // Work in a fresh primary context after all that.
         let context0 = ContextHandle::primary(0).unwrap();
-        let stream = non_blocking(&context0);
+        let stream = stream(&context0);
         let event = EventHandle::create(&context0, EventFlags::default()).unwrap();
         event.record(&stream).unwrap();
         stream.synchronize().unwrap();
@@ -515,8 +495,8 @@ fn scenario_a9_graph_update_frees_old_buffers_only_after_the_pending_launch() {
     let context = ContextHandle::primary(0).unwrap();
     let green = GreenContextHandle::create(0, 16).unwrap();
     let green_context = green.context().unwrap();
-    let stream = non_blocking(&context);
-    let green_stream = non_blocking(&green_context);
+    let stream = handles_tests::stream(&context);
+    let green_stream = handles_tests::stream(&green_context);
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let config = LaunchConfig::linear(N, 64);
     for round in 0..4 {
