@@ -367,6 +367,7 @@ fn launch<P: KernelParams>(
 /// was queued, that context, and the multiprocessors a cooperative grid needs (0 if none). The
 /// caller checks the stream's capture state first (a capture's own private stream is the one
 /// stream where capturing is expected).
+#[inline]
 fn queue<P: KernelParams>(
     kernel: &KernelHandle,
     stream: &StreamHandle,

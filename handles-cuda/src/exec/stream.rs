@@ -255,6 +255,7 @@ impl StreamHandle {
     }
 
     /// [`Self::run_bound`] for work that is queued; see [`Self::queue`].
+    #[inline]
     pub(crate) fn queue_bound(&self, call: impl FnOnce(CUstream) -> Result<()>) -> Queued {
         let mut queued = false;
         let status = self.run_bound(|raw| {
@@ -294,6 +295,7 @@ pub(crate) struct Queued {
 
 impl Queued {
     /// The status, after `then` ran if the work was queued (its error is reported too).
+    #[inline]
     pub(crate) fn then(self, then: impl FnOnce() -> Result<()>) -> Result<()> {
         let after = if self.queued { then() } else { Ok(()) };
         self.status.and(after)
