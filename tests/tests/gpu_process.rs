@@ -91,6 +91,11 @@ fn import_in_child() {
     // SAFETY: the parent passed this descriptor open and it stays open for the whole child.
     let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     let pool = MemoryPoolHandle::import_posix_fd(fd, 0).unwrap();
+    if pool.location().is_none() {
+        // A host pool's import: no device of this process reaches its memory until granted
+        // here, and every use is checked against that grant.
+        pool.set_peer_access(0, true).unwrap();
+    }
     let pointer = IpcPointer::from_bytes(&env_bytes("HANDLES_IPC_POINTER")).unwrap();
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);

@@ -23,14 +23,9 @@ use handles_cuda::{
 };
 use handles_tests::Failures;
 use handles_tests::kernels::{PTX, TestKernels};
-use simulator::{assert_clean, in_scenario, run_scenario};
+use simulator::{in_scenario, strict_clean};
 
 /// Runs `scenario_{name}` in a child on the strict simulator and expects a clean report.
-fn clean(name: &str, devices: &str) {
-    let env = [("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", devices)];
-    assert_clean(name, &run_scenario(name, &[], &env));
-}
-
 fn non_blocking(context: &ContextHandle) -> StreamHandle {
     StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap()
 }
@@ -40,7 +35,7 @@ fn non_blocking(context: &ContextHandle) -> StreamHandle {
 
 #[test]
 fn f5_an_occupancy_callback_cannot_unbind_a_bound_green_context() {
-    clean(
+    strict_clean(
         "f5_an_occupancy_callback_cannot_unbind_a_bound_green_context",
         "1",
     );
@@ -95,7 +90,7 @@ fn scenario_f5_an_occupancy_callback_cannot_unbind_a_bound_green_context() {
 
 #[test]
 fn f8_a_host_function_panicking_with_a_handle_frees_it_off_the_callback() {
-    clean(
+    strict_clean(
         "f8_a_host_function_panicking_with_a_handle_frees_it_off_the_callback",
         "1",
     );
@@ -147,7 +142,7 @@ fn scenario_f8_a_host_function_panicking_with_a_handle_frees_it_off_the_callback
 
 #[test]
 fn f9_kernel_queries_in_a_released_current_context_are_refused() {
-    clean(
+    strict_clean(
         "f9_kernel_queries_in_a_released_current_context_are_refused",
         "2",
     );
@@ -196,7 +191,7 @@ fn scenario_f9_kernel_queries_in_a_released_current_context_are_refused() {
 
 #[test]
 fn f10_captures_queued_for_disposal_are_dropped_before_exit() {
-    clean(
+    strict_clean(
         "f10_captures_queued_for_disposal_are_dropped_before_exit",
         "1",
     );
@@ -250,7 +245,7 @@ fn scenario_f10_captures_queued_for_disposal_are_dropped_before_exit() {
 
 #[test]
 fn f6_a_completion_is_not_held_back_by_busy_notifiers() {
-    clean("f6_a_completion_is_not_held_back_by_busy_notifiers", "1");
+    strict_clean("f6_a_completion_is_not_held_back_by_busy_notifiers", "1");
 }
 
 struct Count(AtomicUsize);
@@ -340,7 +335,7 @@ fn scenario_f6_a_completion_is_not_held_back_by_busy_notifiers() {
 
 #[test]
 fn f7_f12_undefined_conditions_and_absurd_switches_are_refused() {
-    clean(
+    strict_clean(
         "f7_f12_undefined_conditions_and_absurd_switches_are_refused",
         "1",
     );
@@ -481,7 +476,7 @@ fn scenario_f7_f12_undefined_conditions_and_absurd_switches_are_refused() {
 
 #[test]
 fn n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped() {
-    clean(
+    strict_clean(
         "n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped",
         "1",
     );
@@ -525,7 +520,7 @@ fn scenario_n3_a_cudarc_slice_is_freed_in_its_context_wherever_it_is_dropped() {
 
 #[test]
 fn n6_a_cudarc_slice_of_another_device_is_checked_for_reach() {
-    clean(
+    strict_clean(
         "n6_a_cudarc_slice_of_another_device_is_checked_for_reach",
         "2",
     );
@@ -564,7 +559,7 @@ fn scenario_n6_a_cudarc_slice_of_another_device_is_checked_for_reach() {
 
 #[test]
 fn s2_ipc_host_pool_memory_has_no_host_view() {
-    clean("s2_ipc_host_pool_memory_has_no_host_view", "1");
+    strict_clean("s2_ipc_host_pool_memory_has_no_host_view", "1");
 }
 
 #[test]

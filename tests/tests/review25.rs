@@ -19,12 +19,7 @@ use handles_cuda::{
 };
 use handles_tests::kernels::{TestKernels, read_words};
 use handles_tests::{Failures, gate, stream};
-use simulator::{assert_clean, in_scenario, run_scenario};
-
-fn clean(name: &str, devices: &str) {
-    let env = [("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", devices)];
-    assert_clean(name, &run_scenario(name, &[], &env));
-}
+use simulator::{in_scenario, strict_clean};
 
 struct Counter(AtomicUsize);
 impl Wake for Counter {
@@ -59,7 +54,7 @@ fn poll_for(future: &mut Completion, limit: Duration) -> bool {
 
 #[test]
 fn a1_rerecord_on_idle_stream_does_not_resolve_early() {
-    clean("a1_rerecord_on_idle_stream_does_not_resolve_early", "1");
+    strict_clean("a1_rerecord_on_idle_stream_does_not_resolve_early", "1");
 }
 
 #[test]
@@ -109,7 +104,7 @@ fn scenario_a1_rerecord_on_idle_stream_does_not_resolve_early() {
 
 #[test]
 fn a3_everything_dropped_while_polled() {
-    clean("a3_everything_dropped_while_polled", "1");
+    strict_clean("a3_everything_dropped_while_polled", "1");
 }
 
 #[test]
@@ -174,7 +169,7 @@ impl Drop for PanicOnDrop {
 
 #[test]
 fn a4_panicking_wakers_leave_the_waiter_working() {
-    clean("a4_panicking_wakers_leave_the_waiter_working", "1");
+    strict_clean("a4_panicking_wakers_leave_the_waiter_working", "1");
 }
 
 #[test]
@@ -238,7 +233,7 @@ fn scenario_a4_panicking_wakers_leave_the_waiter_working() {
 
 #[test]
 fn a5_many_threads_await_one_event_being_rerecorded() {
-    clean("a5_many_threads_await_one_event_being_rerecorded", "1");
+    strict_clean("a5_many_threads_await_one_event_being_rerecorded", "1");
 }
 
 #[test]
@@ -292,7 +287,7 @@ fn scenario_a5_many_threads_await_one_event_being_rerecorded() {
 
 #[test]
 fn a6_unbound_threads_make_events_and_exit() {
-    clean("a6_unbound_threads_make_events_and_exit", "2");
+    strict_clean("a6_unbound_threads_make_events_and_exit", "2");
 }
 
 #[test]
@@ -340,7 +335,7 @@ thread_local! {
 
 #[test]
 fn a7_thread_local_dropped_after_the_primary_cache_in_another_context() {
-    clean(
+    strict_clean(
         "a7_thread_local_dropped_after_the_primary_cache_in_another_context",
         "2",
     );
@@ -384,7 +379,7 @@ impl Drop for Later {
 
 #[test]
 fn a7b_thread_local_makes_an_event_after_the_primary_cache() {
-    clean(
+    strict_clean(
         "a7b_thread_local_makes_an_event_after_the_primary_cache",
         "1",
     );
@@ -413,7 +408,7 @@ fn scenario_a7b_thread_local_makes_an_event_after_the_primary_cache() {
 
 #[test]
 fn a8_clear_and_bind_after_an_event_left_a_context_current() {
-    clean(
+    strict_clean(
         "a8_clear_and_bind_after_an_event_left_a_context_current",
         "1",
     );
@@ -480,7 +475,7 @@ const BYTES: usize = N as usize * 4;
 
 #[test]
 fn a9_graph_update_frees_old_buffers_only_after_the_pending_launch() {
-    clean(
+    strict_clean(
         "a9_graph_update_frees_old_buffers_only_after_the_pending_launch",
         "1",
     );
@@ -596,7 +591,7 @@ fn scenario_a9_graph_update_frees_old_buffers_only_after_the_pending_launch() {
 
 #[test]
 fn a7c_thread_local_dropped_after_the_primary_cache_driver_state_alive() {
-    clean(
+    strict_clean(
         "a7c_thread_local_dropped_after_the_primary_cache_driver_state_alive",
         "2",
     );

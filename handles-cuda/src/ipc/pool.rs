@@ -10,7 +10,7 @@ use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::ipc::fd_taking::take_fd;
-use crate::memory::pool::{MemoryPool, MemoryPoolHandle};
+use crate::memory::pool::{MemoryPool, MemoryPoolHandle, resident_device};
 
 const POSIX_FILE_DESCRIPTOR: sys::CUmemAllocationHandleType =
     sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
@@ -42,10 +42,15 @@ impl MemoryPoolHandle {
     /// on device `ordinal` of this process (whose primary context the import keeps alive, and
     /// in which its pointers are imported). The descriptor is not consumed. The returned handle
     /// owns the imported pool.
+    ///
+    /// Its location is the one device the driver reports access from at the import (the device
+    /// holding its memory). Where that is not one device (a host pool's memory, reached by no
+    /// device until granted here), the location is unknown, and every device's use of its
+    /// memory needs this process's grant ([`MemoryPoolHandle::set_peer_access`]), checked with
+    /// the driver at each use.
     pub fn import_posix_fd(fd: BorrowedFd<'_>, ordinal: usize) -> Result<Self> {
         ensure_loaded()?;
         let context = ContextHandle::primary(ordinal)?;
-        let record = MemoryPool::owned(context.clone(), None, true);
         // The driver takes a POSIX descriptor's value in place of the pointer.
         let handle = fd.as_raw_fd() as usize as *mut std::ffi::c_void;
         in_context(context.as_cu(), || {
@@ -59,6 +64,7 @@ impl MemoryPoolHandle {
                     0
                 ))
             })?;
+            let record = MemoryPool::owned(context.clone(), resident_device(raw), true);
             // SAFETY: the imported pool is ours to destroy with `cuMemPoolDestroy`.
             Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
         })

@@ -127,6 +127,25 @@ fn access_of(pool: CUmemoryPool, device: usize) -> Result<sys::CUmemAccess_flags
     Ok(flags)
 }
 
+/// The device whose memory an imported pool holds, as this process sees it: the one device
+/// the driver reports read-write access from, before this process granted any. `None` when
+/// that is not exactly one device (a host pool's memory, which no device reaches until this
+/// process grants it) or when asking failed: a pool of unknown location is then treated as
+/// another device's by every device, whose uses each ask the driver (`memory/reach.rs`).
+pub(crate) fn resident_device(pool: CUmemoryPool) -> Option<PoolLocation> {
+    let count = load::device_count().ok()?;
+    let mut resident = None;
+    for device in 0..count {
+        if access_of(pool, device).ok()?
+            == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            && resident.replace(device).is_some()
+        {
+            return None;
+        }
+    }
+    resident.map(PoolLocation::Device)
+}
+
 /// Whether the pool that served the stream-ordered memory at `address` grants device
 /// `ordinal` read-write access (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`, then
 /// `cuMemPoolGetAccess`). Memory that no pool served (the driver reports none) is not granted.

@@ -216,17 +216,21 @@ impl DevicePtrHandle {
         match pool.location() {
             Some(PoolLocation::Device(device)) if device != ordinal => Some(pool),
             // Pinned memory of a host pool is reachable from a device only once granted, like
-            // another device's pool, and a revocation must wait for its uses the same way.
-            Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => Some(pool),
-            _ => None,
+            // another device's pool, and a revocation must wait for its uses the same way. So
+            // is memory of a pool whose location is not known (an import whose device the
+            // driver did not name): no device is known to reach it for good.
+            Some(PoolLocation::Host | PoolLocation::HostNuma(_)) | None => Some(pool),
+            Some(PoolLocation::Device(_)) => None,
         }
     }
 
     /// Refuses to let a kernel on device `ordinal` use this memory when it lives on another
     /// device that `ordinal` cannot access: a pool allocation needs the pool's peer access
     /// for `ordinal`, and a synchronous allocation is refused (its peer access is a context
-    /// setting this crate does not track), and memory of a host pool needs the pool's access
-    /// for `ordinal` too. Other pinned host memory and memory of unknown device pass. A kernel touching inaccessible memory faults and poisons its context.
+    /// setting this crate does not track), and memory of a host pool, or of a pool whose
+    /// location is not known (an import), needs the pool's access for `ordinal` too. Other
+    /// pinned host memory passes. A kernel touching inaccessible memory faults and poisons its
+    /// context.
     ///
     /// Every safe method of this crate that queues work on this memory checks it; a library
     /// that hands the raw pointer to its own device code (cuBLAS, NCCL) calls it first with
@@ -262,7 +266,9 @@ impl DevicePtrHandle {
                 Some(PoolLocation::Host | PoolLocation::HostNuma(_)) => {
                     granted_by_pool(pool.peer_access(ordinal)?, ordinal, None)
                 }
-                _ => Ok(()),
+                // Memory of a pool of unknown location: reached only where the driver says so.
+                None => granted_by_pool(pool.peer_access(ordinal)?, ordinal, None),
+                Some(PoolLocation::Device(_)) => Ok(()),
             };
         }
         match (

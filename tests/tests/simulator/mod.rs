@@ -414,6 +414,13 @@ pub fn assert_clean(name: &str, report: &Report) {
     );
 }
 
+/// Runs scenario `name` on the strict simulator with `devices` simulated devices, and asserts
+/// its report is clean ([`assert_clean`]).
+pub fn strict_clean(name: &str, devices: &str) {
+    let env = [("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", devices)];
+    assert_clean(name, &run_scenario(name, &[], &env));
+}
+
 /// Panics unless this process is a scenario child on the simulator: a scenario run directly
 /// (on a real GPU, say) must not pass silently.
 pub fn in_scenario() {
