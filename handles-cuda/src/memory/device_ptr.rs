@@ -77,8 +77,9 @@ pub struct DevicePtr {
     pub size: usize,
     /// How the memory is freed, and what the free waits for.
     pub(crate) release: Release,
-    /// The IPC import cache entry, released after the free.
-    import_slot: Option<CacheSlot<[u8; 64], DevicePtrHandle>>,
+    /// The IPC import cache entry, released after the free. Boxed: it holds the 64-byte export
+    /// data, which every other allocation's record would carry (and copy) for nothing.
+    import_slot: Option<Box<CacheSlot<[u8; 64], DevicePtrHandle>>>,
     /// What reach checks have found fixed for the allocation's life (`memory/reach.rs`).
     pub(crate) fixed_reach: FixedReach,
 }
@@ -338,7 +339,7 @@ impl DevicePtrHandle {
     ) -> Self {
         let (imported, import_slot, host) = match origin {
             Origin::Allocated(host) => (false, None, host),
-            Origin::Imported(slot) => (true, slot, None),
+            Origin::Imported(slot) => (true, slot.map(Box::new), None),
         };
         let record = DevicePtr {
             pool,
