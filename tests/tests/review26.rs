@@ -30,6 +30,46 @@ fn unreachable<T: std::fmt::Debug>(result: handles_cuda::Result<T>, what: &str) 
     );
 }
 
+/// What most scenarios here start from, in a scenario child: the report hook watched, the test
+/// kernels, both devices' primary contexts and a stream on each.
+struct TwoDevices {
+    failures: Failures,
+    kernels: TestKernels,
+    c0: ContextHandle,
+    c1: ContextHandle,
+    s0: StreamHandle,
+    s1: StreamHandle,
+}
+
+impl TwoDevices {
+    fn new() -> Self {
+        in_scenario();
+        let failures = Failures::watch();
+        let kernels = TestKernels::load().unwrap();
+        let c0 = ContextHandle::primary(0).unwrap();
+        let c1 = ContextHandle::primary(1).unwrap();
+        let (s0, s1) = (stream(&c0), stream(&c1));
+        TwoDevices {
+            failures,
+            kernels,
+            c0,
+            c1,
+            s0,
+            s1,
+        }
+    }
+}
+
+/// Ends a scenario: both streams drained, then `last` dropped, the disposal thread flushed,
+/// and nothing reported.
+fn finish(s0: &StreamHandle, s1: &StreamHandle, last: impl Sized, failures: Failures) {
+    s0.synchronize().unwrap();
+    s1.synchronize().unwrap();
+    drop(last);
+    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
+    failures.assert_none();
+}
+
 /// Opens `open` after `ms` on another thread.
 fn open_later(open: &Arc<AtomicBool>, ms: u64) -> std::thread::JoinHandle<()> {
     let open = Arc::clone(open);
@@ -52,13 +92,14 @@ fn r1_fixed_on_one_then_used_from_zero_grant_and_revoke() {
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r1_fixed_on_one_then_used_from_zero_grant_and_revoke() {
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        c0,
+        s0,
+        s1,
+        ..
+    } = TwoDevices::new();
     let far_pool = MemoryPoolHandle::create(&PoolProps::device(1)).unwrap();
     let far = DevicePtrHandle::alloc_from_pool(&far_pool, BYTES, &s1).unwrap();
     let near = DevicePtrHandle::alloc(&c0, BYTES).unwrap();
@@ -131,10 +172,7 @@ fn scenario_r1_fixed_on_one_then_used_from_zero_grant_and_revoke() {
         s1.synchronize().unwrap();
     }
     drop((view2, view, far, near, far_pool));
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
-    failures.assert_none();
+    finish(&s0, &s1, (), failures);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -152,13 +190,14 @@ fn r2_revocation_waits_for_held_back_use_of_buffer_fixed_elsewhere() {
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r2_revocation_waits_for_held_back_use_of_buffer_fixed_elsewhere() {
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        c0,
+        s0,
+        s1,
+        ..
+    } = TwoDevices::new();
     let far_pool = MemoryPoolHandle::create(&PoolProps::device(1)).unwrap();
     let config = LaunchConfig::linear(N, 64);
     for round in 0..4u32 {
@@ -188,11 +227,7 @@ fn scenario_r2_revocation_waits_for_held_back_use_of_buffer_fixed_elsewhere() {
         );
         drop((view, far, near));
     }
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    drop(far_pool);
-    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
-    failures.assert_none();
+    finish(&s0, &s1, far_pool, failures);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,13 +244,14 @@ fn r3_graph_using_buffer_fixed_elsewhere() {
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r3_graph_using_buffer_fixed_elsewhere() {
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        c0,
+        c1,
+        s0,
+        s1,
+    } = TwoDevices::new();
     let far_pool = MemoryPoolHandle::create(&PoolProps::device(1)).unwrap();
     let far = DevicePtrHandle::alloc_from_pool(&far_pool, BYTES, &s1).unwrap();
     let view = far.view(BYTES / 2, BYTES / 2).unwrap();
@@ -270,10 +306,7 @@ fn scenario_r3_graph_using_buffer_fixed_elsewhere() {
     }
     far_pool.set_peer_access(0, false).unwrap();
     drop((e0, g0, e1, g1, view, far, far_pool));
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
-    failures.assert_none();
+    finish(&s0, &s1, (), failures);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -289,13 +322,13 @@ fn r4_host_pool_buffer_grant_revoke_across_devices() {
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r4_host_pool_buffer_grant_revoke_across_devices() {
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        s0,
+        s1,
+        ..
+    } = TwoDevices::new();
     let pool = MemoryPoolHandle::create(&PoolProps {
         location: PoolLocation::Host,
         ..PoolProps::device(1)
@@ -337,10 +370,7 @@ fn scenario_r4_host_pool_buffer_grant_revoke_across_devices() {
         pool.set_peer_access(0, true).unwrap();
     }
     drop((view, buffer, pool));
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
-    failures.assert_none();
+    finish(&s0, &s1, (), failures);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -356,13 +386,13 @@ fn r5_default_pool_revoked_through_another_handle() {
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r5_default_pool_revoked_through_another_handle() {
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        s0,
+        s1,
+        ..
+    } = TwoDevices::new();
     let config = LaunchConfig::linear(N, 64);
     for _ in 0..3 {
         let far = DevicePtrHandle::alloc_async(BYTES, &s1).unwrap();
@@ -386,10 +416,7 @@ fn scenario_r5_default_pool_revoked_through_another_handle() {
         assert_eq!(read_words(&far, &s1), vec![2; N as usize]);
         drop(far);
     }
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
-    failures.assert_none();
+    finish(&s0, &s1, (), failures);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,13 +581,13 @@ fn r8_first_used_from_the_granted_device() {
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r8_first_used_from_the_granted_device() {
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        s0,
+        s1,
+        ..
+    } = TwoDevices::new();
     let far_pool = MemoryPoolHandle::create(&PoolProps::device(1)).unwrap();
     let config = LaunchConfig::linear(N, 64);
     for round in 0..3u32 {
@@ -602,11 +629,7 @@ fn scenario_r8_first_used_from_the_granted_device() {
         assert_eq!(read_words(&far, &s1), expected);
         drop((view2, view, far));
     }
-    s0.synchronize().unwrap();
-    s1.synchronize().unwrap();
-    drop(far_pool);
-    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
-    failures.assert_none();
+    finish(&s0, &s1, far_pool, failures);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -686,13 +709,13 @@ fn r10_imported_host_pool_memory_needs_a_grant_on_every_device() {
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_r10_imported_host_pool_memory_needs_a_grant_on_every_device() {
     use std::os::fd::AsFd;
-    in_scenario();
-    let failures = Failures::watch();
-    let kernels = TestKernels::load().unwrap();
-    let c0 = ContextHandle::primary(0).unwrap();
-    let c1 = ContextHandle::primary(1).unwrap();
-    let s0 = stream(&c0);
-    let s1 = stream(&c1);
+    let TwoDevices {
+        failures,
+        kernels,
+        s0,
+        s1,
+        ..
+    } = TwoDevices::new();
     let pool = MemoryPoolHandle::create(&PoolProps {
         location: PoolLocation::Host,
         ipc: true,
