@@ -681,6 +681,11 @@ fn scenario_r9_imported_pool_memory_used_from_a_device_without_access() {
     );
     // The import learned the device its memory lives on: there it runs, checked once.
     assert_eq!(imported_pool.location(), Some(PoolLocation::Device(1)));
+    let revoked = imported_pool.set_peer_access(1, false);
+    assert!(
+        matches!(revoked, Err(Error::InvalidArgument(_))),
+        "the access of the device holding the memory is not revocable: {revoked:?}"
+    );
     kernels
         .fill
         .launch(&s1, &config, (&imported, 5, N))

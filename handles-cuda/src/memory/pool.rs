@@ -7,7 +7,7 @@ use handles_core::ResourceHandle;
 use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::memory::remote;
 
@@ -315,9 +315,19 @@ impl MemoryPoolHandle {
     /// it first waits for every context of another device in which the safe API queued work
     /// on this pool's memory (kernels, copies, graph launches). Work queued afterwards is
     /// checked again and refused, and an executable graph checks its buffers at each launch.
+    ///
+    /// The access of the device that holds the memory cannot be revoked (the driver refuses it
+    /// with `CUDA_ERROR_INVALID_DEVICE`); it is refused here first, also for an imported pool,
+    /// whose device is the one the driver reported access from at the import (its uses from
+    /// there are not checked again).
     pub fn set_peer_access(&self, ordinal: usize, enabled: bool) -> Result<()> {
         load::device(ordinal)?;
         if !enabled {
+            if self.owning_device() == Some(ordinal) {
+                return Err(Error::InvalidArgument(format!(
+                    "device {ordinal} holds this pool's memory: its access cannot be revoked"
+                )));
+            }
             return self.revoking(|| self.set_access(ordinal, false));
         }
         self.set_access(ordinal, true)
