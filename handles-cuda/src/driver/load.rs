@@ -441,6 +441,7 @@ mod tests {
         "memory/batch.rs",
         "memory/copy.rs",
         "memory/device_ptr.rs",
+        "memory/fixed_reach.rs",
         "memory/growable.rs",
         "memory/host_access.rs",
         "memory/host_view.rs",
