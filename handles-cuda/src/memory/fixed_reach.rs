@@ -20,7 +20,7 @@ pub(crate) enum Known {
     Fixed,
     /// It is not: fixed on another device, or on none.
     NotFixed,
-    /// Not asked yet: work it out, then [`FixedReach::keep`] it.
+    /// Not asked yet: work it out, then keep it (`keep_fixed`, `keep_never`).
     Unknown,
 }
 
