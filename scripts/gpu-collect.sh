@@ -96,7 +96,7 @@ else
   echo "gpu-collect: no candle-core test binaries in $candle_work (scripts/candle.sh --no-run builds them)"
 fi
 # cudarc's lib tests, when scripts/cudarc-tests.sh has built them, for gpu-run.sh's cudarc step.
-cudarc_bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/cudarc-tests/debug/deps/cudarc-* 2>/dev/null | grep -v '\.d$' | head -n 1)
+cudarc_bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/cudarc-tests/debug/deps/cudarc-* 2>/dev/null | grep -v '\.d$' | head -n 1 || true)
 if [ -n "$cudarc_bin" ]; then
   strip -o .gpu/cudarc-lib-tests "$cudarc_bin"
 else

@@ -15,7 +15,7 @@ use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::{KeepCurrent, in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
-use crate::exec::stream::{Queued, StreamHandle};
+use crate::exec::stream::StreamHandle;
 use crate::memory::fixed_reach::FixedReach;
 use crate::memory::host_access::HostAccess;
 use crate::memory::pool::{MemoryPoolHandle, PoolLocation};
@@ -292,30 +292,24 @@ impl DevicePtrHandle {
                 ))
             }
         });
-        Self::own_allocated(allocated, || {
-            Self::stream_ordered(
-                raw,
-                size,
-                Some(pool.clone()),
-                order,
-                Origin::Allocated(host),
-            )
-        })
-    }
-
-    /// The handle of memory just allocated, or the error. If the allocation succeeded but
-    /// restoring the caller's context failed, the handle is made and dropped (freeing the
-    /// memory), and the error returned.
-    fn own_allocated(allocated: Queued, wrap: impl FnOnce() -> Self) -> Result<Self> {
-        let handle = allocated.queued.then(wrap);
-        allocated.status?;
-        // Not `ok_or`: its error would be built and dropped on every allocation.
-        match handle {
-            Some(handle) => Ok(handle),
-            None => Err(Error::NothingMade {
+        // Written out rather than through a closure: the record's parts are moved once.
+        if !allocated.queued {
+            allocated.status?;
+            return Err(Error::NothingMade {
                 what: "the allocation made no pointer",
-            }),
+            });
         }
+        let handle = Self::stream_ordered(
+            raw,
+            size,
+            Some(pool.clone()),
+            order,
+            Origin::Allocated(host),
+        );
+        // The allocation succeeded but restoring the caller's context failed: the handle is
+        // dropped (freeing the memory), and the error returned.
+        allocated.status?;
+        Ok(handle)
     }
 
     /// Allocates `size` bytes from the current pool of `stream`'s device, ordered on `stream`.
@@ -330,6 +324,7 @@ impl DevicePtrHandle {
 
     /// Wraps fresh stream-ordered memory; both origins are freed with `cuMemFreeAsync` on the
     /// home stream of `order`.
+    #[inline]
     pub(crate) fn stream_ordered(
         raw: CUdeviceptr,
         size: usize,
