@@ -59,7 +59,7 @@ use simulator::{Scratch, say};
 const CI_CASES: usize = 2000;
 
 /// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4, N6
-/// and the simulator's S4 and S6, which the fuzzer found), and programs that must stay clean.
+/// and the simulator's S4, S6 and S7, which the fuzzer found), and programs that must stay clean.
 const CORPUS: &[(&str, &str)] = &[
     (
         "f2_record_drop_panics_during_unwind",
@@ -132,6 +132,10 @@ const CORPUS: &[(&str, &str)] = &[
     (
         "s6_exec_replaced_while_its_launch_waits",
         include_str!("../fuzz-corpus/s6_exec_replaced_while_its_launch_waits.prog"),
+    ),
+    (
+        "s7_exec_replaced_while_its_setting_launch_waits",
+        include_str!("../fuzz-corpus/s7_exec_replaced_while_its_setting_launch_waits.prog"),
     ),
     (
         "ok_streams_graphs_and_ipc",

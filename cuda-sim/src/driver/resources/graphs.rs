@@ -186,14 +186,15 @@ impl Sim {
         Ok(raw)
     }
 
-    /// `cuGraphExecDestroy`. A launch is never in flight (it ran at once), so the exec's
-    /// references are dropped now.
+    /// `cuGraphExecDestroy`. The exec's references are dropped now. The conditional handles
+    /// its nodes read are kept: a launch held back by a stream wait runs its kernels after the
+    /// destroy (the driver frees an in-flight exec when its launch completes), and their sets
+    /// of those handles are legal; raw handles are never reused, so the entry names no other.
     pub fn destroy_exec(&mut self, raw: Raw) -> Result<(), CuResult> {
         let Some(exec) = self.execs.remove(&raw) else {
             return Err(self.dead_handle(raw, Kind::GraphExec, true));
         };
         self.bury(raw, Kind::GraphExec);
-        self.conditionals.execs.remove(&raw);
         self.drop_references(exec.user_objects);
         self.forget_memory_instance(raw);
         self.release_graph_memory(&exec.nodes);
