@@ -19,10 +19,11 @@
 //! host-function rule (see `StreamHandle::launch_host`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::driver::call::driver;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::completion_protocol::Shared;
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
@@ -36,13 +37,21 @@ pub const NOTIFIERS_PER_CONTEXT: usize = 16;
 /// may not have run yet.
 struct Notifiers {
     context: ContextHandle,
-    streams: Vec<StreamHandle>,
+    streams: Vec<Notifier>,
     /// Each awaited event, by the address of its completion's shared state, kept until that
     /// completion's host function has run (the notifier has passed its wait by then).
     awaited: HashMap<usize, (Arc<Shared>, EventHandle)>,
     /// The size at which the entries of completions dropped early are looked for next
     /// (doubling, so that looking costs O(1) per completion).
     prune_at: usize,
+}
+
+/// A notifier stream and the number of its completions whose host functions have not run:
+/// idle at 0. Kept by the table, so that finding an idle stream asks the driver nothing (a
+/// query of every stream at each hand-over was quadratic in the completions pending at once).
+struct Notifier {
+    stream: StreamHandle,
+    pending: Arc<AtomicUsize>,
 }
 
 /// The fewest awaited events at which the table looks for those it can let go of.
@@ -63,23 +72,42 @@ pub(crate) fn hand_over(
     context: &ContextHandle,
     shared: &Arc<Shared>,
 ) -> Result<()> {
-    let notifier = notifier(context)?;
-    notifier.refuse_foreign_capture()?;
-    notifier
-        .queue(|raw_stream| {
-            // SAFETY: the stream and the event are alive (handles held).
-            unsafe { driver!(cuStreamWaitEvent(raw_stream, event.as_cu(), 0)) }
-        })
-        .status?;
+    let (notifier, pending) = notifier(context)?;
+    // Nothing queued yet: the stream is idle again.
+    let idle_again = |error| {
+        pending.fetch_sub(1, Ordering::Release);
+        error
+    };
+    notifier.refuse_foreign_capture().map_err(idle_again)?;
+    let waited = notifier.queue(|raw_stream| {
+        // SAFETY: the stream and the event are alive (handles held).
+        unsafe { driver!(cuStreamWaitEvent(raw_stream, event.as_cu(), 0)) }
+    });
+    if !waited.queued {
+        waited.status.map_err(idle_again)?;
+        pending.fetch_sub(1, Ordering::Release);
+        return Err(Error::NothingMade {
+            what: "the notifier's stream wait was not queued",
+        });
+    }
     let wake = Arc::clone(shared);
-    notifier.queue_host(move || {
+    let passed = Arc::clone(&pending);
+    let queued = notifier.queue_host(move || {
         wake.mark_passed();
         if let Some(waker) = wake.complete() {
             waker.wake_by_ref();
             // Dropped on the disposal thread, never in the host function.
             crate::exec::disposal::dispose(Box::new(waker));
         }
-    })?;
+        // The wait has passed: later completions may queue behind this host function.
+        passed.fetch_sub(1, Ordering::Release);
+    });
+    if let Err(error) = waited.status.and(queued) {
+        // A wait may be queued with no host function behind it: the stream is never used
+        // again (it would hold a later completion back), and goes once its work is done.
+        retire(context, &pending);
+        return Err(error);
+    }
     // The event stays alive until the notifier has passed its wait, however early the
     // program drops its handles: the table keeps it until the host function has run.
     keep_awaited(context, Arc::clone(shared), event.clone())
@@ -98,36 +126,52 @@ pub(crate) fn let_go(context: usize, shared: &Arc<Shared>) {
     drop(released);
 }
 
-/// An idle notifier stream of `context`, or else a new one: a completion never queues behind
-/// another (an unrelated pending event would hold it back, and a program whose held-back
-/// events are released by the task awaiting the later one would deadlock). Idle streams
-/// beyond [`NOTIFIERS_PER_CONTEXT`] are let go of (after the table's lock), so the table keeps
-/// at most that many idle ones, plus one per completion pending at once.
-fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
+/// An idle notifier stream of `context` (no completion's host function still to run on it),
+/// claimed with its count, or else a new one: a completion never queues behind another's wait
+/// (an unrelated pending event would hold it back, and a program whose held-back events are
+/// released by the task awaiting the later one would deadlock); behind a host function that
+/// has started, it waits only for that function's end. Idle streams beyond
+/// [`NOTIFIERS_PER_CONTEXT`] are let go of (after the table's lock), so the table keeps at most
+/// that many idle ones, plus one per completion pending at once. No driver call is made.
+fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<AtomicUsize>)> {
     let mut surplus = Vec::new();
     let found = {
         let mut all = lock(&NOTIFIERS);
         let streams = &mut entry(&mut all, context)?.streams;
-        let mut idle = None;
+        let mut found = None;
+        let mut idle = 0;
         let mut i = 0;
         while i < streams.len() {
-            if !streams[i].query()? {
+            // Acquire: pairs with the host function's release, which follows its last use.
+            if streams[i].pending.load(Ordering::Acquire) != 0 {
                 i += 1;
-            } else if idle.is_none() {
-                // Idle: it goes to the back, so that the next search tries the others first.
-                idle = Some(streams.remove(i));
-            } else if streams.len() > NOTIFIERS_PER_CONTEXT {
-                surplus.push(streams.remove(i));
+                continue;
+            }
+            if found.is_none() {
+                // Claimed under the table's lock: no other hand-over can take it meanwhile.
+                streams[i].pending.fetch_add(1, Ordering::Relaxed);
+                found = Some((streams[i].stream.clone(), Arc::clone(&streams[i].pending)));
+                i += 1;
+            } else if idle >= NOTIFIERS_PER_CONTEXT {
+                surplus.push(streams.swap_remove(i).stream);
             } else {
+                idle += 1;
                 i += 1;
             }
         }
-        let stream = match idle {
-            Some(stream) => stream,
-            None => StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?,
-        };
-        streams.push(stream.clone());
-        stream
+        match found {
+            Some(found) => found,
+            None => {
+                let stream =
+                    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
+                let pending = Arc::new(AtomicUsize::new(1));
+                streams.push(Notifier {
+                    stream: stream.clone(),
+                    pending: Arc::clone(&pending),
+                });
+                (stream, pending)
+            }
+        }
     };
     // Dropped on the disposal thread: a stream's release may wait for its context, and the
     // caller may hold the waiter's lock, under which no report hook may run.
@@ -135,6 +179,26 @@ fn notifier(context: &ContextHandle) -> Result<StreamHandle> {
         crate::exec::disposal::dispose(Box::new(surplus));
     }
     Ok(found)
+}
+
+/// Takes the notifier stream counted by `pending` out of `context`'s entry, for good (on the
+/// disposal thread: its release may wait for its work).
+fn retire(context: &ContextHandle, pending: &Arc<AtomicUsize>) {
+    let retired = {
+        let mut all = lock(&NOTIFIERS);
+        all.iter_mut()
+            .find(|entry| entry.context == *context)
+            .and_then(|entry| {
+                let at = entry
+                    .streams
+                    .iter()
+                    .position(|notifier| Arc::ptr_eq(&notifier.pending, pending))?;
+                Some(entry.streams.swap_remove(at).stream)
+            })
+    };
+    if let Some(stream) = retired {
+        crate::exec::disposal::dispose(Box::new(stream));
+    }
 }
 
 /// The table's entry of `context`, made if it has none.
@@ -193,8 +257,8 @@ pub(crate) fn clear() -> usize {
     // driver's care otherwise, and the futures' promise is to resolve after their records.
     // A stream that cannot be waited for is still released (its work stays queued).
     for entry in &all {
-        for stream in &entry.streams {
-            let _ = stream.synchronize();
+        for notifier in &entry.streams {
+            let _ = notifier.stream.synchronize();
         }
     }
     all.iter().map(|entry| entry.streams.len()).sum()
