@@ -415,6 +415,7 @@ mod tests {
         "exec/green.rs",
         "exec/host.rs",
         "exec/mod.rs",
+        "exec/notifier_count.rs",
         "exec/record_count.rs",
         "exec/stream.rs",
         "exec/stream_generation.rs",

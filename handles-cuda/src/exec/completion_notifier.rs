@@ -19,7 +19,6 @@
 //! host-function rule (see `StreamHandle::launch_host`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::driver::call::driver;
@@ -27,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::exec::completion_protocol::Shared;
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
+use crate::exec::notifier_count::NotifierCount;
 use crate::exec::stream::{StreamFlags, StreamHandle};
 use crate::sync::lock;
 
@@ -51,7 +51,7 @@ struct Notifiers {
 /// query of every stream at each hand-over was quadratic in the completions pending at once).
 struct Notifier {
     stream: StreamHandle,
-    pending: Arc<AtomicUsize>,
+    pending: Arc<NotifierCount>,
 }
 
 /// The fewest awaited events at which the table looks for those it can let go of.
@@ -75,7 +75,7 @@ pub(crate) fn hand_over(
     let (notifier, pending) = notifier(context)?;
     // Nothing queued yet: the stream is idle again.
     let idle_again = |error| {
-        pending.fetch_sub(1, Ordering::Release);
+        pending.let_go();
         error
     };
     notifier.refuse_foreign_capture().map_err(idle_again)?;
@@ -85,7 +85,7 @@ pub(crate) fn hand_over(
     });
     if !waited.queued {
         waited.status.map_err(idle_again)?;
-        pending.fetch_sub(1, Ordering::Release);
+        pending.let_go();
         return Err(Error::NothingMade {
             what: "the notifier's stream wait was not queued",
         });
@@ -100,7 +100,7 @@ pub(crate) fn hand_over(
             crate::exec::disposal::dispose(Box::new(waker));
         }
         // The wait has passed: later completions may queue behind this host function.
-        passed.fetch_sub(1, Ordering::Release);
+        passed.let_go();
     });
     if let Err(error) = waited.status.and(queued) {
         // A wait may be queued with no host function behind it: the stream is never used
@@ -133,7 +133,7 @@ pub(crate) fn let_go(context: usize, shared: &Arc<Shared>) {
 /// has started, it waits only for that function's end. Idle streams beyond
 /// [`NOTIFIERS_PER_CONTEXT`] are let go of (after the table's lock), so the table keeps at most
 /// that many idle ones, plus one per completion pending at once. No driver call is made.
-fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<AtomicUsize>)> {
+fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<NotifierCount>)> {
     let mut surplus = Vec::new();
     let found = {
         let mut all = lock(&NOTIFIERS);
@@ -142,15 +142,10 @@ fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<AtomicUsize>)>
         let mut idle = 0;
         let mut i = 0;
         while i < streams.len() {
-            // Acquire: pairs with the host function's release, which follows its last use.
-            if streams[i].pending.load(Ordering::Acquire) != 0 {
-                i += 1;
-                continue;
-            }
-            if found.is_none() {
-                // Claimed under the table's lock: no other hand-over can take it meanwhile.
-                streams[i].pending.fetch_add(1, Ordering::Relaxed);
+            if found.is_none() && streams[i].pending.take_if_idle() {
                 found = Some((streams[i].stream.clone(), Arc::clone(&streams[i].pending)));
+                i += 1;
+            } else if !streams[i].pending.idle() {
                 i += 1;
             } else if idle >= NOTIFIERS_PER_CONTEXT {
                 surplus.push(streams.swap_remove(i).stream);
@@ -164,7 +159,7 @@ fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<AtomicUsize>)>
             None => {
                 let stream =
                     StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
-                let pending = Arc::new(AtomicUsize::new(1));
+                let pending = Arc::new(NotifierCount::taken());
                 streams.push(Notifier {
                     stream: stream.clone(),
                     pending: Arc::clone(&pending),
@@ -183,7 +178,7 @@ fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<AtomicUsize>)>
 
 /// Takes the notifier stream counted by `pending` out of `context`'s entry, for good (on the
 /// disposal thread: its release may wait for its work).
-fn retire(context: &ContextHandle, pending: &Arc<AtomicUsize>) {
+fn retire(context: &ContextHandle, pending: &Arc<NotifierCount>) {
     let retired = {
         let mut all = lock(&NOTIFIERS);
         all.iter_mut()

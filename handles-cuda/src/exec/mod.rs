@@ -84,6 +84,7 @@ pub(crate) mod event;
 pub(crate) mod event_recycler;
 pub(crate) mod green;
 pub(crate) mod host;
+pub(crate) mod notifier_count;
 pub(crate) mod record_count;
 pub(crate) mod stream;
 pub(crate) mod stream_generation;
