@@ -1,7 +1,7 @@
 //! The simulator behaves as driver 580 was measured to behave (driver-facts and the probes in
 //! `cuda-sim/probes/`): capture error codes, the implicit synchronisation of
-//! `cuMemFree`/`cuMemFreeHost`, destroyed green contexts that stay current, and peer access
-//! to pools checked on every touch.
+//! `cuMemFree`/`cuMemFreeHost`, destroyed green contexts that stay current, peer access to
+//! pools checked on every touch, and stream waits bound to the record they name.
 
 use std::process::Command;
 
@@ -11,42 +11,37 @@ use cudarc::driver::sys::{self, CUresult};
 mod common;
 use common::*;
 
-/// The capture probe and its output on an H200, embedded: the test binary needs no source
-/// tree at run time.
+/// The probes and their output on an H200, embedded with the probes' ctypes helpers: the test
+/// binary needs no source tree at run time.
+const DRIVER_HELPERS: &str = include_str!("../probes/driver.py");
 const CAPTURE_PROBE: &str = include_str!("../probes/capture_codes.py");
 const CAPTURE_CODES_H200: &str = include_str!("../probes/capture_codes.h200.txt");
+const RERECORD_PROBE: &str = include_str!("../probes/event_rerecord.py");
+const RERECORD_H200: &str = include_str!("../probes/event_rerecord.h200.txt");
 
-/// `probes/capture_codes.py` prints the same codes under the simulator as on an H200 with
-/// driver 580 (`probes/capture_codes.h200.txt`), line by line.
-#[test]
-fn capture_codes_match_the_h200() {
-    let report = std::env::temp_dir().join(format!("cuda-sim-probe-{}.json", std::process::id()));
+/// Runs `probe` under the simulator (written with its helpers to a directory of its own) and
+/// checks that it prints what it printed on an H200 with driver 580, line by line, with no
+/// violation.
+fn probe_matches_the_h200(name: &str, probe: &str, measured: &str) {
+    let dir = std::env::temp_dir().join(format!("cuda-sim-probe-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("driver.py"), DRIVER_HELPERS).unwrap();
+    std::fs::write(dir.join("probe.py"), probe).unwrap();
+    let report = dir.join("report.json");
     // The simulator by path: a Python whose environment resets the library path still loads
-    // it (and its report is written). The script comes on standard input.
-    let mut child = cuda_sim::command("python3")
-        .arg("-")
+    // it (and its report is written).
+    let output = cuda_sim::command("python3")
+        .arg(dir.join("probe.py"))
         .arg(cuda_sim::library_dir().join("libcuda.so"))
         .sim_report(&report)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
+        .output()
         .expect("run python3");
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().expect("piped");
-        stdin
-            .write_all(CAPTURE_PROBE.as_bytes())
-            .expect("hand the probe to python3");
-    }
-    let output = child.wait_with_output().expect("run python3");
     assert!(
         output.status.success(),
-        "the probe failed: {}",
+        "the {name} probe failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let simulated = String::from_utf8(output.stdout).unwrap();
-    let measured = CAPTURE_CODES_H200;
     let differences: Vec<String> = measured
         .lines()
         .zip(simulated.lines())
@@ -59,10 +54,23 @@ fn capture_codes_match_the_h200() {
         differences.join("\n")
     );
     let report = cuda_sim::Report::read(&report).unwrap();
-    let _ = std::fs::remove_file(
-        std::env::temp_dir().join(format!("cuda-sim-probe-{}.json", std::process::id())),
-    );
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// `probes/capture_codes.py` prints the same codes under the simulator as on an H200 with
+/// driver 580 (`probes/capture_codes.h200.txt`).
+#[test]
+fn capture_codes_match_the_h200() {
+    probe_matches_the_h200("capture", CAPTURE_PROBE, CAPTURE_CODES_H200);
+}
+
+/// `probes/event_rerecord.py`: a stream wait keeps waiting for the record it named while a
+/// later record of the event has completed (and `cuEventQuery` says complete), as on driver
+/// 580 (`probes/event_rerecord.h200.txt`).
+#[test]
+fn a_stream_wait_is_bound_to_the_record_it_names() {
+    probe_matches_the_h200("rerecord", RERECORD_PROBE, RERECORD_H200);
 }
 
 /// A kernel queued on a non-blocking stream uses a `cuMemAlloc` buffer and a pinned host

@@ -761,19 +761,36 @@ fn awaited<'a>(
 fn completion_latencies(context: &ContextHandle, stream: &StreamHandle) {
     let event = EventHandle::create(context, EventFlags::default()).unwrap();
     let buffer = DevicePtrHandle::alloc(context, 4096).unwrap();
-    let measured = handles_bench::latencies(
-        &mut [
-            raw_wait(&buffer, &event, stream),
-            Variant::new("handles-cuda memset+record+synchronize", || {
-                buffer.memset_async(1, 4096, stream).unwrap();
-                event.record(stream).unwrap();
-                event.synchronize().unwrap();
-            }),
-            awaited(&buffer, &event, stream),
-        ],
-        2000,
-        200,
-    );
+    let poller = Poller::default();
+    let measured = std::thread::scope(|scope| {
+        let helper = scope.spawn(|| poller.run());
+        let measured = handles_bench::latencies(
+            &mut [
+                raw_wait(&buffer, &event, stream),
+                Variant::new("handles-cuda memset+record+synchronize", || {
+                    buffer.memset_async(1, 4096, stream).unwrap();
+                    event.record(stream).unwrap();
+                    event.synchronize().unwrap();
+                }),
+                awaited(&buffer, &event, stream),
+                Variant::new(
+                    "floor of a parked waiter: raw memset+record, a spinning thread's \
+                     cuEventQuery unparks the caller",
+                    || {
+                        buffer.memset_async(1, 4096, stream).unwrap();
+                        // SAFETY: the event and the stream are alive.
+                        unsafe { ok(sys::cuEventRecord(event.as_cu(), stream.as_cu())) };
+                        poller.wait_for(&event);
+                    },
+                ),
+            ],
+            2000,
+            200,
+        );
+        poller.stop();
+        helper.join().unwrap();
+        measured
+    });
     let (raw50, raw99) = (measured.p50[0], measured.p99[0]);
     for (index, name) in measured.names.iter().enumerate() {
         let (p50, p99) = (measured.p50[index], measured.p99[index]);
@@ -785,6 +802,52 @@ fn completion_latencies(context: &ContextHandle, stream: &StreamHandle) {
         );
     }
     handles_cuda::exec::clear_notifiers();
+}
+
+/// The least any future woken on a parked thread can take: a thread of its own spins on
+/// `cuEventQuery` and unparks the caller, which parks as `block_on` does. No locks, no
+/// allocation, no waker: the gap between this and a blocking wait is the thread's wake-up.
+#[derive(Default)]
+struct Poller {
+    /// The raw event to poll (0: none), and the parked caller.
+    event: std::sync::atomic::AtomicUsize,
+    caller: std::sync::Mutex<Option<std::thread::Thread>>,
+    done: std::sync::atomic::AtomicBool,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Poller {
+    fn run(&self) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+        while !self.stop.load(Acquire) {
+            let raw = self.event.load(Acquire);
+            if raw == 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            // SAFETY: the caller keeps the event alive until `done` is set.
+            while unsafe { sys::cuEventQuery(raw as sys::CUevent) }
+                == sys::CUresult::CUDA_ERROR_NOT_READY
+            {}
+            let caller = self.caller.lock().unwrap().clone().unwrap();
+            self.event.store(0, Release);
+            let _ = self.done.swap(true, AcqRel);
+            caller.unpark();
+        }
+    }
+
+    fn wait_for(&self, event: &EventHandle) {
+        use std::sync::atomic::Ordering::{AcqRel, Release};
+        *self.caller.lock().unwrap() = Some(std::thread::current());
+        self.event.store(event.as_cu() as usize, Release);
+        while !self.done.swap(false, AcqRel) {
+            std::thread::park();
+        }
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// An event recorded behind a short memset on an idle stream, then waited for: the driver's

@@ -138,7 +138,7 @@ impl KernelParam for Buffer {
     }
     #[inline]
     fn note_use(arg: &&DevicePtrHandle, stream: &StreamHandle) -> Result<()> {
-        arg.record_use(stream)
+        arg.record_guarded_use(stream)
     }
     fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
         Some(*arg)
@@ -155,7 +155,7 @@ impl<T: bytemuck::Pod> KernelParam for Elements<T> {
     }
     #[inline]
     fn note_use(arg: &&DeviceBuffer<T>, stream: &StreamHandle) -> Result<()> {
-        arg.as_bytes().record_use(stream)
+        arg.as_bytes().record_guarded_use(stream)
     }
     fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
         Some(arg.as_bytes())
@@ -194,7 +194,7 @@ impl<T: TensorElement> KernelParam for TensorMap<T> {
     }
     #[inline]
     fn note_use(arg: &&TensorMap<T>, stream: &StreamHandle) -> Result<()> {
-        arg.buffer().as_bytes().record_use(stream)
+        arg.buffer().as_bytes().record_guarded_use(stream)
     }
     fn buffer<'a>(arg: &Self::Arg<'a>) -> Option<&'a DevicePtrHandle> {
         Some(arg.buffer().as_bytes())

@@ -157,8 +157,7 @@ fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<NotifierCount>
         match found {
             Some(found) => found,
             None => {
-                let stream =
-                    StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
+                let stream = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
                 let pending = Arc::new(NotifierCount::taken());
                 streams.push(Notifier {
                     stream: stream.clone(),

@@ -352,7 +352,7 @@ impl StreamHandle {
         // unreported use could be freed unordered.
         let mut reported = Ok(());
         for used in buffers.iter().filter(|used| used.first_planned < queued) {
-            reported = reported.and(used.root.record_use(self));
+            reported = reported.and(used.root.record_guarded_use(self));
         }
         status.and(reported)
     }

@@ -50,7 +50,7 @@ impl DevicePtrHandle {
                 // SAFETY: the range is within the allocation, which is alive while `self` is.
                 unsafe { driver!(cuMemsetD8Async(start, value, len, raw_stream)) }
             })
-            .then(|| self.record_use(stream))
+            .then(|| self.record_guarded_use(stream))
     }
 
     /// Copies `src` into the start of the allocation, after the work queued on `stream`.
@@ -114,8 +114,8 @@ impl DevicePtrHandle {
             .then(|| {
                 // Both are reported whatever happens to the other: an unreported use could be
                 // freed unordered.
-                let source = self.record_use(stream);
-                let destination = dst.record_use(stream);
+                let source = self.record_guarded_use(stream);
+                let destination = dst.record_guarded_use(stream);
                 source.and(destination)
             })
     }

@@ -501,21 +501,41 @@ impl DevicePtrHandle {
     /// after the work was queued. Safe: it only adds ordering.
     #[inline]
     pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {
+        self.report_use(stream, true)
+    }
+
+    /// [`Self::record_use`] for work queued while this memory's reach guard for `stream`
+    /// ([`Self::check_accessible_on`]) was held, as the safe methods queue theirs: the guard
+    /// covers the work for host views (its drop records the stream's marker after the work,
+    /// or its entry noted the context), so only the frees' ordering is reported here and the
+    /// marker is not recorded a second time.
+    #[inline]
+    pub(crate) fn record_guarded_use(&self, stream: &StreamHandle) -> Result<()> {
+        self.report_use(stream, false)
+    }
+
+    /// The one home of a use's report: the free's ordering, and with `host_views` the host
+    /// views' marker of memory with host access.
+    #[inline]
+    fn report_use(&self, stream: &StreamHandle, host_views: bool) -> Result<()> {
         match &self.record().release {
             Release::StreamOrdered { order, host, .. } if self.is_owning() => {
                 let ordered = order.record_use(stream);
                 // Host-pool memory: its views wait for the work too.
                 match host {
-                    Some(host) => ordered.and(host.record_use(stream)),
-                    None => ordered,
+                    Some(host) if host_views => ordered.and(host.record_use(stream)),
+                    _ => ordered,
                 }
             }
             Release::Synchronous(used) if self.is_owning() => used.note_stream(stream),
             Release::PinnedHost(host) | Release::Managed(host) if self.is_owning() => {
-                host.record_use(stream)
+                match host_views {
+                    true => host.record_use(stream),
+                    false => Ok(()),
+                }
             }
             Release::Foreign(foreign) => foreign.order.record_use(stream),
-            Release::View(parent) => parent.record_use(stream),
+            Release::View(parent) => parent.report_use(stream, host_views),
             Release::Mapped(mappings) => {
                 // Every mapping is noted, whatever happens to another.
                 let mut status = Ok(());

@@ -181,7 +181,7 @@ impl DevicePtrHandle {
                 },
                 Some(device) => legacy_prefetch(start, len, device, raw_stream),
             })
-            .then(|| self.record_use(stream))
+            .then(|| self.record_guarded_use(stream))
     }
 
     /// Advises the driver how the memory (this handle's range) will be used (`cuMemAdvise_v2`,
@@ -225,7 +225,7 @@ impl DevicePtrHandle {
                 // all of it; the stream is alive.
                 unsafe { driver!(cuStreamAttachMemAsync(raw_stream, base, 0, how.raw())) }
             })
-            .then(|| root.record_use(stream))
+            .then(|| root.record_guarded_use(stream))
     }
 }
 

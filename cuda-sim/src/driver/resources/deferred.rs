@@ -13,7 +13,7 @@
 //! Not modelled: work queued on a blocking stream does not hold back the legacy default
 //! stream (or the other way round) while it waits.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::c_void;
 
 use crate::base::errors::NOT_READY;
@@ -67,6 +67,11 @@ pub struct Deferred {
     /// that already ran changes nothing when it runs.
     pub issued: HashMap<Raw, u64>,
     pub done: HashMap<Raw, u64>,
+    /// The generations of each event's records that are queued and have not run. A wait is
+    /// bound to the record it names: a later record that runs first (on an idle stream, say)
+    /// completes the event for `cuEventQuery` but does not release the wait, as driver 580
+    /// does (`probes/event_rerecord.h200.txt`).
+    pub queued_records: HashMap<Raw, BTreeSet<u64>>,
     /// Imports whose `cuMemFreeAsync` is queued.
     pub free_queued: HashSet<u64>,
     /// Events destroyed while a queued record or wait still names them: the driver lets an
@@ -93,9 +98,14 @@ impl Sim {
         self.deferred.done.get(&event).copied().unwrap_or(0) < issued
     }
 
-    /// Whether the records of `event` up to `generation` have run.
+    /// Whether the record of `event` that a wait names (`generation`) has run: not whether a
+    /// later one has.
     fn reached(&self, event: Raw, generation: u64) -> bool {
-        self.deferred.done.get(&event).copied().unwrap_or(0) >= generation
+        !self
+            .deferred
+            .queued_records
+            .get(&event)
+            .is_some_and(|queued| queued.contains(&generation))
     }
 
     /// Whether any stream of `context` (or, with `device`, of any context of that device) is
@@ -124,6 +134,11 @@ impl Sim {
                     self.deferred.done.insert(event, generation);
                     return calls;
                 }
+                self.deferred
+                    .queued_records
+                    .entry(event)
+                    .or_default()
+                    .insert(generation);
                 Queued::Record(target, event, generation)
             }
             Op::EventWait(event) => {
@@ -275,7 +290,14 @@ impl Sim {
                         }
                         Queued::Record(target, event, generation) => {
                             let revived = self.revive(event);
-                            if !self.reached(event, generation) {
+                            if let Some(queued) = self.deferred.queued_records.get_mut(&event) {
+                                queued.remove(&generation);
+                                if queued.is_empty() {
+                                    self.deferred.queued_records.remove(&event);
+                                }
+                            }
+                            let latest_ran = self.deferred.done.get(&event).copied().unwrap_or(0);
+                            if latest_ran < generation {
                                 let _ = self.execute(target, &Op::EventRecord(event));
                                 self.deferred.done.insert(event, generation);
                             } else {
