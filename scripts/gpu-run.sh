@@ -20,7 +20,7 @@ simulator_only=(
   test-memory_model test-selftest test-tensor_maps test-vmm
   test-capabilities test-cuda_attacks test-cuda_conditional_rules test-cuda_rules
   test-cuda_soundness test-fault_sweep test-fd_passing test-fuzz_safe_api test-interop
-  test-review24 test-review25 test-review26 test-races test-sanitizer_classes test-shared_races test-review_views
+  test-review24 test-review25 test-review26 test-review27 test-races test-sanitizer_classes test-shared_races test-review_views
   test-libraries test-cuda_runtime
 )
 # No ignored tests at all (the `lists` step checks that): tests that run as they are.
@@ -109,6 +109,11 @@ for step in "${steps[@]}"; do
         --skip scenario_a7c --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
       grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review26 --include-ignored scenario_r7 \
+        --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
+      grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
+      # The notifier count under a panicking waker (review27.rs) on the real driver.
+      echo "== review27 scenarios on the GPU" | tee -a "$logs/rules.log"
+      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review27 --include-ignored scenario_ \
         --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
       grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       ;;

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::exec::completion_protocol::Shared;
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
-use crate::exec::notifier_count::NotifierCount;
+use crate::exec::notifier_count::{LetGoOnDrop, NotifierCount};
 use crate::exec::stream::{StreamFlags, StreamHandle};
 use crate::sync::lock;
 
@@ -93,14 +93,15 @@ pub(crate) fn hand_over(
     let wake = Arc::clone(shared);
     let passed = Arc::clone(&pending);
     let queued = notifier.queue_host(move || {
+        // The wait has passed: later completions may queue behind this host function, which
+        // lets go of the count when it ends, even by a waker's panic.
+        let _idle_after = LetGoOnDrop(&passed);
         wake.mark_passed();
         if let Some(waker) = wake.complete() {
             waker.wake_by_ref();
             // Dropped on the disposal thread, never in the host function.
             crate::exec::disposal::dispose(Box::new(waker));
         }
-        // The wait has passed: later completions may queue behind this host function.
-        passed.let_go();
     });
     if let Err(error) = waited.status.and(queued) {
         // A wait may be queued with no host function behind it: the stream is never used

@@ -40,3 +40,13 @@ impl NotifierCount {
         self.0.fetch_sub(1, Ordering::Release);
     }
 }
+
+/// Lets go of a taken count when dropped: a host function holds one from its first statement,
+/// so the count is let go of however it ends (a waker that panics unwinds through it).
+pub(crate) struct LetGoOnDrop<'a>(pub(crate) &'a NotifierCount);
+
+impl Drop for LetGoOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.let_go();
+    }
+}

@@ -9,7 +9,7 @@
 //! refused ([`Error::BatchConflict`]). The fallback keeps that rule, so a batch means the same
 //! on every driver. Then the capture check and the reach check of every buffer (the guards are
 //! held until the copies are queued), and after queueing one ordering report per buffer
-//! (`record_use`, once per allocation however many copies and views name it).
+//! (`record_guarded_use`, once per allocation however many copies and views name it).
 //!
 //! Host memory takes part only as pinned memory a handle owns (`DevicePtrHandle::alloc_host`),
 //! which the handle keeps alive until its free is ordered after the batch; a borrowed host
