@@ -103,10 +103,10 @@ for step in "${steps[@]}"; do
         --skip a14 --skip control --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
       grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       # The waiter and reach reviews' programs (review25.rs, review26.rs) on the real driver:
-      # those of one device (a7 and a7c use a second; every review26 program but r7 does).
+      # those of one device (a6, a7 and a7c use a second; every review26 program but r7 does).
       echo "== review25 and review26 scenarios on the GPU" | tee -a "$logs/rules.log"
-      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review25 --include-ignored scenario_ --skip scenario_a7_ \
-        --skip scenario_a7c --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
+      HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review25 --include-ignored scenario_ --skip scenario_a6_ \
+        --skip scenario_a7_ --skip scenario_a7c --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1
       grep -E "^test result|FAILED|panicked" "$logs/rules.log" | tail -n 3
       HANDLES_SIM_SCENARIO=gpu .gpu/test-test-review26 --include-ignored scenario_r7 \
         --test-threads=1 --nocapture >>"$logs/rules.log" 2>&1 || status=1

@@ -73,6 +73,76 @@ fn a_stream_wait_is_bound_to_the_record_it_names() {
     probe_matches_the_h200("rerecord", RERECORD_PROBE, RERECORD_H200);
 }
 
+/// Opened by the scenario below once it has looked.
+static GATE_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn gate(_: *mut std::ffi::c_void) {
+    while !GATE_OPEN.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+extern "C" fn nothing(_: *mut std::ffi::c_void) {}
+
+/// The probe's program with one more step that only the simulator can run: it looks at its
+/// queued waits again whenever a host function returns, and runs host functions at once, each
+/// on a thread of its own (driver 580 runs them one at a time, so there the second would wait
+/// for the gate). A host function that returns on a fourth stream, after a later record of the
+/// event has run, must not release the wait for the held-back record.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_a_returning_host_function_leaves_a_wait_for_its_record() {
+    child();
+    setup();
+    let [held, waiting, idle, other] = [(); 4].map(|_| new_stream());
+    let (mut awaited, mut marker) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: plain driver calls on this program's own streams and events; the host functions
+    // take no data.
+    unsafe {
+        ok(sys::cuEventCreate(&mut awaited, 0));
+        ok(sys::cuEventCreate(&mut marker, 0));
+        ok(sys::cuLaunchHostFunc(
+            held,
+            Some(gate),
+            std::ptr::null_mut(),
+        ));
+        ok(sys::cuEventRecord(awaited, held));
+        ok(sys::cuStreamWaitEvent(waiting, awaited, 0));
+        ok(sys::cuEventRecord(marker, waiting));
+        ok(sys::cuEventRecord(awaited, idle));
+        ok(sys::cuStreamSynchronize(idle));
+        ok(sys::cuLaunchHostFunc(
+            other,
+            Some(nothing),
+            std::ptr::null_mut(),
+        ));
+        ok(sys::cuStreamSynchronize(other));
+        assert_eq!(sys::cuEventQuery(awaited), CUresult::CUDA_SUCCESS);
+        let wait = sys::cuEventQuery(marker);
+        GATE_OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            wait,
+            CUresult::CUDA_ERROR_NOT_READY,
+            "a later record of the event released the wait for the held-back one"
+        );
+        ok(sys::cuStreamSynchronize(held));
+        ok(sys::cuStreamSynchronize(waiting));
+        ok(sys::cuEventDestroy_v2(awaited));
+        ok(sys::cuEventDestroy_v2(marker));
+    }
+    for stream in [held, waiting, idle, other] {
+        destroy_stream(stream);
+    }
+    teardown();
+}
+
+#[test]
+fn a_returning_host_function_leaves_a_wait_for_its_record() {
+    assert_clean(&report_of(
+        "scenario_a_returning_host_function_leaves_a_wait_for_its_record",
+    ));
+}
+
 /// A kernel queued on a non-blocking stream uses a `cuMemAlloc` buffer and a pinned host
 /// buffer; `cuMemFree` and `cuMemFreeHost` without a synchronisation are not violations,
 /// because driver 580 waits for all work on the device first.

@@ -333,11 +333,12 @@ fn awaited_events_are_let_go_once_their_completions_resolve() {
 }
 
 /// CPU time of this process's tokio worker threads and of handles-cuda's waiter thread (user +
-/// system), from `/proc`.
-fn worker_cpu_time() -> Duration {
+/// system), from `/proc`, in all and by thread.
+fn worker_cpu_time() -> (Duration, Vec<(String, Duration)>) {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     let mut total = 0.0;
+    let mut each = Vec::new();
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let path = task.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
@@ -358,9 +359,14 @@ fn worker_cpu_time() -> Duration {
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0)
         };
-        total += field(14) + field(15);
+        let used = field(14) + field(15);
+        total += used;
+        each.push((
+            comm.trim().to_string(),
+            Duration::from_secs_f64(used / ticks),
+        ));
     }
-    Duration::from_secs_f64(total / ticks)
+    (Duration::from_secs_f64(total / ticks), each)
 }
 
 /// CPU time of this process (user + system), for the no-spinning check.
@@ -400,8 +406,10 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         .unwrap();
     let _enter = runtime.enter();
     let mut completed = 0;
+    let mut queueing = Duration::ZERO;
     let (start, cpu_start) = (Instant::now(), cpu_time());
     for wave in 0..10 {
+        let queued_from = Instant::now();
         for stream in &streams {
             kernels
                 .spin
@@ -423,6 +431,7 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
                 }));
             }
         }
+        queueing += queued_from.elapsed();
         completed += runtime.block_on(async {
             let mut completed = 0;
             for task in tasks {
@@ -434,10 +443,11 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
     let (wall, cpu) = (start.elapsed(), cpu_time() - cpu_start);
     // The threads that await: tokio's workers, and the waiter thread that polls events at
     // first. Queueing (this thread) and the driver's own threads are not the futures' cost.
-    let workers = worker_cpu_time();
+    let (workers, by_thread) = worker_cpu_time();
     println!(
         "10000 completions on 8 streams: {wall:.2?} wall; the 4 tokio workers and the waiter used {workers:.2?} \
-         of CPU ({:.1}% of one core), the whole process {cpu:.2?}",
+         of CPU ({:.1}% of one core; by thread {by_thread:?}), the whole process {cpu:.2?}; \
+         queueing the waves took {queueing:.2?}",
         workers.as_secs_f64() / wall.as_secs_f64() * 100.0
     );
     assert_eq!(
