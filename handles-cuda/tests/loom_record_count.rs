@@ -1,6 +1,7 @@
 //! Model check of the waiter's watch against a record node added at the same time
 //! (`exec/record_count.rs`): once the node's hand-over has run, no watch of the event is left
-//! polling. The waiter's lock is modelled by a loom mutex around the list of watches. Run with
+//! polling. The lock of the waiter's incoming watches (which the hand-over takes too) is modelled
+//! by a loom mutex around the list of watches. Run with
 //! `RUSTFLAGS="--cfg handles_cuda_loom" cargo test -p handles-cuda --test loom_record_count
 //! --release`.
 #![cfg(handles_cuda_loom)]
@@ -20,7 +21,7 @@ fn no_watch_is_left_polling_once_a_record_node_is_added() {
         let waiter = {
             let (records, watches) = (records.clone(), watches.clone());
             loom::thread::spawn(move || {
-                // `completion_waiter::watch`: under the lock, counted, then listed.
+                // `completion_waiter::watch`: under the incoming list's lock, counted, then listed.
                 let mut list = watches.lock().unwrap();
                 if records.watch() {
                     list.push(1);

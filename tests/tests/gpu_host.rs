@@ -342,7 +342,9 @@ fn worker_cpu_time() -> (Duration, Vec<(String, Duration)>) {
     for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let path = task.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        // tokio's workers, and the waiter thread that polls completions' events at first.
+        // tokio's workers (named by the test), and the waiter thread that polls completions'
+        // events at first, with any thread the driver starts from it (on Linux a new thread
+        // takes its creator's name): its CPU time is the waiter's doing.
         if !comm.starts_with("tokio-runtime") && !comm.starts_with("handles-waiter") {
             continue;
         }
@@ -400,8 +402,11 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
     // The simulator runs kernels on the CPU at launch: a short spin there.
     let spin = if on_simulator { 1_000 } else { 400_000_000 };
     let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+    // Named here: the default name changed between tokio releases ("tokio-rt-worker" now), and
+    // a worker the count does not find would hide a spinning one.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
+        .thread_name("tokio-runtime-worker")
         .build()
         .unwrap();
     let _enter = runtime.enter();
@@ -444,6 +449,14 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
     // The threads that await: tokio's workers, and the waiter thread that polls events at
     // first. Queueing (this thread) and the driver's own threads are not the futures' cost.
     let (workers, by_thread) = worker_cpu_time();
+    assert_eq!(
+        by_thread
+            .iter()
+            .filter(|(name, _)| name.starts_with("tokio-runtime"))
+            .count(),
+        4,
+        "the count finds tokio's four workers: {by_thread:?}"
+    );
     println!(
         "10000 completions on 8 streams: {wall:.2?} wall; the 4 tokio workers and the waiter used {workers:.2?} \
          of CPU ({:.1}% of one core; by thread {by_thread:?}), the whole process {cpu:.2?}; \
@@ -462,6 +475,13 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         assert!(
             wall >= Duration::from_secs(1),
             "the spinning kernels held the work back"
+        );
+        // Queueing a wave takes less time than its spinning kernels: a queueing thread that
+        // waits for the waiter's lock (each completion until the last watch expired) took the
+        // whole wall time on an H100.
+        assert!(
+            queueing < wall / 2,
+            "queueing the completions took {queueing:?} of {wall:?}"
         );
         // One spinning worker would use about the whole wall time.
         assert!(
