@@ -850,6 +850,66 @@ impl Poller {
     }
 }
 
+/// Whether a thread that polls a pending event with `cuEventQuery` in a tight loop (as the
+/// completion waiter does for its first 200 µs) slows other threads' driver calls: the time of
+/// 2,000 raw `cuEventCreate`+`cuEventRecord`+`cuEventDestroy` on a stream, alone and while
+/// another thread polls an event held back on another stream (`gpu_bench contention`).
+fn query_contention(context: &ContextHandle) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let held = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap();
+    let working = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap();
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&open);
+    held.launch_host(move || {
+        while !gate.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+    })
+    .unwrap();
+    let pending = EventHandle::create(context, EventFlags::default()).unwrap();
+    pending.record(&held).unwrap();
+    let queue = |rounds: usize| {
+        let start = std::time::Instant::now();
+        for _ in 0..rounds {
+            let mut event = std::ptr::null_mut();
+            // SAFETY: the context is current; valid out-pointer; the event is this loop's own.
+            unsafe {
+                ok(sys::cuEventCreate(&mut event, 2));
+                ok(sys::cuEventRecord(event, working.as_cu()));
+                ok(sys::cuEventDestroy_v2(event));
+            }
+        }
+        start.elapsed().as_nanos() as f64 / rounds as f64
+    };
+    let stop = AtomicBool::new(false);
+    for round in 0..3 {
+        let alone = queue(2000);
+        let (polled, queries) = std::thread::scope(|scope| {
+            let poller = scope.spawn(|| {
+                let mut queries = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    // SAFETY: the event is alive until the scope ends.
+                    let status = unsafe { sys::cuEventQuery(pending.as_cu()) };
+                    assert_eq!(status, sys::CUresult::CUDA_ERROR_NOT_READY);
+                    queries += 1;
+                }
+                queries
+            });
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            let polled = queue(2000);
+            stop.store(true, Ordering::Release);
+            (polled, poller.join().unwrap())
+        });
+        stop.store(false, Ordering::Release);
+        println!(
+            "contention round {round}: create+record+destroy {alone:.0} ns alone, {polled:.0} ns \
+             while another thread polls a pending event ({queries} queries)"
+        );
+    }
+    open.store(true, Ordering::Release);
+    held.synchronize().unwrap();
+}
+
 /// An event recorded behind a short memset on an idle stream, then waited for: the driver's
 /// blocking `cuEventSynchronize`, cudarc's `CudaEvent::synchronize`, and awaiting
 /// `EventHandle::completed` on a parking executor (a host function wakes it: the wake-up
@@ -1277,6 +1337,10 @@ fn main() {
     println!("|---|---|---|---|");
     // `gpu_bench events`: the event create+drop rows alone (the main thread, fresh pinned
     // threads and the scaling table's), for several alternations of builds in one call.
+    if std::env::args().nth(1).as_deref() == Some("contention") {
+        query_contention(&context);
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("latency") {
         for _ in 0..5 {
             completion_latencies(&context, &stream);
