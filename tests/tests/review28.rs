@@ -79,7 +79,7 @@ fn scenario_r1_rerecord_after_completed_on_another_thread_does_not_resolve_early
                     for _ in 0..4 {
                         futures.push(event.completed().unwrap());
                     }
-                    if (made + i) % 2 == 0 {
+                    if (made + i).is_multiple_of(2) {
                         // A record of a watched event: its watches are handed over.
                         event.record(&streams[(made + 1) % 2]).unwrap();
                     }
