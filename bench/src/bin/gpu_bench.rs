@@ -853,7 +853,8 @@ impl Poller {
 /// Whether a thread that polls a pending event with `cuEventQuery` in a tight loop (as the
 /// completion waiter does for its first 200 µs) slows other threads' driver calls: the time of
 /// 2,000 raw `cuEventCreate`+`cuEventRecord`+`cuEventDestroy` on a stream, alone and while
-/// another thread polls an event held back on another stream (`gpu_bench contention`).
+/// another thread polls an event held back on another stream; then what making 1,000
+/// notifier-like streams costs while their event is pending (`gpu_bench contention`).
 fn query_contention(context: &ContextHandle) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let held = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap();
@@ -906,8 +907,43 @@ fn query_contention(context: &ContextHandle) {
              while another thread polls a pending event ({queries} queries)"
         );
     }
+    // What a wave of 1,000 pending completions asks of the driver when each gets a notifier
+    // stream of its own: a stream created, a wait for the pending event and a host function
+    // queued on it, a thousand times, while none of them can run.
+    extern "C" fn nothing(_: *mut std::ffi::c_void) {}
+    let mut streams = Vec::with_capacity(1000);
+    let start = std::time::Instant::now();
+    for _ in 0..1000 {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the context is current; valid out-pointer; the stream and the event are
+        // alive, and the host function takes no data.
+        unsafe {
+            ok(sys::cuStreamCreate(&mut raw, 1));
+            ok(sys::cuStreamWaitEvent(raw, pending.as_cu(), 0));
+            ok(sys::cuLaunchHostFunc(
+                raw,
+                Some(nothing),
+                std::ptr::null_mut(),
+            ));
+        }
+        streams.push(raw);
+    }
+    let made = start.elapsed().as_nanos() as f64 / 1000.0;
     open.store(true, Ordering::Release);
     held.synchronize().unwrap();
+    let start = std::time::Instant::now();
+    for raw in streams {
+        // SAFETY: the streams made above, each destroyed once.
+        unsafe {
+            ok(sys::cuStreamSynchronize(raw));
+            ok(sys::cuStreamDestroy_v2(raw));
+        }
+    }
+    let gone = start.elapsed().as_nanos() as f64 / 1000.0;
+    println!(
+        "notifier-like streams: {made:.0} ns each to create with a wait and a host function \
+         queued (1,000 pending at once), {gone:.0} ns each to drain and destroy"
+    );
 }
 
 /// An event recorded behind a short memset on an idle stream, then waited for: the driver's
