@@ -25,13 +25,39 @@ struct Stream {
 // taker); loom checks that those accesses are ordered.
 unsafe impl Sync for Stream {}
 
+impl Stream {
+    /// A stream taken by the completion it was made for.
+    fn taken() -> Arc<Stream> {
+        Arc::new(Stream {
+            count: NotifierCount::taken(),
+            woken: UnsafeCell::new(0),
+        })
+    }
+}
+
+/// Two hand-overs looking for an idle stream at once: each that takes `stream` runs `then` on
+/// it and lets go; returns once both have finished.
+fn two_hand_overs(stream: &Arc<Stream>, then: fn(&Stream)) {
+    let hand_overs: Vec<_> = (0..2)
+        .map(|_| {
+            let stream = stream.clone();
+            loom::thread::spawn(move || {
+                if stream.count.take_if_idle() {
+                    then(&stream);
+                    stream.count.let_go();
+                }
+            })
+        })
+        .collect();
+    for hand_over in hand_overs {
+        hand_over.join().unwrap();
+    }
+}
+
 #[test]
 fn an_idle_stream_is_taken_once_and_after_its_host_function() {
     loom::model(|| {
-        let stream = Arc::new(Stream {
-            count: NotifierCount::taken(),
-            woken: UnsafeCell::new(0),
-        });
+        let stream = Stream::taken();
         let host_function = {
             let stream = stream.clone();
             loom::thread::spawn(move || {
@@ -40,24 +66,13 @@ fn an_idle_stream_is_taken_once_and_after_its_host_function() {
                 stream.count.let_go();
             })
         };
-        let hand_overs: Vec<_> = (0..2)
-            .map(|_| {
-                let stream = stream.clone();
-                loom::thread::spawn(move || {
-                    if stream.count.take_if_idle() {
-                        // SAFETY: taken: the host function let go before, and no other taker
-                        // holds it (the count is 1 again until this one lets go).
-                        let woken = stream.woken.with(|woken| unsafe { *woken });
-                        assert_eq!(woken, 1, "taken before the host function's work is seen");
-                        stream.count.let_go();
-                    }
-                })
-            })
-            .collect();
+        two_hand_overs(&stream, |stream| {
+            // SAFETY: taken: the host function let go before, and no other taker holds it (the
+            // count is 1 again until this one lets go).
+            let woken = stream.woken.with(|woken| unsafe { *woken });
+            assert_eq!(woken, 1, "taken before the host function's work is seen");
+        });
         host_function.join().unwrap();
-        for hand_over in hand_overs {
-            hand_over.join().unwrap();
-        }
         assert!(stream.count.idle(), "a count is left held");
     });
 }
@@ -65,26 +80,12 @@ fn an_idle_stream_is_taken_once_and_after_its_host_function() {
 #[test]
 fn two_hand_overs_never_hold_one_stream_at_once() {
     loom::model(|| {
-        let stream = Arc::new(Stream {
-            count: NotifierCount::taken(),
-            woken: UnsafeCell::new(0),
-        });
+        let stream = Stream::taken();
         stream.count.let_go();
-        let hand_overs: Vec<_> = (0..2)
-            .map(|_| {
-                let stream = stream.clone();
-                loom::thread::spawn(move || {
-                    if stream.count.take_if_idle() {
-                        // SAFETY: held: a second holder would make loom report a race here.
-                        stream.woken.with_mut(|woken| unsafe { *woken += 1 });
-                        stream.count.let_go();
-                    }
-                })
-            })
-            .collect();
-        for hand_over in hand_overs {
-            hand_over.join().unwrap();
-        }
+        two_hand_overs(&stream, |stream| {
+            // SAFETY: held: a second holder would make loom report a race here.
+            stream.woken.with_mut(|woken| unsafe { *woken += 1 })
+        });
         assert!(stream.count.idle());
     });
 }

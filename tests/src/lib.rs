@@ -275,6 +275,48 @@ pub fn gate(stream: &handles_cuda::StreamHandle) -> std::sync::Arc<std::sync::at
     open
 }
 
+/// Polling a completion by hand, as an executor would, for the waiter and notifier programs.
+pub mod polling {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::{Duration, Instant};
+
+    use handles_cuda::exec::Completion;
+
+    /// A waker that counts its wakes.
+    pub struct Counter(pub AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Polls `future` once with `waker`; whether it is ready.
+    pub fn poll_once(future: &mut Completion, waker: &Waker) -> bool {
+        let mut task = Context::from_waker(waker);
+        matches!(Pin::new(future).poll(&mut task), Poll::Ready(()))
+    }
+
+    /// Polls `future` every 100 µs until it is ready or `limit` has passed; whether it resolved.
+    pub fn poll_for(future: &mut Completion, limit: Duration) -> bool {
+        let waker = Waker::from(Arc::new(Counter(AtomicUsize::new(0))));
+        let start = Instant::now();
+        loop {
+            if poll_once(future, &waker) {
+                return true;
+            }
+            if start.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
 /// Helpers for tests that re-run their own test binary as a child process.
 pub mod child {
     use std::process::{Command, Output};

@@ -5,11 +5,9 @@
 mod simulator;
 
 use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use handles_cuda::exec::{Completion, EventFlags, GreenContextHandle};
@@ -18,35 +16,9 @@ use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventHandle, LaunchConfig, MemoryPoolHandle, PoolProps,
 };
 use handles_tests::kernels::{TestKernels, read_words};
+use handles_tests::polling::{poll_for, poll_once};
 use handles_tests::{Failures, gate, stream};
 use simulator::{in_scenario, strict_clean};
-
-struct Counter(AtomicUsize);
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn poll_once(future: &mut Completion, waker: &Waker) -> bool {
-    let mut task = TaskContext::from_waker(waker);
-    matches!(Pin::new(future).poll(&mut task), Poll::Ready(()))
-}
-
-/// Polls `future` until ready or `limit`; whether it resolved.
-fn poll_for(future: &mut Completion, limit: Duration) -> bool {
-    let waker = Waker::from(Arc::new(Counter(AtomicUsize::new(0))));
-    let start = Instant::now();
-    loop {
-        if poll_once(future, &waker) {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // A1: completed() polled, then the event re-recorded on an idle stream (the handle sometimes

@@ -3,24 +3,16 @@
 
 mod simulator;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use handles_cuda::exec::{Completion, EventFlags};
+use handles_cuda::exec::EventFlags;
 use handles_cuda::{ContextHandle, EventHandle};
+use handles_tests::polling::{Counter, poll_once};
 use handles_tests::{gate, stream};
 use simulator::{in_scenario, strict_clean};
-
-struct Counter(AtomicUsize);
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
 
 /// A waker whose wake panics (safe code may hand any waker to a future).
 struct Panicky(AtomicUsize);
@@ -29,11 +21,6 @@ impl Wake for Panicky {
         self.0.fetch_add(1, Ordering::SeqCst);
         panic!("review27: a waker that panics");
     }
-}
-
-fn poll_once(future: &mut Completion, waker: &Waker) -> bool {
-    let mut task = TaskContext::from_waker(waker);
-    matches!(Pin::new(future).poll(&mut task), Poll::Ready(()))
 }
 
 /// `rounds` completions one after another on one stream, each pending when made (handed to a

@@ -6,44 +6,16 @@
 
 mod simulator;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use handles_cuda::exec::{Completion, EventFlags};
+use handles_cuda::exec::EventFlags;
 use handles_cuda::{ContextHandle, EventHandle};
+use handles_tests::polling::poll_for;
 use handles_tests::{Failures, gate, stream};
 use simulator::{in_scenario, strict_clean};
-
-struct Counter(AtomicUsize);
-impl Wake for Counter {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn poll_once(future: &mut Completion, waker: &Waker) -> bool {
-    let mut task = TaskContext::from_waker(waker);
-    matches!(Pin::new(future).poll(&mut task), Poll::Ready(()))
-}
-
-fn poll_for(future: &mut Completion, limit: Duration) -> bool {
-    let waker = Waker::from(Arc::new(Counter(AtomicUsize::new(0))));
-    let start = Instant::now();
-    loop {
-        if poll_once(future, &waker) {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_micros(100));
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // R1: completed() on thread A, then a record on an idle stream by thread B (after a channel
