@@ -243,6 +243,69 @@ fn an_event_completion_wakes_a_minimal_executor() {
     failures.assert_none();
 }
 
+/// More completions pending at once than a context keeps busy notifier streams for: those
+/// beyond wait at the waiter, which polls them, so no other thread's driver calls wait for
+/// the GPU meanwhile (on driver 580 `cuStreamCreate` blocks once about 30 streams have a host
+/// function waiting behind a pending event, and holds back other calls); each still resolves
+/// only after its record, and the context is left with no more notifier streams than the
+/// limit.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn many_pending_completions_keep_few_notifier_streams() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let held = stream(&context);
+    handles_cuda::exec::clear_notifiers();
+    let open = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::clone(&open);
+    held.launch_host(move || {
+        while gate.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    })
+    .unwrap();
+    let pending: Vec<_> = (0..64)
+        .map(|_| {
+            let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+            event.record(&held).unwrap();
+            let completion = event.completed().unwrap();
+            (event, completion)
+        })
+        .collect();
+    // Well past the waiter's first moments: the first ones went to notifiers, the rest wait.
+    std::thread::sleep(Duration::from_millis(20));
+    let started = Instant::now();
+    let other = stream(&context);
+    let buffer = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    buffer.memset_async(7, 4096, &other).unwrap();
+    other.synchronize().unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "a stream made and a memset done took {took:?} while 64 completions were pending"
+    );
+    assert!(
+        pending.iter().all(|(event, _)| !event.query().unwrap()),
+        "the gate holds every record back"
+    );
+    open.store(1, Ordering::SeqCst);
+    for (event, completion) in pending {
+        block_on(completion);
+        assert!(
+            event.query().unwrap(),
+            "resolved only once the record completed"
+        );
+    }
+    held.synchronize().unwrap();
+    let streams = handles_cuda::exec::clear_notifiers();
+    assert!(
+        streams <= handles_cuda::exec::BUSY_NOTIFIERS_PER_CONTEXT,
+        "{streams} notifier streams for 64 completions pending at once"
+    );
+    failures.assert_none();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn awaited_events_are_let_go_once_their_completions_resolve() {
@@ -410,8 +473,29 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         .build()
         .unwrap();
     let _enter = runtime.enter();
+    // One spinning kernel alone, for the time a wave's kernels hold their streams back.
+    let spun_from = Instant::now();
+    kernels
+        .spin
+        .launch(
+            &streams[0],
+            &handles_cuda::LaunchConfig::linear(1, 1),
+            (spin,),
+        )
+        .unwrap();
+    streams[0].synchronize().unwrap();
+    let one_spin = spun_from.elapsed();
     let mut completed = 0;
     let mut queueing = Duration::ZERO;
+    let mut first_wave = Duration::ZERO;
+    // Where queueing spends its time, by step.
+    let mut phases = [
+        ("memset", Duration::ZERO),
+        ("create", Duration::ZERO),
+        ("record", Duration::ZERO),
+        ("completed", Duration::ZERO),
+        ("spawn", Duration::ZERO),
+    ];
     let (start, cpu_start) = (Instant::now(), cpu_time());
     for wave in 0..10 {
         let queued_from = Instant::now();
@@ -424,19 +508,36 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         let mut tasks = Vec::new();
         for round in 0..125 {
             for (stream, buffer) in streams.iter().zip(&buffers) {
+                let at = Instant::now();
                 buffer
                     .memset_async((wave * 125 + round) as u8, buffer.size(), stream)
                     .unwrap();
+                let set = Instant::now();
                 let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+                let made = Instant::now();
                 event.record(stream).unwrap();
+                let recorded = Instant::now();
                 let completion = event.completed().unwrap();
+                let awaited = Instant::now();
                 tasks.push(tokio::spawn(async move {
                     completion.await;
                     event.query().unwrap()
                 }));
+                for (phase, took) in phases.iter_mut().zip([
+                    set - at,
+                    made - set,
+                    recorded - made,
+                    awaited - recorded,
+                    awaited.elapsed(),
+                ]) {
+                    phase.1 += took;
+                }
             }
         }
         queueing += queued_from.elapsed();
+        if wave == 0 {
+            first_wave = queued_from.elapsed();
+        }
         completed += runtime.block_on(async {
             let mut completed = 0;
             for task in tasks {
@@ -460,7 +561,7 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
     println!(
         "10000 completions on 8 streams: {wall:.2?} wall; the 4 tokio workers and the waiter used {workers:.2?} \
          of CPU ({:.1}% of one core; by thread {by_thread:?}), the whole process {cpu:.2?}; \
-         queueing the waves took {queueing:.2?}",
+         queueing the waves took {queueing:.2?} (the first {first_wave:.2?}; by step {phases:?}); one spinning kernel alone took {one_spin:.2?}",
         workers.as_secs_f64() / wall.as_secs_f64() * 100.0
     );
     assert_eq!(

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 #[path = "gpu_bench/conditional.rs"]
 mod conditional;
+#[path = "gpu_bench/contention.rs"]
+mod contention;
 
 use cudarc::driver::{CudaContext, PushKernelArg, sys};
 use handles_bench::{Measured, Variant, interleave, keep};
@@ -850,102 +852,6 @@ impl Poller {
     }
 }
 
-/// Whether a thread that polls a pending event with `cuEventQuery` in a tight loop (as the
-/// completion waiter does for its first 200 µs) slows other threads' driver calls: the time of
-/// 2,000 raw `cuEventCreate`+`cuEventRecord`+`cuEventDestroy` on a stream, alone and while
-/// another thread polls an event held back on another stream; then what making 1,000
-/// notifier-like streams costs while their event is pending (`gpu_bench contention`).
-fn query_contention(context: &ContextHandle) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let held = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap();
-    let working = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0).unwrap();
-    let open = Arc::new(AtomicBool::new(false));
-    let gate = Arc::clone(&open);
-    held.launch_host(move || {
-        while !gate.load(Ordering::Acquire) {
-            std::hint::spin_loop();
-        }
-    })
-    .unwrap();
-    let pending = EventHandle::create(context, EventFlags::default()).unwrap();
-    pending.record(&held).unwrap();
-    let queue = |rounds: usize| {
-        let start = std::time::Instant::now();
-        for _ in 0..rounds {
-            let mut event = std::ptr::null_mut();
-            // SAFETY: the context is current; valid out-pointer; the event is this loop's own.
-            unsafe {
-                ok(sys::cuEventCreate(&mut event, 2));
-                ok(sys::cuEventRecord(event, working.as_cu()));
-                ok(sys::cuEventDestroy_v2(event));
-            }
-        }
-        start.elapsed().as_nanos() as f64 / rounds as f64
-    };
-    let stop = AtomicBool::new(false);
-    for round in 0..3 {
-        let alone = queue(2000);
-        let (polled, queries) = std::thread::scope(|scope| {
-            let poller = scope.spawn(|| {
-                let mut queries = 0u64;
-                while !stop.load(Ordering::Acquire) {
-                    // SAFETY: the event is alive until the scope ends.
-                    let status = unsafe { sys::cuEventQuery(pending.as_cu()) };
-                    assert_eq!(status, sys::CUresult::CUDA_ERROR_NOT_READY);
-                    queries += 1;
-                }
-                queries
-            });
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            let polled = queue(2000);
-            stop.store(true, Ordering::Release);
-            (polled, poller.join().unwrap())
-        });
-        stop.store(false, Ordering::Release);
-        println!(
-            "contention round {round}: create+record+destroy {alone:.0} ns alone, {polled:.0} ns \
-             while another thread polls a pending event ({queries} queries)"
-        );
-    }
-    // What a wave of 1,000 pending completions asks of the driver when each gets a notifier
-    // stream of its own: a stream created, a wait for the pending event and a host function
-    // queued on it, a thousand times, while none of them can run.
-    extern "C" fn nothing(_: *mut std::ffi::c_void) {}
-    let mut streams = Vec::with_capacity(1000);
-    let start = std::time::Instant::now();
-    for _ in 0..1000 {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; valid out-pointer; the stream and the event are
-        // alive, and the host function takes no data.
-        unsafe {
-            ok(sys::cuStreamCreate(&mut raw, 1));
-            ok(sys::cuStreamWaitEvent(raw, pending.as_cu(), 0));
-            ok(sys::cuLaunchHostFunc(
-                raw,
-                Some(nothing),
-                std::ptr::null_mut(),
-            ));
-        }
-        streams.push(raw);
-    }
-    let made = start.elapsed().as_nanos() as f64 / 1000.0;
-    open.store(true, Ordering::Release);
-    held.synchronize().unwrap();
-    let start = std::time::Instant::now();
-    for raw in streams {
-        // SAFETY: the streams made above, each destroyed once.
-        unsafe {
-            ok(sys::cuStreamSynchronize(raw));
-            ok(sys::cuStreamDestroy_v2(raw));
-        }
-    }
-    let gone = start.elapsed().as_nanos() as f64 / 1000.0;
-    println!(
-        "notifier-like streams: {made:.0} ns each to create with a wait and a host function \
-         queued (1,000 pending at once), {gone:.0} ns each to drain and destroy"
-    );
-}
-
 /// An event recorded behind a short memset on an idle stream, then waited for: the driver's
 /// blocking `cuEventSynchronize`, cudarc's `CudaEvent::synchronize`, and awaiting
 /// `EventHandle::completed` on a parking executor (a host function wakes it: the wake-up
@@ -1374,7 +1280,7 @@ fn main() {
     // `gpu_bench events`: the event create+drop rows alone (the main thread, fresh pinned
     // threads and the scaling table's), for several alternations of builds in one call.
     if std::env::args().nth(1).as_deref() == Some("contention") {
-        query_contention(&context);
+        contention::report(&context);
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("latency") {

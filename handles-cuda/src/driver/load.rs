@@ -417,6 +417,7 @@ mod tests {
         "exec/mod.rs",
         "exec/notifier_count.rs",
         "exec/record_count.rs",
+        "exec/spin_credit.rs",
         "exec/stream.rs",
         "exec/stream_generation.rs",
         "exec/stream_recycler.rs",

@@ -8,6 +8,11 @@
 //! function wakes the task once the event's record completes (`completion_notifier.rs`). An
 //! event already complete resolves at once, with no driver call but a query.
 //!
+//! A first poll soon after `completed` spins on the shared state for up to [`SPIN_FOR`] while
+//! the waiter polls the event (no driver call of its own), so a wait that short resolves
+//! without parking the task; it spins only while recent completions earned the credit (see
+//! `spin_credit.rs`), so a program whose waits are long stops spinning after a few.
+//!
 //! Dropping the future early is safe: the waiter lets go of it, and a host function still
 //! runs later and finds no waker.
 
@@ -15,15 +20,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::exec::completion_notifier::{hand_over, let_go};
+use crate::exec::completion_notifier::{Room, hand_over, let_go};
 use crate::exec::completion_protocol::Shared;
-use crate::exec::completion_waiter::{settle, watch};
+use crate::exec::completion_waiter::{SPIN_CREDIT, SPIN_FOR, settle, watch};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 
-pub use crate::exec::completion_notifier::NOTIFIERS_PER_CONTEXT;
+pub use crate::exec::completion_notifier::{BUSY_NOTIFIERS_PER_CONTEXT, NOTIFIERS_PER_CONTEXT};
 
 /// A future that resolves when the record of an event that was the most recent when
 /// [`EventHandle::completed`] was called has completed. Its output is `Ok(())`; the error of
@@ -38,6 +44,9 @@ pub struct Completion {
     /// The raw context whose notifier table may keep the awaited event, until this completion
     /// lets go of it; 0 when nothing is kept.
     kept_in: usize,
+    /// Until when the first poll may spin (the waiter polls the event); `None` once polled, or
+    /// when the waiter does not poll it.
+    spin_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for Completion {
@@ -53,11 +62,36 @@ impl Future for Completion {
 
     fn poll(self: Pin<&mut Self>, task: &mut TaskContext<'_>) -> Poll<()> {
         let this = self.get_mut();
+        if let Some(until) = this.spin_until.take() {
+            spin(&this.shared, until);
+        }
         if this.shared.ready_or_register(task.waker()) {
             this.let_go();
             Poll::Ready(())
         } else {
             Poll::Pending
+        }
+    }
+}
+
+/// Spins until `shared` is done or `until` passes, if recent completions earned the credit;
+/// earns or spends it by the outcome.
+fn spin(shared: &Shared, until: Instant) {
+    if !SPIN_CREDIT.spins() || shared.is_done() {
+        return;
+    }
+    loop {
+        // The clock is read once in 64 looks at the state (a look is a load).
+        for _ in 0..64 {
+            if shared.is_done() {
+                SPIN_CREDIT.earn();
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        if Instant::now() >= until {
+            SPIN_CREDIT.spend();
+            return;
         }
     }
 }
@@ -83,11 +117,14 @@ impl Drop for Completion {
 impl EventHandle {
     /// A future that resolves once the event's most recent record (at the time of this call)
     /// has completed, or at once if it has (or the event was never recorded). A thread of this
-    /// crate polls the event for up to 200 µs, so a short wait wakes the task as soon as the
-    /// record completes (a parked executor thread's wake-up still comes on top: about 1.8× a
-    /// blocking [`EventHandle::synchronize`] on a GPU); a longer one is woken by a host
-    /// function on a notifier stream of the event's context, and nothing polls it meanwhile.
-    /// Works with any executor; dropping the future early is safe.
+    /// crate polls the event for up to 200 µs, and the future's first poll, if it comes within
+    /// 20 µs of this call, spins that long on what that thread finds (no driver call of its
+    /// own) before it parks the task: a short wait resolves on the polling thread as a
+    /// blocking [`EventHandle::synchronize`] would, and a wait up to 200 µs wakes the task as
+    /// soon as the record completes. A longer one is woken by a host function on a notifier
+    /// stream of the event's context, and nothing polls it meanwhile. First polls stop
+    /// spinning after a few spins that saw nothing complete, until completions come within
+    /// 20 µs again. Works with any executor; dropping the future early is safe.
     ///
     /// A record of the event that another thread makes while this call runs is not ordered
     /// with it: the future may await that record instead (whichever the driver holds when the
@@ -97,6 +134,7 @@ impl EventHandle {
             return Ok(Completion {
                 shared: Arc::new(Shared::new(true)),
                 kept_in: 0,
+                spin_until: None,
             });
         }
         let shared = Arc::new(Shared::new(false));
@@ -107,12 +145,17 @@ impl EventHandle {
                        awaited",
             })?,
         };
-        if !watch(self, &context, &shared) {
-            hand_over(self, &context, &shared)?;
-        }
+        let since = Instant::now();
+        let spin_until = if watch(self, &context, &shared, since) {
+            Some(since + SPIN_FOR)
+        } else {
+            hand_over(self, &context, &shared, Room::Beyond)?;
+            None
+        };
         Ok(Completion {
             shared,
             kept_in: context.as_cu() as usize,
+            spin_until,
         })
     }
 }

@@ -33,6 +33,24 @@ use crate::sync::lock;
 /// The most idle notifier streams one context keeps (each pending completion holds one more).
 pub const NOTIFIERS_PER_CONTEXT: usize = 16;
 
+/// The most busy notifier streams (a host function waiting behind a pending event) a context
+/// has for the completions the waiter hands over when their first moments pass: beyond this
+/// the waiter goes on polling them. On driver 580 `cuStreamCreate` blocks once about 30 streams
+/// of a context have a host function waiting behind a pending event, until the GPU gets
+/// there, and holds back other threads' driver calls meanwhile (`gpu_bench contention`).
+pub const BUSY_NOTIFIERS_PER_CONTEXT: usize = 16;
+
+/// Whether a hand-over may make a notifier stream when the context has
+/// [`BUSY_NOTIFIERS_PER_CONTEXT`] busy ones already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    /// No: the caller goes on polling instead (the waiter, for a watch whose time is up).
+    Within,
+    /// Yes: the caller cannot poll the event (it is recorded again, or recorded without
+    /// notice, or the waiter is cleared).
+    Beyond,
+}
+
 /// The notifier streams of one context, and the events awaited on them whose host functions
 /// may not have run yet.
 struct Notifiers {
@@ -66,13 +84,18 @@ fn key(shared: &Arc<Shared>) -> usize {
 static NOTIFIERS: Mutex<Vec<Notifiers>> = Mutex::new(Vec::new());
 
 /// Makes a notifier of `context` wait for `event`'s most recent record and then resolve
-/// `shared`; the table keeps the event until the host function has run.
+/// `shared`; the table keeps the event until the host function has run. Returns `false`, with
+/// nothing done, when `room` is [`Room::Within`] and the context's busy notifiers are at the
+/// limit.
 pub(crate) fn hand_over(
     event: &EventHandle,
     context: &ContextHandle,
     shared: &Arc<Shared>,
-) -> Result<()> {
-    let (notifier, pending) = notifier(context)?;
+    room: Room,
+) -> Result<bool> {
+    let Some((notifier, pending)) = notifier(context, room)? else {
+        return Ok(false);
+    };
     // Nothing queued yet: the stream is idle again.
     let idle_again = |error| {
         pending.let_go();
@@ -111,7 +134,8 @@ pub(crate) fn hand_over(
     }
     // The event stays alive until the notifier has passed its wait, however early the
     // program drops its handles: the table keeps it until the host function has run.
-    keep_awaited(context, Arc::clone(shared), event.clone())
+    keep_awaited(context, Arc::clone(shared), event.clone())?;
+    Ok(true)
 }
 
 /// Lets go of the event kept for `shared` in `context`'s entry, once its host function has
@@ -133,8 +157,13 @@ pub(crate) fn let_go(context: usize, shared: &Arc<Shared>) {
 /// released by the task awaiting the later one would deadlock); behind a host function that
 /// has started, it waits only for that function's end. Idle streams beyond
 /// [`NOTIFIERS_PER_CONTEXT`] are let go of (after the table's lock), so the table keeps at most
-/// that many idle ones, plus one per completion pending at once. No driver call is made.
-fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<NotifierCount>)> {
+/// that many idle ones, plus one per completion pending at once. `None` when no stream is idle,
+/// `room` is [`Room::Within`] and [`BUSY_NOTIFIERS_PER_CONTEXT`] are busy. No driver call is
+/// made but the new stream's.
+fn notifier(
+    context: &ContextHandle,
+    room: Room,
+) -> Result<Option<(StreamHandle, Arc<NotifierCount>)>> {
     let mut surplus = Vec::new();
     let found = {
         let mut all = lock(&NOTIFIERS);
@@ -156,7 +185,10 @@ fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<NotifierCount>
             }
         }
         match found {
-            Some(found) => found,
+            Some(found) => Some(found),
+            // None is idle (a stream that became idle since was not counted: it is taken
+            // next time).
+            None if room == Room::Within && streams.len() >= BUSY_NOTIFIERS_PER_CONTEXT => None,
             None => {
                 let stream = StreamHandle::create(context, StreamFlags { non_blocking: true }, 0)?;
                 let pending = Arc::new(NotifierCount::taken());
@@ -164,7 +196,7 @@ fn notifier(context: &ContextHandle) -> Result<(StreamHandle, Arc<NotifierCount>
                     stream: stream.clone(),
                     pending: Arc::clone(&pending),
                 });
-                (stream, pending)
+                Some((stream, pending))
             }
         }
     };

@@ -7,32 +7,59 @@
 //! the record awaited is that one: [`EventHandle::record`] first hands the event's watches to
 //! the notifier (whose stream wait names the record as of that moment), and an event that
 //! can be recorded in other ways (by a graph's record node, or another process) is never
-//! polled. A watch not resolved within [`POLL_FOR`] is handed to the notifier too, and the
-//! thread parks once it has had nothing to poll for [`IDLE_SPIN`]: a long wait costs the CPU
-//! at most those two spans.
+//! polled. A watch not resolved within [`POLL_FOR`] is handed to the notifier too, while its
+//! context has fewer than `BUSY_NOTIFIERS_PER_CONTEXT` notifiers waiting; beyond that the
+//! waiter goes on polling it, less and less often (a quarter of its age apart, at most
+//! [`LONGEST_GAP`]), and parks between polls. The thread parks once it has had nothing to poll
+//! for [`IDLE_SPIN`]: a long wait costs the CPU at most those spans and a few polls.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::exec::completion_notifier::hand_over;
+use crate::exec::completion_notifier::{Room, hand_over};
 use crate::exec::completion_protocol::Shared;
 use crate::exec::context::ContextHandle;
 use crate::exec::event::{EventHandle, RERECORD};
+use crate::exec::spin_credit::SpinCredit;
 use crate::sync::lock;
 
 /// How long the waiter polls one completion's event before the notifier takes it over.
 pub(crate) const POLL_FOR: Duration = Duration::from_micros(200);
 
+/// The longest gap between two polls of a watch that waits for room at the notifier.
+pub(crate) const LONGEST_GAP: Duration = Duration::from_millis(5);
+
+/// The shortest gap for which the waiter parks until the next poll rather than spinning.
+const PARK_FROM: Duration = Duration::from_micros(50);
+
 /// How long the waiter spins with nothing to poll before it parks.
 const IDLE_SPIN: Duration = Duration::from_micros(100);
+
+/// How long a completion's first poll spins on its state, while the waiter polls the event,
+/// before it parks its task: a wait this short resolves on the polling thread itself, with no
+/// wake-up of a parked thread (a blocking `cuEventSynchronize` of a short memset takes about
+/// 7 µs on an H200, 11 µs at p99).
+pub(crate) const SPIN_FOR: Duration = Duration::from_micros(20);
+
+/// Whether first polls spin: completions resolved within [`SPIN_FOR`] earn credit, spins that
+/// saw nothing resolve spend it.
+#[cfg(not(handles_cuda_loom))]
+pub(crate) static SPIN_CREDIT: SpinCredit = SpinCredit::new();
+/// As above; loom's atomics (`--cfg handles_cuda_loom`, for the models of single files) have
+/// no `const` constructor.
+#[cfg(handles_cuda_loom)]
+pub(crate) static SPIN_CREDIT: std::sync::LazyLock<SpinCredit> =
+    std::sync::LazyLock::new(SpinCredit::new);
 
 /// A completion the waiter polls for.
 struct Watch {
     event: EventHandle,
     context: ContextHandle,
     shared: Arc<Shared>,
-    until: Instant,
+    /// When the watch began, and when it is polled next.
+    since: Instant,
+    next: Instant,
 }
 
 /// The watches being polled. Taken by the waiter for each round of queries, and by a record
@@ -56,10 +83,15 @@ static ADDED: AtomicBool = AtomicBool::new(false);
 /// The waiter thread, started by the first watch; `None` if it could not be started.
 static WAITER: OnceLock<Option<std::thread::Thread>> = OnceLock::new();
 
-/// Has the waiter poll `event` for `shared`; `false` if it does not (the event may be recorded
-/// without notice, or no waiter thread could be started), and the caller hands it to the
-/// notifier instead.
-pub(crate) fn watch(event: &EventHandle, context: &ContextHandle, shared: &Arc<Shared>) -> bool {
+/// Has the waiter poll `event` for `shared` from `since` (now); `false` if it does not (the
+/// event may be recorded without notice, or no waiter thread could be started), and the
+/// caller hands it to the notifier instead.
+pub(crate) fn watch(
+    event: &EventHandle,
+    context: &ContextHandle,
+    shared: &Arc<Shared>,
+    since: Instant,
+) -> bool {
     let Some(waiter) = WAITER.get_or_init(start) else {
         return false;
     };
@@ -72,7 +104,8 @@ pub(crate) fn watch(event: &EventHandle, context: &ContextHandle, shared: &Arc<S
             event: event.clone(),
             context: context.clone(),
             shared: Arc::clone(shared),
-            until: Instant::now() + POLL_FOR,
+            since,
+            next: since,
         });
     }
     ADDED.store(true, Ordering::Release);
@@ -90,23 +123,30 @@ fn start() -> Option<std::thread::Thread> {
         .map(|handle| handle.thread().clone())
 }
 
-/// The waiter's loop: a round of queries while there are watches, spinning a while when there
-/// are none, then parking until a watch is added. A waker run here may have left a primary
-/// context current and cached on this thread (an event made by the task it ran): the cache is
-/// cleared after each round, as no other code could clear it.
+/// The waiter's loop: a round of queries while there are watches, spinning while one is due
+/// within [`PARK_FROM`] and parking until the next is due otherwise; spinning a while when
+/// there are none, then parking until a watch is added. A waker run here may have left a
+/// primary context current and cached on this thread (an event made by the task it ran): the
+/// cache is cleared after each round, as no other code could clear it.
 fn run() {
     let mut idle_since = Instant::now();
     loop {
         ADDED.store(false, Ordering::Relaxed);
-        let left = poll_round();
+        let next = poll_round();
         crate::exec::context::clear_primary_cache();
         // A thread waiting to hand watches over gets the lock before the next round.
         while WAITING_FOR_WATCHES.load(Ordering::Acquire) != 0 {
             std::thread::yield_now();
         }
-        if left {
+        if let Some(next) = next {
             idle_since = Instant::now();
-            std::hint::spin_loop();
+            let wait = next.saturating_duration_since(idle_since);
+            if wait >= PARK_FROM && !ADDED.load(Ordering::Acquire) {
+                // Woken early by a watch added meanwhile (`watch` unparks).
+                std::thread::park_timeout(wait);
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         if ADDED.load(Ordering::Acquire) {
@@ -133,21 +173,30 @@ enum Outcome {
     Nothing,
     /// Neither the hand-over nor the wait worked: left pending, and reported.
     Report(crate::error::Error),
+    /// No room at the notifier: the waiter goes on polling it.
+    Waiting,
 }
 
-/// One query of every watched event; resolves the completed ones, and hands over those past
-/// their time (or whose completion was dropped: nothing awaits them, and they go). Returns
-/// whether any watch is left.
-fn poll_round() -> bool {
+/// One query of every watched event that is due; resolves the completed ones, hands over
+/// those past their first moments while there is room at the notifier (and those whose
+/// completion was dropped: nothing awaits them, and they go), and sets when the others are
+/// polled next. Returns when the next watch is due, if any is left.
+fn poll_round() -> Option<Instant> {
     let round = lock(&ROUND);
     let mut done = Vec::new();
-    let left = {
+    let next = {
         let mut watches = lock(&WATCHES);
         watches.append(&mut lock(&INCOMING));
         let now = Instant::now();
+        let mut next: Option<Instant> = None;
         let mut i = 0;
         while i < watches.len() {
-            let watch = &watches[i];
+            let watch = &mut watches[i];
+            if watch.next > now {
+                next = Some(next.map_or(watch.next, |next| next.min(watch.next)));
+                i += 1;
+                continue;
+            }
             let dropped = Arc::strong_count(&watch.shared) == 1;
             let queried = if dropped {
                 Ok(false)
@@ -155,34 +204,58 @@ fn poll_round() -> bool {
                 watch.event.query()
             };
             let complete = matches!(queried, Ok(true));
+            if complete && now < watch.since + SPIN_FOR {
+                SPIN_CREDIT.earn();
+            }
+            let age = now.saturating_duration_since(watch.since);
             // An error of the query is the notifier's to meet: the watch is handed over.
-            if dropped || complete || queried.is_err() || now >= watch.until {
-                let watch = watches.swap_remove(i);
-                let outcome = match (complete, dropped) {
-                    (true, _) => Outcome::Resolve,
-                    (false, true) => Outcome::Nothing,
-                    (false, false) => hand_over_or_wait(&watch),
-                };
-                // Unwatched only now, under the lock: a record of the event that saw the
-                // watch waits for this lock, so it comes after the hand-over.
-                (*watch.event).record().records.unwatch();
-                done.push((watch, outcome));
+            let outcome = if complete {
+                Some(Outcome::Resolve)
+            } else if dropped {
+                Some(Outcome::Nothing)
+            } else if queried.is_err() {
+                Some(hand_over_or_wait(watch, Room::Beyond))
+            } else if age >= POLL_FOR {
+                match hand_over_or_wait(watch, Room::Within) {
+                    Outcome::Waiting => None,
+                    outcome => Some(outcome),
+                }
             } else {
-                i += 1;
+                None
+            };
+            match outcome {
+                Some(outcome) => {
+                    let watch = watches.swap_remove(i);
+                    // Unwatched only now, under the lock: a record of the event that saw the
+                    // watch waits for this lock, so it comes after the hand-over.
+                    (*watch.event).record().records.unwatch();
+                    done.push((watch, outcome));
+                }
+                None => {
+                    // Polled again at once in its first moments; then, with no room at the
+                    // notifier, a quarter of its age later, at most `LONGEST_GAP`.
+                    if age >= POLL_FOR {
+                        watch.next = now + (age / 4).min(LONGEST_GAP);
+                    }
+                    next = Some(next.map_or(watch.next, |next| next.min(watch.next)));
+                    i += 1;
+                }
             }
         }
-        !watches.is_empty()
+        next
     };
     finish(done, Some(round));
-    left
+    next
 }
 
-/// Hands `watch` to a notifier; if that fails, waits for the event here (its record cannot
-/// change meanwhile: the caller holds the watches' lock). If even the wait fails, the
-/// completion is left pending (it never resolves early) and the failure is to be reported.
-fn hand_over_or_wait(watch: &Watch) -> Outcome {
-    match hand_over(&watch.event, &watch.context, &watch.shared) {
-        Ok(()) => Outcome::Nothing,
+/// Hands `watch` to a notifier (`Waiting` if `room` allows none now); if that fails, waits
+/// for the event here (its record cannot change meanwhile: the caller holds the watches'
+/// lock). If even the wait fails, the completion is left pending (it never resolves early) and
+/// the failure is to be reported.
+fn hand_over_or_wait(watch: &Watch, room: Room) -> Outcome {
+    match hand_over(&watch.event, &watch.context, &watch.shared, room) {
+        Ok(true) => Outcome::Nothing,
+        Ok(false) => Outcome::Waiting,
         Err(error) => match watch.event.synchronize() {
             Ok(()) => Outcome::Resolve,
             Err(_) => Outcome::Report(error),
@@ -223,7 +296,7 @@ fn finish(done: Vec<(Watch, Outcome)>, round: Option<std::sync::MutexGuard<'_, (
             Outcome::Report(error) => {
                 handles_core::report_release_failure("Completion", raw, error)
             }
-            Outcome::Nothing => {}
+            Outcome::Nothing | Outcome::Waiting => {}
         }
     }
 }
@@ -258,7 +331,7 @@ fn hand_over_where(
         handed
             .into_iter()
             .map(|watch| {
-                let outcome = hand_over_or_wait(&watch);
+                let outcome = hand_over_or_wait(&watch, Room::Beyond);
                 (*watch.event).record().records.unwatch();
                 (watch, outcome)
             })

@@ -86,11 +86,14 @@ pub(crate) mod green;
 pub(crate) mod host;
 pub(crate) mod notifier_count;
 pub(crate) mod record_count;
+pub(crate) mod spin_credit;
 pub(crate) mod stream;
 pub(crate) mod stream_generation;
 pub(crate) mod stream_recycler;
 
-pub use self::completion::{Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers};
+pub use self::completion::{
+    BUSY_NOTIFIERS_PER_CONTEXT, Completion, NOTIFIERS_PER_CONTEXT, clear_notifiers,
+};
 pub use self::context::{Context, ContextBox, ContextHandle, ContextWeak, clear_primary_cache};
 pub use self::device::{Device, DeviceProperties, DeviceUuid, PciLocation};
 pub use self::disposal::flush_disposals;
