@@ -285,6 +285,16 @@ fn many_pending_completions_keep_few_notifier_streams() {
         took < Duration::from_secs(2),
         "a stream made and a memset done took {took:?} while 64 completions were pending"
     );
+    // Those waiting for room are polled now and then, not in a loop: the waiter (and any
+    // thread started from it) uses a small part of the time they wait.
+    let (before, _) = worker_cpu_time();
+    std::thread::sleep(Duration::from_millis(400));
+    let (after, by_thread) = worker_cpu_time();
+    assert!(
+        after - before < Duration::from_millis(100),
+        "the waiter used {:?} of CPU in 400 ms while 64 completions were pending: {by_thread:?}",
+        after - before
+    );
     assert!(
         pending.iter().all(|(event, _)| !event.query().unwrap()),
         "the gate holds every record back"
