@@ -5,7 +5,8 @@
 //! which polls it for its first moments and wakes the task as soon as the record completes;
 //! a completion not resolved by then, or of an event that can be recorded without notice
 //! (by a graph's record node, or another process), goes to a notifier stream whose host
-//! function wakes the task once the event's record completes (`completion_notifier.rs`). An
+//! function wakes the task once the event's record completes (`completion_notifier.rs`), or,
+//! while its context has `BUSY_NOTIFIERS_PER_CONTEXT` busy ones, stays with the waiter. An
 //! event already complete resolves at once, with no driver call but a query.
 //!
 //! A first poll soon after `completed` spins on the shared state for up to [`SPIN_FOR`] while
@@ -122,7 +123,10 @@ impl EventHandle {
     /// own) before it parks the task: a short wait resolves on the polling thread as a
     /// blocking [`EventHandle::synchronize`] would, and a wait up to 200 µs wakes the task as
     /// soon as the record completes. A longer one is woken by a host function on a notifier
-    /// stream of the event's context, and nothing polls it meanwhile. First polls stop
+    /// stream of the event's context, and nothing polls it meanwhile; beyond
+    /// [`BUSY_NOTIFIERS_PER_CONTEXT`] completions pending at once in a context, the waiter
+    /// polls the rest now and then instead (driver 580's `cuStreamCreate` blocks once about 30
+    /// streams have a host function waiting behind a pending event). First polls stop
     /// spinning after a few spins that saw nothing complete, until completions come within
     /// 20 µs again. Works with any executor; dropping the future early is safe.
     ///
