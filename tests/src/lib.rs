@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use handles_core::ResourceHandle;
 
@@ -273,6 +274,43 @@ pub fn gate(stream: &handles_cuda::StreamHandle) -> std::sync::Arc<std::sync::at
         })
         .unwrap();
     open
+}
+
+/// CPU time (user + system) of this process's threads whose names start with any of
+/// `prefixes`, from `/proc`: in all, and by thread. A thread takes its creator's name on Linux,
+/// so a thread the driver starts from a named one is counted with it.
+pub fn threads_cpu_time(prefixes: &[&str]) -> (Duration, Vec<(String, Duration)>) {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut total = 0.0;
+    let mut each = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if !prefixes.iter().any(|prefix| comm.starts_with(prefix)) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let field = |n: usize| {
+            fields
+                .get(n - 3)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let used = field(14) + field(15);
+        total += used;
+        each.push((
+            comm.trim().to_string(),
+            Duration::from_secs_f64(used / ticks),
+        ));
+    }
+    (Duration::from_secs_f64(total / ticks), each)
 }
 
 /// Polling a completion by hand, as an executor would, for the waiter and notifier programs.

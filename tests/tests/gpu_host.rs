@@ -405,43 +405,11 @@ fn awaited_events_are_let_go_once_their_completions_resolve() {
     failures.assert_none();
 }
 
-/// CPU time of this process's tokio worker threads and of handles-cuda's waiter thread (user +
-/// system), from `/proc`, in all and by thread.
+/// CPU time of this process's tokio worker threads and of handles-cuda's waiter thread (with
+/// any thread the driver starts from it: its CPU time is the waiter's doing), in all and by
+/// thread.
 fn worker_cpu_time() -> (Duration, Vec<(String, Duration)>) {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let mut total = 0.0;
-    let mut each = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let path = task.path();
-        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        // tokio's workers (named by the test), and the waiter thread that polls completions'
-        // events at first, with any thread the driver starts from it (on Linux a new thread
-        // takes its creator's name): its CPU time is the waiter's doing.
-        if !comm.starts_with("tokio-runtime") && !comm.starts_with("handles-waiter") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-        // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or("", |(_, rest)| rest)
-            .split_whitespace()
-            .collect();
-        let field = |n: usize| {
-            fields
-                .get(n - 3)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        let used = field(14) + field(15);
-        total += used;
-        each.push((
-            comm.trim().to_string(),
-            Duration::from_secs_f64(used / ticks),
-        ));
-    }
-    (Duration::from_secs_f64(total / ticks), each)
+    handles_tests::threads_cpu_time(&["tokio-runtime", "handles-waiter"])
 }
 
 /// CPU time of this process (user + system), for the no-spinning check.

@@ -37,32 +37,29 @@ fn pending(
     made
 }
 
+/// Completions behind the gate that take every busy notifier stream `held`'s context may have:
+/// later ones wait for room.
+fn fill_room(context: &ContextHandle, held: &StreamHandle) -> Vec<(EventHandle, Completion)> {
+    pending(
+        context,
+        held,
+        BUSY_NOTIFIERS_PER_CONTEXT,
+        Duration::from_millis(5),
+    )
+}
+
+/// Opens the gate, resolves every completion of `made` (each within 5 s) and drains `held`.
+fn open_and_drain(open: &AtomicBool, made: Vec<(EventHandle, Completion)>, held: &StreamHandle) {
+    open.store(true, Ordering::SeqCst);
+    for (_, mut completion) in made {
+        assert!(poll_for(&mut completion, Duration::from_secs(5)));
+    }
+    held.synchronize().unwrap();
+}
+
 /// CPU time (user + system) of the thread named `handles-waiter`.
 fn waiter_cpu() -> Duration {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let mut total = 0.0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let path = task.path();
-        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if !comm.starts_with("handles-waiter") {
-            continue;
-        }
-        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or("", |(_, rest)| rest)
-            .split_whitespace()
-            .collect();
-        let field = |n: usize| {
-            fields
-                .get(n - 3)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        total += field(14) + field(15);
-    }
-    Duration::from_secs_f64(total / ticks)
+    handles_tests::threads_cpu_time(&["handles-waiter"]).0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,12 +126,7 @@ fn scenario_w2_rerecord_of_a_waiting_watch_does_not_resolve_early() {
     let held = stream(&context);
     let idle = stream(&context);
     let open = gate(&held);
-    let fillers = pending(
-        &context,
-        &held,
-        BUSY_NOTIFIERS_PER_CONTEXT,
-        Duration::from_millis(5),
-    );
+    let fillers = fill_room(&context, &held);
     let ages = [0u64, 50, 150, 250, 400, 1_000, 3_000, 12_000, 30_000];
     let mut early = 0;
     for (round, age) in ages.iter().cycle().take(27).enumerate() {
@@ -167,11 +159,7 @@ fn scenario_w2_rerecord_of_a_waiting_watch_does_not_resolve_early() {
         assert!(poll_for(&mut completion, Duration::from_secs(5)), "never");
         busy.synchronize().unwrap();
     }
-    open.store(true, Ordering::SeqCst);
-    for (_, mut completion) in fillers {
-        assert!(poll_for(&mut completion, Duration::from_secs(5)));
-    }
-    held.synchronize().unwrap();
+    open_and_drain(&open, fillers, &held);
     println!("W2: {early} early of 27");
     assert_eq!(early, 0, "a completion resolved on a later record");
     handles_cuda::exec::clear_notifiers();
@@ -197,12 +185,7 @@ fn scenario_w3_waiting_watch_wakes_its_task() {
     let context = ContextHandle::primary(0).unwrap();
     let held = stream(&context);
     let open = gate(&held);
-    let fillers = pending(
-        &context,
-        &held,
-        BUSY_NOTIFIERS_PER_CONTEXT,
-        Duration::from_millis(5),
-    );
+    let fillers = fill_room(&context, &held);
     let mut worst = Duration::ZERO;
     for wait_ms in [1u64, 3, 10, 30, 80] {
         let busy = stream(&context);
@@ -232,11 +215,7 @@ fn scenario_w3_waiting_watch_wakes_its_task() {
     }
     println!("W3: worst wake-up {worst:?} after the record could complete");
     assert!(worst < Duration::from_millis(50), "woken {worst:?} late");
-    open.store(true, Ordering::SeqCst);
-    for (_, mut completion) in fillers {
-        assert!(poll_for(&mut completion, Duration::from_secs(5)));
-    }
-    held.synchronize().unwrap();
+    open_and_drain(&open, fillers, &held);
     handles_cuda::exec::clear_notifiers();
     failures.assert_none();
 }
@@ -261,12 +240,7 @@ fn scenario_w4_dropped_waiting_futures_let_their_events_go() {
     handles_cuda::exec::clear_notifiers();
     let base = EventHandle::live_count().unwrap();
     let open = gate(&held);
-    let fillers = pending(
-        &context,
-        &held,
-        BUSY_NOTIFIERS_PER_CONTEXT,
-        Duration::from_millis(5),
-    );
+    let fillers = fill_room(&context, &held);
     let waiting = pending(&context, &held, 32, Duration::from_millis(40));
     let with_fillers = EventHandle::live_count().unwrap();
     assert_eq!(with_fillers - base, BUSY_NOTIFIERS_PER_CONTEXT + 32);
@@ -286,11 +260,7 @@ fn scenario_w4_dropped_waiting_futures_let_their_events_go() {
         let_go < Duration::from_millis(50),
         "let go {let_go:?} after the drop"
     );
-    open.store(true, Ordering::SeqCst);
-    for (_, mut completion) in fillers {
-        assert!(poll_for(&mut completion, Duration::from_secs(5)));
-    }
-    held.synchronize().unwrap();
+    open_and_drain(&open, fillers, &held);
     handles_cuda::exec::clear_notifiers();
     assert_eq!(EventHandle::live_count().unwrap(), base);
     failures.assert_none();
@@ -366,12 +336,7 @@ fn scenario_w6_concurrent_rerecords_drops_and_clears() {
     let held = stream(&context);
     let open = gate(&held);
     // The room is full for the whole scenario.
-    let fillers = pending(
-        &context,
-        &held,
-        BUSY_NOTIFIERS_PER_CONTEXT,
-        Duration::from_millis(5),
-    );
+    let fillers = fill_room(&context, &held);
     let stop = Arc::new(AtomicBool::new(false));
     let early = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..3)
@@ -459,11 +424,7 @@ fn waiter_share_with(n: usize, window: Duration) -> f64 {
     let (from, cpu_from) = (Instant::now(), waiter_cpu());
     std::thread::sleep(window);
     let share = (waiter_cpu() - cpu_from).as_secs_f64() / from.elapsed().as_secs_f64();
-    open.store(true, Ordering::SeqCst);
-    for (_, mut completion) in made {
-        assert!(poll_for(&mut completion, Duration::from_secs(5)));
-    }
-    held.synchronize().unwrap();
+    open_and_drain(&open, made, &held);
     handles_cuda::exec::clear_notifiers();
     share
 }
@@ -521,12 +482,7 @@ fn scenario_w8_rerecord_after_drop_makes_notifiers_for_nothing() {
     let held = stream(&context);
     handles_cuda::exec::clear_notifiers();
     let open = gate(&held);
-    let fillers = pending(
-        &context,
-        &held,
-        BUSY_NOTIFIERS_PER_CONTEXT,
-        Duration::from_millis(5),
-    );
+    let fillers = fill_room(&context, &held);
     // 32 completions waiting for room, old enough to be polled 5 ms apart.
     let waiting = pending(&context, &held, 32, Duration::from_millis(40));
     let events: Vec<EventHandle> = waiting
@@ -538,11 +494,7 @@ fn scenario_w8_rerecord_after_drop_makes_notifiers_for_nothing() {
             event
         })
         .collect();
-    open.store(true, Ordering::SeqCst);
-    for (_, mut completion) in fillers {
-        assert!(poll_for(&mut completion, Duration::from_secs(5)));
-    }
-    held.synchronize().unwrap();
+    open_and_drain(&open, fillers, &held);
     drop(events);
     let streams = handles_cuda::exec::clear_notifiers();
     failures.assert_none();
