@@ -333,6 +333,63 @@ pub mod polling {
         }
     }
 
+    /// `n` events recorded on `held` with their completions, then a wait of `settle` (so that
+    /// the waiter has handed the first ones to notifiers, and the rest wait for room).
+    pub fn pending(
+        context: &handles_cuda::ContextHandle,
+        held: &handles_cuda::StreamHandle,
+        n: usize,
+        settle: Duration,
+    ) -> Vec<(handles_cuda::EventHandle, Completion)> {
+        let made: Vec<_> = (0..n)
+            .map(|_| {
+                let event = handles_cuda::EventHandle::create(
+                    context,
+                    handles_cuda::exec::EventFlags::default(),
+                )
+                .unwrap();
+                event.record(held).unwrap();
+                let completion = event.completed().unwrap();
+                (event, completion)
+            })
+            .collect();
+        std::thread::sleep(settle);
+        made
+    }
+
+    /// Completions behind `held`'s gate that take every busy notifier stream its context may
+    /// have (`BUSY_NOTIFIERS_PER_CONTEXT`): later ones wait for room at the waiter.
+    pub fn fill_room(
+        context: &handles_cuda::ContextHandle,
+        held: &handles_cuda::StreamHandle,
+    ) -> Vec<(handles_cuda::EventHandle, Completion)> {
+        pending(
+            context,
+            held,
+            handles_cuda::exec::BUSY_NOTIFIERS_PER_CONTEXT,
+            Duration::from_millis(5),
+        )
+    }
+
+    /// Opens `held`'s gate, resolves every completion of `made` (each within 5 s) and drains
+    /// `held`.
+    pub fn open_and_drain(
+        open: &std::sync::atomic::AtomicBool,
+        made: Vec<(handles_cuda::EventHandle, Completion)>,
+        held: &handles_cuda::StreamHandle,
+    ) {
+        open.store(true, Ordering::SeqCst);
+        for (_, mut completion) in made {
+            assert!(poll_for(&mut completion, Duration::from_secs(5)));
+        }
+        held.synchronize().unwrap();
+    }
+
+    /// CPU time (user + system) of the waiter thread (`handles-waiter`).
+    pub fn waiter_cpu() -> Duration {
+        crate::threads_cpu_time(&["handles-waiter"]).0
+    }
+
     /// Polls `future` once with `waker`; whether it is ready.
     pub fn poll_once(future: &mut Completion, waker: &Waker) -> bool {
         let mut task = Context::from_waker(waker);

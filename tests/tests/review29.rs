@@ -11,56 +11,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use handles_cuda::exec::{BUSY_NOTIFIERS_PER_CONTEXT, Completion, EventFlags};
-use handles_cuda::{ContextHandle, EventHandle, StreamHandle};
-use handles_tests::polling::{Counter, poll_for, poll_once};
+use handles_cuda::exec::{BUSY_NOTIFIERS_PER_CONTEXT, EventFlags};
+use handles_cuda::{ContextHandle, EventHandle};
+use handles_tests::polling::{
+    Counter, fill_room, open_and_drain, pending, poll_for, poll_once, waiter_cpu,
+};
 use handles_tests::{Failures, gate, serial, stream};
 use simulator::{in_scenario, strict_clean};
-
-/// `n` events recorded on `held` (behind a gate) with their completions; waits `settle` so the
-/// first `BUSY_NOTIFIERS_PER_CONTEXT` are on notifiers and the rest wait for room.
-fn pending(
-    context: &ContextHandle,
-    held: &StreamHandle,
-    n: usize,
-    settle: Duration,
-) -> Vec<(EventHandle, Completion)> {
-    let made: Vec<_> = (0..n)
-        .map(|_| {
-            let event = EventHandle::create(context, EventFlags::default()).unwrap();
-            event.record(held).unwrap();
-            let completion = event.completed().unwrap();
-            (event, completion)
-        })
-        .collect();
-    std::thread::sleep(settle);
-    made
-}
-
-/// Completions behind the gate that take every busy notifier stream `held`'s context may have:
-/// later ones wait for room.
-fn fill_room(context: &ContextHandle, held: &StreamHandle) -> Vec<(EventHandle, Completion)> {
-    pending(
-        context,
-        held,
-        BUSY_NOTIFIERS_PER_CONTEXT,
-        Duration::from_millis(5),
-    )
-}
-
-/// Opens the gate, resolves every completion of `made` (each within 5 s) and drains `held`.
-fn open_and_drain(open: &AtomicBool, made: Vec<(EventHandle, Completion)>, held: &StreamHandle) {
-    open.store(true, Ordering::SeqCst);
-    for (_, mut completion) in made {
-        assert!(poll_for(&mut completion, Duration::from_secs(5)));
-    }
-    held.synchronize().unwrap();
-}
-
-/// CPU time (user + system) of the thread named `handles-waiter`.
-fn waiter_cpu() -> Duration {
-    handles_tests::threads_cpu_time(&["handles-waiter"]).0
-}
 
 // ---------------------------------------------------------------------------------------------
 // W1: 64 completions pending at once: 16 on notifiers, 48 waiting for room. None resolves

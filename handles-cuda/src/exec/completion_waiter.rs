@@ -10,8 +10,9 @@
 //! polled. A watch not resolved within [`POLL_FOR`] is handed to the notifier too, while its
 //! context has fewer than `BUSY_NOTIFIERS_PER_CONTEXT` notifiers waiting; beyond that the
 //! waiter goes on polling it, less and less often (a quarter of its age apart, at most
-//! [`LONGEST_GAP`]; at most [`WAITING_POLLS`] polls a second for all of them together, on a
-//! grid that makes watches of about one age due together), and parks between polls. A watch
+//! [`LONGEST_GAP`]; at most [`WAITING_POLLS`] polls a second for all of them together, but
+//! never more than its age apart; on a grid that makes watches of about one age due
+//! together), and parks between polls. A watch
 //! whose completion is dropped is let go of at the next round. The thread parks once it has had nothing to poll
 //! for [`IDLE_SPIN`]: a long wait costs the CPU at most those spans and a few polls.
 
@@ -253,9 +254,12 @@ fn poll_round() -> Option<Instant> {
                 None => {
                     // Polled again at once in its first moments; then, with no room at the
                     // notifier, a quarter of its age later (at most `LONGEST_GAP`), or later
-                    // still when many wait, on a grid shared with watches of about its age.
+                    // still when many wait, but never more than its age later (so a young
+                    // watch is polled a few times before the spacing applies), on a grid
+                    // shared with watches of about its age.
                     if age >= POLL_FOR {
-                        watch.next = on_grid(now + (age / 4).min(LONGEST_GAP).max(spacing));
+                        let gap = (age / 4).min(LONGEST_GAP).max(spacing.min(age));
+                        watch.next = on_grid(now + gap);
                     }
                     next = Some(next.map_or(watch.next, |next| next.min(watch.next)));
                     i += 1;
@@ -350,7 +354,9 @@ fn hand_over_watches_of(event: &EventHandle) {
 }
 
 /// Resolves or hands over every watch now (for `clear_notifiers`): afterwards the waiter keeps
-/// nothing, and no round of it holds a handle.
+/// nothing, and no round of it holds a handle. Every watch gets a notifier, room or not: a
+/// wait here, under the watches' lock, would hold back every record of a watched event and
+/// the waiter itself until the event completes, which may take what they hold back.
 pub(crate) fn settle() {
     let round = lock(&ROUND);
     hand_over_where(|_| true, Some(round));
