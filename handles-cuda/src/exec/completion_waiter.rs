@@ -12,9 +12,9 @@
 //! waiter goes on polling it, less and less often (a quarter of its age apart, at most
 //! [`LONGEST_GAP`]; at most [`WAITING_POLLS`] polls a second for all of them together, but
 //! never more than its age apart; on a grid that makes watches of about one age due
-//! together), and parks between polls. A watch
-//! whose completion is dropped is let go of at the next round. The thread parks once it has had nothing to poll
-//! for [`IDLE_SPIN`]: a long wait costs the CPU at most those spans and a few polls.
+//! together), and parks between polls. A watch whose completion is dropped is let go of at
+//! the next round. The thread parks once it has had nothing to poll for [`IDLE_SPIN`]: a long
+//! wait costs the CPU at most those spans and a few polls.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
