@@ -2,10 +2,13 @@
 //! medians and ratios to raw. Run on a machine with a GPU:
 //! `cargo run --release -p handles-bench --bin gpu_bench` (or `.gpu/gpu_bench` after
 //! `scripts/gpu-collect.sh`). Prints a Markdown table; `gpu_bench core` prints only the rows
-//! of the handle layer's own costs, and `gpu_bench events` only the event create+drop rows.
+//! of the handle layer's own costs, `gpu_bench events` only the event create+drop rows, and
+//! `gpu_bench calibrate` the raw calls behind each layer's launches and allocations.
 
 use std::sync::Arc;
 
+#[path = "gpu_bench/calibrate.rs"]
+mod calibrate;
 #[path = "gpu_bench/conditional.rs"]
 mod conditional;
 #[path = "gpu_bench/contention.rs"]
@@ -1283,6 +1286,10 @@ fn main() {
         contention::report(&context);
         return;
     }
+    if std::env::args().nth(1).as_deref() == Some("calibrate") {
+        calibrate::report_all(&context, &stream, &pool, &untracked);
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("latency") {
         for _ in 0..5 {
             completion_latencies(&context, &stream);
@@ -1322,6 +1329,7 @@ fn main() {
             "kernel launch (1 block of 256)",
             &launches(&stream, &tracked, &untracked),
         );
+        calibrate::report_all(&context, &stream, &pool, &untracked);
         report(
             "event create+drop on a fresh thread, context bound (timing off)",
             &on_a_fresh_thread(&context, None, || events(&context, &cudarc_context)),

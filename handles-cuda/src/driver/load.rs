@@ -420,6 +420,7 @@ mod tests {
         "exec/spin_credit.rs",
         "exec/stream.rs",
         "exec/stream_generation.rs",
+        "exec/stream_progress.rs",
         "exec/stream_recycler.rs",
         "graph/book.rs",
         "graph/capture.rs",

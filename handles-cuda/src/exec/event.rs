@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 pub(crate) use crate::exec::record_count::RecordCount;
 use crate::exec::stream::StreamHandle;
+use crate::exec::stream_progress::{Known, RecordStamps};
 
 /// A CUDA event, with the flags it was created with.
 ///
@@ -34,6 +35,9 @@ pub struct Event {
     pub device: Option<usize>,
     /// Whether a completion's waiter polls it (see `exec/completion_waiter.rs`).
     pub(crate) records: RecordCount,
+    /// Its latest record's place in its stream, when stream order can speak for it
+    /// (`exec/stream_progress.rs`).
+    pub(crate) stamps: RecordStamps,
 }
 
 /// Hands the watches of an event over to the notifier, before the event is recorded again:
@@ -187,6 +191,7 @@ impl EventHandle {
                 context: Some(context.as_ref().clone()),
                 flags,
                 records: RecordCount::new(flags.interprocess),
+                stamps: RecordStamps::default(),
             };
             // SAFETY: a fresh event owned by nobody else; `destroy_event` destroys it.
             Ok(unsafe { EventHandle::from_raw(raw, record) })
@@ -215,23 +220,45 @@ impl EventHandle {
         stream.refuse_if_captured()?;
         let event = self.as_cu();
         let own = self.context().as_ref().map(ContextHandle::as_cu);
+        let record = (**self).record();
         // A waiter polling this event for an earlier record hands it over first.
-        self.before_record(&(**self).record().records);
-        stream.run(|raw_stream| {
+        self.before_record(&record.records);
+        let recording = record.stamps.begin(stream.stamped_progress());
+        let recorded = stream.run(|raw_stream| {
             if let Some(own) = own {
                 require_same_context(own, stream, raw_stream)?;
             }
             // SAFETY: both the event and the stream are alive while their handles are.
             unsafe { driver!(cuEventRecord(event, raw_stream)) }
-        })
+        });
+        record.stamps.end(recording, recorded.is_ok());
+        recorded
+    }
+
+    /// What stream order tells of this event's latest record before the driver is asked
+    /// (`exec/stream_progress.rs`): nothing for an event others may record.
+    fn known(&self) -> Known {
+        let record = (**self).record();
+        if record.records.uncounted() {
+            return Known::Unstamped;
+        }
+        record.stamps.known()
     }
 
     /// Whether the work captured by the last `record` has completed (`cuEventQuery`), without
     /// blocking. An event never recorded counts as completed.
     pub fn query(&self) -> Result<bool> {
         ensure_loaded()?;
+        let known = self.known();
+        if let Known::Complete = known {
+            return Ok(true);
+        }
         // SAFETY: the event is alive while `self` is.
-        completed("cuEventQuery", unsafe { sys::cuEventQuery(self.as_cu()) })
+        let done = completed("cuEventQuery", unsafe { sys::cuEventQuery(self.as_cu()) })?;
+        if let (true, Known::Ask(version)) = (done, known) {
+            (**self).record().stamps.completed(version);
+        }
+        Ok(done)
     }
 
     /// A fresh event (no timing), recorded on `stream` now: work queued later anywhere can be
@@ -246,8 +273,16 @@ impl EventHandle {
 
     /// Blocks until the work captured by the last `record` has completed.
     pub fn synchronize(&self) -> Result<()> {
+        let known = self.known();
+        if let Known::Complete = known {
+            return Ok(());
+        }
         // SAFETY: the event is alive while `self` is.
-        unsafe { driver!(cuEventSynchronize(self.as_cu())) }
+        unsafe { driver!(cuEventSynchronize(self.as_cu())) }?;
+        if let Known::Ask(version) = known {
+            (**self).record().stamps.completed(version);
+        }
+        Ok(())
     }
 
     /// Milliseconds between `self` (recorded first) and `end`; both need timing enabled.

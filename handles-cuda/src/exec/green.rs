@@ -167,9 +167,7 @@ impl GreenContextHandle {
                 ))
             }
         })?;
-        let record = Stream {
-            context: Some(context),
-        };
+        let record = Stream::new(Some(context));
         // SAFETY: a fresh stream owned by nobody else, destroyed by the stream deleter; its
         // record keeps the green context alive through the context handle.
         Ok(unsafe { StreamHandle::from_raw(raw, record) })

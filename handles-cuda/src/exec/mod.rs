@@ -89,6 +89,7 @@ pub(crate) mod record_count;
 pub(crate) mod spin_credit;
 pub(crate) mod stream;
 pub(crate) mod stream_generation;
+pub(crate) mod stream_progress;
 pub(crate) mod stream_recycler;
 
 pub use self::completion::{

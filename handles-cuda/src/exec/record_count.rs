@@ -52,6 +52,11 @@ impl RecordCount {
         self.watched.load(Ordering::SeqCst) != 0
     }
 
+    /// Whether the event may be recorded other than through `EventHandle::record`.
+    pub(crate) fn uncounted(&self) -> bool {
+        self.uncounted.load(Ordering::Acquire)
+    }
+
     /// From now on the event may be recorded without notice; returns whether watches are
     /// pending, which the caller then hands over before any such record can be made.
     pub(crate) fn set_uncounted(&self) -> bool {

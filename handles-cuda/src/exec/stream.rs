@@ -11,6 +11,8 @@ use crate::driver::current::{current_raw, device_of, in_context};
 use crate::driver::load::ensure_loaded;
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
+use crate::exec::stream_progress::StreamProgress;
+use std::sync::{Arc, OnceLock};
 
 /// A CUDA stream.
 ///
@@ -24,6 +26,19 @@ pub struct Stream {
     /// The context the stream belongs to, when known.
     #[owner]
     pub context: Option<ContextHandle>,
+    /// The stamps of events recorded on it and how far it is known to have run
+    /// (`exec/stream_progress.rs`): made at the first record, for streams this crate owns.
+    pub(crate) progress: OnceLock<Arc<StreamProgress>>,
+}
+
+impl Stream {
+    /// The record of a stream in `context`.
+    pub(crate) fn new(context: Option<ContextHandle>) -> Self {
+        Stream {
+            context,
+            progress: OnceLock::new(),
+        }
+    }
 }
 // SAFETY: the CUDA driver API lets streams be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for Stream {}
@@ -99,9 +114,7 @@ impl StreamHandle {
         } else {
             sys::CUstream_flags::CU_STREAM_DEFAULT as u32
         };
-        let record = Stream {
-            context: Some(context),
-        };
+        let record = Stream::new(Some(context));
         in_context(raw_context, || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
@@ -113,22 +126,20 @@ impl StreamHandle {
     /// when it is used; use [`StreamHandle::legacy_in`] to pin a context.
     pub fn legacy() -> Self {
         // SAFETY: the built-in stream token is always valid and never destroyed.
-        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, Stream { context: None }) }
+        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, Stream::new(None)) }
     }
 
     /// A reference to the per-thread default stream of the thread that uses it.
     pub fn per_thread() -> Self {
         // SAFETY: the built-in stream token is always valid and never destroyed.
-        unsafe { StreamHandle::from_raw_borrowed(PER_THREAD_STREAM, Stream { context: None }) }
+        unsafe { StreamHandle::from_raw_borrowed(PER_THREAD_STREAM, Stream::new(None)) }
     }
 
     /// The legacy default stream bound to `context`, which it keeps alive: work and frees on
     /// it run in that context whatever is current on the calling thread. A non-owning
     /// reference is resolved to a handle that keeps the context alive, or refused.
     pub fn legacy_in(context: &ContextHandle) -> Result<Self> {
-        let record = Stream {
-            context: Some(context.keep_alive()?.into_owned()),
-        };
+        let record = Stream::new(Some(context.keep_alive()?.into_owned()));
         // SAFETY: the built-in stream token is always valid and never destroyed.
         Ok(unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, record) })
     }
@@ -202,6 +213,25 @@ impl StreamHandle {
             return true;
         }
         !self.is_owning() && !self.is_default_token()
+    }
+
+    /// The stamps of the records made on this stream (`exec/stream_progress.rs`), for a stream
+    /// this crate owns while no other code can capture one; `None` otherwise, and records on
+    /// it are not stamped.
+    #[inline]
+    pub(crate) fn stamped_progress(&self) -> Option<&Arc<StreamProgress>> {
+        if !self.is_owning()
+            || self.is_default_token()
+            || self.may_be_captured_elsewhere()
+            || foreign_capture_possible()
+        {
+            return None;
+        }
+        Some(
+            self.record()
+                .progress
+                .get_or_init(|| Arc::new(StreamProgress::new())),
+        )
     }
 
     /// Whether the stream is being captured into a graph now (`cuStreamIsCapturing`; an
@@ -344,9 +374,7 @@ impl StreamHandle {
     fn bound_to_current(&self) -> Result<StreamHandle> {
         ensure_loaded()?;
         let context = require_current_context(self.as_cu())?;
-        let record = Stream {
-            context: Some(context),
-        };
+        let record = Stream::new(Some(context));
         // SAFETY: default-stream tokens are always valid and never destroyed.
         Ok(unsafe { StreamHandle::from_raw_with_owner(self.as_cu(), record, ()) })
     }

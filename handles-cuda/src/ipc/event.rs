@@ -8,6 +8,7 @@ use crate::driver::current::{in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::exec::event::{Event, EventFlags, EventHandle, RecordCount};
+use crate::exec::stream_progress::RecordStamps;
 use crate::ipc::token::{self, TOKEN};
 
 /// The 64-byte token that names an interprocess event in another process.
@@ -91,6 +92,7 @@ impl EventHandle {
             flags,
             device: context.device(),
             records: RecordCount::new(true),
+            stamps: RecordStamps::default(),
         };
         in_context(context.as_cu(), || {
             // SAFETY: a context is current; `raw` is a valid out-pointer and the token is

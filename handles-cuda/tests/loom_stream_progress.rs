@@ -1,0 +1,174 @@
+//! Model check of the stamps that let a wait be skipped (`exec/stream_progress.rs`), against a
+//! simulated stream: records are enqueued in the order their calls reach the "driver" (a
+//! mutex), a synchronize completes the stream up to the event's latest record at the time of
+//! the call, and whenever the stamps say an event's latest record has completed, it has.
+//! Two recorders of one event overlap with a third thread that records and waits for another
+//! event. Run with `RUSTFLAGS="--cfg handles_cuda_loom" cargo test -p handles-cuda --test
+//! loom_stream_progress --release`.
+#![cfg(handles_cuda_loom)]
+
+#[path = "../src/exec/stream_progress.rs"]
+#[allow(dead_code)]
+mod stream_progress;
+
+use loom::sync::Mutex;
+use std::sync::Arc;
+use stream_progress::{Known, RecordStamps, StreamProgress};
+
+/// The simulated driver: one stream's records in order, how many have completed, and each
+/// event's latest record (an index into `queue`).
+#[derive(Default)]
+struct Driver {
+    queue: Vec<usize>,
+    completed: usize,
+    latest: [Option<usize>; 2],
+}
+
+struct World {
+    driver: Mutex<Driver>,
+    progress: Arc<StreamProgress>,
+    stamps: [RecordStamps; 2],
+}
+
+impl World {
+    fn record(&self, event: usize) {
+        let recording = self.stamps[event].begin(Some(&self.progress));
+        {
+            let mut driver = self.driver.lock().unwrap();
+            driver.queue.push(event);
+            let at = driver.queue.len() - 1;
+            driver.latest[event] = Some(at);
+        }
+        self.stamps[event].end(recording, true);
+    }
+
+    /// `synchronize`: skipped when the stamps say so, else the driver waits (completing the
+    /// stream up to the latest record) and the stamps learn of it.
+    fn synchronize(&self, event: usize) {
+        let known = self.known(event);
+        if let Known::Complete = known {
+            return;
+        }
+        {
+            let mut driver = self.driver.lock().unwrap();
+            if let Some(at) = driver.latest[event] {
+                driver.completed = driver.completed.max(at + 1);
+            }
+        }
+        if let Known::Ask(version) = known {
+            self.stamps[event].completed(version);
+        }
+    }
+
+    /// What the stamps say of `event`, checked against the driver while no record can reach it:
+    /// "complete" must mean that its latest record has run.
+    fn known(&self, event: usize) -> Known {
+        let driver = self.driver.lock().unwrap();
+        let known = self.stamps[event].known();
+        if let (Known::Complete, Some(at)) = (&known, driver.latest[event]) {
+            assert!(
+                at < driver.completed,
+                "event {event}'s latest record (#{at}) was called complete, but only {} of {:?} ran; {}",
+                driver.completed,
+                driver.queue,
+                self.stamps[event].describe()
+            );
+        }
+        known
+    }
+}
+
+fn world() -> Arc<World> {
+    Arc::new(World {
+        driver: Mutex::new(Driver::default()),
+        progress: Arc::new(StreamProgress::new()),
+        stamps: [RecordStamps::default(), RecordStamps::default()],
+    })
+}
+
+#[test]
+fn a_skipped_wait_is_never_for_a_record_still_running() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let world = world();
+        // The marker's use, recorded before the request's event.
+        world.record(0);
+        let rerecord = {
+            let world = world.clone();
+            loom::thread::spawn(move || world.record(0))
+        };
+        let request = {
+            let world = world.clone();
+            loom::thread::spawn(move || {
+                world.record(1);
+                world.synchronize(1);
+            })
+        };
+        world.known(0);
+        rerecord.join().unwrap();
+        request.join().unwrap();
+        world.synchronize(0);
+    });
+}
+
+#[test]
+fn a_wait_after_a_later_one_is_skipped() {
+    loom::model(|| {
+        let world = world();
+        world.record(0);
+        world.record(1);
+        let waiter = {
+            let world = world.clone();
+            loom::thread::spawn(move || world.synchronize(1))
+        };
+        waiter.join().unwrap();
+        assert!(matches!(world.known(0), Known::Complete));
+        world.synchronize(0);
+    });
+}
+
+#[test]
+fn overlapping_records_leave_no_stamps() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let world = world();
+        let recorders: Vec<_> = [0, 0, 1]
+            .into_iter()
+            .map(|event| {
+                let world = world.clone();
+                loom::thread::spawn(move || {
+                    world.record(event);
+                    if event == 1 {
+                        world.synchronize(1);
+                    }
+                })
+            })
+            .collect();
+        for recorder in recorders {
+            recorder.join().unwrap();
+        }
+        world.known(0);
+    });
+}
+
+#[test]
+fn a_wait_speaks_only_for_the_record_it_waited_for() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let world = world();
+        world.record(1);
+        let later = {
+            let world = world.clone();
+            loom::thread::spawn(move || {
+                world.record(0);
+                world.record(1);
+            })
+        };
+        world.synchronize(1);
+        later.join().unwrap();
+        world.known(0);
+    });
+}
