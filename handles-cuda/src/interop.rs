@@ -128,7 +128,9 @@ impl StreamHandle {
     /// not keep alive. A capture begun and ended by the thread that queues the work is always
     /// detected.
     pub unsafe fn from_cudarc(stream: &Arc<CudaStream>) -> Self {
-        let record = Stream::new(Some(ContextHandle::from_cudarc(stream.context())));
+        let record = Stream {
+            context: Some(ContextHandle::from_cudarc(stream.context())),
+        };
         let raw = stream.cu_stream();
         let dead = {
             let mut table = streams();

@@ -1107,3 +1107,150 @@ fn scenario_control_a_raw_read_of_pending_work_is_a_data_race() {
     std::hint::black_box(byte);
     stream.synchronize().unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// S1–S3: stream order spares waits (`exec/stream_progress.rs`). A view of memory whose last use
+// on a stream came before an event of that stream the host saw complete asks the driver
+// nothing; one with work queued after that event still waits for it.
+
+/// How many `cuEventSynchronize` and `cuEventQuery` calls a scenario made.
+fn waits(report: &Report) -> u64 {
+    ["cuEventSynchronize", "cuEventQuery"]
+        .iter()
+        .map(|name| report.calls.get(*name).copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn s1_a_view_after_a_later_event_seen_complete_asks_the_driver_nothing() {
+    let skipped = clean("s1_view_after_a_later_event", "1");
+    let asked = clean("s1_view_without_a_later_event", "1");
+    // The same work, then two views and the two frees, which wait for the same markers. The
+    // first program synchronizes the event recorded after the copies: nothing else asks. The
+    // second synchronizes the stream, which proves nothing to events: the first view asks for
+    // the later marker (which then speaks for the earlier one) and so does its free (a marker
+    // seen complete does not speak for itself). Without the stamps the first makes 5.
+    assert_eq!(
+        waits(&skipped),
+        1,
+        "only the event after the copies is waited for: {:?}",
+        skipped.calls
+    );
+    assert_eq!(waits(&asked), 2, "{:?}", asked.calls);
+}
+
+/// A pinned staging buffer filled by a copy on `stream`, then the copy back: the views' markers
+/// are recorded on `stream`.
+fn staged(context: &ContextHandle, stream: &StreamHandle) -> (DevicePtrHandle, DevicePtrHandle) {
+    let pinned_in = DevicePtrHandle::alloc_host(context, 4096).unwrap();
+    let pinned_out = DevicePtrHandle::alloc_host(context, 4096).unwrap();
+    let device = DevicePtrHandle::alloc(context, 4096).unwrap();
+    pinned_in.host_view_mut().unwrap().fill(7);
+    pinned_in
+        .copy_to_async(0, &device, 0, 4096, stream)
+        .unwrap();
+    device
+        .copy_to_async(0, &pinned_out, 0, 4096, stream)
+        .unwrap();
+    (pinned_in, pinned_out)
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_s1_view_after_a_later_event() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let (pinned_in, pinned_out) = staged(&context, &stream);
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    event.record(&stream).unwrap();
+    event.synchronize().unwrap();
+    assert!(pinned_out.host_view().unwrap().iter().all(|&b| b == 7));
+    pinned_in.host_view_mut().unwrap().fill(8);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_s1_view_without_a_later_event() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let (pinned_in, pinned_out) = staged(&context, &stream);
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    event.record(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(pinned_out.host_view().unwrap().iter().all(|&b| b == 7));
+    pinned_in.host_view_mut().unwrap().fill(8);
+}
+
+#[test]
+fn s2_work_queued_after_the_event_seen_complete_is_still_waited_for() {
+    clean("s2_work_after_the_event", "1");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_s2_work_after_the_event() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let other = non_blocking(&context);
+    let pinned = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let device = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    device.memset_async(5, 4096, &stream).unwrap();
+    device.copy_to_async(0, &pinned, 0, 4096, &stream).unwrap();
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    event.record(&stream).unwrap();
+    event.synchronize().unwrap();
+    // Held back, then a copy into the buffer on the same stream (its marker is recorded again,
+    // after the event), and one on another stream: the view must wait for both.
+    let release = hold(&stream);
+    device.memset_async(6, 4096, &stream).unwrap();
+    device.copy_to_async(0, &pinned, 0, 2048, &stream).unwrap();
+    let release_other = hold(&other);
+    order_after(&context, &other, &stream);
+    device
+        .copy_to_async(2048, &pinned, 2048, 2048, &other)
+        .unwrap();
+    let waiters = [
+        release_later(release, Duration::from_millis(30)),
+        release_later(release_other, Duration::from_millis(30)),
+    ];
+    // The event is seen complete again: it still proves nothing of the later records.
+    event.synchronize().unwrap();
+    assert!(event.query().unwrap());
+    assert!(pinned.host_view().unwrap().iter().all(|&b| b == 6));
+    for waiter in waiters {
+        waiter.join().unwrap();
+    }
+}
+
+#[test]
+fn s3_an_event_recorded_again_elsewhere_proves_nothing_of_its_first_stream() {
+    clean("s3_event_recorded_again", "1");
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_s3_event_recorded_again() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let other = non_blocking(&context);
+    let pinned = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let device = DevicePtrHandle::alloc(&context, 4096).unwrap();
+    device.memset_async(9, 4096, &stream).unwrap();
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    event.record(&stream).unwrap();
+    event.synchronize().unwrap();
+    // Held back: the buffer's marker on `stream` follows the event's first record.
+    let release = hold(&stream);
+    device.copy_to_async(0, &pinned, 0, 4096, &stream).unwrap();
+    // The event recorded again on an idle stream, and seen complete there: it says nothing of
+    // `stream`, so the view still waits for the held copy.
+    event.record(&other).unwrap();
+    event.synchronize().unwrap();
+    let waiter = release_later(release, Duration::from_millis(30));
+    assert!(pinned.host_view().unwrap().iter().all(|&b| b == 9));
+    waiter.join().unwrap();
+}

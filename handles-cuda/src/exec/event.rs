@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 pub(crate) use crate::exec::record_count::RecordCount;
 use crate::exec::stream::StreamHandle;
-use crate::exec::stream_progress::{Known, RecordStamps};
+use crate::exec::stream_progress::{Known, PROGRESS, RecordStamps};
 
 /// A CUDA event, with the flags it was created with.
 ///
@@ -223,7 +223,7 @@ impl EventHandle {
         let record = (**self).record();
         // A waiter polling this event for an earlier record hands it over first.
         self.before_record(&record.records);
-        let recording = record.stamps.begin(stream.stamped_progress());
+        let recording = record.stamps.begin(&PROGRESS, stream.stamped_id());
         let recorded = stream.run(|raw_stream| {
             if let Some(own) = own {
                 require_same_context(own, stream, raw_stream)?;
@@ -231,7 +231,7 @@ impl EventHandle {
             // SAFETY: both the event and the stream are alive while their handles are.
             unsafe { driver!(cuEventRecord(event, raw_stream)) }
         });
-        record.stamps.end(recording, recorded.is_ok());
+        record.stamps.end(&PROGRESS, recording, recorded.is_ok());
         recorded
     }
 
@@ -242,7 +242,7 @@ impl EventHandle {
         if record.records.uncounted() {
             return Known::Unstamped;
         }
-        record.stamps.known()
+        record.stamps.known(&PROGRESS)
     }
 
     /// Whether the work captured by the last `record` has completed (`cuEventQuery`), without
@@ -256,7 +256,7 @@ impl EventHandle {
         // SAFETY: the event is alive while `self` is.
         let done = completed("cuEventQuery", unsafe { sys::cuEventQuery(self.as_cu()) })?;
         if let (true, Known::Ask(version)) = (done, known) {
-            (**self).record().stamps.completed(version);
+            (**self).record().stamps.completed(&PROGRESS, version);
         }
         Ok(done)
     }
@@ -280,7 +280,7 @@ impl EventHandle {
         // SAFETY: the event is alive while `self` is.
         unsafe { driver!(cuEventSynchronize(self.as_cu())) }?;
         if let Known::Ask(version) = known {
-            (**self).record().stamps.completed(version);
+            (**self).record().stamps.completed(&PROGRESS, version);
         }
         Ok(())
     }

@@ -167,7 +167,9 @@ impl GreenContextHandle {
                 ))
             }
         })?;
-        let record = Stream::new(Some(context));
+        let record = Stream {
+            context: Some(context),
+        };
         // SAFETY: a fresh stream owned by nobody else, destroyed by the stream deleter; its
         // record keeps the green context alive through the context handle.
         Ok(unsafe { StreamHandle::from_raw(raw, record) })

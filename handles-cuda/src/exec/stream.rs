@@ -11,8 +11,8 @@ use crate::driver::current::{current_raw, device_of, in_context};
 use crate::driver::load::ensure_loaded;
 use crate::error::Result;
 use crate::exec::context::ContextHandle;
-use crate::exec::stream_progress::StreamProgress;
-use std::sync::{Arc, OnceLock};
+use crate::exec::stream_generation::GENERATIONS;
+use crate::exec::stream_progress::StreamId;
 
 /// A CUDA stream.
 ///
@@ -26,19 +26,6 @@ pub struct Stream {
     /// The context the stream belongs to, when known.
     #[owner]
     pub context: Option<ContextHandle>,
-    /// The stamps of events recorded on it and how far it is known to have run
-    /// (`exec/stream_progress.rs`): made at the first record, for streams this crate owns.
-    pub(crate) progress: OnceLock<Arc<StreamProgress>>,
-}
-
-impl Stream {
-    /// The record of a stream in `context`.
-    pub(crate) fn new(context: Option<ContextHandle>) -> Self {
-        Stream {
-            context,
-            progress: OnceLock::new(),
-        }
-    }
 }
 // SAFETY: the CUDA driver API lets streams be used and destroyed from any thread.
 unsafe impl handles_core::ThreadSafe for Stream {}
@@ -114,7 +101,9 @@ impl StreamHandle {
         } else {
             sys::CUstream_flags::CU_STREAM_DEFAULT as u32
         };
-        let record = Stream::new(Some(context));
+        let record = Stream {
+            context: Some(context),
+        };
         in_context(raw_context, || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
             out(|raw| unsafe { driver!(cuStreamCreateWithPriority(raw, raw_flags, priority)) })
@@ -126,20 +115,22 @@ impl StreamHandle {
     /// when it is used; use [`StreamHandle::legacy_in`] to pin a context.
     pub fn legacy() -> Self {
         // SAFETY: the built-in stream token is always valid and never destroyed.
-        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, Stream::new(None)) }
+        unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, Stream { context: None }) }
     }
 
     /// A reference to the per-thread default stream of the thread that uses it.
     pub fn per_thread() -> Self {
         // SAFETY: the built-in stream token is always valid and never destroyed.
-        unsafe { StreamHandle::from_raw_borrowed(PER_THREAD_STREAM, Stream::new(None)) }
+        unsafe { StreamHandle::from_raw_borrowed(PER_THREAD_STREAM, Stream { context: None }) }
     }
 
     /// The legacy default stream bound to `context`, which it keeps alive: work and frees on
     /// it run in that context whatever is current on the calling thread. A non-owning
     /// reference is resolved to a handle that keeps the context alive, or refused.
     pub fn legacy_in(context: &ContextHandle) -> Result<Self> {
-        let record = Stream::new(Some(context.keep_alive()?.into_owned()));
+        let record = Stream {
+            context: Some(context.keep_alive()?.into_owned()),
+        };
         // SAFETY: the built-in stream token is always valid and never destroyed.
         Ok(unsafe { StreamHandle::from_raw_borrowed(LEGACY_STREAM, record) })
     }
@@ -215,11 +206,12 @@ impl StreamHandle {
         !self.is_owning() && !self.is_default_token()
     }
 
-    /// The stamps of the records made on this stream (`exec/stream_progress.rs`), for a stream
-    /// this crate owns while no other code can capture one; `None` otherwise, and records on
-    /// it are not stamped.
+    /// The identity under which records on this stream are stamped (`exec/stream_progress.rs`):
+    /// for a stream this crate owns while no other code can capture one; `None` otherwise, and
+    /// records on it are not stamped. Its address's generation tells it from a later stream
+    /// given the same address.
     #[inline]
-    pub(crate) fn stamped_progress(&self) -> Option<&Arc<StreamProgress>> {
+    pub(crate) fn stamped_id(&self) -> Option<StreamId> {
         if !self.is_owning()
             || self.is_default_token()
             || self.may_be_captured_elsewhere()
@@ -227,11 +219,11 @@ impl StreamHandle {
         {
             return None;
         }
-        Some(
-            self.record()
-                .progress
-                .get_or_init(|| Arc::new(StreamProgress::new())),
-        )
+        let raw = self.as_cu() as usize;
+        Some(StreamId {
+            raw,
+            generation: GENERATIONS.of(raw),
+        })
     }
 
     /// Whether the stream is being captured into a graph now (`cuStreamIsCapturing`; an
@@ -374,7 +366,9 @@ impl StreamHandle {
     fn bound_to_current(&self) -> Result<StreamHandle> {
         ensure_loaded()?;
         let context = require_current_context(self.as_cu())?;
-        let record = Stream::new(Some(context));
+        let record = Stream {
+            context: Some(context),
+        };
         // SAFETY: default-stream tokens are always valid and never destroyed.
         Ok(unsafe { StreamHandle::from_raw_with_owner(self.as_cu(), record, ()) })
     }
