@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -eq 0 ] && ops=(event-raw event event-cudarc pool-raw pool pool-cudarc
   stream-raw stream stream-cudarc graph-raw graph graph-cudarc graph10-raw graph10 clone-arc clone
-  launch-raw launch launch-cudarc event-unbound event-cudarc-unbound)
+  launch-raw launch launch-cudarc event-unbound event-cudarc-unbound record-raw record record-cudarc)
 cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
 sim_count=${SIM_COUNT:-target/release/sim_count}
 out=$(mktemp -d)

@@ -13,6 +13,7 @@
 //! | `graph10-raw`, `graph10` | launch of a graph of ten kernel nodes on one buffer |
 //! | `launch-raw`, `launch`, `launch-cudarc` | kernel launch, `add_one` over one buffer (cudarc untracked) |
 //! | `event-unbound`, `event-cudarc-unbound` | event create+drop on a thread with no context current |
+//! | `record-raw`, `record`, `record-cudarc` | one event recorded on the stream and synchronized |
 //! | `clone-arc`, `clone` | `Arc` clone+drop against `StreamHandle` clone+drop |
 //!
 //! See BENCHMARKS.md for the commands and the table.
@@ -150,6 +151,11 @@ fn main() -> Result<(), Failure> {
         .map_err(Into::into);
     }
     let arc = Arc::new(raw_stream as usize);
+    let mut raw_event = std::ptr::null_mut();
+    // SAFETY: the primary context is current; an out-pointer. Destroyed after the loop.
+    ok(unsafe { sys::cuEventCreate(&mut raw_event, timing_off) })?;
+    let event = EventHandle::create(&context, EventFlags::default())?;
+    let cudarc_event = cudarc.new_event(None)?;
     for _ in 0..n {
         match op.as_str() {
             "event-raw" => {
@@ -161,6 +167,21 @@ fn main() -> Result<(), Failure> {
                 }
             }
             "event" => drop(keep(EventHandle::create(&context, EventFlags::default())?)),
+            "record-raw" => {
+                // SAFETY: the event and the stream are alive.
+                unsafe {
+                    ok(sys::cuEventRecord(keep(raw_event), raw_stream))?;
+                    ok(sys::cuEventSynchronize(raw_event))?;
+                }
+            }
+            "record" => {
+                keep(&event).record(&stream)?;
+                event.synchronize()?;
+            }
+            "record-cudarc" => {
+                keep(&cudarc_event).record(&cudarc_stream)?;
+                cudarc_event.synchronize()?;
+            }
             "event-cudarc" => drop(keep(cudarc.new_event(None)?)),
             "pool-raw" => {
                 let mut ptr = 0;
@@ -240,5 +261,7 @@ fn main() -> Result<(), Failure> {
     }
     stream.synchronize()?;
     cudarc_stream.synchronize()?;
+    // SAFETY: created above, destroyed once; its records have completed.
+    ok(unsafe { sys::cuEventDestroy_v2(raw_event) })?;
     Ok(())
 }
