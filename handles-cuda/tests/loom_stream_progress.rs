@@ -21,13 +21,21 @@ const STREAM: StreamId = StreamId {
     generation: 0,
 };
 
+/// Where an event's latest record is: on the stream (an index into `queue`), or on another
+/// stream, recorded without stamps (a launch's programmatic event, a graph's record node).
+#[derive(Clone, Copy)]
+enum Place {
+    Stream(usize),
+    Elsewhere,
+}
+
 /// The simulated driver: one stream's records in order, how many have completed, and each
-/// event's latest record (an index into `queue`).
+/// event's latest record. Work elsewhere completes at once.
 #[derive(Default)]
 struct Driver {
     queue: Vec<usize>,
     completed: usize,
-    latest: [Option<usize>; 2],
+    latest: [Option<Place>; 2],
 }
 
 struct World {
@@ -43,9 +51,25 @@ impl World {
             let mut driver = self.driver.lock().unwrap();
             driver.queue.push(event);
             let at = driver.queue.len() - 1;
-            driver.latest[event] = Some(at);
+            driver.latest[event] = Some(Place::Stream(at));
         }
         self.stamps[event].end(&self.progress, recording, true);
+    }
+
+    /// A record of `event` on another stream, made as `EventHandle::before_other_record`
+    /// brackets it: no stream, so no stamps.
+    fn record_elsewhere(&self, event: usize) {
+        let recording = self.stamps[event].begin(&self.progress, None);
+        self.driver.lock().unwrap().latest[event] = Some(Place::Elsewhere);
+        self.stamps[event].end(&self.progress, recording, false);
+    }
+
+    /// A record node added for `event` (`before_uncounted_records`: the stamps go, then the
+    /// count says "uncounted", which `known` is not asked about again here), and recorded
+    /// elsewhere by the graph's launch.
+    fn record_node(&self, event: usize) {
+        self.stamps[event].forget();
+        self.driver.lock().unwrap().latest[event] = Some(Place::Elsewhere);
     }
 
     /// `synchronize`: skipped when the stamps say so, else the driver waits (completing the
@@ -57,7 +81,7 @@ impl World {
         }
         {
             let mut driver = self.driver.lock().unwrap();
-            if let Some(at) = driver.latest[event] {
+            if let Some(Place::Stream(at)) = driver.latest[event] {
                 driver.completed = driver.completed.max(at + 1);
             }
         }
@@ -71,7 +95,7 @@ impl World {
     fn known(&self, event: usize) -> Known {
         let driver = self.driver.lock().unwrap();
         let known = self.stamps[event].known(&self.progress);
-        if let (Known::Complete, Some(at)) = (&known, driver.latest[event]) {
+        if let (Known::Complete, Some(Place::Stream(at))) = (&known, driver.latest[event]) {
             assert!(
                 at < driver.completed,
                 "event {event}'s latest record (#{at}) was called complete, but only {} of {:?} ran",
@@ -81,6 +105,13 @@ impl World {
         }
         known
     }
+}
+
+/// At most three preemptions.
+fn builder() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder
 }
 
 fn world() -> Arc<World> {
@@ -93,9 +124,7 @@ fn world() -> Arc<World> {
 
 #[test]
 fn a_skipped_wait_is_never_for_a_record_still_running() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(|| {
+    builder().check(|| {
         let world = world();
         // The marker's use, recorded before the request's event.
         world.record(0);
@@ -119,7 +148,7 @@ fn a_skipped_wait_is_never_for_a_record_still_running() {
 
 #[test]
 fn a_wait_after_a_later_one_is_skipped() {
-    loom::model(|| {
+    builder().check(|| {
         let world = world();
         world.record(0);
         world.record(1);
@@ -135,9 +164,7 @@ fn a_wait_after_a_later_one_is_skipped() {
 
 #[test]
 fn overlapping_records_leave_no_stamps() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(|| {
+    builder().check(|| {
         let world = world();
         let recorders: Vec<_> = [0, 0, 1]
             .into_iter()
@@ -160,9 +187,7 @@ fn overlapping_records_leave_no_stamps() {
 
 #[test]
 fn a_wait_speaks_only_for_the_record_it_waited_for() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(|| {
+    builder().check(|| {
         let world = world();
         world.record(1);
         let later = {
@@ -180,7 +205,7 @@ fn a_wait_speaks_only_for_the_record_it_waited_for() {
 
 #[test]
 fn another_stream_of_the_slot_or_a_later_generation_proves_nothing() {
-    loom::model(|| {
+    builder().check(|| {
         let progress = Progress::new();
         let mut spoke = Vec::new();
         // The same slot (the address differs in bits above the slot's), and the same address
@@ -210,6 +235,33 @@ fn another_stream_of_the_slot_or_a_later_generation_proves_nothing() {
         drop(progress);
         for (other, spoke) in spoke {
             assert!(!spoke, "{other:?}'s completion spoke for {STREAM:?}");
+        }
+    });
+}
+
+#[test]
+fn a_record_elsewhere_or_a_record_node_speaks_for_nothing() {
+    builder().check(|| {
+        for node in [false, true] {
+            let world = world();
+            // The marker's use, then the event, both on the stream, which has not run.
+            world.record(0);
+            world.record(1);
+            let elsewhere = {
+                let world = world.clone();
+                loom::thread::spawn(move || {
+                    if node {
+                        world.record_node(1)
+                    } else {
+                        world.record_elsewhere(1)
+                    }
+                })
+            };
+            // A wait for the event that may see the record made elsewhere.
+            world.synchronize(1);
+            elsewhere.join().unwrap();
+            world.synchronize(1);
+            world.known(0);
         }
     });
 }

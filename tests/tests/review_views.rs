@@ -1254,3 +1254,83 @@ fn scenario_s3_event_recorded_again() {
     assert!(pinned.host_view().unwrap().iter().all(|&b| b == 9));
     waiter.join().unwrap();
 }
+
+#[test]
+fn s4_a_programmatic_event_recorded_elsewhere_proves_nothing_of_its_first_stream() {
+    clean("s4_programmatic_event_elsewhere", "1");
+    clean("s4_record_node_elsewhere", "1");
+}
+
+/// A held copy into pinned memory on `stream`, then an event recorded there after it: the
+/// buffer's marker is stamped before the event's record. The stream is released 200 ms later
+/// from another thread (so that a failure in between cannot leave it held). Returns the
+/// buffer, the event and the releasing thread.
+fn held_copy_then_event(
+    context: &ContextHandle,
+    stream: &StreamHandle,
+) -> (DevicePtrHandle, EventHandle, std::thread::JoinHandle<()>) {
+    let pinned = DevicePtrHandle::alloc_host(context, 4096).unwrap();
+    let device = DevicePtrHandle::alloc(context, 4096).unwrap();
+    device.memset_async(3, 4096, stream).unwrap();
+    let release = hold(stream);
+    device.copy_to_async(0, &pinned, 0, 4096, stream).unwrap();
+    let event = EventHandle::create(context, EventFlags::default()).unwrap();
+    event.record(stream).unwrap();
+    (
+        pinned,
+        event,
+        release_later(release, Duration::from_millis(200)),
+    )
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_s4_programmatic_event_elsewhere() {
+    in_scenario();
+    let kernels = TestKernels::load().unwrap();
+    let context = ContextHandle::primary(0).unwrap();
+    let (stream, other) = (non_blocking(&context), non_blocking(&context));
+    let (pinned, event, waiter) = held_copy_then_event(&context, &stream);
+    // The launch on the idle stream records the event again (the driver's record, not
+    // `EventHandle::record`): a wait for it then proves nothing of `stream`.
+    let scratch = DevicePtrHandle::alloc(&context, 1024).unwrap();
+    let options = handles_cuda::code::LaunchOptions {
+        programmatic_event: Some(handles_cuda::code::ProgrammaticEvent {
+            event: event.clone(),
+            trigger_at_block_start: false,
+        }),
+        ..Default::default()
+    };
+    kernels
+        .fill
+        .launch_ex(
+            &other,
+            &LaunchConfig::linear(256, 64),
+            &options,
+            (&scratch, 1, 256),
+        )
+        .unwrap();
+    // Returns once the record on `other` completed, while `stream` is still held.
+    event.synchronize().unwrap();
+    assert!(pinned.host_view().unwrap().iter().all(|&b| b == 3));
+    waiter.join().unwrap();
+    other.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_s4_record_node_elsewhere() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let (stream, other) = (non_blocking(&context), non_blocking(&context));
+    let (pinned, event, waiter) = held_copy_then_event(&context, &stream);
+    // A graph's record node records the event on the idle stream: the same.
+    let graph = GraphHandle::create(&context).unwrap();
+    graph.add_event_record_node(&[], &event).unwrap();
+    graph.instantiate().unwrap().launch(&other).unwrap();
+    // Returns once the record on `other` completed, while `stream` is still held.
+    event.synchronize().unwrap();
+    assert!(pinned.host_view().unwrap().iter().all(|&b| b == 3));
+    waiter.join().unwrap();
+    other.synchronize().unwrap();
+}

@@ -393,10 +393,11 @@ fn queue<P: KernelParams>(
         Ok(())
     })?;
     // The launch records its programmatic event: a completion's waiter polling the event for
-    // an earlier record hands it to a notifier first.
-    if let Some(programmatic) = options.and_then(|options| options.programmatic_event.as_ref()) {
-        programmatic.event.before_other_record();
-    }
+    // an earlier record hands it to a notifier first, and the record, made while the guard
+    // lives (until the launch is queued), leaves the event without stamps.
+    let other_record = options
+        .and_then(|options| options.programmatic_event.as_ref())
+        .map(|programmatic| programmatic.event.before_other_record());
     let function = kernel.as_cu() as CUfunction;
     // A `CUkernel` launches in the current context: the stream's, made current for the call.
     let mut context: CUcontext = stream
@@ -450,5 +451,6 @@ fn queue<P: KernelParams>(
         })
     });
     drop(reach);
+    drop(other_record);
     Ok((queued, context, cooperative_sms))
 }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 pub(crate) use crate::exec::record_count::RecordCount;
 use crate::exec::stream::StreamHandle;
-use crate::exec::stream_progress::{Known, PROGRESS, RecordStamps};
+use crate::exec::stream_progress::{Known, PROGRESS, RecordStamps, Recording};
 
 /// A CUDA event, with the flags it was created with.
 ///
@@ -50,6 +50,9 @@ impl EventHandle {
     /// made possible (a graph record node): no waiter polls it from now on, and the watches
     /// pending are handed to the notifier first.
     pub(crate) fn before_uncounted_records(&self) {
+        // Its stamps first: a wait that began before, whose driver call may see such a record,
+        // must not speak for the stream of the record it stamped (`exec/stream_progress.rs`).
+        (**self).record().stamps.forget();
         if (**self).record().records.set_uncounted()
             && let Some(hand_over) = RERECORD.get()
         {
@@ -59,9 +62,15 @@ impl EventHandle {
 
     /// Before a record of this event that does not come through [`EventHandle::record`] but is
     /// made by this crate (a launch's programmatic event): the watches pending are handed to
-    /// the notifier first.
-    pub(crate) fn before_other_record(&self) {
+    /// the notifier first. The record is made while the returned guard lives: it is unstamped,
+    /// and overlaps any stamped one (`exec/stream_progress.rs`).
+    pub(crate) fn before_other_record(&self) -> OtherRecord<'_> {
         self.before_record(&(**self).record().records);
+        let stamps = &(**self).record().stamps;
+        OtherRecord {
+            stamps,
+            recording: Some(stamps.begin(&PROGRESS, None)),
+        }
     }
 
     /// Hands the pending watches of this event to the notifier, if there are any.
@@ -71,6 +80,21 @@ impl EventHandle {
             && let Some(hand_over) = RERECORD.get()
         {
             hand_over(self);
+        }
+    }
+}
+
+/// A record of an event made other than by [`EventHandle::record`], in progress: ends, without
+/// stamps, when dropped after the driver call.
+pub(crate) struct OtherRecord<'a> {
+    stamps: &'a RecordStamps,
+    recording: Option<Recording>,
+}
+
+impl Drop for OtherRecord<'_> {
+    fn drop(&mut self) {
+        if let Some(recording) = self.recording.take() {
+            self.stamps.end(&PROGRESS, recording, false);
         }
     }
 }

@@ -19,8 +19,11 @@
 //!
 //! An event's stamps ([`RecordStamps`]) describe its latest record only when no other record
 //! of it overlapped that one: a record in flight, two records that overlapped (neither leaves
-//! stamps), a failed record, or records this crate does not make (a graph's record node,
-//! another process: the caller checks `RecordCount::uncounted` first) leave it without stamps.
+//! stamps) and a failed record leave it without stamps. A record this crate makes other than
+//! by `EventHandle::record` (a launch's programmatic event) runs between `begin` and `end` with
+//! no stream, so it leaves none either; an event others may record (a graph's record node,
+//! another process) is `RecordCount::uncounted`, which the caller checks first, and loses its
+//! stamps ([`RecordStamps::forget`]) before it becomes so.
 //! A version, bumped by every record that begins, tells a waiter whether the record it saw
 //! stamped before its driver call is still the latest after it. On its own so that
 //! `tests/loom_stream_progress.rs` can model-check it against a simulated stream.
@@ -37,7 +40,11 @@ use std::sync::{
 };
 
 /// How many slots stream addresses share.
+#[cfg(not(handles_cuda_loom))]
 pub(crate) const SLOTS: usize = 256;
+/// How many slots stream addresses share (a model's stack holds the table).
+#[cfg(handles_cuda_loom)]
+pub(crate) const SLOTS: usize = 4;
 
 /// A stream whose records are stamped: its address and the address's generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +63,8 @@ struct Entry {
     done_below: u64,
 }
 
+/// Aligned to a cache line: neighbouring slots' counters are written by different threads.
+#[repr(align(64))]
 struct Slot {
     stamps: AtomicU64,
     known: Mutex<Option<Entry>>,
@@ -220,6 +229,14 @@ impl RecordStamps {
                 after,
             });
         }
+    }
+
+    /// The event may be recorded from now on in ways this module does not see (a graph's
+    /// record node): its stamps go, and a wait begun before speaks for nothing.
+    pub(crate) fn forget(&self) {
+        let mut state = lock(&self.0);
+        state.version += 1;
+        state.last = None;
     }
 
     /// What is known of the latest record now, before the host asks the driver.
