@@ -1139,48 +1139,41 @@ fn s1_a_view_after_a_later_event_seen_complete_asks_the_driver_nothing() {
     assert_eq!(waits(&asked), 2, "{:?}", asked.calls);
 }
 
-/// A pinned staging buffer filled by a copy on `stream`, then the copy back: the views' markers
-/// are recorded on `stream`.
-fn staged(context: &ContextHandle, stream: &StreamHandle) -> (DevicePtrHandle, DevicePtrHandle) {
-    let pinned_in = DevicePtrHandle::alloc_host(context, 4096).unwrap();
-    let pinned_out = DevicePtrHandle::alloc_host(context, 4096).unwrap();
-    let device = DevicePtrHandle::alloc(context, 4096).unwrap();
+/// Two pinned staging buffers, one copied to the device and back into the other on a stream,
+/// an event recorded after the copies, `wait` (given the event and the stream), then a view of
+/// each buffer: the views' markers are recorded on the stream before the event.
+fn staged_then_viewed(wait: impl FnOnce(&EventHandle, &StreamHandle)) {
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let pinned_in = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let pinned_out = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+    let device = DevicePtrHandle::alloc(&context, 4096).unwrap();
     pinned_in.host_view_mut().unwrap().fill(7);
     pinned_in
-        .copy_to_async(0, &device, 0, 4096, stream)
+        .copy_to_async(0, &device, 0, 4096, &stream)
         .unwrap();
     device
-        .copy_to_async(0, &pinned_out, 0, 4096, stream)
+        .copy_to_async(0, &pinned_out, 0, 4096, &stream)
         .unwrap();
-    (pinned_in, pinned_out)
+    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
+    event.record(&stream).unwrap();
+    wait(&event, &stream);
+    assert!(pinned_out.host_view().unwrap().iter().all(|&b| b == 7));
+    pinned_in.host_view_mut().unwrap().fill(8);
 }
 
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_s1_view_after_a_later_event() {
     in_scenario();
-    let context = ContextHandle::primary(0).unwrap();
-    let stream = non_blocking(&context);
-    let (pinned_in, pinned_out) = staged(&context, &stream);
-    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
-    event.record(&stream).unwrap();
-    event.synchronize().unwrap();
-    assert!(pinned_out.host_view().unwrap().iter().all(|&b| b == 7));
-    pinned_in.host_view_mut().unwrap().fill(8);
+    staged_then_viewed(|event, _| event.synchronize().unwrap());
 }
 
 #[test]
 #[ignore = "a scenario: runs on the simulator, started by its parent test"]
 fn scenario_s1_view_without_a_later_event() {
     in_scenario();
-    let context = ContextHandle::primary(0).unwrap();
-    let stream = non_blocking(&context);
-    let (pinned_in, pinned_out) = staged(&context, &stream);
-    let event = EventHandle::create(&context, EventFlags::default()).unwrap();
-    event.record(&stream).unwrap();
-    stream.synchronize().unwrap();
-    assert!(pinned_out.host_view().unwrap().iter().all(|&b| b == 7));
-    pinned_in.host_view_mut().unwrap().fill(8);
+    staged_then_viewed(|_, stream| stream.synchronize().unwrap());
 }
 
 #[test]

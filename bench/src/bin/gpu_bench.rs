@@ -501,28 +501,7 @@ fn launches(
     interleave(
         &mut [
             Variant::new("raw cuLaunchKernel", || {
-                let (mut data, mut n) = (raw_buffer, ELEMENTS);
-                let mut params = [
-                    (&raw mut data).cast::<std::ffi::c_void>(),
-                    (&raw mut n).cast::<std::ffi::c_void>(),
-                ];
-                // SAFETY: the primary context is current; the kernel, stream and buffer are
-                // alive; `add_one` touches `ELEMENTS` elements of the buffer.
-                unsafe {
-                    ok(sys::cuLaunchKernel(
-                        keep(raw_kernel),
-                        1,
-                        1,
-                        1,
-                        ELEMENTS,
-                        1,
-                        1,
-                        0,
-                        raw_stream,
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ))
-                }
+                calibrate::launch(raw_kernel, raw_stream, raw_buffer)
             }),
             Variant::new("handles-cuda TypedKernel::launch", || {
                 add_one

@@ -55,8 +55,9 @@ fn module_function() -> sys::CUfunction {
     function
 }
 
-/// One `cuLaunchKernel` of `add_one` over `buffer`.
-fn launch(function: sys::CUfunction, stream: sys::CUstream, buffer: sys::CUdeviceptr) {
+/// One `cuLaunchKernel` of `add_one` over `buffer` (of at least `ELEMENTS` 32-bit values), the
+/// primary context current.
+pub(super) fn launch(function: sys::CUfunction, stream: sys::CUstream, buffer: sys::CUdeviceptr) {
     let (mut data, mut n) = (buffer, ELEMENTS);
     let mut params = [
         (&raw mut data).cast::<std::ffi::c_void>(),
