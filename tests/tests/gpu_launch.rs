@@ -731,7 +731,22 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
         shared_mem_bytes: staged_bytes(potential.block) as u32,
     };
     staged.launch(&stream, &config, (&xs, n, 2.0)).unwrap();
-    assert!(xs.to_vec(&stream).unwrap().iter().all(|&x| x == 3.0));
+    let values = xs.to_vec(&stream).unwrap();
+    let wrong: Vec<(usize, f32)> = values
+        .iter()
+        .enumerate()
+        .filter(|&(_, &x)| x != 3.0)
+        .map(|(i, &x)| (i, x))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {n} elements wrong (grid {:?}, block {:?}, {} bytes shared); first: {:?}",
+        wrong.len(),
+        config.grid,
+        config.block,
+        config.shared_mem_bytes,
+        &wrong[..wrong.len().min(8)]
+    );
     // So does a cluster launch of that shape.
     let options = LaunchOptions {
         cluster: Some([2, 1, 1]),
