@@ -103,6 +103,9 @@ fn scenario_batch_copies_and_arguments() {
     unsafe {
         ok(sys::cuMemcpyHtoD_v2(a, pattern.as_ptr().cast(), 256));
         ok(sys::cuMemsetD8_v2(b, 0, 256));
+        // Both may return before the device memory is written, on the legacy stream, which
+        // the non-blocking stream does not follow.
+        ok(sys::cuStreamSynchronize(LEGACY));
     }
     let swap = [(b, a + 128, 128), (b + 128, a, 128)];
     let invalid = CUresult::CUDA_ERROR_INVALID_VALUE;

@@ -39,8 +39,13 @@ fn free(ptr: sys::CUdeviceptr) {
 fn upload<T: Copy>(data: &[T]) -> sys::CUdeviceptr {
     let bytes = std::mem::size_of_val(data);
     let ptr = alloc(bytes);
-    // SAFETY: `bytes` bytes of device memory and of `data`.
-    unsafe { ok(sys::cuMemcpyHtoD_v2(ptr, data.as_ptr().cast(), bytes)) };
+    // SAFETY: `bytes` bytes of device memory and of `data`. The copy from pageable memory
+    // may return before the device side is written, with the transfer still on the legacy
+    // stream, which the libraries' non-blocking streams do not follow: waited for here.
+    unsafe {
+        ok(sys::cuMemcpyHtoD_v2(ptr, data.as_ptr().cast(), bytes));
+        ok(sys::cuStreamSynchronize(LEGACY));
+    }
     ptr
 }
 

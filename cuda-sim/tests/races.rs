@@ -430,6 +430,108 @@ planted!(
     ]
 );
 
+/// A synchronous copy into device memory from pageable host memory, then a kernel reading the
+/// buffer on a non-blocking stream. The driver's call returns once the source is staged, with
+/// the transfer still queued on the legacy stream, which a non-blocking stream does not follow:
+/// nothing orders the two. The twin waits for the legacy stream first.
+fn staged_copy_then_read(fixed: bool) {
+    let env = env(false);
+    let buf = alloc(BYTES);
+    let out = alloc(BYTES);
+    let data = vec![7u32; N as usize];
+    // SAFETY: `data` and `buf` hold `BYTES` bytes; the call is done with `data` on return.
+    unsafe { ok(sys::cuMemcpyHtoD_v2(buf, data.as_ptr().cast(), BYTES)) };
+    if fixed {
+        // SAFETY: a context is current.
+        unsafe { ok(sys::cuStreamSynchronize(LEGACY)) };
+    }
+    launch(env.copy, env.s1, out, buf, N);
+    finish_with(env, &[buf, out]);
+}
+
+planted!(
+    a_synchronous_copy_from_pageable_memory_is_staged_race,
+    scenario_staged_copy_then_read,
+    scenario_staged_copy_then_read_after_the_legacy_stream,
+    staged_copy_then_read,
+    "data-race",
+    [
+        "kernel copy_u32",
+        "reads [",
+        "cuMemcpyHtoD_v2 (call #",
+        "legacy stream",
+        "a copy, wrote"
+    ]
+);
+
+/// A synchronous device-to-device copy, then a kernel writing its source on a non-blocking
+/// stream: the driver's call returns at once, so the copy may still read what the kernel
+/// writes. The twin waits for the legacy stream first.
+fn device_copy_then_write(fixed: bool) {
+    let env = env(false);
+    let (a, b) = (alloc(BYTES), alloc(BYTES));
+    // SAFETY: live allocations of `BYTES` bytes; the memset is waited for.
+    unsafe {
+        ok(sys::cuMemsetD32_v2(a, 3, N as usize));
+        ok(sys::cuStreamSynchronize(LEGACY));
+        ok(sys::cuMemcpyDtoD_v2(b, a, BYTES));
+    }
+    if fixed {
+        // SAFETY: a context is current.
+        unsafe { ok(sys::cuStreamSynchronize(LEGACY)) };
+    }
+    launch(env.fill, env.s1, a, 4u32, N);
+    finish_with(env, &[a, b]);
+}
+
+planted!(
+    a_synchronous_device_copy_returns_at_once_race,
+    scenario_device_copy_then_write,
+    scenario_device_copy_then_write_after_the_legacy_stream,
+    device_copy_then_write,
+    "data-race",
+    [
+        "kernel fill_u32",
+        "writes [",
+        "cuMemcpyDtoD_v2 (call #",
+        "a copy, read"
+    ]
+);
+
+/// Synchronous copies that are complete on return: from pinned host memory into device memory,
+/// and from device memory into pageable memory. A kernel on a non-blocking stream then reads
+/// the one and writes the other's source with no further wait.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_complete_synchronous_copies() {
+    child();
+    let env = env(false);
+    let (buf, out) = (alloc(BYTES), alloc(BYTES));
+    let mut pinned: *mut c_void = std::ptr::null_mut();
+    let mut back = vec![0u32; N as usize];
+    // SAFETY: a context is current; `pinned`, `back`, `buf` and `out` hold `BYTES` bytes.
+    unsafe {
+        ok(sys::cuMemAllocHost_v2(&mut pinned, BYTES));
+        ok(sys::cuMemsetD32_v2(pinned as usize as u64, 5, N as usize));
+        ok(sys::cuMemcpyHtoD_v2(buf, pinned, BYTES));
+        ok(sys::cuMemcpyHtoD_v2(out, pinned, BYTES));
+        ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), out, BYTES));
+    }
+    assert!(back.iter().all(|&x| x == 5), "{:?}", &back[..4]);
+    launch(env.copy, env.s1, out, buf, N);
+    // SAFETY: a context is current; `pinned` came from cuMemAllocHost.
+    unsafe {
+        ok(sys::cuCtxSynchronize());
+        ok(sys::cuMemFreeHost(pinned));
+    }
+    finish_with(env, &[buf, out]);
+}
+
+#[test]
+fn synchronous_copies_from_pinned_and_into_host_memory_are_complete_on_return() {
+    assert_clean(&report_of("scenario_complete_synchronous_copies"));
+}
+
 /// A kernel on a stream, then one on the legacy default stream, writing the same buffer: a
 /// blocking stream (the twin) is ordered with the legacy stream, a non-blocking one is not.
 fn legacy_stream(fixed: bool) {
@@ -499,8 +601,12 @@ fn scenario_reads_on_two_streams() {
     let env = env(false);
     let src = alloc(BYTES);
     let (a, b) = (alloc(BYTES), alloc(BYTES));
-    // SAFETY: a live allocation; synchronous, so ordered before both streams' work.
-    unsafe { ok(sys::cuMemsetD32_v2(src, 4, N as usize)) };
+    // SAFETY: a live allocation. A memset of device memory may return before it is done, on
+    // the legacy stream: waited for, so ordered before both streams' work.
+    unsafe {
+        ok(sys::cuMemsetD32_v2(src, 4, N as usize));
+        ok(sys::cuStreamSynchronize(LEGACY));
+    }
     launch(env.copy, env.s1, a, src, N);
     launch(env.copy, env.s2, b, src, N);
     finish_with(env, &[src, a, b]);

@@ -584,6 +584,8 @@ fn scenario_importer() {
         read_write(ptr, GRANULARITY);
         assert!(read(ptr, len) == pattern(len), "the exporter's bytes");
         ok(sys::cuMemsetD8_v2(ptr, 0xee, len));
+        // A memset of device memory may return before it is done.
+        ok(sys::cuStreamSynchronize(LEGACY));
         unmapped((ptr, handle), GRANULARITY);
     }
     teardown();

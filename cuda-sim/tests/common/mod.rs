@@ -11,6 +11,8 @@ use std::process::{Command, Output};
 use cuda_sim::{Report, SimCommand};
 use cudarc::driver::sys::{self, CUresult};
 
+/// The legacy default stream (`CU_STREAM_LEGACY`).
+pub const LEGACY: sys::CUstream = 0x1 as sys::CUstream;
 /// Set in a child's environment; scenarios refuse to run without it.
 pub const MARKER: &str = "CUDA_SIM_SCENARIO_CHILD";
 /// The test kernels, NUL-terminated as the driver takes PTX.

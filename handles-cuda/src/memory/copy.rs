@@ -1,12 +1,12 @@
 //! Memsets and copies of allocations: stream-ordered fills and device-to-device copies, and
-//! host copies that return only once the driver is done with the borrowed slice. Each reports
-//! its stream as a use, so the allocation's free is ordered after it.
+//! host copies that return only once the copy is complete. Each reports its stream as a use, so
+//! the allocation's free is ordered after it.
 
 use cudarc::driver::sys::CUdeviceptr;
 
 use crate::driver::call::driver;
 use crate::error::{Error, Result};
-use crate::exec::stream::StreamHandle;
+use crate::exec::stream::{LEGACY_STREAM, StreamHandle};
 use crate::memory::device_ptr::DevicePtrHandle;
 
 impl DevicePtrHandle {
@@ -122,16 +122,23 @@ impl DevicePtrHandle {
 }
 
 /// A copy between host memory the caller lends and device memory, after the work queued on
-/// `stream`: the host first waits for `stream`, then a synchronous `cuMemcpy` copies. A
-/// synchronous copy does not return while the driver may still read or write the host memory,
-/// whatever its status; an asynchronous copy followed by a failed synchronize could. The copy
-/// is complete when this returns, so it orders the later free by itself.
+/// `stream`: the host first waits for `stream`, then a synchronous `cuMemcpy` copies, then the
+/// host waits for the legacy default stream. A synchronous copy does not return while the
+/// driver may still read or write the host memory, whatever its status; an asynchronous copy
+/// followed by a failed synchronize could. But it may return before it has written device
+/// memory: from pageable host memory once the source is staged, with the transfer still queued
+/// on the legacy stream, which a non-blocking `stream` does not follow. The last wait makes the
+/// copy complete when this returns, so it orders the later free and the later work of every
+/// stream by itself.
 fn host_copy(stream: &StreamHandle, dst: CUdeviceptr, src: CUdeviceptr, len: usize) -> Result<()> {
     stream.synchronize()?;
     stream.run_bound(|_| {
         // SAFETY: both ranges are valid for `len` bytes (checked by the caller, and the host
         // slice is borrowed for the whole call); unified addressing lets `cuMemcpy` take host
         // and device addresses alike.
-        unsafe { driver!(cuMemcpy(dst, src, len)) }
+        unsafe { driver!(cuMemcpy(dst, src, len)) }?;
+        // SAFETY: `CU_STREAM_LEGACY` names the legacy stream of the context bound here, which
+        // needs no handle to stay alive.
+        unsafe { driver!(cuStreamSynchronize(LEGACY_STREAM)) }
     })
 }

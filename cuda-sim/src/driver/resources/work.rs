@@ -13,6 +13,7 @@ use crate::base::types::{CuResult, Raw};
 use crate::order::checker::Use;
 use crate::order::races::Touch;
 use crate::resources::launch::Launch;
+use crate::resources::memory::AllocKind;
 use crate::resources::streams::Target;
 use cuda_sim_ptx::Access;
 
@@ -191,6 +192,18 @@ pub fn transfer_ns(bytes: u64) -> u64 {
     TRANSFER_NS + bytes / BYTES_PER_NS
 }
 
+/// When a synchronous call returns relative to the work it issues ([`Sim::sync_return`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncReturn {
+    /// Once the work is done: the host has seen it.
+    Done,
+    /// Once the stream's earlier work is done and the source is staged: the host has seen
+    /// that earlier work, not the copy.
+    Staged,
+    /// At once: the host has seen nothing.
+    Unwaited,
+}
+
 impl Sim {
     /// Executes `op` now as one operation of `target`'s stream. Host functions are returned
     /// for the caller to call, in order, once the lock is released.
@@ -364,6 +377,28 @@ impl Sim {
         Ok(())
     }
 
+    /// When a synchronous call issuing `op` returns, by the driver's documented "API
+    /// synchronization behavior": a copy into device memory from pageable host memory returns
+    /// once its source is staged, after the stream's earlier work but before the device side
+    /// is written; one between two device allocations, and a memset of device memory, return
+    /// at once; anything else once it is done. (Pinned and managed memory count as host memory
+    /// here: no early return.)
+    pub fn sync_return(&self, op: &Op) -> SyncReturn {
+        let device = |addr: u64| {
+            self.alloc_at(addr)
+                .is_some_and(|a| !matches!(a.kind, AllocKind::Host | AllocKind::Managed))
+        };
+        match op {
+            Op::Memcpy { dst, src, .. } if device(*dst) => match self.alloc_at(*src) {
+                None if *src != 0 => SyncReturn::Staged,
+                Some(_) if device(*src) => SyncReturn::Unwaited,
+                _ => SyncReturn::Done,
+            },
+            Op::Memset { dst, .. } if device(*dst) => SyncReturn::Unwaited,
+            _ => SyncReturn::Done,
+        }
+    }
+
     /// Issues `op` on `target`: recorded as a node while the stream captures, else executed.
     /// `sync`: a synchronous call (run on the legacy stream, then waited for by the host).
     pub fn submit(
@@ -382,10 +417,18 @@ impl Sim {
         self.check_legacy_capture(target, sync)?;
         // The call returns once a copy into pageable memory is done (the stream was idle, so
         // it runs now): the host has then seen the stream's work, as after a synchronous call.
-        let seen = sync || self.copies_into_pageable(&op);
+        // A synchronous copy into device memory may return before it is done.
+        let returns = match sync {
+            true => self.sync_return(&op),
+            false if self.copies_into_pageable(&op) => SyncReturn::Done,
+            false => SyncReturn::Unwaited,
+        };
+        let earlier = (returns == SyncReturn::Staged).then(|| self.checker.stamp(target.timeline));
         let host = self.run_or_defer(target, op)?;
-        if seen {
-            self.checker.host_waits(target.timeline);
+        match (returns, earlier) {
+            (SyncReturn::Done, _) => self.checker.host_waits(target.timeline),
+            (_, Some(earlier)) => self.checker.host_waits_stamp(&earlier),
+            _ => {}
         }
         Ok(host)
     }
