@@ -779,6 +779,48 @@ fn occupancy_queries_agree_with_the_driver_and_launch() {
     failures.assert_none();
 }
 
+/// A host copy is complete when it returns, for every stream. The driver's synchronous copy
+/// from pageable memory returns once its source is staged, with the transfer still on the
+/// legacy stream, which a non-blocking stream does not follow; the kernel queued right after
+/// must still read every byte of it, round after round (on the simulator, its race check
+/// reports any kernel that nothing orders after the copy).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_host_copy_is_complete_before_the_next_kernel_of_a_non_blocking_stream() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let (_context, stream, library) = setup();
+    let staged = kernel::<Staged>(&library, "staged_scale");
+    let n: u32 = 1 << 18;
+    let config = LaunchConfig {
+        shared_mem_bytes: staged_bytes(256) as u32,
+        ..LaunchConfig::linear(n, 256)
+    };
+    for round in 0..4u32 {
+        let values: Vec<f32> = (0..n).map(|i| ((i + round) % 1000) as f32).collect();
+        let xs = DeviceBuffer::from_slice(&values, &stream).unwrap();
+        staged.launch(&stream, &config, (&xs, n, 2.0)).unwrap();
+        let wrong = |by: f32, of: &[f32]| {
+            let back = xs.to_vec(&stream).unwrap();
+            back.iter()
+                .zip(of)
+                .filter(|&(got, x)| *got != x * by)
+                .count()
+        };
+        assert_eq!(wrong(2.0, &values), 0, "round {round}: elements wrong");
+        // A second copy into the same buffer, then a kernel again.
+        let next: Vec<f32> = values.iter().map(|x| x + 1.0).collect();
+        xs.copy_from(&next, &stream).unwrap();
+        staged.launch(&stream, &config, (&xs, n, 3.0)).unwrap();
+        assert_eq!(
+            wrong(3.0, &next),
+            0,
+            "round {round}: elements wrong after the second copy"
+        );
+    }
+    failures.assert_none();
+}
+
 type TmaCopy = (TensorMap<f32>, TensorMap<f32>);
 
 /// The bytes of `values`, for a copy from device memory.
