@@ -143,6 +143,67 @@ fn a_returning_host_function_leaves_a_wait_for_its_record() {
     ));
 }
 
+/// Opened by the scenario below once its copies returned.
+static HELD_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set by [`held`] if it gave up waiting for [`HELD_OPEN`].
+static HELD_GAVE_UP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Holds its stream until [`HELD_OPEN`], for at most 20 s.
+extern "C" fn held(_: *mut std::ffi::c_void) {
+    let start = std::time::Instant::now();
+    while !HELD_OPEN.load(std::sync::atomic::Ordering::SeqCst) {
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            HELD_GAVE_UP.store(true, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Synchronous copies run on the legacy stream, which does not follow non-blocking streams:
+/// they return while such a stream is held by a host function (on a GPU they would not wait
+/// for it either, and a program whose host function waits for the copy would hang here).
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_synchronous_copies_do_not_wait_for_a_non_blocking_stream() {
+    child();
+    setup();
+    let stream = new_stream();
+    let data = vec![5u8; 4096];
+    let mut back = vec![0u8; 4096];
+    let mut buf = 0;
+    // SAFETY: plain driver calls on this program's own stream and allocation; `data` and
+    // `back` hold 4096 bytes, as does `buf`.
+    unsafe {
+        ok(sys::cuMemAlloc_v2(&mut buf, 4096));
+        ok(sys::cuLaunchHostFunc(
+            stream,
+            Some(held),
+            std::ptr::null_mut(),
+        ));
+        ok(sys::cuMemcpyHtoD_v2(buf, data.as_ptr().cast(), 4096));
+        ok(sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), buf, 4096));
+        let waited = HELD_GAVE_UP.load(std::sync::atomic::Ordering::SeqCst);
+        HELD_OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            !waited,
+            "the synchronous copies waited for a non-blocking stream"
+        );
+        ok(sys::cuStreamSynchronize(stream));
+        ok(sys::cuMemFree_v2(buf));
+    }
+    assert_eq!(back, data);
+    destroy_stream(stream);
+    teardown();
+}
+
+#[test]
+fn synchronous_copies_do_not_wait_for_a_non_blocking_stream() {
+    assert_clean(&report_of(
+        "scenario_synchronous_copies_do_not_wait_for_a_non_blocking_stream",
+    ));
+}
+
 /// A kernel queued on a non-blocking stream uses a `cuMemAlloc` buffer and a pinned host
 /// buffer; `cuMemFree` and `cuMemFreeHost` without a synchronisation are not violations,
 /// because driver 580 waits for all work on the device first.

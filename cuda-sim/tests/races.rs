@@ -498,6 +498,33 @@ planted!(
     ]
 );
 
+/// A synchronous copy from pageable memory waits for the legacy stream's earlier work, which
+/// follows every blocking stream: a kernel on a blocking stream, then such a copy (of another
+/// buffer), then a kernel writing the first buffer on a non-blocking stream, is a correct
+/// program.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_staged_copy_after_a_blocking_stream() {
+    child();
+    let env = env(true);
+    let non_blocking = new_stream();
+    let (x, y) = (alloc(BYTES), alloc(BYTES));
+    let data = vec![1u32; N as usize];
+    launch(env.fill, env.s1, x, 1u32, N);
+    // SAFETY: `data` and `y` hold `BYTES` bytes; the call is done with `data` on return.
+    unsafe { ok(sys::cuMemcpyHtoD_v2(y, data.as_ptr().cast(), BYTES)) };
+    launch(env.fill, non_blocking, x, 2u32, N);
+    // SAFETY: a context is current; the stream is ours.
+    unsafe { ok(sys::cuCtxSynchronize()) };
+    destroy_stream(non_blocking);
+    finish_with(env, &[x, y]);
+}
+
+#[test]
+fn a_staged_copy_waits_for_the_blocking_streams_first() {
+    assert_clean(&report_of("scenario_staged_copy_after_a_blocking_stream"));
+}
+
 /// Synchronous copies that are complete on return: from pinned host memory into device memory,
 /// and from device memory into pageable memory. A kernel on a non-blocking stream then reads
 /// the one and writes the other's source with no further wait.

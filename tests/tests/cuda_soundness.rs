@@ -505,6 +505,35 @@ fn scenario_copy_after_a_failed_synchronize_never_starts() {
     context.synchronize().unwrap();
 }
 
+/// A host copy whose last wait (for the legacy stream, which its transfer may still be queued
+/// on) fails returns the error, and the allocation's free still follows the copy.
+#[test]
+fn a_failed_wait_after_a_host_copy_still_orders_the_free() {
+    let name = "a_failed_wait_after_a_host_copy_still_orders_the_free";
+    let report = run_scenario(
+        name,
+        &[(
+            "cuStreamSynchronize",
+            2,
+            "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+        )],
+    );
+    assert_clean(name, &report);
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_failed_wait_after_a_host_copy_still_orders_the_free() {
+    in_scenario();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = non_blocking(&context);
+    let buffer = DevicePtrHandle::alloc_async(4096, &stream).unwrap();
+    let copied = buffer.copy_from_host(&[3u8; 4096], &stream);
+    assert!(copied.is_err(), "the injected failure is returned");
+    drop(buffer);
+    context.synchronize().unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Defect 2: the size in an IPC payload is checked against what the driver mapped.
 

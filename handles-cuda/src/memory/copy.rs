@@ -69,7 +69,7 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let start = self.range(offset, src.len())?;
         let _reach = self.check_accessible_on(stream)?;
-        host_copy(stream, start, src.as_ptr() as CUdeviceptr, src.len())
+        host_copy(self, stream, start, src.as_ptr() as CUdeviceptr, src.len())
     }
 
     /// Copies the start of the allocation into `dst`, after the work queued on `stream`.
@@ -88,7 +88,13 @@ impl DevicePtrHandle {
     ) -> Result<()> {
         let start = self.range(offset, dst.len())?;
         let _reach = self.check_accessible_on(stream)?;
-        host_copy(stream, dst.as_mut_ptr() as CUdeviceptr, start, dst.len())
+        host_copy(
+            self,
+            stream,
+            dst.as_mut_ptr() as CUdeviceptr,
+            start,
+            dst.len(),
+        )
     }
 
     /// Copies `len` bytes from byte `src_offset` of this allocation to byte `dst_offset` of
@@ -121,7 +127,7 @@ impl DevicePtrHandle {
     }
 }
 
-/// A copy between host memory the caller lends and device memory, after the work queued on
+/// A copy between host memory the caller lends and `memory`, after the work queued on
 /// `stream`: the host first waits for `stream`, then a synchronous `cuMemcpy` copies, then the
 /// host waits for the legacy default stream. A synchronous copy does not return while the
 /// driver may still read or write the host memory, whatever its status; an asynchronous copy
@@ -129,16 +135,28 @@ impl DevicePtrHandle {
 /// memory: from pageable host memory once the source is staged, with the transfer still queued
 /// on the legacy stream, which a non-blocking `stream` does not follow. The last wait makes the
 /// copy complete when this returns, so it orders the later free and the later work of every
-/// stream by itself.
-fn host_copy(stream: &StreamHandle, dst: CUdeviceptr, src: CUdeviceptr, len: usize) -> Result<()> {
+/// stream by itself; if that wait fails, the legacy stream is reported as a use of `memory`
+/// instead, so that its free still follows the copy.
+fn host_copy(
+    memory: &DevicePtrHandle,
+    stream: &StreamHandle,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    len: usize,
+) -> Result<()> {
     stream.synchronize()?;
     stream.run_bound(|_| {
         // SAFETY: both ranges are valid for `len` bytes (checked by the caller, and the host
         // slice is borrowed for the whole call); unified addressing lets `cuMemcpy` take host
         // and device addresses alike.
         unsafe { driver!(cuMemcpy(dst, src, len)) }?;
-        // SAFETY: `CU_STREAM_LEGACY` names the legacy stream of the context bound here, which
-        // needs no handle to stay alive.
-        unsafe { driver!(cuStreamSynchronize(LEGACY_STREAM)) }
+        // SAFETY: `CU_STREAM_LEGACY` names the legacy stream of the context current here (the
+        // one `cuMemcpy` used), which needs no handle to stay alive.
+        let waited = unsafe { driver!(cuStreamSynchronize(LEGACY_STREAM)) };
+        if waited.is_err() {
+            // The copy may still be queued there; the wait's error is the one returned.
+            let _ = memory.record_guarded_use(&StreamHandle::legacy());
+        }
+        waited
     })
 }

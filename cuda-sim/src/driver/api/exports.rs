@@ -23,9 +23,10 @@ pub(crate) fn stream_work(stream: Option<Raw>, what: &str, op: Op) -> Result<(),
     let mut op = Some(op);
     let (timeline, calls) = crate::wait_for(|sim| {
         let target = sim.stream(stream.unwrap_or(STREAM_LEGACY), what)?;
-        // A synchronous call waits for the context's queued work first.
+        // A synchronous call waits first for the legacy stream's queued work and the blocking
+        // streams' it follows (not the non-blocking streams').
         let pending = op.as_ref().is_some_and(|op| sim.must_wait(target, op));
-        if pending || (stream.is_none() && sim.busy_in(Some(target.context), None)) {
+        if pending || (stream.is_none() && sim.follows_busy(target)) {
             return Ok(None);
         }
         let op = op.take().expect("submitted once");

@@ -118,6 +118,13 @@ impl Sim {
             .any(|c| c.streams.iter().any(|&t| self.is_busy(t)))
     }
 
+    /// Whether `target`'s stream, or a stream it follows implicitly (the legacy stream
+    /// follows the blocking ones), still has queued work: what a synchronous call waits for
+    /// first. Non-blocking streams are not waited for.
+    pub fn follows_busy(&self, target: Target) -> bool {
+        self.is_busy(target.timeline) || self.implicit(target).iter().any(|&t| self.is_busy(t))
+    }
+
     /// Executes `op` on `target` now, or queues it behind the stream's pending work (or
     /// behind the pending record of the event it waits for).
     pub fn run_or_defer(&mut self, target: Target, op: Op) -> Result<Vec<HostCall>, CuResult> {

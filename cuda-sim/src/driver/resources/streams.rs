@@ -123,17 +123,23 @@ impl Sim {
         })
     }
 
-    /// Orders one operation on `target` (with the legacy stream's implicit synchronisation)
-    /// and returns its use record.
-    pub fn enqueue(&mut self, target: Target) -> Use {
+    /// The timelines whose earlier work `target`'s next operation follows implicitly: the
+    /// legacy stream follows its context's blocking streams, and they follow it.
+    pub fn implicit(&self, target: Target) -> Vec<usize> {
         let context = &self.contexts[&target.context];
-        let implicit: Vec<usize> = if target.timeline == context.legacy {
+        if target.timeline == context.legacy {
             context.blocking.clone()
         } else if context.blocking.contains(&target.timeline) {
             vec![context.legacy]
         } else {
             Vec::new()
-        };
+        }
+    }
+
+    /// Orders one operation on `target` (with the legacy stream's implicit synchronisation)
+    /// and returns its use record.
+    pub fn enqueue(&mut self, target: Target) -> Use {
+        let implicit = self.implicit(target);
         let mut operation = self.checker.enqueue(target.timeline, &implicit);
         operation.device = Some(target.work_device);
         operation.node = target.node;

@@ -423,12 +423,15 @@ impl Sim {
             false if self.copies_into_pageable(&op) => SyncReturn::Done,
             false => SyncReturn::Unwaited,
         };
-        let earlier = (returns == SyncReturn::Staged).then(|| self.checker.stamp(target.timeline));
+        if returns == SyncReturn::Staged {
+            // The call waits for the work the copy follows before it stages the source.
+            for timeline in self.implicit(target).into_iter().chain([target.timeline]) {
+                self.checker.host_waits(timeline);
+            }
+        }
         let host = self.run_or_defer(target, op)?;
-        match (returns, earlier) {
-            (SyncReturn::Done, _) => self.checker.host_waits(target.timeline),
-            (_, Some(earlier)) => self.checker.host_waits_stamp(&earlier),
-            _ => {}
+        if returns == SyncReturn::Done {
+            self.checker.host_waits(target.timeline);
         }
         Ok(host)
     }
