@@ -138,15 +138,56 @@ phase "candle-core test build"
 [[ $no_run == 1 ]] && exit 0
 
 # 6. Each test binary under the simulator, strict: a violation or a leak fails the run.
+#
+# Candle's own races. `tensor_tests::tensor_send_sync_gpu` hands a tensor that one thread
+# wrote (an asynchronous copy from pageable memory on that thread's per-thread default
+# stream, `Device::new_cuda`'s stream) to ten spawned threads that read it in kernels on
+# theirs. Nothing orders two threads' per-thread default streams, and cudarc adds no event
+# for them (its event tracking starts with `new_stream`), so by CUDA's documented semantics
+# the kernels race with the copy. The simulator reports it when a spawned thread launches
+# before the first thread next waits for its stream (one host clock for all threads: a later
+# wait orders everything after it), which depends on the threads' timing. Such a test runs
+# alone and not strict: it must pass, and every violation must be a race between two
+# threads' per-thread default streams (`own_race_check`); the rest of its binary stays strict.
+declare -A own_race=([tensor_tests]=tensor_send_sync_gpu)
+own_race_check() {
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+report, test = json.load(open(sys.argv[1])), sys.argv[2]
+streams = re.compile(r"per-thread stream of thread (\d+)")
+known = []
+for v in report["violations"]:
+    threads = set(streams.findall(v["message"]))
+    if v["kind"] not in ("data-race", "unordered-free") or len(threads) != 2:
+        print(f"candle {test}: a violation other than its own race: {v['kind']}: {v['message'][:240]}")
+        sys.exit(1)
+    known.append(v)
+print(f"candle {test}: candle's own race between per-thread default streams, reported "
+      f"{len(known)} times in this run (its timing decides)"
+      + (f"; first: {known[0]['message'][:200]}" if known else ""))
+PY
+}
 total_pass=0 total_fail=0 total_ign=0 bad=()
 mkdir -p "$work/logs"
 while read -r name exe; do
   [[ -n $only && $name != "$only" ]] && continue
   log="$work/logs/$name.log"
   start=$SECONDS
+  racy=
+  [[ ${#filters[@]} == 0 ]] && racy=${own_race[$name]:-}
   set +e
-  (cd "$src" && "$sim" run --strict -- "$exe" --test-threads="$threads" "${filters[@]}") >"$log" 2>&1
+  (cd "$src" && "$sim" run --strict -- "$exe" --test-threads="$threads" \
+    ${racy:+--skip "$racy"} "${filters[@]}") >"$log" 2>&1
   rc=$?
+  if [[ -n $racy ]]; then
+    report="$work/logs/$name-own-race.json"
+    rm -f "$report"
+    (cd "$src" && "$sim" run --report "$report" -- "$exe" --exact "$racy") >>"$log" 2>&1
+    race_rc=$?
+    own_race_check "$report" "$name::$racy" || rc=1
+    # Exit 3 is the simulator's "violations", checked above; anything else fails the test.
+    [[ $race_rc == 0 || $race_rc == 3 ]] || rc=$race_rc
+  fi
   set -e
   read -r pass fail ign < <(python3 - "$log" <<'EOF'
 import re, sys
@@ -168,7 +209,7 @@ EOF
 )
   failing=$(grep -E '^test .* \.\.\. (FAILED$|cuda-sim: violation)' "$log" |
     sed -E 's/^test ([^ ]*) .*$/\1/' | tr '\n' ' ' || true)
-  verdict=$(grep -E '^cuda-sim: [0-9]+ violations' "$log" | tail -1 || true)
+  verdict=$(grep -E '^cuda-sim: [0-9]+ violations' "$log" | head -1 || true)
   stopped=
   grep -q '^test result:' "$log" ||
     stopped=" STOPPED: $(grep -oE 'cuda-sim: violation .{0,160}' "$log" | head -1 || echo "no test result")"
