@@ -2,7 +2,9 @@
 # Instructions per operation on the simulated driver, which do not drift: callgrind counts
 # `sim_count N OP` for two values of N, and the per-operation count is the difference divided
 # by the difference of N (the setup cancels out). Raw driver calls, handles-cuda and cudarc
-# side by side, as in gpu_bench (see bench/src/bin/sim_count.rs for the operations).
+# side by side, as in gpu_bench (see bench/src/bin/sim_count.rs for the operations), and one
+# request of the serving benchmark (serve-raw, serve-cudarc, serve, serve-staging: `serving
+# --count`, one worker, 256 values per request).
 #
 #   scripts/count-instructions.sh                 # every operation
 #   scripts/count-instructions.sh event event-raw # some
@@ -22,15 +24,29 @@ cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -eq 0 ] && ops=(event-raw event event-cudarc pool-raw pool pool-cudarc
   stream-raw stream stream-cudarc graph-raw graph graph-cudarc graph10-raw graph10 clone-arc clone
-  launch-raw launch launch-cudarc event-unbound event-cudarc-unbound record-raw record record-cudarc)
-cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count
+  launch-raw launch launch-cudarc event-unbound event-cudarc-unbound record-raw record record-cudarc
+  serve-raw serve-cudarc serve serve-staging)
+cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count --bin serving
 sim_count=${SIM_COUNT:-target/release/sim_count}
+serving=${SERVING:-target/release/serving}
+# OP N -> the command that runs OP N times: a serving request (`serving --count VARIANT N`,
+# one worker on one thread: serve-raw, serve-cudarc (tracking off), serve (handles-cuda, host
+# views), serve-staging (raw staging pointers)) or a sim_count operation.
+program() {
+  case $1 in
+    serve-raw) echo "$serving --count 0 $2" ;;
+    serve-cudarc) echo "$serving --count 1 $2" ;;
+    serve) echo "$serving --count 3 $2" ;;
+    serve-staging) echo "$serving --count 4 $2" ;;
+    *) echo "$sim_count $2 $1" ;;
+  esac
+}
 out=$(mktemp -d)
 bus=()
 [ -n "${BUS:-}" ] && bus=(--collect-bus=yes)
 count() { # OP N -> total instructions
   LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind ${bus[@]+"${bus[@]}"} \
-    --callgrind-out-file="$out/$1.$2" "$sim_count" "$2" "$1" >/dev/null 2>"$out/log.$1.$2" \
+    --callgrind-out-file="$out/$1.$2" $(program "$1" "$2") >/dev/null 2>"$out/log.$1.$2" \
     || { cat "$out/log.$1.$2" >&2; exit 1; }
   grep -E '^(summary|totals):' "$out/$1.$2" | head -n 1 | awk '{print $2}'
 }
@@ -43,8 +59,11 @@ atomics() { # OP N -> atomic instructions outside the simulated driver's functio
 }
 own() { # OP -> the program's own instructions per op (hot-path.py at N=400)
   LD_LIBRARY_PATH=target/cuda-sim valgrind --tool=callgrind --dump-instr=yes \
-    --callgrind-out-file="$out/own.$1" "$sim_count" 400 "$1" >/dev/null 2>&1
-  python3 scripts/hot-path.py "$out/own.$1" "$(basename "$sim_count")" 400 | awk 'NR > 1 && $1 ~ /^[0-9.]+$/ &&
+    --callgrind-out-file="$out/own.$1" $(program "$1" 400) >/dev/null 2>&1
+  local binary
+  binary=$(program "$1" 400)
+  binary=$(basename "${binary%% *}")
+  python3 scripts/hot-path.py "$out/own.$1" "$binary" 400 | awk 'NR > 1 && $1 ~ /^[0-9.]+$/ &&
     $0 !~ /TwoWaySearcher|ptx_entries|checked_image|load_with_entries|from_utf8/ { t += $1 } END { printf "%.0f", t }'
 }
 if [ -n "${OWN:-}" ]; then
@@ -55,7 +74,7 @@ else
   printf '| op | instructions per op |\n|---|---|\n'
 fi
 for op in "${ops[@]}"; do
-  case $op in graph*|launch*) low=200 high=400 ;; clone*) low=20000 high=40000 ;; *) low=1000 high=2000 ;; esac
+  case $op in graph*|launch*|serve*) low=200 high=400 ;; clone*) low=20000 high=40000 ;; *) low=1000 high=2000 ;; esac
   a=$(count "$op" $low)
   b=$(count "$op" $high)
   if [ -n "${BUS:-}" ]; then

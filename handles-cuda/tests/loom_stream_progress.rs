@@ -265,3 +265,37 @@ fn a_record_elsewhere_or_a_record_node_speaks_for_nothing() {
         }
     });
 }
+
+#[test]
+fn a_reader_never_mixes_two_records_stamps() {
+    builder().check(|| {
+        let progress = Arc::new(Progress::new());
+        let stamps = Arc::new(RecordStamps::default());
+        let recording = stamps.begin(&progress, Some(STREAM));
+        stamps.end(&progress, recording, true);
+        let first = stamps.last();
+        // A second record, on another stream of another slot and generation, republishes
+        // while this thread reads: it must read the first record's stamps, the second's, or
+        // none, never parts of both.
+        let writer = {
+            let (progress, stamps) = (progress.clone(), stamps.clone());
+            loom::thread::spawn(move || {
+                let other = StreamId {
+                    raw: STREAM.raw + 16,
+                    generation: 7,
+                };
+                let recording = stamps.begin(&progress, Some(other));
+                stamps.end(&progress, recording, true);
+            })
+        };
+        let seen = stamps.last();
+        writer.join().unwrap();
+        let second = stamps.last();
+        let whole = seen.is_none() || seen == first || seen == second;
+        let published = first.is_some() && second.is_some() && first != second;
+        // Asserted once every loom object is dropped: a panic while they live hangs loom.
+        drop((progress, stamps));
+        assert!(published, "both records left stamps");
+        assert!(whole, "read {seen:?}: neither {first:?} nor {second:?}");
+    });
+}

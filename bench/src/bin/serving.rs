@@ -95,6 +95,14 @@ const FULL: Plan = Plan {
     check_every: 8,
 };
 
+/// `--count`: one thread, no rounds (the threads and rounds are not used).
+const COUNT: Plan = Plan {
+    elements: 256,
+    threads: [(1, 0), (1, 0)],
+    rounds: 0,
+    check_every: usize::MAX,
+};
+
 const QUICK: Plan = Plan {
     elements: 1024,
     threads: [(1, 8), (4, 8)],
@@ -855,16 +863,51 @@ fn make(shared: &Shared, variant: usize) -> Box<dyn Worker + '_> {
     }
 }
 
+/// What `main` was asked to do.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// The measurement.
+    Full,
+    /// A few requests per variant, to check the program.
+    Quick,
+    /// `--count VARIANT N`: `N` requests of one worker of `VARIANT` on the main thread, for
+    /// `scripts/count-instructions.sh` (instructions per request: the difference between two
+    /// values of `N`, over the difference of `N`).
+    Count(usize, usize),
+}
+
+const USAGE: &str = "usage: serving [--quick | --count VARIANT N]   (VARIANT 0-4: raw, cudarc \
+                     untracked, cudarc tracked, handles-cuda views, handles-cuda raw staging)";
+
+fn mode() -> Mode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args[..] {
+        [] => Mode::Full,
+        ["--quick"] => Mode::Quick,
+        ["--count", variant, n] => match (variant.parse(), n.parse()) {
+            (Ok(variant), Ok(n)) if variant < VARIANTS.len() => Mode::Count(variant, n),
+            _ => usage(),
+        },
+        _ => usage(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("{USAGE}");
+    std::process::exit(2);
+}
+
 fn main() {
-    let quick = match std::env::args().nth(1).as_deref() {
-        None => false,
-        Some("--quick") => true,
-        Some(other) => {
-            eprintln!("usage: serving [--quick]   (unknown argument {other:?})");
-            std::process::exit(2);
-        }
+    let mode = mode();
+    let quick = matches!(mode, Mode::Quick);
+    let plan = match mode {
+        Mode::Full => FULL,
+        Mode::Quick => QUICK,
+        // Small requests: the simulated kernels' cost is the same for every variant, and
+        // only the API's own instructions are compared.
+        Mode::Count(..) => COUNT,
     };
-    let plan = if quick { QUICK } else { FULL };
     // A failed check (or any failure) on a worker thread ends the process: the main thread
     // would otherwise wait for that worker's results forever.
     let report = std::panic::take_hook();
@@ -897,6 +940,14 @@ fn main() {
         untracked: CudarcKernels::load(false),
         tracked: CudarcKernels::load(true),
     };
+    if let Mode::Count(variant, requests) = mode {
+        let mut worker = make(&shared, variant);
+        let served = serve(worker.as_mut(), 0, requests, usize::MAX);
+        assert_eq!(served.latencies.len(), requests);
+        drop(worker);
+        handles_cuda::exec::clear_recycled_events();
+        return;
+    }
     println!(
         "serving: {} values (u32) per request, {} requests in flight per worker, {} rounds{}",
         plan.elements,

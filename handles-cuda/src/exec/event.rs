@@ -279,8 +279,8 @@ impl EventHandle {
         }
         // SAFETY: the event is alive while `self` is.
         let done = completed("cuEventQuery", unsafe { sys::cuEventQuery(self.as_cu()) })?;
-        if let (true, Known::Ask(version)) = (done, known) {
-            (**self).record().stamps.completed(&PROGRESS, version);
+        if let (true, Known::Ask(asked)) = (done, known) {
+            (**self).record().stamps.completed(&PROGRESS, asked);
         }
         Ok(done)
     }
@@ -303,8 +303,8 @@ impl EventHandle {
         }
         // SAFETY: the event is alive while `self` is.
         unsafe { driver!(cuEventSynchronize(self.as_cu())) }?;
-        if let Known::Ask(version) = known {
-            (**self).record().stamps.completed(&PROGRESS, version);
+        if let Known::Ask(asked) = known {
+            (**self).record().stamps.completed(&PROGRESS, asked);
         }
         Ok(())
     }

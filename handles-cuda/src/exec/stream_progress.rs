@@ -24,8 +24,10 @@
 //! no stream, so it leaves none either; an event others may record (a graph's record node,
 //! another process) is `RecordCount::uncounted`, which the caller checks first, and loses its
 //! stamps ([`RecordStamps::forget`]) before it becomes so.
-//! A version, bumped by every record that begins, tells a waiter whether the record it saw
-//! stamped before its driver call is still the latest after it. On its own so that
+//! A waiter learns from the driver's answer only if the record it saw stamped before its
+//! driver call is still the latest after it: every record that begins clears the stamps, and
+//! stamps never repeat. An event's stamps take no lock: one state word (records in flight, a
+//! version, whether stamps are published) and a sequence lock on the stamps. On its own so that
 //! `tests/loom_stream_progress.rs` can model-check it against a simulated stream.
 
 #[cfg(handles_cuda_loom)]
@@ -144,37 +146,57 @@ pub(crate) static PROGRESS: Progress = Progress::new();
 #[cfg(handles_cuda_loom)]
 pub(crate) static PROGRESS: std::sync::LazyLock<Progress> = std::sync::LazyLock::new(Progress::new);
 
-/// An event's latest record, stamped, when stream order can speak for it.
-#[derive(Clone, Copy)]
-struct Stamped {
+/// An event's latest record, stamped, when stream order can speak for it. Its stamps name the
+/// record: a slot's counter never repeats a value, and two slots hold different addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamped {
     stream: StreamId,
     before: u64,
     after: u64,
 }
 
-#[derive(Default)]
-struct State {
-    /// Bumped by every record that begins.
-    version: u64,
-    /// Records begun and not yet ended.
-    recording: u32,
-    /// The latest record's stamps, if no other record overlapped it.
-    last: Option<Stamped>,
-}
+/// [`RecordStamps`]' state word: the records begun (the low [`RECORDING_BITS`] bits count
+/// those in flight), whether the latest one left stamps ([`HAS_LAST`]), and a version
+/// bumped by every record that begins and by [`RecordStamps::forget`] (the bits above).
+const RECORDING_BITS: u32 = 15;
+const RECORDING: u64 = (1 << RECORDING_BITS) - 1;
+const HAS_LAST: u64 = 1 << RECORDING_BITS;
+const VERSION_ONE: u64 = HAS_LAST << 1;
 
-/// What is known of an event's latest record.
-pub(crate) struct RecordStamps(Mutex<State>);
+/// What is known of an event's latest record, without a lock: one state word, and the
+/// latest record's stamps, which only the record that leaves them writes (while the word
+/// says "none"), and which a reader takes as valid only if the word did not change while it
+/// read them (a sequence lock).
+///
+/// The version is 48 bits wide. A record publishes its stamps only if the word still holds
+/// the version its own begin left, with itself the one record in flight; a wrong
+/// publication would need exactly 2^48 other records of the event (or `forget`s) to begin
+/// while its own driver call is under way: nine years of back-to-back records at 1 µs each.
+pub(crate) struct RecordStamps {
+    word: AtomicU64,
+    raw: AtomicU64,
+    generation: AtomicU64,
+    before: AtomicU64,
+    after: AtomicU64,
+}
 
 impl Default for RecordStamps {
     /// An event never recorded: nothing known.
     fn default() -> Self {
-        RecordStamps(Mutex::new(State::default()))
+        RecordStamps {
+            word: AtomicU64::new(0),
+            raw: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            before: AtomicU64::new(0),
+            after: AtomicU64::new(0),
+        }
     }
 }
 
 /// A record in progress: [`RecordStamps::end`] must follow the driver call.
 pub(crate) struct Recording {
-    version: u64,
+    /// The state word this record's begin left (its version, one more in flight, no stamps).
+    word: u64,
     /// No other record of the event was in flight when this one began.
     alone: bool,
     stamped: Option<(StreamId, u64)>,
@@ -185,7 +207,7 @@ pub(crate) enum Known {
     /// Completed: stream order proves it, no driver call is needed.
     Complete,
     /// Unknown; if the driver says it completed, [`RecordStamps::completed`] with this.
-    Ask(u64),
+    Ask(Stamped),
     /// Unknown, and its completion proves nothing of its stream.
     Unstamped,
 }
@@ -194,15 +216,34 @@ impl RecordStamps {
     /// A record of the event is about to be made on `stream` (`None`: a stream whose records
     /// are not stamped). Takes the `before` stamp.
     pub(crate) fn begin(&self, progress: &Progress, stream: Option<StreamId>) -> Recording {
-        let mut state = lock(&self.0);
-        state.version += 1;
-        let alone = state.recording == 0;
-        state.recording += 1;
-        state.last = None;
-        Recording {
-            version: state.version,
-            alone,
-            stamped: stream.map(|stream| (stream, progress.stamp(stream))),
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            if word & RECORDING == RECORDING {
+                // 32,767 records of this one event in flight: wait for one to end.
+                #[cfg(not(handles_cuda_loom))]
+                std::thread::yield_now();
+                #[cfg(handles_cuda_loom)]
+                loom::thread::yield_now();
+                word = self.word.load(Ordering::Relaxed);
+                continue;
+            }
+            // A new version, one more in flight, and no stamps: the latest record is now this
+            // one, whose stamps are not yet known.
+            let next = (word & !(RECORDING | HAS_LAST)).wrapping_add(VERSION_ONE)
+                | ((word & RECORDING) + 1);
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    return Recording {
+                        word: next,
+                        alone: word & RECORDING == 0,
+                        stamped: stream.map(|stream| (stream, progress.stamp(stream))),
+                    };
+                }
+                Err(now) => word = now,
+            }
         }
     }
 
@@ -211,64 +252,174 @@ impl RecordStamps {
     /// it: none was in flight when it began, and none began since (the other's call might have
     /// reached the driver first or last).
     pub(crate) fn end(&self, progress: &Progress, recording: Recording, recorded: bool) {
-        // Taken before the lock: the call has returned, and the lock adds nothing to that.
-        let after = recording
-            .stamped
-            .map(|(stream, before)| (stream, before, progress.stamp(stream)));
-        let mut state = lock(&self.0);
-        state.recording -= 1;
-        state.last = None;
         if recorded
             && recording.alone
-            && state.version == recording.version
-            && let Some((stream, before, after)) = after
+            && let Some((stream, before)) = recording.stamped
+            // Still the one record in flight, and none began since (nor a `forget`).
+            && self.word.load(Ordering::Relaxed) == recording.word
         {
-            state.last = Some(Stamped {
-                stream,
-                before,
-                after,
-            });
+            // No stamps are published while this record is in flight (the word says "none"
+            // until the exchange below), so no reader takes these as valid until then; a reader
+            // that sees any of these stores sees the begin before them, which changed the word
+            // it read first (release stores, acquire loads).
+            let after = progress.stamp(stream);
+            self.raw.store(stream.raw as u64, Ordering::Release);
+            self.generation.store(stream.generation, Ordering::Release);
+            self.before.store(before, Ordering::Release);
+            self.after.store(after, Ordering::Release);
+            let published = (recording.word & !RECORDING) | HAS_LAST;
+            if self
+                .word
+                .compare_exchange(
+                    recording.word,
+                    published,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return;
+            }
         }
+        // One fewer in flight. No stamps were published since this record began (only a record
+        // alone in flight publishes, and this one was in flight).
+        self.word.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The event may be recorded from now on in ways this module does not see (a graph's
     /// record node): its stamps go, and a wait begun before speaks for nothing.
     pub(crate) fn forget(&self) {
-        let mut state = lock(&self.0);
-        state.version += 1;
-        state.last = None;
+        let _ = self
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
+                Some((word & !HAS_LAST).wrapping_add(VERSION_ONE))
+            });
+    }
+
+    /// The latest record's stamps, if it left them, as one consistent read.
+    pub(crate) fn last(&self) -> Option<Stamped> {
+        let word = self.word.load(Ordering::Acquire);
+        if word & HAS_LAST == 0 {
+            return None;
+        }
+        let last = Stamped {
+            stream: StreamId {
+                raw: self.raw.load(Ordering::Acquire) as usize,
+                generation: self.generation.load(Ordering::Acquire),
+            },
+            before: self.before.load(Ordering::Acquire),
+            after: self.after.load(Ordering::Acquire),
+        };
+        // Unchanged: the stamps read are the ones published with `word` (a newer record's
+        // stores, seen by a load above, would make this load see that record's begin).
+        (self.word.load(Ordering::Acquire) == word).then_some(last)
     }
 
     /// What is known of the latest record now, before the host asks the driver.
     pub(crate) fn known(&self, progress: &Progress) -> Known {
-        let (version, last) = {
-            let state = lock(&self.0);
-            (state.version, state.last)
-        };
-        match last {
+        match self.last() {
             // Complete as of the read above: a record begun since is a later one, which a
             // wait that begins now need not see.
             Some(last) if progress.covers(last.stream, last.after) => Known::Complete,
-            Some(_) => Known::Ask(version),
+            Some(last) => Known::Ask(last),
             None => Known::Unstamped,
         }
     }
 
     /// The driver said the latest record completed, and [`Self::known`] had said
-    /// [`Known::Ask`] with `version` before the call: if no record began since, every record
+    /// [`Known::Ask`] with `asked` before the call: if that record is still the latest (no
+    /// record began since: each one clears the stamps, and stamps never repeat), every record
     /// of its stream stamped `after` below its `before` has completed too.
-    pub(crate) fn completed(&self, progress: &Progress, version: u64) {
-        let last = {
-            let state = lock(&self.0);
-            if state.version != version {
-                return;
-            }
-            state.last
-        };
-        if let Some(last) = last {
+    pub(crate) fn completed(&self, progress: &Progress, asked: Stamped) {
+        if self.last() == Some(asked) {
             // The slot's lock orders this after the driver's answer for a thread that then
             // reads the entry and skips its wait.
-            progress.reached(last.stream, last.before);
+            progress.reached(asked.stream, asked.before);
         }
+    }
+}
+
+#[cfg(all(test, not(handles_cuda_loom)))]
+mod tests {
+    use super::*;
+
+    const STREAM: StreamId = StreamId {
+        raw: 0x1000,
+        generation: 0,
+    };
+
+    fn recorded(stamps: &RecordStamps, progress: &Progress, ok: bool) {
+        let recording = stamps.begin(progress, Some(STREAM));
+        stamps.end(progress, recording, ok);
+    }
+
+    #[test]
+    fn a_record_seen_complete_speaks_for_the_earlier_ones_of_its_stream() {
+        let progress = Progress::new();
+        let (first, second) = (RecordStamps::default(), RecordStamps::default());
+        recorded(&first, &progress, true);
+        recorded(&second, &progress, true);
+        assert!(matches!(first.known(&progress), Known::Ask(_)));
+        let Known::Ask(asked) = second.known(&progress) else {
+            panic!("a stamped record not seen complete is asked for");
+        };
+        second.completed(&progress, asked);
+        assert!(matches!(first.known(&progress), Known::Complete));
+    }
+
+    #[test]
+    fn a_failed_or_overlapping_record_or_a_forget_leaves_no_stamps() {
+        let progress = Progress::new();
+        let stamps = RecordStamps::default();
+        recorded(&stamps, &progress, false);
+        assert!(stamps.last().is_none());
+        let outer = stamps.begin(&progress, Some(STREAM));
+        recorded(&stamps, &progress, true);
+        assert!(
+            stamps.last().is_none(),
+            "a record overlapping another left stamps"
+        );
+        stamps.end(&progress, outer, true);
+        assert!(
+            stamps.last().is_none(),
+            "a record another overlapped left stamps"
+        );
+        recorded(&stamps, &progress, true);
+        let Known::Ask(asked) = stamps.known(&progress) else {
+            panic!("a record alone leaves stamps");
+        };
+        stamps.forget();
+        assert!(stamps.last().is_none());
+        // An answer about the record before the forget speaks for nothing.
+        stamps.completed(&progress, asked);
+        recorded(&stamps, &progress, true);
+        assert!(matches!(stamps.known(&progress), Known::Ask(_)));
+    }
+
+    #[test]
+    fn threads_recording_and_reading_one_event_leave_a_consistent_word() {
+        let progress = Progress::new();
+        let stamps = RecordStamps::default();
+        let rounds = if cfg!(miri) { 20 } else { 2000 };
+        std::thread::scope(|scope| {
+            for thread in 0..4 {
+                let (progress, stamps) = (&progress, &stamps);
+                scope.spawn(move || {
+                    for round in 0..rounds {
+                        recorded(stamps, progress, (round + thread) % 3 != 0);
+                        if let Known::Ask(asked) = stamps.known(progress) {
+                            stamps.completed(progress, asked);
+                        }
+                    }
+                });
+            }
+        });
+        let word = stamps.word.load(Ordering::Relaxed);
+        assert_eq!(word & RECORDING, 0, "records still counted in flight");
+        assert_eq!(
+            word >> (RECORDING_BITS + 1),
+            4 * rounds as u64,
+            "one version per record"
+        );
     }
 }

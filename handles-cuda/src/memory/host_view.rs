@@ -130,16 +130,21 @@ impl DevicePtrHandle {
 
     /// The open gate and the host address of this memory as `len` elements of `T`.
     fn open_host<T: Pod>(&self, mutable: bool) -> Result<(Open<'_>, NonNull<T>, usize)> {
-        let host = self.host_access().ok_or(Error::NotHostAccessible {
-            what: "only owned managed memory, pinned host memory and host-pool allocations \
-                   (or views of them) have host views",
-        })?;
+        // `let else` rather than `ok_or`: the error is built (and dropped) only when returned.
+        let Some(host) = self.host_access() else {
+            return Err(Error::NotHostAccessible {
+                what: "only owned managed memory, pinned host memory and host-pool allocations \
+                       (or views of them) have host views",
+            });
+        };
         host.refuse_if_shared_with_processes()?;
         let element = std::mem::size_of::<T>().max(1);
         let len = self.size() / element;
-        let start = NonNull::new(self.as_cu() as usize as *mut T).ok_or(Error::NothingMade {
-            what: "the allocation has no address",
-        })?;
+        let Some(start) = NonNull::new(self.as_cu() as usize as *mut T) else {
+            return Err(Error::NothingMade {
+                what: "the allocation has no address",
+            });
+        };
         if !start.as_ptr().is_aligned() {
             return Err(Error::MisalignedElements {
                 address: self.as_cu(),
