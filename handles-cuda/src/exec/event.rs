@@ -62,15 +62,12 @@ impl EventHandle {
 
     /// Before a record of this event that does not come through [`EventHandle::record`] but is
     /// made by this crate (a launch's programmatic event): the watches pending are handed to
-    /// the notifier first. The record is made while the returned guard lives: it is unstamped,
-    /// and overlaps any stamped one (`exec/stream_progress.rs`).
-    pub(crate) fn before_other_record(&self) -> OtherRecord<'_> {
+    /// the notifier first. The record is made while the returned recording lives: it is
+    /// unstamped, overlaps any stamped one (`exec/stream_progress.rs`), and ends, without
+    /// stamps, when the recording is dropped after the driver call.
+    pub(crate) fn before_other_record(&self) -> Recording<'_> {
         self.before_record(&(**self).record().records);
-        let stamps = &(**self).record().stamps;
-        OtherRecord {
-            stamps,
-            recording: Some(stamps.begin(&PROGRESS, None)),
-        }
+        (**self).record().stamps.begin(&PROGRESS, None)
     }
 
     /// Hands the pending watches of this event to the notifier, if there are any.
@@ -80,21 +77,6 @@ impl EventHandle {
             && let Some(hand_over) = RERECORD.get()
         {
             hand_over(self);
-        }
-    }
-}
-
-/// A record of an event made other than by [`EventHandle::record`], in progress: ends, without
-/// stamps, when dropped after the driver call.
-pub(crate) struct OtherRecord<'a> {
-    stamps: &'a RecordStamps,
-    recording: Option<Recording>,
-}
-
-impl Drop for OtherRecord<'_> {
-    fn drop(&mut self) {
-        if let Some(recording) = self.recording.take() {
-            self.stamps.end(&PROGRESS, recording, false);
         }
     }
 }
@@ -255,7 +237,7 @@ impl EventHandle {
             // SAFETY: both the event and the stream are alive while their handles are.
             unsafe { driver!(cuEventRecord(event, raw_stream)) }
         });
-        record.stamps.end(&PROGRESS, recording, recorded.is_ok());
+        recording.end(recorded.is_ok());
         recorded
     }
 

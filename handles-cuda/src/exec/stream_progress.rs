@@ -169,9 +169,13 @@ const VERSION_ONE: u64 = HAS_LAST << 1;
 /// read them (a sequence lock).
 ///
 /// The version is 48 bits wide. A record publishes its stamps only if the word still holds
-/// the version its own begin left, with itself the one record in flight; a wrong
-/// publication would need exactly 2^48 other records of the event (or `forget`s) to begin
-/// while its own driver call is under way: nine years of back-to-back records at 1 µs each.
+/// what its own begin left: that version, itself the one record in flight. A wrong
+/// publication would need a multiple of 2^48 other records of the event to begin between its
+/// `begin` and its `end`, every one of them ended again by then: about nine years of
+/// back-to-back records at 1 µs each (a `forget` bumps the version too, but leaves the event
+/// uncounted for good, so no wait asks the stamps again). A reader's check that the word did
+/// not change has the same bound. [`RecordStamps::completed`] does not use the version: it
+/// compares the record itself.
 pub(crate) struct RecordStamps {
     word: AtomicU64,
     raw: AtomicU64,
@@ -193,13 +197,37 @@ impl Default for RecordStamps {
     }
 }
 
-/// A record in progress: [`RecordStamps::end`] must follow the driver call.
-pub(crate) struct Recording {
+/// A record in progress: [`Recording::end`] follows the driver call. Dropped without it (a
+/// panic between the two), it ends as a failed record, so that the event's count of records in
+/// flight never keeps it.
+pub(crate) struct Recording<'a> {
+    stamps: &'a RecordStamps,
+    progress: &'a Progress,
     /// The state word this record's begin left (its version, one more in flight, no stamps).
     word: u64,
     /// No other record of the event was in flight when this one began.
     alone: bool,
     stamped: Option<(StreamId, u64)>,
+    ended: bool,
+}
+
+impl Recording<'_> {
+    /// The driver call returned, `recorded` saying whether it made the record. It leaves
+    /// stamps only if it succeeded and no other record of the event overlapped it: none was in
+    /// flight when it began, and none began since (the other's call might have reached the
+    /// driver first or last).
+    pub(crate) fn end(mut self, recorded: bool) {
+        self.ended = true;
+        self.stamps.end(self.progress, &self, recorded);
+    }
+}
+
+impl Drop for Recording<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.stamps.end(self.progress, self, false);
+        }
+    }
 }
 
 /// What the host knows of an event's latest record before it asks the driver.
@@ -215,7 +243,11 @@ pub(crate) enum Known {
 impl RecordStamps {
     /// A record of the event is about to be made on `stream` (`None`: a stream whose records
     /// are not stamped). Takes the `before` stamp.
-    pub(crate) fn begin(&self, progress: &Progress, stream: Option<StreamId>) -> Recording {
+    pub(crate) fn begin<'a>(
+        &'a self,
+        progress: &'a Progress,
+        stream: Option<StreamId>,
+    ) -> Recording<'a> {
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
             if word & RECORDING == RECORDING {
@@ -237,6 +269,9 @@ impl RecordStamps {
             {
                 Ok(_) => {
                     return Recording {
+                        stamps: self,
+                        progress,
+                        ended: false,
                         word: next,
                         alone: word & RECORDING == 0,
                         stamped: stream.map(|stream| (stream, progress.stamp(stream))),
@@ -247,11 +282,8 @@ impl RecordStamps {
         }
     }
 
-    /// The record begun with `recording` returned, `recorded` saying whether the driver made
-    /// it. It leaves stamps only if it succeeded and no other record of the event overlapped
-    /// it: none was in flight when it began, and none began since (the other's call might have
-    /// reached the driver first or last).
-    pub(crate) fn end(&self, progress: &Progress, recording: Recording, recorded: bool) {
+    /// [`Recording::end`], and a recording dropped without it (as failed).
+    fn end(&self, progress: &Progress, recording: &Recording<'_>, recorded: bool) {
         if recorded
             && recording.alone
             && let Some((stream, before)) = recording.stamped
@@ -349,8 +381,7 @@ mod tests {
     };
 
     fn recorded(stamps: &RecordStamps, progress: &Progress, ok: bool) {
-        let recording = stamps.begin(progress, Some(STREAM));
-        stamps.end(progress, recording, ok);
+        stamps.begin(progress, Some(STREAM)).end(ok);
     }
 
     #[test]
@@ -379,7 +410,7 @@ mod tests {
             stamps.last().is_none(),
             "a record overlapping another left stamps"
         );
-        stamps.end(&progress, outer, true);
+        outer.end(true);
         assert!(
             stamps.last().is_none(),
             "a record another overlapped left stamps"
@@ -394,6 +425,20 @@ mod tests {
         stamps.completed(&progress, asked);
         recorded(&stamps, &progress, true);
         assert!(matches!(stamps.known(&progress), Known::Ask(_)));
+    }
+
+    #[test]
+    fn a_recording_dropped_without_its_end_ends_as_failed() {
+        let progress = Progress::new();
+        let stamps = RecordStamps::default();
+        drop(stamps.begin(&progress, Some(STREAM)));
+        assert_eq!(stamps.word.load(Ordering::Relaxed) & RECORDING, 0);
+        assert!(stamps.last().is_none());
+        stamps.begin(&progress, Some(STREAM)).end(true);
+        assert!(
+            stamps.last().is_some(),
+            "a later record alone leaves stamps"
+        );
     }
 
     #[test]
