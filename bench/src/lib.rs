@@ -134,3 +134,20 @@ pub fn keep<T>(value: T) -> T {
 pub fn accessor_probe(stream: &handles_cuda::StreamHandle) -> handles_cuda::driver::sys::CUstream {
     stream.as_cu()
 }
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    let set = rustix::thread::sched_getaffinity(None).unwrap();
+    (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&cpu| set.is_set(cpu))
+        .collect()
+}
+
+/// Keeps the calling thread on `cpu` alone, so that variants measured one after another on it
+/// share one core (a thread that migrates, or lands on a busier core in one variant's run,
+/// moves single-thread rates by more than the variants differ).
+pub fn pin_to(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).unwrap();
+}

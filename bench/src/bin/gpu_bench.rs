@@ -15,7 +15,7 @@ mod conditional;
 mod contention;
 
 use cudarc::driver::{CudaContext, PushKernelArg, sys};
-use handles_bench::{Measured, Variant, interleave, keep};
+use handles_bench::{Measured, Variant, allowed_cpus, interleave, keep, pin_to};
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventHandle, KernelHandle, LaunchConfig, LibraryHandle,
     MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
@@ -349,23 +349,6 @@ fn on_a_fresh_thread(
             .join()
             .unwrap()
     })
-}
-
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    let set = rustix::thread::sched_getaffinity(None).unwrap();
-    (0..rustix::thread::CpuSet::MAX_CPU)
-        .filter(|&cpu| set.is_set(cpu))
-        .collect()
-}
-
-/// Keeps the calling thread on `cpu` alone, so that variants measured one after another on it
-/// share one core (a thread that migrates, or lands on a busier core in one variant's run,
-/// moves single-thread rates by more than the variants differ).
-fn pin_to(cpu: usize) {
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set).unwrap();
 }
 
 /// Three CPUs of the allowed set, spread over it: the first, the middle and the last.

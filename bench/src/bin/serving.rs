@@ -51,7 +51,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, PinnedHostSlice,
     PushKernelArg, sys,
 };
-use handles_bench::median;
+use handles_bench::{allowed_cpus, median, pin_to};
 use handles_cuda::{
     ContextHandle, DeviceBuffer, DevicePtrHandle, KernelHandle, LaunchConfig, LibraryHandle,
     MemoryPoolHandle, StreamFlags, StreamHandle,
@@ -211,7 +211,10 @@ struct Crew {
 impl Crew {
     /// Starts `threads` threads in `scope`, each making its worker of `variant` and then
     /// serving runs. They are made one after another: cudarc's tracked variant switches its
-    /// context's event tracking off while it allocates a graph buffer.
+    /// context's event tracking off while it allocates a graph buffer. Worker `index` of every
+    /// variant is pinned to the same CPU (the `index`-th allowed one, round robin): the crews
+    /// run one at a time, so each variant's runs get the same cores (unpinned, one variant's
+    /// one-thread rate moved by 15% between two runs on one machine, 37293 and 32418/s).
     fn start<'scope, 'env: 'scope>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         threads: usize,
@@ -222,11 +225,14 @@ impl Crew {
         let start = Arc::new(Barrier::new(threads + 1));
         let (report, results) = mpsc::channel();
         let mut commands = Vec::new();
+        let cpus = allowed_cpus();
         for index in 0..threads {
             let (command, orders) = mpsc::channel::<Option<usize>>();
             let (ready, made) = mpsc::channel();
             let (start, report) = (start.clone(), report.clone());
+            let cpu = cpus[index % cpus.len()];
             scope.spawn(move || {
+                pin_to(cpu);
                 let mut worker = make(shared, variant);
                 ready.send(()).unwrap();
                 while let Ok(Some(requests)) = orders.recv() {
