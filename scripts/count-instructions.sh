@@ -26,7 +26,9 @@ ops=("$@")
   stream-raw stream stream-cudarc graph-raw graph graph-cudarc graph10-raw graph10 clone-arc clone
   launch-raw launch launch-cudarc event-unbound event-cudarc-unbound record-raw record record-cudarc
   serve-raw serve-cudarc serve serve-staging)
-cargo build --release -q -p cuda-sim -p handles-bench --bin sim_count --bin serving
+# Two builds: with --bin, cargo would build only those binaries and not the simulated driver.
+cargo build --release -q -p cuda-sim
+cargo build --release -q -p handles-bench --bin sim_count --bin serving
 sim_count=${SIM_COUNT:-target/release/sim_count}
 serving=${SERVING:-target/release/serving}
 # OP N -> the command that runs OP N times: a serving request (`serving --count VARIANT N`,

@@ -207,8 +207,13 @@ for step in "${steps[@]}"; do
       # errors are listed by API call, to be told apart from any this crate makes itself.
       for example in tour ipc pipeline memory_server why_handles; do
         [ -x ".gpu/$example" ] || continue
-        echo "== compute-sanitizer (default options) .gpu/$example" | tee -a "$logs/sanitizer_api.log"
-        compute-sanitizer --target-processes all ".gpu/$example" >>"$logs/sanitizer_api.log" 2>&1 || status=1
+        # why_handles runs cudarc's side of each comparison in a child process that misuses
+        # memory on purpose (reads after a free, swapped arguments): only its own process, the
+        # handles-cuda side, is checked.
+        processes=all
+        [ "$example" = why_handles ] && processes=application-only
+        echo "== compute-sanitizer (default options, --target-processes $processes) .gpu/$example" | tee -a "$logs/sanitizer_api.log"
+        compute-sanitizer --target-processes "$processes" ".gpu/$example" >>"$logs/sanitizer_api.log" 2>&1 || status=1
         grep -E "ERROR SUMMARY|done$" "$logs/sanitizer_api.log" | tail -n 2
       done
       for name in "${gpu_tests[@]}"; do

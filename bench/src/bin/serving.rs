@@ -81,7 +81,8 @@ struct Plan {
     elements: u32,
     /// Thread counts, each with the requests each thread serves per timed run.
     threads: [(usize, usize); 2],
-    /// Timed rounds per thread count (every variant once per round), after one untimed one.
+    /// Timed rounds per thread count (every variant once per round, on workers made for the
+    /// round, after a short untimed run of each).
     rounds: usize,
     /// Every this many requests of a worker, the whole output is checked (else its first and
     /// last values).
@@ -91,7 +92,7 @@ struct Plan {
 const FULL: Plan = Plan {
     elements: 4096,
     threads: [(1, 2000), (16, 1000)],
-    rounds: 9,
+    rounds: 15,
     check_every: 8,
 };
 
@@ -970,27 +971,31 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for (threads, requests) in plan.threads {
-        let runs = std::thread::scope(|scope| {
-            let crews: Vec<Crew> = (0..VARIANTS.len())
-                .map(|variant| Crew::start(scope, threads, plan.check_every, &shared, variant))
-                .collect();
-            // One untimed run of each variant first (warm pools, caches, graph uploads).
-            if !quick {
-                for crew in &crews {
-                    crew.run(requests);
+        let mut runs: Vec<Vec<Run>> = (0..VARIANTS.len()).map(|_| Vec::new()).collect();
+        for round in 0..plan.rounds {
+            // Fresh workers every round (streams, staging buffers, graphs): a worker's rate
+            // depends on the resources it was given as well as on its code (kept for a whole
+            // run, one variant's one-thread rate sat near 32k or 37k requests/s from run to
+            // run, the raw calls' too), so every variant draws its resources anew each round.
+            std::thread::scope(|scope| {
+                let crews: Vec<Crew> = (0..VARIANTS.len())
+                    .map(|variant| Crew::start(scope, threads, plan.check_every, &shared, variant))
+                    .collect();
+                // One short untimed run of each variant first (warm pools, caches, graph
+                // uploads).
+                if !quick {
+                    for crew in &crews {
+                        crew.run(requests.div_ceil(4));
+                    }
                 }
-            }
-            let mut runs: Vec<Vec<Run>> = (0..VARIANTS.len()).map(|_| Vec::new()).collect();
-            for round in 0..plan.rounds {
                 // Rotate the starting variant each round so no variant always runs first.
                 for offset in 0..VARIANTS.len() {
                     let variant = (round + offset) % VARIANTS.len();
                     runs[variant].push(crews[variant].run(requests));
                 }
-            }
-            crews.into_iter().for_each(Crew::stop);
-            runs
-        });
+                crews.into_iter().for_each(Crew::stop);
+            });
+        }
         let medians: Vec<[f64; 3]> = runs
             .iter()
             .map(|runs| {

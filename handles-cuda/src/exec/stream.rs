@@ -246,12 +246,18 @@ impl StreamHandle {
     /// Runs a stream-ordered driver call on this stream. A real stream carries its context,
     /// so the call needs no current context; a default-stream token means "the current
     /// context's", so a token bound to a context makes that context current for the call.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn run<T>(&self, call: impl FnOnce(CUstream) -> Result<T>) -> Result<T> {
-        let raw = self.as_cu();
         if !self.is_default_token() {
-            return call(raw);
+            return call(self.as_cu());
         }
+        self.run_on_token(call)
+    }
+
+    /// [`Self::run`] on a default-stream token: out of line, off the common path.
+    #[inline(never)]
+    fn run_on_token<T>(&self, call: impl FnOnce(CUstream) -> Result<T>) -> Result<T> {
+        let raw = self.as_cu();
         // The built-in tokens can be made without a driver; everything else came from one.
         ensure_loaded()?;
         match self.context() {

@@ -12,7 +12,7 @@ use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::in_context;
 use crate::error::{Error, GraphRule, LaunchProblem, Result};
 use crate::exec::context::ContextHandle;
-use crate::exec::stream::StreamHandle;
+use crate::exec::stream::{Queued, StreamHandle};
 use crate::graph::book::Span;
 use crate::graph::launch_plan::LaunchPlan;
 use crate::graph::nodes::{Attachment, GraphHandle};
@@ -217,21 +217,35 @@ impl GraphExecHandle {
         // after the graph was built, and its kernels would fault.
         let context = self.context();
         let ordinal = self.record().ordinal;
-        // Most plans check nothing (every buffer's reach is fixed): then no list to drop.
-        let reach = match plan.checked.is_empty() {
-            true => None,
-            false => {
-                let mut held = Vec::new();
-                for buffer in &plan.checked {
-                    let guard = buffer.check_accessible_in(context, ordinal)?;
-                    if guard.is_held() {
-                        held.push(guard);
-                    }
-                }
-                Some(held)
+        // Most plans check nothing (every buffer's reach is fixed): then no guards to hold.
+        if plan.checked.is_empty() {
+            return self.queue_and_report(plan, stream);
+        }
+        let mut held = Vec::new();
+        for buffer in &plan.checked {
+            let guard = buffer.check_accessible_in(context, ordinal)?;
+            if guard.is_held() {
+                held.push(guard);
             }
-        };
-        let queued = stream.queue_bound(|raw_stream| {
+        }
+        // The reach guards are held until the uses are reported, so no host view opens in
+        // between.
+        let reported = self.queue_and_report(plan, stream);
+        drop(held);
+        reported
+    }
+
+    /// Queues the launch on `stream` and, once it is queued, reports every use of `plan`
+    /// whatever else fails. Called with the attachments' lock held (`plan` is borrowed from
+    /// it) and the reach guards of the buffers it checks.
+    #[inline(always)]
+    fn queue_and_report(&self, plan: &LaunchPlan, stream: &StreamHandle) -> Result<()> {
+        let context = self.context();
+        // No context is made current for the call: the stream names it (driver 580 launches a
+        // graph on a stream with no context current, or another one, and runs it:
+        // `cuda-sim/probes/graph_launch_context.py`); a default-stream token is bound to its
+        // context as for any stream-ordered call.
+        let queued = stream.queue(|raw_stream| {
             // SAFETY: the executable graph and the stream are alive; the record keeps alive
             // everything the graph's nodes reference.
             unsafe { driver!(cuGraphLaunch(self.as_cu(), raw_stream)) }
@@ -239,47 +253,58 @@ impl GraphExecHandle {
         // Once the graph is queued, every use is reported whatever else fails. The launch is
         // work of the stream's context as well as the graph's (they differ when the stream is
         // another context's, a green context's say): both are noted, so that an unload, or the
-        // release of a host node's closure, waits for the launch whichever it is. The reach
-        // guards are held until the uses are reported, so no host view opens in between.
-        let reported = queued.then(|| {
-            let mut status = Ok(());
-            for buffer in &plan.recorded {
-                status = status.and(buffer.record_use(stream));
-            }
-            // The notes of contexts: made once for streams of one context (see the plan).
-            let noted_in = stream.context().as_ref().map(|c| c.as_cu() as usize);
-            if plan.noted_for(noted_in) {
-                return status;
-            }
-            for buffer in &plan.noted {
-                status = status.and(buffer.record_use(stream));
-            }
-            for library in &plan.libraries {
-                let noted = library
-                    .note_launch(context.as_cu(), || Ok(context.clone()))
-                    .and_then(|()| library.note_stream_launch(stream));
-                status = status.and(noted);
-            }
-            if let Some(launches) = &self.record().memory_launches {
-                let noted = launches
-                    .note(context.as_cu(), || Ok(context.clone()))
-                    .and_then(|()| launches.note_stream(stream));
-                status = status.and(noted);
-            }
-            for function in &plan.hosts {
-                let launched_in = &function.record().launched_in;
-                let noted = launched_in
-                    .note(context.as_cu(), || Ok(context.clone()))
-                    .and_then(|()| launched_in.note_stream(stream));
-                status = status.and(noted);
-            }
-            if status.is_ok() {
-                plan.mark_noted_for(noted_in);
-            }
-            status
-        });
-        drop(reach);
-        reported
+        // release of a host node's closure, waits for the launch whichever it is.
+        let Queued { queued, status } = queued;
+        if !queued {
+            return status;
+        }
+        status.and(self.report_launch(plan, stream, context))
+    }
+
+    /// Reports the uses of a queued launch of `plan` on `stream`: every buffer's, and the
+    /// notes of contexts not yet made for streams of `stream`'s context.
+    #[inline(always)]
+    fn report_launch(
+        &self,
+        plan: &LaunchPlan,
+        stream: &StreamHandle,
+        context: &ContextHandle,
+    ) -> Result<()> {
+        let mut status = Ok(());
+        for buffer in &plan.recorded {
+            status = status.and(buffer.record_use(stream));
+        }
+        // The notes of contexts: made once for streams of one context (see the plan).
+        let noted_in = stream.context().as_ref().map(|c| c.as_cu() as usize);
+        if plan.noted_for(noted_in) {
+            return status;
+        }
+        for buffer in &plan.noted {
+            status = status.and(buffer.record_use(stream));
+        }
+        for library in &plan.libraries {
+            let noted = library
+                .note_launch(context.as_cu(), || Ok(context.clone()))
+                .and_then(|()| library.note_stream_launch(stream));
+            status = status.and(noted);
+        }
+        if let Some(launches) = &self.record().memory_launches {
+            let noted = launches
+                .note(context.as_cu(), || Ok(context.clone()))
+                .and_then(|()| launches.note_stream(stream));
+            status = status.and(noted);
+        }
+        for function in &plan.hosts {
+            let launched_in = &function.record().launched_in;
+            let noted = launched_in
+                .note(context.as_cu(), || Ok(context.clone()))
+                .and_then(|()| launched_in.note_stream(stream));
+            status = status.and(noted);
+        }
+        if status.is_ok() {
+            plan.mark_noted_for(noted_in);
+        }
+        status
     }
 
     /// Updates the executable graph to `graph`'s nodes (`cuGraphExecUpdate`). On success it
