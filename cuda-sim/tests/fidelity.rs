@@ -1,7 +1,8 @@
 //! The simulator behaves as driver 580 was measured to behave (driver-facts and the probes in
 //! `cuda-sim/probes/`): capture error codes, the implicit synchronisation of
 //! `cuMemFree`/`cuMemFreeHost`, destroyed green contexts that stay current, peer access to
-//! pools checked on every touch, and stream waits bound to the record they name.
+//! pools checked on every touch, stream waits bound to the record they name, and graph launches
+//! that need no current context.
 
 use std::process::Command;
 
@@ -11,18 +12,20 @@ use cudarc::driver::sys::{self, CUresult};
 mod common;
 use common::*;
 
-/// The probes and their output on an H200, embedded with the probes' ctypes helpers: the test
-/// binary needs no source tree at run time.
+/// The probes and their output on a GPU (an H200 or an H100, driver 580), embedded with the
+/// probes' ctypes helpers: the test binary needs no source tree at run time.
 const DRIVER_HELPERS: &str = include_str!("../probes/driver.py");
 const CAPTURE_PROBE: &str = include_str!("../probes/capture_codes.py");
 const CAPTURE_CODES_H200: &str = include_str!("../probes/capture_codes.h200.txt");
 const RERECORD_PROBE: &str = include_str!("../probes/event_rerecord.py");
 const RERECORD_H200: &str = include_str!("../probes/event_rerecord.h200.txt");
+const GRAPH_CONTEXT_PROBE: &str = include_str!("../probes/graph_launch_context.py");
+const GRAPH_CONTEXT_H100: &str = include_str!("../probes/graph_launch_context.h100.txt");
 
 /// Runs `probe` under the simulator (written with its helpers to a directory of its own) and
-/// checks that it prints what it printed on an H200 with driver 580, line by line, with no
+/// checks that it prints what it printed on `card` with driver 580, line by line, with no
 /// violation.
-fn probe_matches_the_h200(name: &str, probe: &str, measured: &str) {
+fn probe_matches_the_gpu(name: &str, probe: &str, measured: &str, card: &str) {
     let dir = std::env::temp_dir().join(format!("cuda-sim-probe-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("driver.py"), DRIVER_HELPERS).unwrap();
@@ -46,11 +49,11 @@ fn probe_matches_the_h200(name: &str, probe: &str, measured: &str) {
         .lines()
         .zip(simulated.lines())
         .filter(|(m, s)| m != s)
-        .map(|(m, s)| format!("H200: {m}\n sim: {s}"))
+        .map(|(m, s)| format!("{card}: {m}\n  sim: {s}"))
         .collect();
     assert!(
         differences.is_empty() && measured.lines().count() == simulated.lines().count(),
-        "the simulator differs from the H200:\n{}",
+        "the simulator differs from the {card}:\n{}",
         differences.join("\n")
     );
     let report = cuda_sim::Report::read(&report).unwrap();
@@ -62,7 +65,7 @@ fn probe_matches_the_h200(name: &str, probe: &str, measured: &str) {
 /// driver 580 (`probes/capture_codes.h200.txt`).
 #[test]
 fn capture_codes_match_the_h200() {
-    probe_matches_the_h200("capture", CAPTURE_PROBE, CAPTURE_CODES_H200);
+    probe_matches_the_gpu("capture", CAPTURE_PROBE, CAPTURE_CODES_H200, "H200");
 }
 
 /// `probes/event_rerecord.py`: a stream wait keeps waiting for the record it named while a
@@ -70,7 +73,20 @@ fn capture_codes_match_the_h200() {
 /// 580 (`probes/event_rerecord.h200.txt`).
 #[test]
 fn a_stream_wait_is_bound_to_the_record_it_names() {
-    probe_matches_the_h200("rerecord", RERECORD_PROBE, RERECORD_H200);
+    probe_matches_the_gpu("rerecord", RERECORD_PROBE, RERECORD_H200, "H200");
+}
+
+/// `probes/graph_launch_context.py`: a graph launched on a stream with no context current, or
+/// another context current, runs in the stream's context, as on driver 580
+/// (`probes/graph_launch_context.h100.txt`), which `GraphExecHandle::launch` relies on.
+#[test]
+fn a_graph_launch_needs_no_current_context() {
+    probe_matches_the_gpu(
+        "graph_context",
+        GRAPH_CONTEXT_PROBE,
+        GRAPH_CONTEXT_H100,
+        "H100",
+    );
 }
 
 /// Opened by the scenario below once it has looked.

@@ -5,14 +5,16 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use handles_cuda::exec::EventFlags;
 use handles_cuda::graph::GraphHandle;
-use handles_cuda::{ContextHandle, DevicePtrHandle, EventHandle, StreamHandle};
+use handles_cuda::{
+    ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+};
 use handles_tests::{Failures, serial, stream};
 
 mod simulator;
@@ -574,6 +576,52 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
         stream.synchronize().unwrap();
     }
     handles_cuda::exec::clear_notifiers();
+    failures.assert_none();
+}
+
+/// A pool is destroyed only after the frees of its memory ran: its last handle, dropped while
+/// a free waits behind a host function, does not return until the host function has. Driver
+/// 580 crashes (a divide error or a segmentation fault in libcuda) or hangs when a pool is
+/// destroyed with frees still queued while other threads use pools
+/// (`cuda-sim/probes/pool_destroy_pending.py`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pool_is_destroyed_only_after_the_frees_of_its_memory_ran() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let stream = stream(&context);
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&open);
+    // Holds the stream back until the gate opens.
+    stream
+        .launch_host(move || {
+            while !gate.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .unwrap();
+    // Allocated and freed behind the gate: the free is queued, not run.
+    drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &stream).unwrap());
+    let destroyed = Arc::new(AtomicBool::new(false));
+    let dropper = {
+        let destroyed = Arc::clone(&destroyed);
+        std::thread::spawn(move || {
+            drop(pool);
+            destroyed.store(true, Ordering::SeqCst);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let early = destroyed.load(Ordering::SeqCst);
+    open.store(true, Ordering::SeqCst);
+    dropper.join().unwrap();
+    assert!(
+        !early,
+        "the pool was destroyed while a free of its memory was still queued"
+    );
+    assert!(destroyed.load(Ordering::SeqCst));
+    stream.synchronize().unwrap();
     failures.assert_none();
 }
 

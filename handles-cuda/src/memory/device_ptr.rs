@@ -329,9 +329,17 @@ impl DevicePtrHandle {
         raw: CUdeviceptr,
         size: usize,
         pool: Option<MemoryPoolHandle>,
-        order: StreamOrder,
+        mut order: StreamOrder,
         origin: Origin,
     ) -> Self {
+        if let Some(pool) = &pool {
+            // Where the free will be queued, for the pool's destruction to wait for; a
+            // context that cannot be noted makes that destruction a reported leak.
+            let _ = pool
+                .record()
+                .frees_in
+                .note_stream(order.home_while_creating());
+        }
         let (imported, import_slot, host) = match origin {
             Origin::Allocated(host) => (false, None, host),
             Origin::Imported(slot) => (true, slot.map(Box::new), None),
@@ -597,7 +605,12 @@ impl DevicePtrHandle {
         else {
             return Err(Error::NotStreamOrdered);
         };
-        order.move_home(stream.bound()?)
+        let stream = stream.bound()?;
+        // The pool's destruction waits for the free in its new context too (`stream_ordered`).
+        if let Some(pool) = &self.ordering_root().record().pool {
+            pool.record().frees_in.note_stream(&stream)?;
+        }
+        order.move_home(stream)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

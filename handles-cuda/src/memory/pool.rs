@@ -10,6 +10,7 @@ use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::memory::remote;
+use crate::order::contexts_used::ContextsUsed;
 
 /// A CUDA memory pool.
 ///
@@ -18,7 +19,9 @@ use crate::memory::remote;
 /// call per non-owning device (a driver that recycles pool handles would otherwise hand the
 /// access to the next pool). [`MemoryPoolHandle::device_current`],
 /// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
-/// the context it was created through. Pointers allocated from a pool keep the pool alive.
+/// the context it was created through, and the contexts its memory's frees were queued in,
+/// which an owned pool's deleter synchronises before destroying it (driver 580 crashes when a
+/// pool is destroyed with frees still queued). Pointers allocated from a pool keep it alive.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
@@ -31,6 +34,9 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     #[handle(copy)]
     pub ipc: bool,
+    /// The contexts of the streams its memory's frees are queued on: waited for before the
+    /// pool is destroyed (see `destroy_pool`).
+    pub(crate) frees_in: ContextsUsed,
 }
 
 impl MemoryPool {
@@ -41,6 +47,7 @@ impl MemoryPool {
             context: None,
             location,
             ipc,
+            frees_in: ContextsUsed::new(),
         }
     }
 
@@ -231,6 +238,13 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
         deleter_status(remote.wait_for_uses())?;
         granted = remote.granted();
     }
+    // The frees may not have run yet. Driver 580 crashes (a divide error or a segmentation
+    // fault inside libcuda) or hangs when a pool is destroyed with frees of its memory still
+    // queued while other threads create, use and destroy pools; destroyed after its frees ran,
+    // it never did (an H100, driver 580.159.04: `cuda-sim/probes/pool_destroy_pending.py`). So
+    // the contexts the frees were queued in are waited for first; if one cannot be, the pool
+    // is leaked (reported), not destroyed.
+    deleter_status(pool.frees_in.wait_for_all())?;
     let revoked = deleter_status(revoke_peer_access(raw, pool.location, granted).map(drop));
     // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
     // none is left; this deleter runs once.

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Which pool calls crash driver 580: raw driver calls only (ctypes), each variant in a child
+process whose exit status is printed (-8 a divide error, -11 a segmentation fault, "timeout" a
+hang of 20 s). Found through the pool-replacement scenario of `tests/tests/cuda_rules.rs`,
+whose safe calls crashed the driver on an H100 (driver 580.159.04) in every run, at the code
+of `42782ad` and after; the kernel log named a divide error inside libcuda.
+
+On that H100 (`pool_destroy_pending.h100.txt`, four calls): a pool destroyed while frees of
+its memory are still queued, with other threads creating, using and destroying pools, crashes
+or hangs the driver (`shared-current-pool`, `shared-pool-never-current`,
+`current-pool-one-user`); the same runs with the context synchronised before each destroy
+(`-synced`) never did, nor did pools destroyed with a queued free by threads that only use
+pools of their own (`destroy-pending-beside-allocations`). One thread destroying pools behind
+queued frees and never synchronising runs out of memory (`destroy-with-pending-frees`:
+`cuMemPoolCreate` answers 2): a destroyed pool is released only once its frees ran. So `MemoryPoolHandle`'s deleter
+waits for the contexts its memory's frees were queued in before it destroys the pool
+(`handles-cuda/src/memory/pool.rs`, `destroy_pool`). Run on a GPU machine:
+
+    python3 cuda-sim/probes/pool_destroy_pending.py              # the default list
+    python3 cuda-sim/probes/pool_destroy_pending.py VARIANT      # one variant, in-process
+
+The variants' code is what ran; the default list was changed between the calls.
+"""
+import ctypes, sys, threading, subprocess, time
+P = ctypes.c_void_p
+cu = ctypes.CDLL("libcuda.so.1")
+def check(name, *args):
+    r = getattr(cu, name)(*args)
+    if r != 0:
+        raise SystemExit(f"{name} -> {r}")
+class PoolProps(ctypes.Structure):
+    _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int),
+                ("locType", ctypes.c_int), ("locId", ctypes.c_int),
+                ("win32SecurityAttributes", P), ("maxSize", ctypes.c_size_t),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+def setup():
+    check("cuInit", 0)
+    ctx = P()
+    check("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), 0)
+    check("cuCtxSetCurrent", ctx)
+    return ctx
+def new_pool():
+    props = PoolProps()
+    props.allocType = 1  # pinned
+    props.locType = 1    # device
+    props.locId = 0
+    pool = P()
+    check("cuMemPoolCreate", ctypes.byref(pool), ctypes.byref(props))
+    return pool
+def new_stream():
+    s = P(); check("cuStreamCreate", ctypes.byref(s), 1); return s
+def alloc_free(pool, stream, n, sync_every=128, stop=None):
+    ptr = ctypes.c_uint64()
+    i = 0
+    while (stop is None and i < n) or (stop is not None and not stop.is_set()):
+        check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(256), pool, stream)
+        check("cuMemsetD8Async", ptr, ctypes.c_ubyte(1), ctypes.c_size_t(256), stream)
+        check("cuMemFreeAsync", ptr, stream)
+        i += 1
+        if i % sync_every == 0:
+            check("cuStreamSynchronize", stream)
+    check("cuStreamSynchronize", stream)
+def variant(name):
+    ctx = setup()
+    if name == "replace-only":  # create, make current, destroy the one before; nothing else
+        prev = None
+        for _ in range(3000):
+            p = new_pool(); check("cuDeviceSetMemPool", 0, p)
+            if prev: check("cuMemPoolDestroy", prev)
+            prev = p
+    elif name == "destroy-with-pending-frees":  # one thread: a pool destroyed behind its queued free
+        s = new_stream()
+        for _ in range(3000):
+            p = new_pool(); ptr = ctypes.c_uint64()
+            check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(256), p, s)
+            check("cuMemsetD8Async", ptr, ctypes.c_ubyte(1), ctypes.c_size_t(256), s)
+            check("cuMemFreeAsync", ptr, s)
+            check("cuMemPoolDestroy", p)
+        check("cuStreamSynchronize", s)
+    elif name in ("create-destroy-beside-allocations", "replace-beside-allocations"):
+        # One thread creates and destroys pools (and with replace, makes each current); two
+        # others allocate and free from pools of their own, untouched by the first.
+        stop = threading.Event()
+        def worker():
+            check("cuCtxSetCurrent", ctx)
+            alloc_free(new_pool(), new_stream(), 0, stop=stop)
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads: t.start()
+        prev = None
+        for _ in range(3000):
+            p = new_pool()
+            if name == "replace-beside-allocations":
+                check("cuDeviceSetMemPool", 0, p)
+                if prev: check("cuMemPoolDestroy", prev)
+                prev = p
+            else:
+                check("cuMemPoolDestroy", p)
+        stop.set()
+        for t in threads: t.join()
+    elif name == "destroy-pending-beside-allocations":
+        # Two threads: each allocates from a fresh pool, frees, destroys it with the free queued.
+        stop = threading.Event()
+        def worker():
+            check("cuCtxSetCurrent", ctx)
+            s = new_stream(); ptr = ctypes.c_uint64()
+            for _ in range(1500):
+                p = new_pool()
+                check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(256), p, s)
+                check("cuMemsetD8Async", ptr, ctypes.c_ubyte(1), ctypes.c_size_t(256), s)
+                check("cuMemFreeAsync", ptr, s)
+                check("cuMemPoolDestroy", p)
+            check("cuStreamSynchronize", s)
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    elif name.startswith(("shared-current-pool", "shared-pool-never-current", "current-pool-one-user")):
+        synced = name.endswith("-synced")
+        name = name.removesuffix("-synced")
+        # The scenario's protocol: thread A makes a new pool current and drops its reference to
+        # the one before; threads B and C each take a reference to the current pool (under a
+        # lock), allocate from it, memset, free on their own streams, and drop the reference;
+        # whoever drops the last one destroys the pool, with frees still queued on two streams.
+        lock = threading.Lock()
+        refs = {}
+        current = [None]
+        def take():
+            with lock:
+                p = current[0]; refs[p.value] += 1; return p
+        def release(p):
+            with lock:
+                refs[p.value] -= 1; last = refs[p.value] == 0
+                if last: del refs[p.value]
+            if last:
+                if synced: check("cuCtxSynchronize")
+                check("cuMemPoolDestroy", p)
+        first = new_pool(); refs[first.value] = 1; current[0] = first
+        make_current = name != "shared-pool-never-current"
+        if make_current: check("cuDeviceSetMemPool", 0, first)
+        stop = threading.Event()
+        def worker():
+            check("cuCtxSetCurrent", ctx)
+            s = new_stream(); ptr = ctypes.c_uint64(); i = 0
+            while not stop.is_set():
+                p = take()
+                check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(256), p, s)
+                check("cuMemsetD8Async", ptr, ctypes.c_ubyte(1), ctypes.c_size_t(256), s)
+                check("cuMemFreeAsync", ptr, s)
+                release(p); i += 1
+                if i % 128 == 0: check("cuStreamSynchronize", s)
+            check("cuStreamSynchronize", s)
+        threads = [threading.Thread(target=worker) for _ in range(1 if name == "current-pool-one-user" else 2)]
+        for t in threads: t.start()
+        for _ in range(3000):
+            p = new_pool()
+            with lock:
+                old = current[0]; refs[p.value] = 1; current[0] = p
+                if make_current: check("cuDeviceSetMemPool", 0, p)
+            release(old)
+        stop.set()
+        for t in threads: t.join()
+    print("done")
+if len(sys.argv) > 1:
+    variant(sys.argv[1]); sys.exit(0)
+for name in sys.argv[1:] and [] or ["shared-current-pool-synced", "shared-pool-never-current-synced", "shared-current-pool"]:
+    for attempt in range(3):
+        t = time.time()
+        try:
+            r = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, timeout=20)
+            status = r.returncode; out = (r.stdout + r.stderr).strip().splitlines()[-1:] 
+        except subprocess.TimeoutExpired:
+            status = "timeout"; out = []
+        print(f"{name} attempt {attempt}: exit {status} ({time.time() - t:.1f} s) {out}", flush=True)
