@@ -60,6 +60,10 @@ def alloc_free(pool, stream, n, sync_every=128, stop=None):
         if i % sync_every == 0:
             check("cuStreamSynchronize", stream)
     check("cuStreamSynchronize", stream)
+def used(pool):
+    v = ctypes.c_uint64()
+    check("cuMemPoolGetAttribute", pool, 7, ctypes.byref(v))  # USED_MEM_CURRENT
+    return v.value
 def variant(name):
     ctx = setup()
     if name == "replace-only":  # create, make current, destroy the one before; nothing else
@@ -116,6 +120,24 @@ def variant(name):
     elif name.startswith(("shared-current-pool", "shared-pool-never-current", "current-pool-one-user")):
         synced = name.endswith("-synced")
         name = name.removesuffix("-synced")
+        # -usedwait: the destroying thread waits until the pool's used bytes are 0 (no context
+        # synchronisation); -reaped: the pool goes to a reaper thread that destroys each pool
+        # whose used bytes are 0, polling.
+        usedwait = name.endswith("-usedwait"); name = name.removesuffix("-usedwait")
+        reaped = name.endswith("-reaped"); name = name.removesuffix("-reaped")
+        pending = []; pending_lock = threading.Lock(); reaper_stop = threading.Event()
+        def reaper():
+            check("cuCtxSetCurrent", ctx)
+            while True:
+                with pending_lock: items = list(pending)
+                for p in items:
+                    if used(p) == 0:
+                        check("cuMemPoolDestroy", p)
+                        with pending_lock: pending.remove(p)
+                if reaper_stop.is_set() and not items: return
+                time.sleep(0.0001)
+        if reaped:
+            reaper_thread = threading.Thread(target=reaper); reaper_thread.start()
         # The scenario's protocol: thread A makes a new pool current and drops its reference to
         # the one before; threads B and C each take a reference to the current pool (under a
         # lock), allocate from it, memset, free on their own streams, and drop the reference;
@@ -132,6 +154,11 @@ def variant(name):
                 if last: del refs[p.value]
             if last:
                 if synced: check("cuCtxSynchronize")
+                if usedwait:
+                    while used(p) != 0: pass
+                if reaped:
+                    with pending_lock: pending.append(p)
+                    return
                 check("cuMemPoolDestroy", p)
         first = new_pool(); refs[first.value] = 1; current[0] = first
         make_current = name != "shared-pool-never-current"
@@ -158,10 +185,34 @@ def variant(name):
             release(old)
         stop.set()
         for t in threads: t.join()
+        if reaped:
+            reaper_stop.set(); reaper_thread.join()
+    elif name == "used-counts-queued-free":
+        # Does a pool count a free that is queued but has not run as used? The stream runs a
+        # host function that waits for the probe before the free can run.
+        s = new_stream(); p = new_pool(); gate = threading.Event()
+        HOSTFN = ctypes.CFUNCTYPE(None, P)
+        hold = HOSTFN(lambda _: gate.wait())
+        ptr = ctypes.c_uint64()
+        for label, free_on in (("its stream", s), ("another stream", new_stream())):
+            gate.clear()
+            check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(1 << 20), p, s)
+            check("cuStreamSynchronize", s)
+            print(f"allocated, synchronised: used {used(p)}")
+            check("cuLaunchHostFunc", free_on, hold, None)
+            check("cuMemFreeAsync", ptr, free_on)
+            time.sleep(0.2)
+            print(f"free queued on {label} behind a waiting host function: used {used(p)}, "
+                  f"stream query {cu.cuStreamQuery(free_on)}")
+            gate.set()
+            check("cuStreamSynchronize", free_on)
+            print(f"after the free ran: used {used(p)}")
+        check("cuMemPoolDestroy", p)
     print("done")
 if len(sys.argv) > 1:
     variant(sys.argv[1]); sys.exit(0)
-for name in sys.argv[1:] and [] or ["shared-current-pool-synced", "shared-pool-never-current-synced", "shared-current-pool"]:
+for name in ["used-counts-queued-free", "shared-current-pool-usedwait", "shared-current-pool-reaped",
+             "shared-pool-never-current-reaped", "current-pool-one-user-reaped", "shared-current-pool"]:
     for attempt in range(3):
         t = time.time()
         try:

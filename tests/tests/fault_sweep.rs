@@ -900,7 +900,8 @@ fn scenario_child() {
     // on purpose, so that nothing is destroyed under it, and an executable graph with memory
     // nodes keeps its source graph (which owns the memory) and what that graph keeps: one more
     // live handle per such failure; so does a primary context an event left current on this
-    // thread when `clear_primary_cache` could not make it not current.
+    // thread when `clear_primary_cache` could not make it not current, and pool memory whose
+    // free failed keeps its pool.
     let kept = reported
         .iter()
         .filter(|line| {
@@ -908,6 +909,7 @@ fn scenario_child() {
                 || line.starts_with("Context ")
                 || line.starts_with("Mapping ")
                 || line.starts_with("GraphExec ")
+                || line.starts_with("DevicePtr ")
         })
         .count();
     let end = cuda_live_counts();
@@ -1024,11 +1026,14 @@ fn unexplained_leaks(outcome: &RunOutcome, report: &cuda_sim::Report) -> BTreeMa
         *budget.entry(handle_type).or_default() += 1;
         // A failed destroy keeps what the resource needs alive on purpose: a stream its
         // context, a mapping its reservation, an executable graph with memory nodes its source
-        // graph (which owns the memory) with the handles that graph keeps.
+        // graph (which owns the memory) with the handles that graph keeps, pool memory its
+        // pool.
         let kept: &[&str] = match handle_type {
             "Stream" => &["Context", "GreenContext"],
             "Mapping" => &["AddressReservation"],
             "GraphExec" => &["Graph", "Library", "DevicePtr", "Event", "Context"],
+            // Pool memory whose free failed keeps its pool (and the pool its context).
+            "DevicePtr" => &["MemoryPool", "Context"],
             _ => &[],
         };
         for owner in kept {

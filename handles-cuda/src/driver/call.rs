@@ -130,11 +130,11 @@ pub(crate) fn completed(call: &'static str, code: CUresult) -> Result<bool> {
 
 /// Maps the status of a deleter's driver call. `CUDA_ERROR_DEINITIALIZED` means the driver has
 /// already shut down at process exit and released everything itself: that is not a failure
-/// worth reporting.
+/// worth reporting (a query then answers `T::default()`).
 #[inline]
-pub(crate) fn deleter_status(result: Result<()>) -> Result<()> {
+pub(crate) fn deleter_status<T: Default>(result: Result<T>) -> Result<T> {
     match result {
-        Err(error) if error.is_deinitialized() => Ok(()),
+        Err(error) if error.is_deinitialized() => Ok(T::default()),
         other => other,
     }
 }

@@ -1,17 +1,24 @@
 //! The disposal thread: values whose drop must not run where they are let go (in a driver
 //! callback, or while a thread's locals are torn down) are dropped there instead, each under
-//! `catch_unwind`.
+//! `catch_unwind`; and releases that must wait for the device ([`Deferred`]: a pool whose
+//! memory's frees are still queued) are tried there, polled until they can run, so that no
+//! dropping thread blocks on work it does not own.
 //!
 //! What is queued is counted, so that the queue can be flushed ([`flush_disposals`]: wait until
-//! everything queued before the call is dropped) and so that nothing is lost at exit: the first
-//! value queued registers an `atexit` handler that flushes the queue when the process exits
-//! (`main` returns or `exit` is called), and reports whatever could not be dropped in time as
-//! a leak. A host function ends (so a `synchronize` returns) before its captures are dropped:
-//! without the flush, a program that synchronises, drops its handles and returns from `main`
-//! would exit with them still queued, unreported.
+//! everything queued before the call is dropped or released) and so that nothing is lost at
+//! exit: the first value queued registers an `atexit` handler that flushes the queue when the
+//! process exits (`main` returns or `exit` is called), and reports whatever could not be
+//! dropped or released in time as a leak. A host function ends (so a `synchronize` returns)
+//! before its captures are dropped: without the flush, a program that synchronises, drops its
+//! handles and returns from `main` would exit with them still queued, unreported.
+//!
+//! A deferred release is polled, never waited for: the thread keeps dropping values while one
+//! waits, so a release whose wait depends on a later disposal cannot deadlock it. It polls at
+//! most every [`MAX_PAUSE`], starting at [`MIN_PAUSE`] after each new release.
 
+use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::mpsc::{Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -21,23 +28,62 @@ use crate::sync::lock;
 /// Something to drop on the disposal thread.
 pub(crate) type Disposal = Box<dyn Send + 'static>;
 
+/// A release that must wait until the device has finished some work, tried on the disposal
+/// thread until it is done.
+pub(crate) trait Deferred: Send + 'static {
+    /// Releases the resource if the work it waits for has finished, and says whether the
+    /// release is over: `true` once it ran, or failed and was reported (then nothing is tried
+    /// again); `false` to be tried again later. Must not block on the device.
+    fn try_release(&mut self) -> bool;
+}
+
+/// What the disposal thread is handed.
+enum Job {
+    Drop(Disposal),
+    Release(Box<dyn Deferred>),
+}
+
+/// The first pause between polls of waiting releases, doubled up to [`MAX_PAUSE`] while none
+/// finishes.
+const MIN_PAUSE: Duration = Duration::from_micros(20);
+/// The longest pause between polls of waiting releases.
+const MAX_PAUSE: Duration = Duration::from_millis(2);
+
 /// How long the exit handler waits for the queue before it reports what is left as leaked.
 #[cfg_attr(miri, allow(dead_code))]
 const AT_EXIT_PATIENCE: Duration = Duration::from_secs(10);
 
-/// The disposal thread: its channel, its id, and the counts of what was queued and dropped.
+/// The disposal thread: its channel, its id, and the counts of what was queued and done.
 struct Thread {
-    sender: Mutex<Sender<Disposal>>,
+    sender: Mutex<Sender<Job>>,
     id: ThreadId,
     counts: Mutex<Counts>,
-    dropped: Condvar,
+    progress: Condvar,
 }
 
-/// Values queued and values dropped since the thread started.
-#[derive(Clone, Copy)]
+/// What the thread was handed and what it has done, for [`flush_disposals`]. Jobs are numbered
+/// in the order they are queued, which is the order the thread takes them in; drops finish in
+/// that order, releases may finish later and out of order.
 struct Counts {
+    /// Jobs queued since the thread started (the next job's number).
     queued: u64,
-    dropped: u64,
+    /// Jobs taken and handled: every job numbered below this was dropped, or is a release in
+    /// `waiting` or over.
+    taken: u64,
+    /// The numbers of releases taken and not over yet.
+    waiting: BTreeSet<u64>,
+}
+
+impl Counts {
+    /// Whether every job numbered below `target` is done.
+    fn done_below(&self, target: u64) -> bool {
+        self.taken >= target && self.waiting.range(..target).next().is_none()
+    }
+
+    /// Jobs queued and not done.
+    fn left(&self) -> u64 {
+        self.queued.saturating_sub(self.taken) + self.waiting.len() as u64
+    }
 }
 
 /// The disposal thread; `None` if it could not be started.
@@ -47,14 +93,10 @@ static DISPOSAL: OnceLock<Option<Thread>> = OnceLock::new();
 fn thread() -> Option<&'static Thread> {
     DISPOSAL
         .get_or_init(|| {
-            let (sender, receiver) = channel::<Disposal>();
+            let (sender, receiver) = channel::<Job>();
             let handle = std::thread::Builder::new()
                 .name("handles-cuda-disposal".into())
-                .spawn(move || {
-                    for value in receiver {
-                        drop_one(value);
-                    }
-                })
+                .spawn(move || serve(receiver))
                 .ok()?;
             // Registered once the driver is in use (only what a driver call made is queued), so
             // after the driver's own exit handlers and run before them: the queue is flushed
@@ -68,35 +110,115 @@ fn thread() -> Option<&'static Thread> {
                 id: handle.thread().id(),
                 counts: Mutex::new(Counts {
                     queued: 0,
-                    dropped: 0,
+                    taken: 0,
+                    waiting: BTreeSet::new(),
                 }),
-                dropped: Condvar::new(),
+                progress: Condvar::new(),
             })
         })
         .as_ref()
 }
 
-/// Drops one value on the disposal thread, as the only handle of whatever it holds; a panicking
-/// `Drop` must not end the thread. Then counts it.
-fn drop_one(value: Disposal) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-        handles_core::report_panic("a value dropped on the disposal thread", 0, payload);
+/// The disposal thread's loop: drops what it is handed, and polls the waiting releases
+/// between jobs (blocking for the next job only while none waits). Ends when every sender is
+/// gone and nothing waits.
+fn serve(receiver: Receiver<Job>) {
+    let mut waiting: Vec<(u64, Box<dyn Deferred>)> = Vec::new();
+    let mut pause = MIN_PAUSE;
+    let mut open = true;
+    loop {
+        let job = if waiting.is_empty() {
+            match receiver.recv() {
+                Ok(job) => Some(job),
+                Err(_) => return,
+            }
+        } else if open {
+            match receiver.recv_timeout(pause) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    None
+                }
+            }
+        } else {
+            std::thread::sleep(pause);
+            None
+        };
+        match job {
+            Some(Job::Drop(value)) => {
+                caught("a value dropped on the disposal thread", || drop(value));
+                counted(|counts| counts.taken += 1);
+            }
+            Some(Job::Release(release)) => {
+                let number = counted(|counts| {
+                    counts.waiting.insert(counts.taken);
+                    counts.taken += 1;
+                    counts.taken - 1
+                });
+                waiting.push((number.unwrap_or(0), release));
+                pause = MIN_PAUSE;
+            }
+            None => pause = (pause * 2).min(MAX_PAUSE),
+        }
+        let mut i = 0;
+        while i < waiting.len() {
+            let release = &mut waiting[i].1;
+            // A release that panics is over: it is reported and never tried again.
+            let over = caught("a release on the disposal thread", || release.try_release())
+                .unwrap_or(true);
+            if over {
+                let (number, release) = waiting.swap_remove(i);
+                caught("a release on the disposal thread", || drop(release));
+                counted(|counts| counts.waiting.remove(&number));
+            } else {
+                i += 1;
+            }
+        }
     }
-    if let Some(Some(thread)) = DISPOSAL.get() {
-        lock(&thread.counts).dropped += 1;
-        thread.dropped.notify_all();
+}
+
+/// Runs `step` under `catch_unwind`: a panicking `Drop` or release must not end the thread. A
+/// panic is reported, naming `what`, and gives `None`.
+fn caught<T>(what: &'static str, step: impl FnOnce() -> T) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(step)) {
+        Ok(value) => Some(value),
+        Err(payload) => {
+            handles_core::report_panic(what, 0, payload);
+            None
+        }
     }
+}
+
+/// Updates the counts (a job taken, a release over) and wakes the flushes waiting on them.
+fn counted<T>(update: impl FnOnce(&mut Counts) -> T) -> Option<T> {
+    let Some(Some(thread)) = DISPOSAL.get() else {
+        return None;
+    };
+    let updated = update(&mut lock(&thread.counts));
+    thread.progress.notify_all();
+    Some(updated)
 }
 
 /// Drops `value` on the disposal thread, never in the caller (a host function, say). If the thread
 /// cannot be started (the system refuses a thread), the value is leaked and the leak reported.
 pub(crate) fn dispose(value: Disposal) {
+    hand_over(Job::Drop(value));
+}
+
+/// Hands `release` to the disposal thread, which tries it until it is over (see [`Deferred`]).
+/// If the thread cannot be started, the resource is leaked and the leak reported.
+pub(crate) fn defer(release: Box<dyn Deferred>) {
+    hand_over(Job::Release(release));
+}
+
+fn hand_over(job: Job) {
     let refused = match thread() {
         Some(thread) => {
             // Counted before it is sent, under the lock the count is read with, so a flush
-            // never misses a value queued before it.
+            // never misses a job queued before it.
             let mut counts = lock(&thread.counts);
-            match lock(&thread.sender).send(value) {
+            match lock(&thread.sender).send(job) {
                 Ok(()) => {
                     counts.queued += 1;
                     None
@@ -104,10 +226,10 @@ pub(crate) fn dispose(value: Disposal) {
                 Err(refused) => Some(refused.0),
             }
         }
-        None => Some(value),
+        None => Some(job),
     };
-    if let Some(value) = refused {
-        std::mem::forget(value);
+    if let Some(job) = refused {
+        std::mem::forget(job);
         handles_core::report_panic(
             "a value for the disposal thread (leaked: no disposal thread)",
             0,
@@ -117,10 +239,11 @@ pub(crate) fn dispose(value: Disposal) {
 }
 
 /// Blocks until every value handed to this crate's disposal thread before the call has been
-/// dropped: what host functions captured (a stream's `launch_host` closure, after it ran, and
-/// its panic payload), the wakers of event completions, and the contexts threads left bound
-/// when they exited. A host function ends before its captures are dropped, so after a
-/// `synchronize` they may still be alive; this waits for them. Returns `true` if the queue was
+/// dropped or released: what host functions captured (a stream's `launch_host` closure, after
+/// it ran, and its panic payload), the wakers of event completions, the contexts threads left
+/// bound when they exited, and the pools whose destruction waits for their memory's frees. A
+/// host function ends before its captures are dropped, so after a `synchronize` they may still
+/// be alive; this waits for them. Returns `true` if the queue was
 /// flushed, `false` if `timeout` passed first (or if called on the disposal thread itself,
 /// which would wait for itself).
 ///
@@ -135,13 +258,13 @@ pub fn flush_disposals(timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let mut counts = lock(&thread.counts);
     let target = counts.queued;
-    while counts.dropped < target {
+    while !counts.done_below(target) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return false;
         }
         counts = thread
-            .dropped
+            .progress
             .wait_timeout(counts, left)
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .0;
@@ -159,17 +282,96 @@ extern "C" fn flush_at_exit() {
         let Some(Some(thread)) = DISPOSAL.get() else {
             return;
         };
-        let counts = *lock(&thread.counts);
-        let left = counts.queued.saturating_sub(counts.dropped);
+        let left = lock(&thread.counts).left();
         if left > 0 {
             handles_core::report_panic(
                 "values on the disposal thread at exit (leaked)",
                 left as isize,
                 Box::new(format!(
-                    "{left} value(s) handed to the disposal thread were not dropped before the \
-                     process exited"
+                    "{left} value(s) handed to the disposal thread were not dropped or released \
+                     before the process exited"
                 )),
             );
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::{Deferred, defer, dispose, flush_disposals};
+
+    /// Released once `ready` is set; counts its tries and its release.
+    struct Gated {
+        ready: Arc<AtomicBool>,
+        tries: Arc<AtomicUsize>,
+        released: Arc<AtomicBool>,
+    }
+
+    impl Deferred for Gated {
+        fn try_release(&mut self) -> bool {
+            self.tries.fetch_add(1, Ordering::SeqCst);
+            if !self.ready.load(Ordering::SeqCst) {
+                return false;
+            }
+            self.released.store(true, Ordering::SeqCst);
+            true
+        }
+    }
+
+    /// A deferred release is tried until it is over, a flush waits for it, and values handed
+    /// over while it waits are still dropped (the thread polls, never blocks on it).
+    #[test]
+    fn a_deferred_release_is_polled_and_flushed_without_holding_up_drops() {
+        let ready = Arc::new(AtomicBool::new(false));
+        let tries = Arc::new(AtomicUsize::new(0));
+        let released = Arc::new(AtomicBool::new(false));
+        defer(Box::new(Gated {
+            ready: Arc::clone(&ready),
+            tries: Arc::clone(&tries),
+            released: Arc::clone(&released),
+        }));
+        let dropped = Arc::new(AtomicBool::new(false));
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        dispose(Box::new(Flag(Arc::clone(&dropped))));
+        while !dropped.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        assert!(!flush_disposals(Duration::from_millis(20)));
+        assert!(!released.load(Ordering::SeqCst));
+        assert!(tries.load(Ordering::SeqCst) >= 1);
+        ready.store(true, Ordering::SeqCst);
+        assert!(flush_disposals(Duration::from_secs(60)));
+        assert!(released.load(Ordering::SeqCst));
+    }
+
+    /// A release that panics is over: the thread goes on, and a flush does not wait for it.
+    #[test]
+    fn a_panicking_release_ends_and_is_counted() {
+        struct Panics;
+        impl Deferred for Panics {
+            fn try_release(&mut self) -> bool {
+                panic!("a release that panics");
+            }
+        }
+        defer(Box::new(Panics));
+        assert!(flush_disposals(Duration::from_secs(60)));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&dropped);
+        defer(Box::new(Gated {
+            ready: Arc::new(AtomicBool::new(true)),
+            tries: Arc::new(AtomicUsize::new(0)),
+            released: flag,
+        }));
+        assert!(flush_disposals(Duration::from_secs(60)));
+        assert!(dropped.load(Ordering::SeqCst));
+    }
 }

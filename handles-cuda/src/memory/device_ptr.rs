@@ -214,7 +214,11 @@ pub(crate) enum Origin {
 fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
     let status = match &allocation.release {
         Release::Nothing => Ok(()),
-        Release::StreamOrdered { order, .. } => order.free(raw),
+        // Memory whose free is not queued stays allocated in its pool for good: the pool is
+        // kept too (never destroyed, so never waited for), a leak reported with this one.
+        Release::StreamOrdered { order, .. } => order.free(raw).inspect_err(|_| {
+            std::mem::forget(allocation.pool.clone());
+        }),
         Release::Foreign(foreign) => foreign.release(),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
         Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
@@ -329,17 +333,9 @@ impl DevicePtrHandle {
         raw: CUdeviceptr,
         size: usize,
         pool: Option<MemoryPoolHandle>,
-        mut order: StreamOrder,
+        order: StreamOrder,
         origin: Origin,
     ) -> Self {
-        if let Some(pool) = &pool {
-            // Where the free will be queued, for the pool's destruction to wait for; a
-            // context that cannot be noted makes that destruction a reported leak.
-            let _ = pool
-                .record()
-                .frees_in
-                .note_stream(order.home_while_creating());
-        }
         let (imported, import_slot, host) = match origin {
             Origin::Allocated(host) => (false, None, host),
             Origin::Imported(slot) => (true, slot.map(Box::new), None),
@@ -605,12 +601,7 @@ impl DevicePtrHandle {
         else {
             return Err(Error::NotStreamOrdered);
         };
-        let stream = stream.bound()?;
-        // The pool's destruction waits for the free in its new context too (`stream_ordered`).
-        if let Some(pool) = &self.ordering_root().record().pool {
-            pool.record().frees_in.note_stream(&stream)?;
-        }
-        order.move_home(stream)
+        order.move_home(stream.bound()?)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

@@ -10,7 +10,6 @@ use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
 use crate::memory::remote;
-use crate::order::contexts_used::ContextsUsed;
 
 /// A CUDA memory pool.
 ///
@@ -19,9 +18,10 @@ use crate::order::contexts_used::ContextsUsed;
 /// call per non-owning device (a driver that recycles pool handles would otherwise hand the
 /// access to the next pool). [`MemoryPoolHandle::device_current`],
 /// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
-/// the context it was created through, and the contexts its memory's frees were queued in,
-/// which an owned pool's deleter synchronises before destroying it (driver 580 crashes when a
-/// pool is destroyed with frees still queued). Pointers allocated from a pool keep it alive.
+/// the context it was created through. Pointers allocated from a pool keep it alive. An owned
+/// pool is destroyed only once the queued frees of its memory ran (driver 580 crashes when a
+/// pool is destroyed with frees still queued): at once if they did, otherwise by the crate's
+/// disposal thread, which polls; the dropping thread never waits.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
@@ -34,9 +34,6 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     #[handle(copy)]
     pub ipc: bool,
-    /// The contexts of the streams its memory's frees are queued on: waited for before the
-    /// pool is destroyed (see `destroy_pool`).
-    pub(crate) frees_in: ContextsUsed,
 }
 
 impl MemoryPool {
@@ -47,7 +44,6 @@ impl MemoryPool {
             context: None,
             location,
             ipc,
-            frees_in: ContextsUsed::new(),
         }
     }
 
@@ -238,18 +234,102 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
         deleter_status(remote.wait_for_uses())?;
         granted = remote.granted();
     }
+    let mut pending = PendingDestroy {
+        raw: SendPool(raw),
+        location: pool.location,
+        granted,
+        context: pool.context.clone(),
+    };
     // The frees may not have run yet. Driver 580 crashes (a divide error or a segmentation
     // fault inside libcuda) or hangs when a pool is destroyed with frees of its memory still
     // queued while other threads create, use and destroy pools; destroyed after its frees ran,
-    // it never did (an H100, driver 580.159.04: `cuda-sim/probes/pool_destroy_pending.py`). So
-    // the contexts the frees were queued in are waited for first; if one cannot be, the pool
-    // is leaked (reported), not destroyed.
-    deleter_status(pool.frees_in.wait_for_all())?;
-    let revoked = deleter_status(revoke_peer_access(raw, pool.location, granted).map(drop));
-    // SAFETY: the handle owns `raw`; every pointer allocated from it kept the pool alive, so
-    // none is left; this deleter runs once.
-    let destroyed = deleter_status(unsafe { driver!(cuMemPoolDestroy(raw)) });
-    destroyed.and(revoked)
+    // it never did (an H100, driver 580.159.04: `cuda-sim/probes/pool_destroy_pending.py`).
+    // The driver counts a queued free's memory as used until the free runs, so the pool is
+    // destroyed here if nothing is used, and otherwise handed to the disposal thread, which
+    // destroys it once nothing is: the dropping thread never waits, and nothing but the
+    // pool's own frees is waited for.
+    if deleter_status(pending.frees_ran().map(|ran| !ran))? {
+        crate::exec::disposal::defer(Box::new(pending));
+        return Ok(());
+    }
+    pending.destroy()
+}
+
+/// A pool handle that may cross threads (the driver lets pools be used from any thread).
+struct SendPool(CUmemoryPool);
+// SAFETY: a `CUmemoryPool` is an opaque driver handle usable from any thread.
+unsafe impl Send for SendPool {}
+
+/// An owned pool whose handle is gone, destroyed once its memory's queued frees ran.
+struct PendingDestroy {
+    raw: SendPool,
+    location: Option<PoolLocation>,
+    /// The devices this process granted access (an import's revocation asks only these).
+    granted: Vec<usize>,
+    /// Keeps the pool's context alive until the pool is destroyed.
+    context: Option<ContextHandle>,
+}
+
+impl PendingDestroy {
+    /// Whether every free of the pool's memory has run: nothing is used.
+    fn frees_ran(&self) -> Result<bool> {
+        let mut used = 0u64;
+        // SAFETY: the pool is alive (only `destroy` destroys it); the attribute is a 64-bit
+        // value written to `used`.
+        unsafe {
+            driver!(cuMemPoolGetAttribute(
+                self.raw.0,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+                (&raw mut used).cast()
+            ))
+        }?;
+        Ok(used == 0)
+    }
+
+    /// Revokes peer access and destroys the pool; called once.
+    fn destroy(&mut self) -> Result<()> {
+        let granted = std::mem::take(&mut self.granted);
+        let revoked = deleter_status(revoke_peer_access(self.raw.0, self.location, granted).map(drop));
+        // SAFETY: the handle owned `raw` and is gone; every pointer allocated from it kept the
+        // pool alive, so none is left; this is the one destruction (the deleter destroys the
+        // pool or hands this value to the disposal thread, which destroys it once).
+        let destroyed = deleter_status(unsafe { driver!(cuMemPoolDestroy(self.raw.0)) });
+        destroyed.and(revoked)
+    }
+
+    /// Destroys the pool if its frees ran: `None` while they have not.
+    fn destroy_once_freed(&mut self) -> Option<Result<()>> {
+        match deleter_status(self.frees_ran().map(|ran| !ran)) {
+            Ok(true) => None,
+            Ok(false) => Some(self.destroy()),
+            Err(error) => Some(Err(error)),
+        }
+    }
+}
+
+impl crate::exec::disposal::Deferred for PendingDestroy {
+    fn try_release(&mut self) -> bool {
+        // The disposal thread has no context current: the pool's own is made current for the
+        // calls where there is one.
+        let outcome = match self.context.clone() {
+            Some(context) => in_context(context.as_cu(), || Ok(self.destroy_once_freed())),
+            None => Ok(self.destroy_once_freed()),
+        };
+        let released = match outcome {
+            Ok(None) => return false,
+            Ok(Some(released)) => released,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = released {
+            // A failed query or destruction: the pool is leaked, and that is reported.
+            handles_core::report_release_failure(
+                std::any::type_name::<MemoryPool>(),
+                self.raw.0 as isize,
+                error,
+            );
+        }
+        true
+    }
 }
 
 impl MemoryPoolHandle {
