@@ -237,11 +237,13 @@ impl Drop for Failures {
     }
 }
 
-/// The number of live boxes of each handles-cuda type: context, stream, event, pool, pointer.
+/// The number of live boxes of each handles-cuda type: context, stream, event, pool, pointer,
+/// once the disposal thread has finished what it was handed (a pool waiting for its frees).
 pub fn cuda_live_counts() -> [usize; 5] {
     use handles_cuda::{
         ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, StreamHandle,
     };
+    handles_cuda::exec::flush_disposals(std::time::Duration::from_secs(10));
     let count = |count: Option<usize>| count.expect("the tests build handles-core with live-count");
     [
         count(ContextHandle::live_count()),

@@ -579,20 +579,44 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
     failures.assert_none();
 }
 
-/// The bytes the pool `raw` counts as used, read through the raw driver: the test's window
-/// on a pool whose handle is gone but which has not been destroyed yet.
-fn raw_used_bytes(raw: cudarc::driver::sys::CUmemoryPool) -> u64 {
-    let mut used = 0u64;
-    // SAFETY: the caller knows `raw` is not destroyed yet; the attribute is 64 bits.
+/// Whether the pool `raw` still answers the driver (its release threshold): the test's window
+/// on a pool whose handle is gone but which must not be destroyed yet.
+fn raw_pool_answers(raw: cudarc::driver::sys::CUmemoryPool) -> bool {
+    let mut threshold = 0u64;
+    // SAFETY: the caller expects `raw` not to be destroyed yet; the attribute is 64 bits.
     let status = unsafe {
         cudarc::driver::sys::cuMemPoolGetAttribute(
             raw,
-            cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
-            (&raw mut used).cast(),
+            cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&raw mut threshold).cast(),
         )
     };
-    assert_eq!(status, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
-    used
+    status == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+}
+
+/// Holds a stream back (a host function that waits) until opened or dropped: a failing test
+/// never leaves its stream blocked.
+struct Gate(Arc<AtomicBool>);
+
+impl Gate {
+    fn hold(stream: &StreamHandle) -> Gate {
+        let open = Arc::new(AtomicBool::new(false));
+        let gate = Arc::clone(&open);
+        stream
+            .launch_host(move || {
+                while !gate.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+            .unwrap();
+        Gate(open)
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A pool is destroyed only after the frees of its memory ran, and its last handle's drop does
@@ -610,16 +634,7 @@ fn a_pool_is_destroyed_only_after_the_frees_of_its_memory_ran() {
     let stream = stream(&context);
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let raw = pool.as_cu();
-    let open = Arc::new(AtomicBool::new(false));
-    let gate = Arc::clone(&open);
-    // Holds the stream back until the gate opens.
-    stream
-        .launch_host(move || {
-            while !gate.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-        .unwrap();
+    let gate = Gate::hold(&stream);
     // Allocated and freed behind the gate: the free is queued, not run.
     drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &stream).unwrap());
     let started = Instant::now();
@@ -634,8 +649,11 @@ fn a_pool_is_destroyed_only_after_the_frees_of_its_memory_ran() {
         !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
         "the pool's destruction finished while a free of its memory was still queued"
     );
-    assert!(raw_used_bytes(raw) > 0, "the queued free's memory is not counted as used");
-    open.store(true, Ordering::SeqCst);
+    assert!(
+        raw_pool_answers(raw),
+        "the pool is gone while its free is queued"
+    );
+    drop(gate);
     stream.synchronize().unwrap();
     assert!(
         handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
@@ -656,17 +674,13 @@ fn a_pool_dropped_during_a_capture_breaks_nothing() {
     let context = ContextHandle::primary(0).unwrap();
     let stream = stream(&context);
     let target = DevicePtrHandle::alloc_async(1024, &stream).unwrap();
-    for mode in [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+    for mode in [
+        CaptureMode::Global,
+        CaptureMode::ThreadLocal,
+        CaptureMode::Relaxed,
+    ] {
         let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
-        let open = Arc::new(AtomicBool::new(false));
-        let gate = Arc::clone(&open);
-        stream
-            .launch_host(move || {
-                while !gate.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-            .unwrap();
+        let gate = Gate::hold(&stream);
         drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &stream).unwrap());
         let mut pool = Some(pool);
         let graph = GraphHandle::capture(&context, mode, |capture| {
@@ -674,7 +688,7 @@ fn a_pool_dropped_during_a_capture_breaks_nothing() {
             drop(pool.take());
             capture.memset(&target, 0, 9, 1024)
         });
-        open.store(true, Ordering::SeqCst);
+        drop(gate);
         let graph = graph.unwrap_or_else(|error| panic!("{mode:?}: the capture failed: {error}"));
         let exec = graph.instantiate().unwrap();
         exec.launch(&stream).unwrap();

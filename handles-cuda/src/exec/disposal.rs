@@ -245,7 +245,9 @@ fn hand_over(job: Job) {
 /// host function ends before its captures are dropped, so after a `synchronize` they may still
 /// be alive; this waits for them. Returns `true` if the queue was
 /// flushed, `false` if `timeout` passed first (or if called on the disposal thread itself,
-/// which would wait for itself).
+/// which would wait for itself). Called in a host function, it waits in vain for what is
+/// queued behind that host function (a pool whose free waits on its stream): give it a
+/// timeout there.
 ///
 /// The crate also flushes the queue when the process exits, and reports anything left then.
 pub fn flush_disposals(timeout: Duration) -> bool {
@@ -255,11 +257,14 @@ pub fn flush_disposals(timeout: Duration) -> bool {
     if std::thread::current().id() == thread.id {
         return false;
     }
-    let deadline = Instant::now() + timeout;
+    // A timeout too long to add to now waits without a deadline.
+    let deadline = Instant::now().checked_add(timeout);
     let mut counts = lock(&thread.counts);
     let target = counts.queued;
     while !counts.done_below(target) {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(Duration::from_secs(3600), |deadline| {
+            deadline.saturating_duration_since(Instant::now())
+        });
         if left.is_zero() {
             return false;
         }
@@ -276,12 +281,18 @@ pub fn flush_disposals(timeout: Duration) -> bool {
 #[cfg_attr(miri, allow(dead_code))]
 extern "C" fn flush_at_exit() {
     let _ = catch_unwind(|| {
-        if flush_disposals(AT_EXIT_PATIENCE) {
-            return;
-        }
         let Some(Some(thread)) = DISPOSAL.get() else {
             return;
         };
+        // A value dropped during a flush may hand over more (a pool its last pointer kept):
+        // flushed again until nothing is left or the patience is spent.
+        let deadline = Instant::now() + AT_EXIT_PATIENCE;
+        while lock(&thread.counts).left() > 0 {
+            let patience = deadline.saturating_duration_since(Instant::now());
+            if patience.is_zero() || !flush_disposals(patience) {
+                break;
+            }
+        }
         let left = lock(&thread.counts).left();
         if left > 0 {
             handles_core::report_panic(

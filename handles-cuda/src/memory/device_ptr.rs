@@ -217,7 +217,10 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         // Memory whose free is not queued stays allocated in its pool for good: the pool is
         // kept too (never destroyed, so never waited for), a leak reported with this one.
         Release::StreamOrdered { order, .. } => order.free(raw).inspect_err(|_| {
-            std::mem::forget(allocation.pool.clone());
+            if let Some(pool) = &allocation.pool {
+                pool.record().frees_on.forget();
+                std::mem::forget(pool.clone());
+            }
         }),
         Release::Foreign(foreign) => foreign.release(),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
@@ -333,9 +336,13 @@ impl DevicePtrHandle {
         raw: CUdeviceptr,
         size: usize,
         pool: Option<MemoryPoolHandle>,
-        order: StreamOrder,
+        mut order: StreamOrder,
         origin: Origin,
     ) -> Self {
+        if let Some(pool) = pool.as_ref().filter(|pool| pool.record().context.is_some()) {
+            // An owned pool's destruction waits for the free on its home.
+            pool.record().frees_on.note(order.home_while_creating());
+        }
         let (imported, import_slot, host) = match origin {
             Origin::Allocated(host) => (false, None, host),
             Origin::Imported(slot) => (true, slot.map(Box::new), None),
@@ -601,7 +608,18 @@ impl DevicePtrHandle {
         else {
             return Err(Error::NotStreamOrdered);
         };
-        order.move_home(stream.bound()?)
+        let stream = stream.bound()?;
+        // The pool's destruction waits for the free on its new home too.
+        let root = self.ordering_root();
+        if let Some(pool) = root
+            .record()
+            .pool
+            .as_ref()
+            .filter(|pool| pool.record().context.is_some())
+        {
+            pool.record().frees_on.note(&stream);
+        }
+        order.move_home(stream)
     }
 
     /// The device address of `len` bytes from `offset`, if they lie within the allocation.

@@ -9,7 +9,12 @@ use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::disposal::{Deferred, defer};
+use crate::exec::event::EventHandle;
+use crate::exec::stream::StreamHandle;
 use crate::memory::remote;
+use crate::order::contexts_used::{ContextsUsed, in_relaxed_capture_mode, synchronize_context};
+use crate::order::contexts_used_protocol::NotedSet;
 
 /// A CUDA memory pool.
 ///
@@ -34,6 +39,46 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     #[handle(copy)]
     pub ipc: bool,
+    /// The streams its memory's frees were queued on: an owned pool is destroyed only after
+    /// the frees there ran (see `destroy_pool`).
+    pub(crate) frees_on: FreeStreams,
+}
+
+/// The streams a pool's memory's frees were queued on. Real streams are kept (a marker event
+/// is recorded on each when the pool goes); a default-stream token is noted by its context
+/// (another thread's per-thread stream cannot be marked), which is synchronised instead.
+pub(crate) struct FreeStreams {
+    streams: NotedSet<StreamHandle>,
+    tokens: ContextsUsed,
+}
+
+impl FreeStreams {
+    fn new() -> Self {
+        FreeStreams {
+            streams: NotedSet::new(),
+            tokens: ContextsUsed::new(),
+        }
+    }
+
+    /// Lets go of the noted streams, for a pool kept forever (some of its memory was never
+    /// freed): it is never destroyed, so nothing needs to be waited for.
+    pub(crate) fn forget(&self) {
+        drop(self.streams.drain());
+    }
+
+    /// Notes that a free of the pool's memory will be queued on `stream`: one relaxed load
+    /// when it is the stream of the last note. A token whose context cannot be noted makes
+    /// the pool's destruction a reported leak.
+    #[inline]
+    pub(crate) fn note(&self, stream: &StreamHandle) {
+        if stream.is_default_token() {
+            let _ = self.tokens.note_stream(stream);
+            return;
+        }
+        let _ = self.streams.note(stream.as_cu() as usize, || {
+            Ok::<_, std::convert::Infallible>(stream.clone())
+        });
+    }
 }
 
 impl MemoryPool {
@@ -44,6 +89,7 @@ impl MemoryPool {
             context: None,
             location,
             ipc,
+            frees_on: FreeStreams::new(),
         }
     }
 
@@ -234,25 +280,25 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
         deleter_status(remote.wait_for_uses())?;
         granted = remote.granted();
     }
-    let mut pending = PendingDestroy {
+    // The frees may not have run yet. Driver 580 crashes (a divide error or a segmentation
+    // fault inside libcuda) or hangs when a pool is destroyed with frees of its memory still
+    // queued while other threads create, use and destroy pools; destroyed after its frees ran,
+    // it never did (an H100, driver 580.159.04: `cuda-sim/probes/pool_destroy_pending.py`),
+    // and the driver stops counting a free's bytes as used when it is queued, not when it
+    // runs, so it cannot tell. So the disposal thread destroys the pool once a marker recorded
+    // after the frees on each of their streams completed: the dropping thread never waits,
+    // and nothing but those streams' work is waited for.
+    let tokens = pool.frees_on.tokens.take()?;
+    defer(Box::new(PendingDestroy {
         raw: SendPool(raw),
         location: pool.location,
         granted,
         context: pool.context.clone(),
-    };
-    // The frees may not have run yet. Driver 580 crashes (a divide error or a segmentation
-    // fault inside libcuda) or hangs when a pool is destroyed with frees of its memory still
-    // queued while other threads create, use and destroy pools; destroyed after its frees ran,
-    // it never did (an H100, driver 580.159.04: `cuda-sim/probes/pool_destroy_pending.py`).
-    // The driver counts a queued free's memory as used until the free runs, so the pool is
-    // destroyed here if nothing is used, and otherwise handed to the disposal thread, which
-    // destroys it once nothing is: the dropping thread never waits, and nothing but the
-    // pool's own frees is waited for.
-    if deleter_status(pending.frees_ran().map(|ran| !ran))? {
-        crate::exec::disposal::defer(Box::new(pending));
-        return Ok(());
-    }
-    pending.destroy()
+        unmarked: pool.frees_on.streams.drain(),
+        tokens,
+        markers: Vec::new(),
+    }));
+    Ok(())
 }
 
 /// A pool handle that may cross threads (the driver lets pools be used from any thread).
@@ -260,7 +306,8 @@ struct SendPool(CUmemoryPool);
 // SAFETY: a `CUmemoryPool` is an opaque driver handle usable from any thread.
 unsafe impl Send for SendPool {}
 
-/// An owned pool whose handle is gone, destroyed once its memory's queued frees ran.
+/// An owned pool whose handle is gone, destroyed on the disposal thread once its memory's
+/// queued frees ran.
 struct PendingDestroy {
     raw: SendPool,
     location: Option<PoolLocation>,
@@ -268,67 +315,78 @@ struct PendingDestroy {
     granted: Vec<usize>,
     /// Keeps the pool's context alive until the pool is destroyed.
     context: Option<ContextHandle>,
+    /// Streams with frees queued and no marker yet (one being captured by other code is
+    /// marked once its capture ended: frees are never queued on a captured stream).
+    unmarked: Vec<StreamHandle>,
+    /// Contexts whose default stream had frees queued: synchronised.
+    tokens: Vec<ContextHandle>,
+    /// Markers recorded after the frees.
+    markers: Vec<EventHandle>,
 }
 
 impl PendingDestroy {
-    /// Whether every free of the pool's memory has run: nothing is used.
-    fn frees_ran(&self) -> Result<bool> {
-        let mut used = 0u64;
-        // SAFETY: the pool is alive (only `destroy` destroys it); the attribute is a 64-bit
-        // value written to `used`.
-        unsafe {
-            driver!(cuMemPoolGetAttribute(
-                self.raw.0,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
-                (&raw mut used).cast()
-            ))
+    /// One try: marks what can be marked, and destroys the pool if every marker completed.
+    /// `Ok(false)` while frees may still be queued; an error leaks the pool.
+    fn step(&mut self) -> Result<bool> {
+        for context in self.tokens.drain(..) {
+            synchronize_context(&context)?;
+        }
+        let mut i = 0;
+        while i < self.unmarked.len() {
+            match EventHandle::marker_on(&self.unmarked[i]) {
+                Ok(marker) => self.markers.push(marker),
+                Err(Error::Capturing) => {
+                    i += 1;
+                    continue;
+                }
+                // No marker: the host waits for the stream instead.
+                Err(_) => self.unmarked[i].synchronize()?,
+            }
+            self.unmarked.swap_remove(i);
+        }
+        if !self.unmarked.is_empty() {
+            return Ok(false);
+        }
+        for marker in &self.markers {
+            if !marker.query()? {
+                return Ok(false);
+            }
+        }
+        self.markers.clear();
+        match self.context.clone() {
+            Some(context) => in_context(context.as_cu(), || self.destroy()),
+            None => self.destroy(),
         }?;
-        Ok(used == 0)
+        Ok(true)
     }
 
     /// Revokes peer access and destroys the pool; called once.
     fn destroy(&mut self) -> Result<()> {
         let granted = std::mem::take(&mut self.granted);
-        let revoked = deleter_status(revoke_peer_access(self.raw.0, self.location, granted).map(drop));
+        let revoked =
+            deleter_status(revoke_peer_access(self.raw.0, self.location, granted).map(drop));
         // SAFETY: the handle owned `raw` and is gone; every pointer allocated from it kept the
-        // pool alive, so none is left; this is the one destruction (the deleter destroys the
-        // pool or hands this value to the disposal thread, which destroys it once).
+        // pool alive, so none is left, and every free of its memory ran (`step`); this is the
+        // one destruction (`step` returns `true` after it, and is not called again).
         let destroyed = deleter_status(unsafe { driver!(cuMemPoolDestroy(self.raw.0)) });
         destroyed.and(revoked)
     }
-
-    /// Destroys the pool if its frees ran: `None` while they have not.
-    fn destroy_once_freed(&mut self) -> Option<Result<()>> {
-        match deleter_status(self.frees_ran().map(|ran| !ran)) {
-            Ok(true) => None,
-            Ok(false) => Some(self.destroy()),
-            Err(error) => Some(Err(error)),
-        }
-    }
 }
 
-impl crate::exec::disposal::Deferred for PendingDestroy {
+impl Deferred for PendingDestroy {
     fn try_release(&mut self) -> bool {
-        // The disposal thread has no context current: the pool's own is made current for the
-        // calls where there is one.
-        let outcome = match self.context.clone() {
-            Some(context) => in_context(context.as_cu(), || Ok(self.destroy_once_freed())),
-            None => Ok(self.destroy_once_freed()),
-        };
-        let released = match outcome {
-            Ok(None) => return false,
-            Ok(Some(released)) => released,
-            Err(error) => Err(error),
-        };
-        if let Err(error) = released {
-            // A failed query or destruction: the pool is leaked, and that is reported.
-            handles_core::report_release_failure(
-                std::any::type_name::<MemoryPool>(),
-                self.raw.0 as isize,
-                error,
-            );
+        // Relaxed: another thread's global-mode capture must neither refuse these calls nor be
+        // invalidated by them.
+        match in_relaxed_capture_mode(|| self.step()) {
+            Ok(done) => done,
+            // The driver shut down at exit and released everything itself.
+            Err(error) if error.is_deinitialized() => true,
+            Err(error) => {
+                // The pool is leaked, and that is reported.
+                handles_core::report_release_failure("MemoryPool", self.raw.0 as isize, error);
+                true
+            }
         }
-        true
     }
 }
 
@@ -473,7 +531,9 @@ impl MemoryPoolHandle {
             == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
     }
 
-    /// Bytes currently allocated from the pool (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`).
+    /// Bytes currently allocated from the pool (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT`). Driver
+    /// 580 stops counting an allocation when its free is queued, not when it runs, and a pool
+    /// imported from another process does not answer (`CUDA_ERROR_INVALID_VALUE`).
     pub fn used_bytes(&self) -> Result<u64> {
         self.attribute(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
     }

@@ -74,30 +74,46 @@ impl ContextsUsed {
     /// Blocks until every noted context has finished its work; an error means some use could
     /// not be waited for, and the release must not happen.
     pub(crate) fn wait_for_all(&self) -> Result<()> {
+        self.refuse_if_unwaitable()?;
+        self.contexts.try_for_each(synchronize_context)
+    }
+
+    /// Takes the noted contexts out, for a release that waits for them later (elsewhere); an
+    /// error means some use could not be noted, and the release must not happen.
+    pub(crate) fn take(&self) -> Result<Vec<ContextHandle>> {
+        self.refuse_if_unwaitable()?;
+        Ok(self.contexts.drain())
+    }
+
+    fn refuse_if_unwaitable(&self) -> Result<()> {
         if self.unwaitable.load(Ordering::Relaxed) {
             return Err(Error::Unordered {
                 what: "work using this resource ran in a context that could not be waited for, \
                        so it is leaked rather than released while that work may still run",
             });
         }
-        self.contexts.try_for_each(|context| {
-            in_relaxed_capture_mode(|| {
-                // SAFETY: the context is alive (the handle holds it) and current for the call.
-                in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
-            })
-        })
+        Ok(())
     }
+}
+
+/// Blocks until `context` has finished all its work (`cuCtxSynchronize`, in relaxed capture
+/// mode).
+pub(crate) fn synchronize_context(context: &ContextHandle) -> Result<()> {
+    in_relaxed_capture_mode(|| {
+        // SAFETY: the context is alive (the handle holds it) and current for the call.
+        in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
+    })
 }
 
 /// Runs `call` with this thread's stream-capture mode relaxed, then restores it: a release
 /// that synchronises must not be refused (nor invalidate the capture) because another thread
 /// is capturing in global mode, as cuda.core's VMM release does too.
-fn in_relaxed_capture_mode(call: impl FnOnce() -> Result<()>) -> Result<()> {
+pub(crate) fn in_relaxed_capture_mode<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
     let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     // SAFETY: `mode` is a valid in/out pointer; the call swaps this thread's mode.
     unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
     let called = call();
     // SAFETY: as above; puts the thread's previous mode back.
     let restored = unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
-    called.and(restored)
+    called.and_then(|value| restored.map(|()| value))
 }

@@ -69,6 +69,16 @@ impl<T> NotedSet<T> {
     }
 
     /// Whether `key` was noted.
+    /// Takes every noted value out, leaving the set empty.
+    pub(crate) fn drain(&self) -> Vec<T> {
+        let mut values = self
+            .values
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.last.store(0, Ordering::Relaxed);
+        values.drain(..).map(|(_, value)| value).collect()
+    }
+
     #[allow(dead_code)]
     pub(crate) fn contains(&self, key: usize) -> bool {
         let values = self

@@ -609,7 +609,12 @@ export_fns! {
                 POOL_ATTR_RELEASE_THRESHOLD => put(value.cast::<u64>(), pool.release_threshold),
                 POOL_ATTR_RESERVED_MEM_CURRENT => put(value.cast::<u64>(), arena.reserved),
                 POOL_ATTR_RESERVED_MEM_HIGH => put(value.cast::<u64>(), arena.reserved_high),
-                POOL_ATTR_USED_MEM_CURRENT => put(value.cast::<u64>(), arena.used),
+                // An imported pool does not answer (driver 580 on an H100); a queued free's
+                // bytes no longer count (`Pool::queued_free`).
+                POOL_ATTR_USED_MEM_CURRENT if pool.imported => Err(INVALID_VALUE),
+                POOL_ATTR_USED_MEM_CURRENT => {
+                    put(value.cast::<u64>(), arena.used.saturating_sub(pool.queued_free))
+                }
                 POOL_ATTR_USED_MEM_HIGH => put(value.cast::<u64>(), arena.used_high),
                 _ => Err(INVALID_VALUE),
             }

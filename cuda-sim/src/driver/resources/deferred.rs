@@ -256,12 +256,33 @@ impl Sim {
         if kind == AllocKind::Import {
             self.deferred.free_queued.insert(addr);
         }
+        self.count_queued_free(addr, true);
         self.deferred
             .queues
             .entry(target.timeline)
             .or_default()
             .ops
             .push_back(Queued::Free(target, addr));
+    }
+
+    /// Counts a pool allocation's free as queued (`queued`) or as run, in its pool's
+    /// `queued_free`.
+    fn count_queued_free(&mut self, addr: u64, queued: bool) {
+        let Some((pool, block)) = self
+            .allocs
+            .get(&addr)
+            .filter(|alloc| alloc.kind == AllocKind::Pool)
+            .and_then(|alloc| Some((alloc.pool?, alloc.block)))
+        else {
+            return;
+        };
+        if let Some(pool) = self.pools.get_mut(&pool) {
+            pool.queued_free = if queued {
+                pool.queued_free + block
+            } else {
+                pool.queued_free.saturating_sub(block)
+            };
+        }
     }
 
     /// A re-import of `addr` while its free is queued: the mapping stays for the new import.
@@ -326,6 +347,7 @@ impl Sim {
                                 continue;
                             }
                             self.deferred.free_queued.remove(&addr);
+                            self.count_queued_free(addr, false);
                             let _ = self.free_now(target, addr);
                         }
                     }

@@ -85,6 +85,7 @@ impl Sim {
                 zombie: false,
                 uid,
                 imports: HashMap::new(),
+                queued_free: 0,
             },
         );
         Ok(raw)

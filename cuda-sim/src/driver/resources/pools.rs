@@ -43,6 +43,11 @@ pub struct Pool {
     pub uid: u64,
     /// Live imports by offset (imported pools).
     pub imports: HashMap<u64, u64>,
+    /// Bytes whose `cuMemFreeAsync` was called but has not run: driver 580 no longer counts
+    /// them as used (`CU_MEMPOOL_ATTR_USED_MEM_CURRENT` drops at the call, measured on an
+    /// H100: `probes/pool_destroy_pending.h100.txt`), though the memory is reused only after
+    /// the free ran.
+    pub queued_free: u64,
 }
 
 /// The header an IPC pool writes at the start of its memory file.
@@ -100,6 +105,7 @@ impl Pool {
             zombie: false,
             uid,
             imports: HashMap::new(),
+            queued_free: 0,
         })
     }
 }
