@@ -12,9 +12,16 @@ or hangs the driver (`shared-current-pool`, `shared-pool-never-current`,
 (`-synced`) never did, nor did pools destroyed with a queued free by threads that only use
 pools of their own (`destroy-pending-beside-allocations`). One thread destroying pools behind
 queued frees and never synchronising runs out of memory (`destroy-with-pending-frees`:
-`cuMemPoolCreate` answers 2): a destroyed pool is released only once its frees ran. So `MemoryPoolHandle`'s deleter
-waits for the contexts its memory's frees were queued in before it destroys the pool
-(`handles-cuda/src/memory/pool.rs`, `destroy_pool`). Run on a GPU machine:
+`cuMemPoolCreate` answers 2): a destroyed pool is released only once its frees ran.
+
+A fifth call (`used-counts-queued-free`): the pool's used bytes drop to 0 when `cuMemFreeAsync`
+is called, while the free still waits behind a host function, so they cannot tell whether the
+frees ran (the `-usedwait` and `-reaped` variants, which wait for used bytes of 0, happened
+to run clean 3 of 3 each, but the test suite's pool-replacement scenario crashed 3 of 3 with a
+deleter that did the same). So `MemoryPoolHandle`'s deleter hands the pool to the disposal
+thread, which records a marker event after the frees on each stream they were queued on and
+destroys the pool once every marker completed (`handles-cuda/src/memory/pool.rs`,
+`destroy_pool`). Run on a GPU machine:
 
     python3 cuda-sim/probes/pool_destroy_pending.py              # the default list
     python3 cuda-sim/probes/pool_destroy_pending.py VARIANT      # one variant, in-process
