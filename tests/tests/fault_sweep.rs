@@ -155,6 +155,7 @@ fn pool_device_ipc_fd_export_import() -> Result<()> {
     })?;
     let fd = pool.export_posix_fd()?;
     let imported = MemoryPoolHandle::import_posix_fd(fd.as_fd(), 0)?;
+    imported.peer_access(0)?;
     Ok(())
 }
 
@@ -171,6 +172,7 @@ fn pool_import_from_process() -> Result<()> {
         std::os::fd::AsRawFd::as_raw_fd(&fd),
         0,
     )?;
+    imported.peer_access(0)?;
     Ok(())
 }
 
