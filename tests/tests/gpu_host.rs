@@ -583,7 +583,9 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
 /// on a pool whose handle is gone but which must not be destroyed yet.
 fn raw_pool_answers(raw: cudarc::driver::sys::CUmemoryPool) -> bool {
     let mut threshold = 0u64;
-    // SAFETY: the caller expects `raw` not to be destroyed yet; the attribute is 64 bits.
+    // SAFETY: the attribute is 64 bits, written to `threshold`. If the pool was destroyed too
+    // early (the failure this asks about), `raw` names a dead pool: the driver answers an
+    // error (the simulator reports a dead handle), which fails the test.
     let status = unsafe {
         cudarc::driver::sys::cuMemPoolGetAttribute(
             raw,
@@ -621,8 +623,8 @@ impl Drop for Gate {
 
 /// A pool is destroyed only after the frees of its memory ran, and its last handle's drop does
 /// not wait for them: dropped while a free waits behind a host function, the drop returns at
-/// once, the pool still exists with the memory counted as used, and the disposal thread
-/// destroys it once the host function let the free run. Driver 580 crashes (a divide error or
+/// once, the pool still answers the driver, and the disposal thread destroys it once the host
+/// function let the free run. Driver 580 crashes (a divide error or
 /// a segmentation fault in libcuda) or hangs when a pool is destroyed with frees still queued
 /// while other threads use pools (`cuda-sim/probes/pool_destroy_pending.py`).
 #[test]

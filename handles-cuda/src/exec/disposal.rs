@@ -12,9 +12,11 @@
 //! before its captures are dropped: without the flush, a program that synchronises, drops its
 //! handles and returns from `main` would exit with them still queued, unreported.
 //!
-//! A deferred release is polled, never waited for: the thread keeps dropping values while one
-//! waits, so a release whose wait depends on a later disposal cannot deadlock it. It polls at
-//! most every [`MAX_PAUSE`], starting at [`MIN_PAUSE`] after each new release.
+//! A deferred release is polled, not waited for: the thread keeps dropping values while one
+//! waits, so a release whose wait depends on a later disposal does not deadlock it (a pool's
+//! fallbacks still block the thread: a default-stream token's context is synchronised, and a
+//! stream no marker could be recorded on is waited for). It polls at most every
+//! [`MAX_PAUSE`], starting at [`MIN_PAUSE`] after each new release.
 
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -33,7 +35,8 @@ pub(crate) type Disposal = Box<dyn Send + 'static>;
 pub(crate) trait Deferred: Send + 'static {
     /// Releases the resource if the work it waits for has finished, and says whether the
     /// release is over: `true` once it ran, or failed and was reported (then nothing is tried
-    /// again); `false` to be tried again later. Must not block on the device.
+    /// again); `false` to be tried again later. Should not block on the device: every other
+    /// disposal waits meanwhile.
     fn try_release(&mut self) -> bool;
 }
 

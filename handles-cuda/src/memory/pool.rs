@@ -23,10 +23,14 @@ use crate::order::contexts_used_protocol::NotedSet;
 /// call per non-owning device (a driver that recycles pool handles would otherwise hand the
 /// access to the next pool). [`MemoryPoolHandle::device_current`],
 /// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
-/// the context it was created through. Pointers allocated from a pool keep it alive. An owned
-/// pool is destroyed only once the queued frees of its memory ran (driver 580 crashes when a
-/// pool is destroyed with frees still queued): at once if they did, otherwise by the crate's
-/// disposal thread, which polls; the dropping thread never waits.
+/// the context it was created through, and (an owned pool) the streams its memory's frees
+/// were queued on, with the contexts of default-stream tokens among them. Pointers allocated
+/// from a pool keep it alive. An owned pool is destroyed by the crate's disposal thread once a
+/// marker recorded after its frees completed on each of those streams (driver 580 crashes when
+/// a pool is destroyed with frees still queued); the dropping thread does not wait for them
+/// (it still waits for other devices' uses before their access is revoked). A token's context
+/// is synchronised instead, on the disposal thread: a capture running in that context then
+/// fails, and the pool leaks, reported.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {

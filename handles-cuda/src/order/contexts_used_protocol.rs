@@ -68,7 +68,6 @@ impl<T> NotedSet<T> {
         values.iter().try_for_each(|(_, value)| each(value))
     }
 
-    /// Whether `key` was noted.
     /// Takes every noted value out, leaving the set empty.
     pub(crate) fn drain(&self) -> Vec<T> {
         let mut values = self
@@ -79,6 +78,7 @@ impl<T> NotedSet<T> {
         values.drain(..).map(|(_, value)| value).collect()
     }
 
+    /// Whether `key` was noted.
     #[allow(dead_code)]
     pub(crate) fn contains(&self, key: usize) -> bool {
         let values = self
