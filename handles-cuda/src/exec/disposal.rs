@@ -311,12 +311,16 @@ extern "C" fn flush_at_exit() {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::Duration;
 
     use super::{Deferred, defer, dispose, flush_disposals};
+
+    /// Held by the unit tests that report through the process-wide report hook, or install
+    /// one: one at a time, so that none sees another's reports.
+    pub(crate) static REPORT_HOOK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// Released once `ready` is set; counts its tries and its release.
     struct Gated {
@@ -370,6 +374,9 @@ mod tests {
     /// A release that panics is over: the thread goes on, and a flush does not wait for it.
     #[test]
     fn a_panicking_release_ends_and_is_counted() {
+        let _hook = REPORT_HOOK
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         struct Panics;
         impl Deferred for Panics {
             fn try_release(&mut self) -> bool {

@@ -117,6 +117,9 @@ mod tests {
 
     #[test]
     fn a_host_function_runs_once_catches_its_panic_and_drops_its_captures_elsewhere() {
+        let _hook = crate::exec::disposal::tests::REPORT_HOOK
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let reports = Arc::new(Mutex::new(Vec::new()));
         let sink = reports.clone();
         handles_core::set_report_hook(move |failure| {
