@@ -159,6 +159,94 @@ fn a_returning_host_function_leaves_a_wait_for_its_record() {
     ));
 }
 
+/// Opened by the scenario below once it has seen its legacy-stream marker pending.
+static PER_THREAD_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn per_thread_gate(_: *mut std::ffi::c_void) {
+    let start = std::time::Instant::now();
+    while !PER_THREAD_OPEN.load(std::sync::atomic::Ordering::SeqCst)
+        && start.elapsed() < std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The legacy stream as the driver documents it: its work waits for the earlier work of the
+/// context's blocking streams, the per-thread default stream among them, and not for a
+/// non-blocking stream's; while a blocking stream captures, `cuStreamIsCapturing` of the
+/// legacy stream answers `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` and the capture goes on.
+#[test]
+#[ignore = "runs under the simulator from a parent test in this file"]
+fn scenario_the_legacy_stream_follows_the_blocking_streams() {
+    child();
+    setup();
+    let per_thread = 0x2 as sys::CUstream;
+    let other = new_stream();
+    let mut blocking = std::ptr::null_mut();
+    let (mut marker, mut free_running) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mut graph = std::ptr::null_mut();
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: plain driver calls on this program's own streams, events and graph; the host
+    // function takes no data.
+    unsafe {
+        ok(sys::cuStreamCreate(&mut blocking, 0));
+        ok(sys::cuEventCreate(&mut marker, 0));
+        ok(sys::cuEventCreate(&mut free_running, 0));
+        ok(sys::cuLaunchHostFunc(
+            per_thread,
+            Some(per_thread_gate),
+            std::ptr::null_mut(),
+        ));
+        ok(sys::cuEventRecord(marker, LEGACY));
+        ok(sys::cuEventRecord(free_running, other));
+        ok(sys::cuStreamSynchronize(other));
+        let held = sys::cuEventQuery(marker);
+        let free = sys::cuEventQuery(free_running);
+        PER_THREAD_OPEN.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            held,
+            CUresult::CUDA_ERROR_NOT_READY,
+            "legacy work overtook a per-thread stream's"
+        );
+        assert_eq!(
+            free,
+            CUresult::CUDA_SUCCESS,
+            "a non-blocking stream waited for one"
+        );
+        ok(sys::cuEventSynchronize(marker));
+        let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        ok(sys::cuStreamBeginCapture_v2(blocking, relaxed));
+        assert_eq!(
+            sys::cuStreamIsCapturing(LEGACY, &mut status),
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        );
+        ok(sys::cuStreamIsCapturing(blocking, &mut status));
+        assert_eq!(
+            status,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        );
+        ok(sys::cuStreamEndCapture(blocking, &mut graph));
+        ok(sys::cuGraphDestroy(graph));
+        ok(sys::cuStreamIsCapturing(LEGACY, &mut status));
+        assert_eq!(
+            status,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        );
+        ok(sys::cuEventDestroy_v2(marker));
+        ok(sys::cuEventDestroy_v2(free_running));
+    }
+    destroy_stream(blocking);
+    destroy_stream(other);
+    teardown();
+}
+
+#[test]
+fn the_legacy_stream_follows_the_blocking_streams() {
+    assert_clean(&report_of(
+        "scenario_the_legacy_stream_follows_the_blocking_streams",
+    ));
+}
+
 /// Opened by the scenario below once its copies returned.
 static HELD_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Set by [`held`] if it gave up waiting for [`HELD_OPEN`].

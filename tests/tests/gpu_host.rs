@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use handles_cuda::exec::EventFlags;
 use handles_cuda::graph::GraphHandle;
 use handles_cuda::{
-    ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, PoolProps, StreamHandle,
+    ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, PoolProps, StreamFlags,
+    StreamHandle,
 };
 use handles_tests::{Failures, serial, stream};
 
@@ -697,6 +698,94 @@ fn a_pool_dropped_during_a_capture_breaks_nothing() {
         stream.synchronize().unwrap();
         assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
     }
+    failures.assert_none();
+}
+
+/// Frees queued on default-stream tokens are waited for through their context's legacy
+/// stream, which follows the per-thread streams: a pool freed on this thread's per-thread
+/// stream behind a gate stays alive until the gate opens. And while a blocking stream of the
+/// context is captured by other code, the legacy stream is not touched (work there would
+/// join and invalidate that capture): the pool waits for the capture's end, which succeeds,
+/// and is destroyed after it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pool_freed_on_default_streams_waits_for_them_without_breaking_a_capture() {
+    use cudarc::driver::sys;
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    // A per-thread stream's free, queued behind a gate.
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let raw = pool.as_cu();
+    let per_thread = StreamHandle::per_thread();
+    let gate = context
+        .run(|| {
+            let gate = Gate::hold(&per_thread);
+            drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &per_thread)?);
+            Ok::<_, handles_cuda::Error>(gate)
+        })
+        .unwrap();
+    drop(pool);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
+        "the pool's destruction finished while its per-thread free was still queued"
+    );
+    assert!(
+        raw_pool_answers(raw),
+        "the pool is gone while its free is queued"
+    );
+    drop(gate);
+    context.run(|| per_thread.synchronize()).unwrap();
+    assert!(
+        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
+        "the pool was not destroyed after its per-thread free ran"
+    );
+    // A legacy-stream free, and a capture of a blocking stream by other code.
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let legacy = StreamHandle::legacy_in(&context).unwrap();
+    drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &legacy).unwrap());
+    legacy.synchronize().unwrap();
+    let blocking = StreamHandle::create(
+        &context,
+        StreamFlags {
+            non_blocking: false,
+        },
+        0,
+    )
+    .unwrap();
+    let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: a live stream this test owns; the capture is ended below.
+    let began = unsafe { sys::cuStreamBeginCapture_v2(blocking.as_cu(), relaxed) };
+    assert_eq!(began, sys::CUresult::CUDA_SUCCESS);
+    drop(pool);
+    std::thread::sleep(Duration::from_millis(100));
+    let pending = !handles_cuda::exec::flush_disposals(Duration::from_millis(50));
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: as above; `status` is a valid out-pointer.
+    let asked = unsafe { sys::cuStreamIsCapturing(blocking.as_cu(), &mut status) };
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: the capture begun above, on this thread.
+    let ended = unsafe { sys::cuStreamEndCapture(blocking.as_cu(), &mut graph) };
+    if !graph.is_null() {
+        // SAFETY: the graph the capture made, owned by this test.
+        unsafe { sys::cuGraphDestroy(graph) };
+    }
+    assert_eq!(asked, sys::CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        status,
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the pool's destruction invalidated the capture"
+    );
+    assert_eq!(ended, sys::CUresult::CUDA_SUCCESS, "the capture failed");
+    assert!(
+        pending,
+        "the pool was destroyed while a blocking stream captured"
+    );
+    assert!(
+        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
+        "the pool was not destroyed after the capture ended"
+    );
     failures.assert_none();
 }
 

@@ -89,7 +89,8 @@ pub(crate) fn foreign_capture_possible() -> bool {
 }
 
 /// Whether `stream` is being captured into a graph now (`cuStreamIsCapturing`; an invalidated
-/// capture counts).
+/// capture counts, and so does the legacy stream while a blocking stream of its context
+/// captures).
 ///
 /// # Safety
 ///
@@ -98,6 +99,13 @@ pub(crate) fn foreign_capture_possible() -> bool {
 pub(crate) unsafe fn is_capturing(stream: CUstream) -> Result<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the caller vouches for `stream`; `status` is a valid out-pointer.
-    unsafe { driver!(cuStreamIsCapturing(stream, &mut status)) }?;
-    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    match unsafe { driver!(cuStreamIsCapturing(stream, &mut status)) } {
+        Ok(()) => Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE),
+        // The legacy stream while a blocking stream of its context captures: work queued on it
+        // would join that capture (the driver answers so, and the capture goes on).
+        Err(error) if error.code() == Some(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) => {
+            Ok(true)
+        }
+        Err(error) => Err(error),
+    }
 }

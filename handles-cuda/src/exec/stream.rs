@@ -227,7 +227,8 @@ impl StreamHandle {
     }
 
     /// Whether the stream is being captured into a graph now (`cuStreamIsCapturing`; an
-    /// invalidated capture counts).
+    /// invalidated capture counts, and the legacy stream counts while a blocking stream of its
+    /// context captures).
     pub(crate) fn is_capturing(&self) -> Result<bool> {
         self.run(|raw| {
             // SAFETY: the stream is alive while `self` is.

@@ -13,7 +13,7 @@ use crate::exec::disposal::{Deferred, defer};
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::remote;
-use crate::order::contexts_used::{ContextsUsed, in_relaxed_capture_mode, synchronize_context};
+use crate::order::contexts_used::{ContextsUsed, in_relaxed_capture_mode};
 use crate::order::contexts_used_protocol::NotedSet;
 
 /// A CUDA memory pool.
@@ -28,9 +28,10 @@ use crate::order::contexts_used_protocol::NotedSet;
 /// from a pool keep it alive. An owned pool is destroyed by the crate's disposal thread once a
 /// marker recorded after its frees completed on each of those streams (driver 580 crashes when
 /// a pool is destroyed with frees still queued); the dropping thread does not wait for them
-/// (it still waits for other devices' uses before their access is revoked). A token's context
-/// is synchronised instead, on the disposal thread: a capture running in that context then
-/// fails, and the pool leaks, reported.
+/// (it still waits for other devices' uses before their access is revoked). A token's frees
+/// are marked on its context's legacy stream, which follows the per-thread streams too; a
+/// stream being captured (the legacy stream while a blocking stream captures) is marked once
+/// the capture ended.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
@@ -50,7 +51,8 @@ pub struct MemoryPool {
 
 /// The streams a pool's memory's frees were queued on. Real streams are kept (a marker event
 /// is recorded on each when the pool goes); a default-stream token is noted by its context
-/// (another thread's per-thread stream cannot be marked), which is synchronised instead.
+/// (another thread's per-thread stream cannot be named), whose legacy stream is marked: legacy
+/// work waits for the blocking streams' earlier work, the per-thread streams' included.
 pub(crate) struct FreeStreams {
     streams: NotedSet<StreamHandle>,
     tokens: ContextsUsed,
@@ -292,14 +294,16 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
     // runs, so it cannot tell. So the disposal thread destroys the pool once a marker recorded
     // after the frees on each of their streams completed: the dropping thread never waits,
     // and nothing but those streams' work is waited for.
-    let tokens = pool.frees_on.tokens.take()?;
+    let mut unmarked = pool.frees_on.streams.drain();
+    for context in pool.frees_on.tokens.take()? {
+        unmarked.push(StreamHandle::legacy_in(&context)?);
+    }
     defer(Box::new(PendingDestroy {
         raw: SendPool(raw),
         location: pool.location,
         granted,
         context: pool.context.clone(),
-        unmarked: pool.frees_on.streams.drain(),
-        tokens,
+        unmarked,
         markers: Vec::new(),
     }));
     Ok(())
@@ -319,11 +323,10 @@ struct PendingDestroy {
     granted: Vec<usize>,
     /// Keeps the pool's context alive until the pool is destroyed.
     context: Option<ContextHandle>,
-    /// Streams with frees queued and no marker yet (one being captured by other code is
-    /// marked once its capture ended: frees are never queued on a captured stream).
+    /// Streams with frees queued and no marker yet, a token's context as its legacy stream
+    /// (one being captured is marked once its capture ended: the frees were queued before it
+    /// began, as a free is never queued on a captured stream).
     unmarked: Vec<StreamHandle>,
-    /// Contexts whose default stream had frees queued: synchronised.
-    tokens: Vec<ContextHandle>,
     /// Markers recorded after the frees.
     markers: Vec<EventHandle>,
 }
@@ -332,19 +335,23 @@ impl PendingDestroy {
     /// One try: marks what can be marked, and destroys the pool if every marker completed.
     /// `Ok(false)` while frees may still be queued; an error leaks the pool.
     fn step(&mut self) -> Result<bool> {
-        for context in self.tokens.drain(..) {
-            synchronize_context(&context)?;
-        }
         let mut i = 0;
         while i < self.unmarked.len() {
-            match EventHandle::marker_on(&self.unmarked[i]) {
+            let stream = &self.unmarked[i];
+            // Asked first: a record on the legacy stream would invalidate the capture.
+            let marked = match stream.is_capturing() {
+                Ok(true) => Err(Error::Capturing),
+                Ok(false) => EventHandle::marker_on(stream),
+                Err(error) => Err(error),
+            };
+            match marked {
                 Ok(marker) => self.markers.push(marker),
                 Err(Error::Capturing) => {
                     i += 1;
                     continue;
                 }
                 // No marker: the host waits for the stream instead.
-                Err(_) => self.unmarked[i].synchronize()?,
+                Err(_) => stream.synchronize()?,
             }
             self.unmarked.swap_remove(i);
         }

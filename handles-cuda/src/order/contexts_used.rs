@@ -100,7 +100,7 @@ impl ContextsUsed {
 
 /// Blocks until `context` has finished all its work (`cuCtxSynchronize`, in relaxed capture
 /// mode).
-pub(crate) fn synchronize_context(context: &ContextHandle) -> Result<()> {
+fn synchronize_context(context: &ContextHandle) -> Result<()> {
     in_relaxed_capture_mode(|| {
         // SAFETY: the context is alive (the handle holds it) and current for the call.
         in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })

@@ -253,6 +253,11 @@ impl Sim {
     /// `cuStreamGetCaptureInfo_v3`).
     pub fn capture_info(&mut self, stream: Raw) -> Result<(u32, u64, Raw, &[Raw]), CuResult> {
         let target = self.stream(stream, "cuStreamGetCaptureInfo")?;
+        // The legacy stream while a blocking stream of its context captures: its work would
+        // join that capture, and the driver says so without invalidating it.
+        if !self.legacy_conflicts(target).is_empty() {
+            return Err(STREAM_CAPTURE_IMPLICIT);
+        }
         let Some(capturing) = self.capturing.get(&target.timeline) else {
             return Ok((STATUS_NONE, 0, 0, &[]));
         };

@@ -10,8 +10,9 @@
 //! A stream destroyed while busy is gone at once, as on the driver; its queued work stays
 //! queued on its timeline and runs when due (its context's synchronisation still waits for it).
 //!
-//! Not modelled: work queued on a blocking stream does not hold back the legacy default
-//! stream (or the other way round) while it waits.
+//! The legacy default stream and its context's blocking streams follow each other: work
+//! submitted to one of them while another is busy waits behind a barrier queued at the end of
+//! each busy one, as the driver's implicit synchronisation orders it.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::c_void;
@@ -47,6 +48,11 @@ pub enum Queued {
     Wait(Target, Raw, u64),
     /// `cuMemFreeAsync` of this address.
     Free(Target, u64),
+    /// The end of the work that a later submission to a stream following this one implicitly
+    /// (the legacy stream and a blocking stream) waits for: passed when it runs.
+    Barrier(u64),
+    /// Waits until these barriers passed.
+    AfterBarriers(Vec<u64>),
 }
 
 /// A busy stream: a host function in flight, and the work behind it.
@@ -81,6 +87,9 @@ pub struct Deferred {
     /// import mapped, as driver 580 does (driver-facts: "Re-import while the previous
     /// import's free is still queued").
     pub reimported: HashMap<u64, u32>,
+    /// The last barrier's number, and the barriers passed that a queue still waits for.
+    pub barriers: u64,
+    pub passed: HashSet<u64>,
 }
 
 impl Sim {
@@ -125,9 +134,32 @@ impl Sim {
         self.is_busy(target.timeline) || self.implicit(target).iter().any(|&t| self.is_busy(t))
     }
 
+    /// Makes `target`'s next submission wait for the work queued on the busy streams it
+    /// follows implicitly (the legacy stream and the blocking streams of its context): a
+    /// barrier at the end of each, and a wait for them on `target`, which is then busy.
+    pub fn follow_implicitly(&mut self, target: Target) {
+        let mut waits = Vec::new();
+        for timeline in self.implicit(target) {
+            if timeline == target.timeline || !self.is_busy(timeline) {
+                continue;
+            }
+            self.deferred.barriers += 1;
+            let barrier = self.deferred.barriers;
+            let queue = self.deferred.queues.entry(timeline).or_default();
+            queue.ops.push_back(Queued::Barrier(barrier));
+            waits.push(barrier);
+        }
+        if !waits.is_empty() {
+            let queue = self.deferred.queues.entry(target.timeline).or_default();
+            queue.ops.push_back(Queued::AfterBarriers(waits));
+        }
+    }
+
     /// Executes `op` on `target` now, or queues it behind the stream's pending work (or
-    /// behind the pending record of the event it waits for).
+    /// behind the pending record of the event it waits for, or the work of a busy stream it
+    /// follows implicitly).
     pub fn run_or_defer(&mut self, target: Target, op: Op) -> Result<Vec<HostCall>, CuResult> {
+        self.follow_implicitly(target);
         let busy = self.is_busy(target.timeline);
         let item = match op {
             Op::EventRecord(event) => {
@@ -203,9 +235,10 @@ impl Sim {
     }
 
     /// Whether the call issuing `op` on `target` must wait for the stream's queued work: a
-    /// copy into pageable host memory ([`Sim::copies_into_pageable`]).
+    /// copy into pageable host memory ([`Sim::copies_into_pageable`]), and the work of the busy
+    /// streams it follows implicitly.
     pub fn must_wait(&self, target: Target, op: &Op) -> bool {
-        self.copies_into_pageable(op) && self.is_busy(target.timeline)
+        self.copies_into_pageable(op) && self.follows_busy(target)
     }
 
     /// Marks `timeline` busy with a host function that is about to start.
@@ -251,7 +284,8 @@ impl Sim {
         }
     }
 
-    /// `cuMemFreeAsync` on a busy stream: checked now, run in order later.
+    /// `cuMemFreeAsync` on a busy stream (see [`Sim::follow_implicitly`]): checked now, run in
+    /// order later.
     pub fn defer_free(&mut self, target: Target, addr: u64, kind: AllocKind) {
         if kind == AllocKind::Import {
             self.deferred.free_queued.insert(addr);
@@ -350,6 +384,14 @@ impl Sim {
                             self.count_queued_free(addr, false);
                             let _ = self.free_now(target, addr);
                         }
+                        Queued::Barrier(barrier) => {
+                            self.deferred.passed.insert(barrier);
+                        }
+                        Queued::AfterBarriers(barriers) => {
+                            for barrier in barriers {
+                                self.deferred.passed.remove(&barrier);
+                            }
+                        }
                     }
                 }
             }
@@ -372,6 +414,11 @@ impl Sim {
         }
         match queue.ops.front()? {
             &Queued::Wait(_, event, generation) if !self.reached(event, generation) => None,
+            Queued::AfterBarriers(barriers)
+                if !barriers.iter().all(|b| self.deferred.passed.contains(b)) =>
+            {
+                None
+            }
             _ => self.deferred.queues.get_mut(&timeline)?.ops.pop_front(),
         }
     }

@@ -396,6 +396,7 @@ impl Sim {
             addr,
             &[AllocKind::Pool, AllocKind::Import, AllocKind::Graph],
         )?;
+        self.follow_implicitly(target);
         if self.is_busy(target.timeline) {
             // Behind a host function: checked now, freed in stream order (`deferred`).
             self.defer_free(target, addr, alloc.kind);
