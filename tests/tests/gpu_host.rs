@@ -789,6 +789,53 @@ fn a_pool_freed_on_default_streams_waits_for_them_without_breaking_a_capture() {
     failures.assert_none();
 }
 
+/// A pool whose memory a device used (a host pool's memory is remote to every device) is
+/// destroyed once its frees ran, and neither its last drop nor its destruction waits for other
+/// work in the device's context: an unrelated stream held back for three seconds delays
+/// neither, and the access granted to the device goes with the pool.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pool_used_from_a_device_waits_for_nothing_but_its_frees() {
+    use handles_cuda::memory::PoolLocation;
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let (used, unrelated) = (stream(&context), stream(&context));
+    let pool = MemoryPoolHandle::create(&PoolProps {
+        location: PoolLocation::Host,
+        ..PoolProps::device(0)
+    })
+    .unwrap();
+    pool.set_peer_access(0, true).unwrap();
+    let memory = DevicePtrHandle::alloc_from_pool(&pool, 4096, &used).unwrap();
+    memory.memset_async(7, 4096, &used).unwrap();
+    drop(memory);
+    let gate = Gate::hold(&unrelated);
+    let open = Arc::clone(&gate.0);
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        open.store(true, Ordering::SeqCst);
+    });
+    let started = Instant::now();
+    drop(pool);
+    let dropping = started.elapsed();
+    used.synchronize().unwrap();
+    let destroyed = handles_cuda::exec::flush_disposals(Duration::from_secs(2));
+    let destroying = started.elapsed();
+    drop(gate);
+    opener.join().unwrap();
+    unrelated.synchronize().unwrap();
+    assert!(
+        dropping < Duration::from_millis(500),
+        "dropping the pool waited {dropping:?}"
+    );
+    assert!(
+        destroyed && destroying < Duration::from_millis(2500),
+        "the pool's destruction waited for unrelated work ({destroying:?})"
+    );
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]

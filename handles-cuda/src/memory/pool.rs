@@ -27,11 +27,11 @@ use crate::order::contexts_used_protocol::NotedSet;
 /// were queued on, with the contexts of default-stream tokens among them. Pointers allocated
 /// from a pool keep it alive. An owned pool is destroyed by the crate's disposal thread once a
 /// marker recorded after its frees completed on each of those streams (driver 580 crashes when
-/// a pool is destroyed with frees still queued); the dropping thread does not wait for them
-/// (it still waits for other devices' uses before their access is revoked). A token's frees
-/// are marked on its context's legacy stream, which follows the per-thread streams too; a
-/// stream being captured (the legacy stream while a blocking stream captures) is marked once
-/// the capture ended.
+/// a pool is destroyed with frees still queued); the dropping thread does not wait for them,
+/// and other devices' uses, ordered before the frees, need no wait of their own before their
+/// access is revoked. A token's frees are marked on its context's legacy stream, which follows
+/// the per-thread streams too; a stream being captured (the legacy stream while a blocking
+/// stream captures) is marked once the capture ended.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
@@ -279,13 +279,10 @@ fn owning_device(location: &Option<PoolLocation>) -> Option<usize> {
 }
 
 fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
-    // Every pointer is gone and its free queued; work of other devices on the memory is waited
-    // for before their access goes.
-    let mut granted = Vec::new();
-    if let Some(remote) = remote::forget(raw) {
-        deleter_status(remote.wait_for_uses())?;
-        granted = remote.granted();
-    }
+    // Every pointer is gone and its free queued. Other devices' work on the memory needs no
+    // wait of its own: every use is ordered before its memory's free (`record_use`), and the
+    // access goes only once the frees ran. No use is in flight: each holds a pointer.
+    let granted = remote::forget(raw).map_or_else(Vec::new, |remote| remote.granted());
     // The frees may not have run yet. Driver 580 crashes (a divide error or a segmentation
     // fault inside libcuda) or hangs when a pool is destroyed with frees of its memory still
     // queued while other threads create, use and destroy pools; destroyed after its frees ran,

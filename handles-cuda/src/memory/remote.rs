@@ -100,11 +100,6 @@ impl RemoteAccess {
         self.uses.note(context.as_cu(), || Ok(context.clone()))
     }
 
-    /// Waits for every noted context's work.
-    pub(crate) fn wait_for_uses(&self) -> Result<()> {
-        self.uses.wait_for_all()
-    }
-
     /// Runs `revoke` once every use that passed its check has been queued and every noted
     /// context's work has completed; uses that try to begin meanwhile are refused.
     pub(crate) fn revoking<T>(&self, revoke: impl FnOnce() -> Result<T>) -> Result<T> {
