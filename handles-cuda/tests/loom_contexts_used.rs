@@ -87,3 +87,54 @@ fn a_failed_make_leaves_the_key_unnoted_and_a_later_note_adds_it() {
         assert!(set.contains(7));
     });
 }
+
+/// Pruning never loses a free: one thread issues a free on stream 1 (a mutex stands for the
+/// driver's lock) and then notes the stream; another notes stream 2, which reaches the pruning
+/// size and lets go of stream 1 if everything issued on it so far ran (here: always, as seen
+/// at that moment). Whatever the interleaving, stream 1 is still noted at the end, or it was
+/// judged after the free was issued.
+#[test]
+fn pruning_never_lets_go_of_a_stream_before_a_free_noted_on_it() {
+    loom::model(|| {
+        let set = Arc::new(NotedSet::<usize>::new());
+        let issued = Arc::new(loom::sync::Mutex::new(0usize));
+        let judged = Arc::new(loom::sync::Mutex::new(None::<usize>));
+        // Stream 1's earlier free was noted: `last == 1`, the fast path's key.
+        let noted: Result<(), ()> = set.note(1, || Ok(10));
+        assert!(noted.is_ok());
+        let judge = {
+            let (issued, judged) = (issued.clone(), judged.clone());
+            move |value: &usize| {
+                if *value != 10 {
+                    return false;
+                }
+                let seen = *issued.lock().unwrap();
+                *judged.lock().unwrap() = Some(seen);
+                true
+            }
+        };
+        let freer = {
+            let (set, issued, judge) = (set.clone(), issued.clone(), judge.clone());
+            loom::thread::spawn(move || {
+                *issued.lock().unwrap() += 1;
+                let noted: Result<(), ()> = set.note_pruning(1, || Ok(10), 2, judge);
+                assert!(noted.is_ok());
+            })
+        };
+        let pruner = {
+            let set = set.clone();
+            loom::thread::spawn(move || {
+                let noted: Result<(), ()> = set.note_pruning(2, || Ok(20), 2, judge);
+                assert!(noted.is_ok());
+            })
+        };
+        freer.join().unwrap();
+        pruner.join().unwrap();
+        let judged = *judged.lock().unwrap();
+        assert!(
+            set.contains(1) || judged == Some(1),
+            "stream 1 was let go of on a judgement made before its free was issued ({judged:?})"
+        );
+        assert!(set.contains(2));
+    });
+}

@@ -836,6 +836,54 @@ fn a_pool_used_from_a_device_waits_for_nothing_but_its_frees() {
     failures.assert_none();
 }
 
+/// A long-lived pool does not keep every stream its memory was freed on: of 100 streams that
+/// each free one allocation and go, it keeps fewer than 16 (those noted since its last look at
+/// which ones ran everything), and it still waits for a free queued on a stream that is gone.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_long_lived_pool_lets_go_of_the_streams_its_frees_ran_on() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let live = || StreamHandle::live_count().expect("the tests build handles-core with live-count");
+    let before = live();
+    for _ in 0..100 {
+        let stream = stream(&context);
+        let memory = DevicePtrHandle::alloc_from_pool(&pool, 256, &stream).unwrap();
+        memory.memset_async(1, 256, &stream).unwrap();
+        drop(memory);
+        stream.synchronize().unwrap();
+    }
+    let kept = live() - before;
+    assert!(
+        kept < 16,
+        "the pool keeps {kept} of the 100 streams it was freed on"
+    );
+    let last = stream(&context);
+    let gate = Gate::hold(&last);
+    drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &last).unwrap());
+    drop(last);
+    let raw = pool.as_cu();
+    drop(pool);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
+        "the pool's destruction finished while a free on a dropped stream was still queued"
+    );
+    assert!(
+        raw_pool_answers(raw),
+        "the pool is gone while its free is queued"
+    );
+    drop(gate);
+    assert!(
+        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
+        "the pool was not destroyed after its last free ran"
+    );
+    assert_eq!(live(), before, "streams are left alive");
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]

@@ -216,12 +216,19 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         Release::Nothing => Ok(()),
         // Memory whose free is not queued stays allocated in its pool for good: the pool is
         // kept too (never destroyed, so never waited for), a leak reported with this one.
-        Release::StreamOrdered { order, .. } => order.free(raw).inspect_err(|_| {
-            if let Some(pool) = &allocation.pool {
+        Release::StreamOrdered { order, .. } => match (order.free(raw), &allocation.pool) {
+            (Ok(()), Some(pool)) if pool.record().context.is_some() => {
+                // An owned pool's destruction waits for this free.
+                pool.record().frees_on.note_free(order);
+                Ok(())
+            }
+            (Err(error), Some(pool)) => {
                 pool.record().frees_on.forget();
                 std::mem::forget(pool.clone());
+                Err(error)
             }
-        }),
+            (freed, _) => freed,
+        },
         Release::Foreign(foreign) => foreign.release(),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
         Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
@@ -336,13 +343,9 @@ impl DevicePtrHandle {
         raw: CUdeviceptr,
         size: usize,
         pool: Option<MemoryPoolHandle>,
-        mut order: StreamOrder,
+        order: StreamOrder,
         origin: Origin,
     ) -> Self {
-        if let Some(pool) = pool.as_ref().filter(|pool| pool.record().context.is_some()) {
-            // An owned pool's destruction waits for the free on its home.
-            pool.record().frees_on.note(order.home_while_creating());
-        }
         let (imported, import_slot, host) = match origin {
             Origin::Allocated(host) => (false, None, host),
             Origin::Imported(slot) => (true, slot.map(Box::new), None),
@@ -609,16 +612,6 @@ impl DevicePtrHandle {
             return Err(Error::NotStreamOrdered);
         };
         let stream = stream.bound()?;
-        // The pool's destruction waits for the free on its new home too.
-        let root = self.ordering_root();
-        if let Some(pool) = root
-            .record()
-            .pool
-            .as_ref()
-            .filter(|pool| pool.record().context.is_some())
-        {
-            pool.record().frees_on.note(&stream);
-        }
         order.move_home(stream)
     }
 

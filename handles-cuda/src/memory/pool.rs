@@ -1,6 +1,8 @@
 //! CUDA memory pools: created from properties (optionally IPC-capable), the device's pools,
 //! references, and pools imported from another process.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
 use handles_core::ResourceHandle;
 
@@ -15,6 +17,7 @@ use crate::exec::stream::StreamHandle;
 use crate::memory::remote;
 use crate::order::contexts_used::{ContextsUsed, in_relaxed_capture_mode};
 use crate::order::contexts_used_protocol::NotedSet;
+use crate::order::stream_order::StreamOrder;
 
 /// A CUDA memory pool.
 ///
@@ -24,14 +27,15 @@ use crate::order::contexts_used_protocol::NotedSet;
 /// access to the next pool). [`MemoryPoolHandle::device_current`],
 /// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
 /// the context it was created through, and (an owned pool) the streams its memory's frees
-/// were queued on, with the contexts of default-stream tokens among them. Pointers allocated
-/// from a pool keep it alive. An owned pool is destroyed by the crate's disposal thread once a
-/// marker recorded after its frees completed on each of those streams (driver 580 crashes when
-/// a pool is destroyed with frees still queued); the dropping thread does not wait for them,
-/// and other devices' uses, ordered before the frees, need no wait of their own before their
-/// access is revoked. A token's frees are marked on its context's legacy stream, which follows
-/// the per-thread streams too; a stream being captured (the legacy stream while a blocking
-/// stream captures) is marked once the capture ended.
+/// were queued on, with the contexts of default-stream tokens among them; once it keeps 16,
+/// 32, 64 … streams, a newly noted one first lets go of those whose work all ran. Pointers
+/// allocated from a pool keep it alive. An owned pool is destroyed by the crate's disposal
+/// thread once a marker recorded after its frees completed on each of those streams (driver
+/// 580 crashes when a pool is destroyed with frees still queued); the dropping thread does not
+/// wait for them, and other devices' uses, ordered before the frees, need no wait of their own
+/// before their access is revoked. A token's frees are marked on its context's legacy stream,
+/// which follows the per-thread streams too; a stream being captured (the legacy stream while
+/// a blocking stream captures) is marked once the capture ended.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
@@ -44,8 +48,8 @@ pub struct MemoryPool {
     /// Whether the pool can export its memory to other processes (POSIX file descriptor).
     #[handle(copy)]
     pub ipc: bool,
-    /// The streams its memory's frees were queued on: an owned pool is destroyed only after
-    /// the frees there ran (see `destroy_pool`).
+    /// The streams its memory's frees were queued on (noted as each free is queued): an owned
+    /// pool is destroyed only after the frees there ran (see `destroy_pool`).
     pub(crate) frees_on: FreeStreams,
 }
 
@@ -56,6 +60,8 @@ pub struct MemoryPool {
 pub(crate) struct FreeStreams {
     streams: NotedSet<StreamHandle>,
     tokens: ContextsUsed,
+    /// Set for a pool kept forever: later frees note nothing.
+    forgotten: AtomicBool,
 }
 
 impl FreeStreams {
@@ -63,28 +69,52 @@ impl FreeStreams {
         FreeStreams {
             streams: NotedSet::new(),
             tokens: ContextsUsed::new(),
+            forgotten: AtomicBool::new(false),
         }
     }
 
     /// Lets go of the noted streams, for a pool kept forever (some of its memory was never
     /// freed): it is never destroyed, so nothing needs to be waited for.
     pub(crate) fn forget(&self) {
+        // Set before the drain, which takes the set's lock: a note that locks after it sees
+        // the flag, and one that locked before it is drained.
+        self.forgotten.store(true, Ordering::Relaxed);
         drop(self.streams.drain());
+        self.tokens.clear();
     }
 
-    /// Notes that a free of the pool's memory will be queued on `stream`: one relaxed load
-    /// when it is the stream of the last note. A token whose context cannot be noted makes
-    /// the pool's destruction a reported leak.
+    /// Notes that a free of the pool's memory was just queued on `order`'s home: one relaxed
+    /// load when it is the stream of the last note. A new stream first lets go of the noted
+    /// streams whose work all ran, once in a while (so a long-lived pool does not keep every
+    /// stream it was freed on). A token whose context cannot be noted makes the pool's
+    /// destruction a reported leak.
     #[inline]
-    pub(crate) fn note(&self, stream: &StreamHandle) {
-        if stream.is_default_token() {
-            let _ = self.tokens.note_stream(stream);
-            return;
+    pub(crate) fn note_free(&self, order: &StreamOrder) {
+        match order.home_raw() {
+            0 if self.forgotten.load(Ordering::Relaxed) => {}
+            0 => drop(self.tokens.note_stream(&order.home())),
+            raw => drop(self.streams.note_pruning(
+                raw,
+                // Made under the set's lock, only for a stream not noted yet.
+                || match self.forgotten.load(Ordering::Relaxed) {
+                    true => Err(()),
+                    false => Ok(order.home()),
+                },
+                PRUNE_FROM,
+                ran_everything,
+            )),
         }
-        let _ = self.streams.note(stream.as_cu() as usize, || {
-            Ok::<_, std::convert::Infallible>(stream.clone())
-        });
     }
+}
+
+/// The number of noted streams from which a new one first lets go of those whose work ran.
+const PRUNE_FROM: usize = 16;
+
+/// Whether every piece of work queued on `stream` so far has run. A stream being captured is
+/// not asked (`cuStreamQuery` would invalidate the capture) and counts as busy, as does one
+/// the driver cannot answer for.
+fn ran_everything(stream: &StreamHandle) -> bool {
+    matches!(stream.is_capturing(), Ok(false)) && matches!(stream.query(), Ok(true))
 }
 
 impl MemoryPool {

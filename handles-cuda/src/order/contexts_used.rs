@@ -87,6 +87,11 @@ impl ContextsUsed {
         Ok(self.contexts.drain())
     }
 
+    /// Lets go of the noted contexts, for a release that will never happen.
+    pub(crate) fn clear(&self) {
+        drop(self.contexts.drain());
+    }
+
     fn refuse_if_unwaitable(&self) -> Result<()> {
         if self.unwaitable.load(Ordering::Relaxed) {
             return Err(Error::Unordered {

@@ -7,6 +7,14 @@
 //! in the library). A `note` that skips the lock has read `last == key`, which was stored after
 //! the key's value was pushed under the lock, by a thread that then released the lock; the
 //! final reader's lock is ordered after every handle's release, and so after that push.
+//!
+//! Pruning (`note_pruning`) removes values that `done` says need no later wait, with `last`
+//! cleared first, under the lock. A `note` that skipped the lock read a key stored before the
+//! clear; if what the note follows (a free queued on a stream, say) was issued after the value
+//! was judged done, the clear happened before that issue, and so before the note's load, which
+//! would then have read 0 (or a key stored later, under the lock, after the prune): so the
+//! value's judgement saw it. The judgement's own call and the issue must be ordered by
+//! something both take (the driver's lock, in the library; a mutex in the model).
 
 #[cfg(handles_cuda_loom)]
 use loom::sync::Mutex;
@@ -44,11 +52,58 @@ impl<T> NotedSet<T> {
 
     #[cold]
     fn note_slow<E>(&self, key: usize, make: impl FnOnce() -> Result<T, E>) -> Result<(), E> {
+        self.note_locked(key, make, |_| {})
+    }
+
+    /// [`Self::note`] for a set that must stay small: before a new key makes the set reach a
+    /// power of two of at least `from` values, the values `done` accepts are removed (see the
+    /// module docs for why a concurrent note cannot be lost), so a set of keys that come and go
+    /// costs amortised O(1) per note.
+    #[inline]
+    pub(crate) fn note_pruning<E>(
+        &self,
+        key: usize,
+        make: impl FnOnce() -> Result<T, E>,
+        from: usize,
+        done: impl FnMut(&T) -> bool,
+    ) -> Result<(), E> {
+        if self.last.load(Ordering::Relaxed) == key {
+            return Ok(());
+        }
+        self.note_pruning_slow(key, make, from, done)
+    }
+
+    #[cold]
+    fn note_pruning_slow<E>(
+        &self,
+        key: usize,
+        make: impl FnOnce() -> Result<T, E>,
+        from: usize,
+        mut done: impl FnMut(&T) -> bool,
+    ) -> Result<(), E> {
+        self.note_locked(key, make, |values| {
+            let len = values.len() + 1;
+            if len >= from && len.is_power_of_two() {
+                // Cleared before any value is judged: see the module docs.
+                self.last.store(0, Ordering::Relaxed);
+                values.retain(|(_, value)| !done(value));
+            }
+        })
+    }
+
+    /// Adds `key` under the lock unless present, after `before_push` ran on the values.
+    fn note_locked<E>(
+        &self,
+        key: usize,
+        make: impl FnOnce() -> Result<T, E>,
+        before_push: impl FnOnce(&mut Vec<(usize, T)>),
+    ) -> Result<(), E> {
         let mut values = self
             .values
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if !values.iter().any(|(known, _)| *known == key) {
+            before_push(&mut values);
             values.push((key, make()?));
         }
         // Stored after the push, under the lock: a reader of `last == key` may skip the lock.

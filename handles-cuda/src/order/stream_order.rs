@@ -107,6 +107,13 @@ impl StreamOrder {
             .home
     }
 
+    /// The raw stream the free is queued on, 0 for a default-stream token: for the free and
+    /// what follows it, which run when no other handle can move the home.
+    #[inline]
+    pub(crate) fn home_raw(&self) -> usize {
+        self.mirror.raw()
+    }
+
     /// The stream the free will be queued on.
     pub(crate) fn home(&self) -> StreamHandle {
         lock(&self.state).home.clone()
@@ -186,7 +193,7 @@ impl StreamOrder {
     pub(crate) fn free(&self, raw: CUdeviceptr) -> Result<()> {
         // The deleter runs on the thread that dropped the last handle, after every other use
         // (the handle's drop synchronised with them), so relaxed loads see the final values.
-        let home_raw = self.mirror.raw();
+        let home_raw = self.home_raw();
         if self.unorderable.load(Ordering::Relaxed) {
             return Err(Error::Unordered {
                 what: "a use of this memory on another stream could not be ordered before its \
