@@ -14,8 +14,8 @@
 //!
 //! A deferred release is polled, not waited for: the thread keeps dropping values while one
 //! waits, so a release whose wait depends on a later disposal does not deadlock it (a pool's
-//! fallbacks still block the thread: a default-stream token's context is synchronised, and a
-//! stream no marker could be recorded on is waited for). It polls at most every
+//! one fallback still blocks the thread: a stream no marker could be recorded on is waited
+//! for). It polls at most every
 //! [`MAX_PAUSE`], starting at [`MIN_PAUSE`] after each new release.
 
 use std::collections::BTreeSet;
