@@ -936,6 +936,23 @@ impl Error {
         self.code() == Some(CUresult::CUDA_ERROR_DEINITIALIZED)
     }
 
+    /// Whether a stream capture refused the call (the stream, or one its work would join, is
+    /// being captured): the call may succeed once the capture ended.
+    pub(crate) fn is_capture_refusal(&self) -> bool {
+        use CUresult::*;
+        matches!(self, Error::Capturing | Error::OutsideCapture)
+            || matches!(
+                self.code(),
+                Some(
+                    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+                        | CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                        | CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                        | CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+                        | CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+                )
+            )
+    }
+
     /// This error with `name` as its kernel, where it is a bounds-check error whose kernel is
     /// not named yet (a check names no kernel: the launch that ran it does).
     #[cold]

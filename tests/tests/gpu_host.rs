@@ -701,15 +701,14 @@ fn a_pool_dropped_during_a_capture_breaks_nothing() {
     failures.assert_none();
 }
 
-/// Frees queued on default-stream tokens are waited for through their context's legacy
-/// stream, which follows the per-thread streams: a pool freed on this thread's per-thread
-/// stream behind a gate stays alive until the gate opens. And while a blocking stream of the
-/// context is captured by other code, the legacy stream is not touched (work there would
-/// join and invalidate that capture): the pool waits for the capture's end, which succeeds,
-/// and is destroyed after it.
+/// Frees queued on default-stream tokens are marked as they are queued, on the same token: a
+/// pool freed on this thread's per-thread stream behind a gate stays alive until the gate
+/// opens. And a capture of a blocking stream that other code begins after a legacy-stream free
+/// is neither touched nor waited for (legacy work while it runs would join and invalidate it):
+/// the pool goes while it runs, and the capture ends well.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn a_pool_freed_on_default_streams_waits_for_them_without_breaking_a_capture() {
+fn a_pool_freed_on_default_streams_waits_for_them_and_for_no_capture() {
     use cudarc::driver::sys;
     let _serial = serial();
     let failures = Failures::watch();
@@ -759,8 +758,7 @@ fn a_pool_freed_on_default_streams_waits_for_them_without_breaking_a_capture() {
     let began = unsafe { sys::cuStreamBeginCapture_v2(blocking.as_cu(), relaxed) };
     assert_eq!(began, sys::CUresult::CUDA_SUCCESS);
     drop(pool);
-    std::thread::sleep(Duration::from_millis(100));
-    let pending = !handles_cuda::exec::flush_disposals(Duration::from_millis(50));
+    let destroyed = handles_cuda::exec::flush_disposals(Duration::from_secs(10));
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: as above; `status` is a valid out-pointer.
     let asked = unsafe { sys::cuStreamIsCapturing(blocking.as_cu(), &mut status) };
@@ -778,14 +776,7 @@ fn a_pool_freed_on_default_streams_waits_for_them_without_breaking_a_capture() {
         "the pool's destruction invalidated the capture"
     );
     assert_eq!(ended, sys::CUresult::CUDA_SUCCESS, "the capture failed");
-    assert!(
-        pending,
-        "the pool was destroyed while a blocking stream captured"
-    );
-    assert!(
-        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
-        "the pool was not destroyed after the capture ended"
-    );
+    assert!(destroyed, "the pool's destruction waited for the capture");
     failures.assert_none();
 }
 

@@ -1,6 +1,7 @@
 //! CUDA memory pools: created from properties (optionally IPC-capable), the device's pools,
 //! references, and pools imported from another process.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
@@ -18,6 +19,7 @@ use crate::memory::remote;
 use crate::order::contexts_used::{ContextsUsed, in_relaxed_capture_mode};
 use crate::order::contexts_used_protocol::NotedSet;
 use crate::order::stream_order::StreamOrder;
+use crate::sync::lock;
 
 /// A CUDA memory pool.
 ///
@@ -54,11 +56,16 @@ pub struct MemoryPool {
 }
 
 /// The streams a pool's memory's frees were queued on. Real streams are kept (a marker event
-/// is recorded on each when the pool goes); a default-stream token is noted by its context
-/// (another thread's per-thread stream cannot be named), whose legacy stream is marked: legacy
-/// work waits for the blocking streams' earlier work, the per-thread streams' included.
+/// is recorded on each when the pool goes). A free on a default-stream token is marked at once,
+/// on the freeing thread and the same token (another thread's per-thread stream cannot be named
+/// later, and a later record on the legacy stream could join a capture that other code began
+/// meanwhile); if no marker can be made there, its context is noted, and its legacy stream
+/// marked when the pool goes (legacy work waits for the blocking streams' earlier work, the
+/// per-thread streams' included).
 pub(crate) struct FreeStreams {
     streams: NotedSet<StreamHandle>,
+    /// Markers recorded right after frees on default-stream tokens.
+    token_markers: Mutex<Vec<EventHandle>>,
     tokens: ContextsUsed,
     /// Set for a pool kept forever: later frees note nothing.
     forgotten: AtomicBool,
@@ -68,6 +75,7 @@ impl FreeStreams {
     fn new() -> Self {
         FreeStreams {
             streams: NotedSet::new(),
+            token_markers: Mutex::new(Vec::new()),
             tokens: ContextsUsed::new(),
             forgotten: AtomicBool::new(false),
         }
@@ -80,6 +88,7 @@ impl FreeStreams {
         // the flag, and one that locked before it is drained.
         self.forgotten.store(true, Ordering::Relaxed);
         drop(self.streams.drain());
+        drop(std::mem::take(&mut *lock(&self.token_markers)));
         self.tokens.clear();
     }
 
@@ -91,8 +100,7 @@ impl FreeStreams {
     #[inline]
     pub(crate) fn note_free(&self, order: &StreamOrder) {
         match order.home_raw() {
-            0 if self.forgotten.load(Ordering::Relaxed) => {}
-            0 => drop(self.tokens.note_stream(&order.home())),
+            0 => self.mark_token_free(order),
             raw => drop(self.streams.note_pruning(
                 raw,
                 // Made under the set's lock, only for a stream not noted yet.
@@ -105,9 +113,37 @@ impl FreeStreams {
             )),
         }
     }
+
+    /// A free just queued on a default-stream token: a marker recorded after it on the same
+    /// token, kept with the others (those already completed are let go of once the pool keeps
+    /// 16, 32, 64 … of them); without one, the token's context is noted instead.
+    #[cold]
+    fn mark_token_free(&self, order: &StreamOrder) {
+        let home = order.home();
+        let marker = match EventHandle::marker_on(&home) {
+            Ok(marker) => marker,
+            Err(_) => {
+                if !self.forgotten.load(Ordering::Relaxed) {
+                    drop(self.tokens.note_stream(&home));
+                }
+                return;
+            }
+        };
+        let mut markers = lock(&self.token_markers);
+        // Read under the lock that `forget` takes after setting it.
+        if self.forgotten.load(Ordering::Relaxed) {
+            return;
+        }
+        let len = markers.len() + 1;
+        if len >= PRUNE_FROM && len.is_power_of_two() {
+            markers.retain(|marker| !matches!(marker.query(), Ok(true)));
+        }
+        markers.push(marker);
+    }
 }
 
-/// The number of noted streams from which a new one first lets go of those whose work ran.
+/// The number of noted streams (or token markers) from which a new one first lets go of those
+/// whose work ran.
 const PRUNE_FROM: usize = 16;
 
 /// Whether every piece of work queued on `stream` so far has run. A stream being captured is
@@ -331,7 +367,7 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
         granted,
         context: pool.context.clone(),
         unmarked,
-        markers: Vec::new(),
+        markers: std::mem::take(&mut *lock(&pool.frees_on.token_markers)),
     }));
     Ok(())
 }
@@ -350,9 +386,10 @@ struct PendingDestroy {
     granted: Vec<usize>,
     /// Keeps the pool's context alive until the pool is destroyed.
     context: Option<ContextHandle>,
-    /// Streams with frees queued and no marker yet, a token's context as its legacy stream
-    /// (one being captured is marked once its capture ended: the frees were queued before it
-    /// began, as a free is never queued on a captured stream).
+    /// Streams with frees queued and no marker yet, a token's context (whose free could not be
+    /// marked at once) as its legacy stream; one being captured is marked once its capture
+    /// ended (the frees were queued before it began: a free is never queued on a captured
+    /// stream), and so is one whose record a capture refused.
     unmarked: Vec<StreamHandle>,
     /// Markers recorded after the frees.
     markers: Vec<EventHandle>,
@@ -373,7 +410,9 @@ impl PendingDestroy {
             };
             match marked {
                 Ok(marker) => self.markers.push(marker),
-                Err(Error::Capturing) => {
+                // Tried again later (a capture other code began after the question joined
+                // the record: the only race left, on the legacy stream).
+                Err(error) if error.is_capture_refusal() => {
                     i += 1;
                     continue;
                 }
