@@ -875,6 +875,56 @@ fn a_long_lived_pool_lets_go_of_the_streams_its_frees_ran_on() {
     failures.assert_none();
 }
 
+/// A free on a stream another owner lends (a borrowed handle) is marked as it is queued: the
+/// pool keeps nothing of the stream, so its owner may destroy it (busy, its free held back)
+/// before the pool goes, and the pool still waits for that free.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_pool_does_not_keep_a_borrowed_stream_its_memory_was_freed_on() {
+    use cudarc::driver::sys;
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let raw_stream = context
+        .run(|| {
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: a context is current; `raw` is a valid out-pointer.
+            let created = unsafe { sys::cuStreamCreate(&mut raw, 1) };
+            assert_eq!(created, sys::CUresult::CUDA_SUCCESS);
+            Ok::<_, handles_cuda::Error>(raw)
+        })
+        .unwrap();
+    let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let raw = pool.as_cu();
+    // SAFETY: the stream lives until it is destroyed below, after this handle is gone.
+    let borrowed = unsafe {
+        StreamHandle::from_raw_borrowed(raw_stream, handles_cuda::exec::Stream { context: None })
+    };
+    let gate = Gate::hold(&borrowed);
+    drop(DevicePtrHandle::alloc_from_pool(&pool, 256, &borrowed).unwrap());
+    drop(borrowed);
+    // The owner destroys its stream, held back and busy (the driver lets its work finish).
+    // SAFETY: the stream created above; no handle of it is left.
+    let destroyed = unsafe { sys::cuStreamDestroy_v2(raw_stream) };
+    assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
+    drop(pool);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
+        "the pool's destruction finished while its free on a borrowed stream was queued"
+    );
+    assert!(
+        raw_pool_answers(raw),
+        "the pool is gone while its free is queued"
+    );
+    drop(gate);
+    assert!(
+        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
+        "the pool was not destroyed after its free ran"
+    );
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]

@@ -29,15 +29,16 @@ use crate::sync::lock;
 /// access to the next pool). [`MemoryPoolHandle::device_current`],
 /// [`MemoryPoolHandle::device_default`] and `from_raw_borrowed` are references. Keeps alive:
 /// the context it was created through, and (an owned pool) the streams its memory's frees
-/// were queued on, with the contexts of default-stream tokens among them; once it keeps 16,
-/// 32, 64 … streams, a newly noted one first lets go of those whose work all ran. Pointers
-/// allocated from a pool keep it alive. An owned pool is destroyed by the crate's disposal
-/// thread once a marker recorded after its frees completed on each of those streams (driver
-/// 580 crashes when a pool is destroyed with frees still queued); the dropping thread does not
-/// wait for them, and other devices' uses, ordered before the frees, need no wait of their own
-/// before their access is revoked. A token's frees are marked on its context's legacy stream,
-/// which follows the per-thread streams too; a stream being captured (the legacy stream while
-/// a blocking stream captures) is marked once the capture ended.
+/// were queued on (those this crate owns; once it keeps 16, 32, 64 …, a newly noted one first
+/// lets go of those whose work all ran), and markers recorded after frees on other streams
+/// (default-stream tokens, borrowed streams) as they were queued. Pointers allocated through
+/// this crate keep their pool alive. An owned pool is destroyed by the crate's disposal thread
+/// once every marker after its frees completed (driver 580 crashes when a pool is destroyed
+/// with frees still queued); the dropping thread does not wait for them, and other devices'
+/// uses, ordered before the frees, need no wait of their own before their access is revoked.
+/// A kept stream being captured is marked once the capture ended. Limit: memory that other
+/// code allocates from the pool while it is a device's current pool (cudarc's `alloc`, any
+/// `cuMemAllocAsync`) neither keeps the pool nor is waited for.
 #[derive(ResourceHandle)]
 #[handle(raw = CUmemoryPool, accessor = as_cu, delete = destroy_pool, registry)]
 pub struct MemoryPool {
@@ -55,17 +56,19 @@ pub struct MemoryPool {
     pub(crate) frees_on: FreeStreams,
 }
 
-/// The streams a pool's memory's frees were queued on. Real streams are kept (a marker event
-/// is recorded on each when the pool goes). A free on a default-stream token is marked at once,
-/// on the freeing thread and the same token (another thread's per-thread stream cannot be named
-/// later, and a later record on the legacy stream could join a capture that other code began
-/// meanwhile); if no marker can be made there, its context is noted, and its legacy stream
-/// marked when the pool goes (legacy work waits for the blocking streams' earlier work, the
-/// per-thread streams' included).
+/// The streams a pool's memory's frees were queued on. Streams this crate owns and nobody else
+/// can capture are kept (a marker event is recorded on each when the pool goes). A free on any
+/// other stream is marked at once, by the freeing thread on the same stream: another thread's
+/// per-thread stream cannot be named later, a borrowed stream may be destroyed by its owner,
+/// and a later record on a stream other code can capture (or on the legacy stream, which joins
+/// a blocking stream's capture) could join a capture begun meanwhile. If no marker can be made
+/// there, a token's context is noted and its legacy stream marked when the pool goes (legacy
+/// work waits for the blocking streams' earlier work, the per-thread streams' included), and
+/// another stream is kept.
 pub(crate) struct FreeStreams {
     streams: NotedSet<StreamHandle>,
-    /// Markers recorded right after frees on default-stream tokens.
-    token_markers: Mutex<Vec<EventHandle>>,
+    /// Markers recorded right after frees on streams the pool does not keep.
+    markers: Mutex<Vec<EventHandle>>,
     tokens: ContextsUsed,
     /// Set for a pool kept forever: later frees note nothing.
     forgotten: AtomicBool,
@@ -75,7 +78,7 @@ impl FreeStreams {
     fn new() -> Self {
         FreeStreams {
             streams: NotedSet::new(),
-            token_markers: Mutex::new(Vec::new()),
+            markers: Mutex::new(Vec::new()),
             tokens: ContextsUsed::new(),
             forgotten: AtomicBool::new(false),
         }
@@ -88,57 +91,83 @@ impl FreeStreams {
         // the flag, and one that locked before it is drained.
         self.forgotten.store(true, Ordering::Relaxed);
         drop(self.streams.drain());
-        drop(std::mem::take(&mut *lock(&self.token_markers)));
+        let markers = std::mem::take(&mut *lock(&self.markers));
+        drop(markers);
         self.tokens.clear();
     }
 
     /// Notes that a free of the pool's memory was just queued on `order`'s home: one relaxed
-    /// load when it is the stream of the last note. A new stream first lets go of the noted
-    /// streams whose work all ran, once in a while (so a long-lived pool does not keep every
-    /// stream it was freed on). A token whose context cannot be noted makes the pool's
-    /// destruction a reported leak.
+    /// load when it is the stream of the last note. A stream this crate owns and nobody else
+    /// can capture is kept, to be marked when the pool goes; a new one first lets go of the
+    /// kept streams whose work all ran, once in a while (so a long-lived pool does not keep
+    /// every stream it was freed on). Any other stream (a token, a borrowed stream, one that
+    /// may be captured elsewhere) is marked now, after the free, by the thread that queued it:
+    /// later, its owner could have destroyed it, or begun a capture the marker would join.
     #[inline]
     pub(crate) fn note_free(&self, order: &StreamOrder) {
-        match order.home_raw() {
-            0 => self.mark_token_free(order),
-            raw => drop(self.streams.note_pruning(
-                raw,
-                // Made under the set's lock, only for a stream not noted yet.
-                || match self.forgotten.load(Ordering::Relaxed) {
-                    true => Err(()),
-                    false => Ok(order.home()),
-                },
-                PRUNE_FROM,
-                ran_everything,
-            )),
+        let raw = order.home_raw();
+        if raw == 0 {
+            return self.mark_now(order.home());
+        }
+        let noted = self.streams.note_pruning(
+            raw,
+            // Made under the set's lock, only for a stream not noted yet.
+            || {
+                if self.forgotten.load(Ordering::Relaxed) {
+                    return Err(None);
+                }
+                let home = order.home();
+                match home.is_owning() && !home.may_be_captured_elsewhere() {
+                    true => Ok(home),
+                    false => Err(Some(home)),
+                }
+            },
+            PRUNE_FROM,
+            ran_everything,
+        );
+        if let Err(Some(home)) = noted {
+            self.mark_now(home);
         }
     }
 
-    /// A free just queued on a default-stream token: a marker recorded after it on the same
-    /// token, kept with the others (those already completed are let go of once the pool keeps
-    /// 16, 32, 64 … of them); without one, the token's context is noted instead.
+    /// A free just queued on `home`, a stream the pool does not keep: a marker recorded after
+    /// it, kept with the others (those already completed are let go of once the pool keeps
+    /// 16, 32, 64 … of them). Without one, a token's context is noted, and its legacy stream
+    /// marked when the pool goes; another stream is kept.
     #[cold]
-    fn mark_token_free(&self, order: &StreamOrder) {
-        let home = order.home();
+    fn mark_now(&self, home: StreamHandle) {
         let marker = match EventHandle::marker_on(&home) {
             Ok(marker) => marker,
+            Err(_) if self.forgotten.load(Ordering::Relaxed) => return,
+            Err(_) if home.is_default_token() => return drop(self.tokens.note_stream(&home)),
             Err(_) => {
-                if !self.forgotten.load(Ordering::Relaxed) {
-                    drop(self.tokens.note_stream(&home));
-                }
+                let raw = home.as_cu() as usize;
+                let Ok(()) = self
+                    .streams
+                    .note(raw, || Ok::<_, std::convert::Infallible>(home));
                 return;
             }
         };
-        let mut markers = lock(&self.token_markers);
-        // Read under the lock that `forget` takes after setting it.
-        if self.forgotten.load(Ordering::Relaxed) {
-            return;
-        }
-        let len = markers.len() + 1;
-        if len >= PRUNE_FROM && len.is_power_of_two() {
-            markers.retain(|marker| !matches!(marker.query(), Ok(true)));
-        }
-        markers.push(marker);
+        let pruned = {
+            let mut markers = lock(&self.markers);
+            // Read under the lock that `forget` takes after setting it.
+            if self.forgotten.load(Ordering::Relaxed) {
+                return;
+            }
+            let len = markers.len() + 1;
+            let mut pruned = Vec::new();
+            if len >= PRUNE_FROM && len.is_power_of_two() {
+                let (running, ran) = std::mem::take(&mut *markers)
+                    .into_iter()
+                    .partition(|marker: &EventHandle| !matches!(marker.query(), Ok(true)));
+                *markers = running;
+                pruned = ran;
+            }
+            markers.push(marker);
+            pruned
+        };
+        // Dropped after the lock.
+        drop(pruned);
     }
 }
 
@@ -367,7 +396,7 @@ fn destroy_pool(raw: CUmemoryPool, pool: &MemoryPool) -> Result<()> {
         granted,
         context: pool.context.clone(),
         unmarked,
-        markers: std::mem::take(&mut *lock(&pool.frees_on.token_markers)),
+        markers: std::mem::take(&mut *lock(&pool.frees_on.markers)),
     }));
     Ok(())
 }
@@ -410,8 +439,10 @@ impl PendingDestroy {
             };
             match marked {
                 Ok(marker) => self.markers.push(marker),
-                // Tried again later (a capture other code began after the question joined
-                // the record: the only race left, on the legacy stream).
+                // Tried again later: a capture other code began after the question refused
+                // the record (the legacy stream's fallback). A stream this crate owns is
+                // captured only through its lending functions, whose callers must not begin
+                // one while the pool's destruction may record on it.
                 Err(error) if error.is_capture_refusal() => {
                     i += 1;
                     continue;
@@ -442,9 +473,11 @@ impl PendingDestroy {
         let granted = std::mem::take(&mut self.granted);
         let revoked =
             deleter_status(revoke_peer_access(self.raw.0, self.location, granted).map(drop));
-        // SAFETY: the handle owned `raw` and is gone; every pointer allocated from it kept the
-        // pool alive, so none is left, and every free of its memory ran (`step`); this is the
-        // one destruction (`step` returns `true` after it, and is not called again).
+        // SAFETY: the handle owned `raw` and is gone; every pointer allocated through this
+        // crate kept the pool alive, so none is left, and every free of its memory ran (`step`);
+        // memory other code allocated from it the driver keeps until freed (a destroyed pool's
+        // resources go when its last allocation does); this is the one destruction (`step`
+        // returns `true` after it, and is not called again).
         let destroyed = deleter_status(unsafe { driver!(cuMemPoolDestroy(self.raw.0)) });
         destroyed.and(revoked)
     }

@@ -2,13 +2,12 @@
 //!
 //! Used where the release is not stream-ordered: a library's unload (its kernels may still
 //! run), the host frees of synchronous and pinned-host allocations (`cuMemFree`,
-//! `cuMemFreeHost`, which do not wait for streams), and a pool's destruction after frees
-//! queued on a default-stream token (no marker can be recorded on another thread's
-//! per-thread stream). Each use notes its context, one relaxed
+//! `cuMemFreeHost`, which do not wait for streams). Each use notes its context, one relaxed
 //! load when it is the same context as last time; the release synchronises every noted
-//! context first. If a use ran in a context that no handle can own (so it could not be waited
-//! for), the release is refused and the resource leaked: the only sound answer to work that
-//! may still run.
+//! context first. (A pool notes here the contexts of default-stream frees it could not mark,
+//! and marks their legacy streams instead: `memory/pool.rs`.) If a use ran in a context that
+//! no handle can own (so it could not be waited for), the release is refused and the resource
+//! leaked: the only sound answer to work that may still run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

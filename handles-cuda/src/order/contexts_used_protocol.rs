@@ -14,7 +14,9 @@
 //! was judged done, the clear happened before that issue, and so before the note's load, which
 //! would then have read 0 (or a key stored later, under the lock, after the prune): so the
 //! value's judgement saw it. The judgement's own call and the issue must be ordered by
-//! something both take (the driver's lock, in the library; a mutex in the model).
+//! something both take: in the library that is an assumption about the driver (two calls on
+//! one stream, `cuStreamQuery` and `cuMemFreeAsync`, serialised by a lock inside it, which the
+//! driver does not document); in the model, a mutex.
 
 #[cfg(handles_cuda_loom)]
 use loom::sync::Mutex;
@@ -52,13 +54,20 @@ impl<T> NotedSet<T> {
 
     #[cold]
     fn note_slow<E>(&self, key: usize, make: impl FnOnce() -> Result<T, E>) -> Result<(), E> {
-        self.note_locked(key, make, |_| {})
+        let mut values = self.lock();
+        if !values.iter().any(|(known, _)| *known == key) {
+            values.push((key, make()?));
+        }
+        // Stored after the push, under the lock: a reader of `last == key` may skip the lock.
+        self.last.store(key, Ordering::Relaxed);
+        Ok(())
     }
 
     /// [`Self::note`] for a set that must stay small: before a new key makes the set reach a
     /// power of two of at least `from` values, the values `done` accepts are removed (see the
-    /// module docs for why a concurrent note cannot be lost), so a set of keys that come and go
-    /// costs amortised O(1) per note.
+    /// module docs for why a concurrent note cannot be lost), and dropped once the lock is let
+    /// go (a value's drop may note again), so a set of keys that come and go costs amortised
+    /// O(1) per note.
     #[inline]
     pub(crate) fn note_pruning<E>(
         &self,
@@ -70,9 +79,12 @@ impl<T> NotedSet<T> {
         if self.last.load(Ordering::Relaxed) == key {
             return Ok(());
         }
-        self.note_pruning_slow(key, make, from, done)
+        let pruned = self.note_pruning_slow(key, make, from, done)?;
+        drop(pruned);
+        Ok(())
     }
 
+    /// Returns what it pruned, to be dropped by the caller after the lock.
     #[cold]
     fn note_pruning_slow<E>(
         &self,
@@ -80,35 +92,31 @@ impl<T> NotedSet<T> {
         make: impl FnOnce() -> Result<T, E>,
         from: usize,
         mut done: impl FnMut(&T) -> bool,
-    ) -> Result<(), E> {
-        self.note_locked(key, make, |values| {
+    ) -> Result<Vec<T>, E> {
+        let mut values = self.lock();
+        let mut pruned = Vec::new();
+        if !values.iter().any(|(known, _)| *known == key) {
+            let value = make()?;
             let len = values.len() + 1;
             if len >= from && len.is_power_of_two() {
                 // Cleared before any value is judged: see the module docs.
                 self.last.store(0, Ordering::Relaxed);
-                values.retain(|(_, value)| !done(value));
+                let (kept, gone): (Vec<_>, Vec<_>) =
+                    values.drain(..).partition(|(_, value)| !done(value));
+                *values = kept;
+                pruned = gone.into_iter().map(|(_, value)| value).collect();
             }
-        })
-    }
-
-    /// Adds `key` under the lock unless present, after `before_push` ran on the values.
-    fn note_locked<E>(
-        &self,
-        key: usize,
-        make: impl FnOnce() -> Result<T, E>,
-        before_push: impl FnOnce(&mut Vec<(usize, T)>),
-    ) -> Result<(), E> {
-        let mut values = self
-            .values
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !values.iter().any(|(known, _)| *known == key) {
-            before_push(&mut values);
-            values.push((key, make()?));
+            values.push((key, value));
         }
         // Stored after the push, under the lock: a reader of `last == key` may skip the lock.
         self.last.store(key, Ordering::Relaxed);
-        Ok(())
+        Ok(pruned)
+    }
+
+    fn lock(&self) -> impl std::ops::DerefMut<Target = Vec<(usize, T)>> + '_ {
+        self.values
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs `each` on every value, in the order they were noted, stopping at the first error.
