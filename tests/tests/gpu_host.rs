@@ -597,6 +597,26 @@ fn raw_pool_answers(raw: cudarc::driver::sys::CUmemoryPool) -> bool {
     status == cudarc::driver::sys::CUresult::CUDA_SUCCESS
 }
 
+/// The pool `raw`, whose handle is gone, with a free of its memory held back by `gate`: its
+/// destruction does not finish while the gate is closed (the raw pool still answers), and
+/// finishes once the gate opens.
+fn assert_destroyed_only_after(gate: Gate, raw: cudarc::driver::sys::CUmemoryPool) {
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
+        "the pool's destruction finished while a free of its memory was still queued"
+    );
+    assert!(
+        raw_pool_answers(raw),
+        "the pool is gone while its free is queued"
+    );
+    drop(gate);
+    assert!(
+        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
+        "the pool was not destroyed after its free ran"
+    );
+}
+
 /// Holds a stream back (a host function that waits) until opened or dropped: a failing test
 /// never leaves its stream blocked.
 struct Gate(Arc<AtomicBool>);
@@ -647,21 +667,7 @@ fn a_pool_is_destroyed_only_after_the_frees_of_its_memory_ran() {
         dropping < Duration::from_millis(200),
         "dropping the pool waited {dropping:?} for its queued free"
     );
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
-        "the pool's destruction finished while a free of its memory was still queued"
-    );
-    assert!(
-        raw_pool_answers(raw),
-        "the pool is gone while its free is queued"
-    );
-    drop(gate);
-    stream.synchronize().unwrap();
-    assert!(
-        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
-        "the pool was not destroyed after its free ran"
-    );
+    assert_destroyed_only_after(gate, raw);
     failures.assert_none();
 }
 
@@ -725,21 +731,7 @@ fn a_pool_freed_on_default_streams_waits_for_them_and_for_no_capture() {
         })
         .unwrap();
     drop(pool);
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
-        "the pool's destruction finished while its per-thread free was still queued"
-    );
-    assert!(
-        raw_pool_answers(raw),
-        "the pool is gone while its free is queued"
-    );
-    drop(gate);
-    context.run(|| per_thread.synchronize()).unwrap();
-    assert!(
-        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
-        "the pool was not destroyed after its per-thread free ran"
-    );
+    assert_destroyed_only_after(gate, raw);
     // A legacy-stream free, and a capture of a blocking stream by other code.
     let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
     let legacy = StreamHandle::legacy_in(&context).unwrap();
@@ -857,20 +849,7 @@ fn a_long_lived_pool_lets_go_of_the_streams_its_frees_ran_on() {
     drop(last);
     let raw = pool.as_cu();
     drop(pool);
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
-        "the pool's destruction finished while a free on a dropped stream was still queued"
-    );
-    assert!(
-        raw_pool_answers(raw),
-        "the pool is gone while its free is queued"
-    );
-    drop(gate);
-    assert!(
-        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
-        "the pool was not destroyed after its last free ran"
-    );
+    assert_destroyed_only_after(gate, raw);
     assert_eq!(live(), before, "streams are left alive");
     failures.assert_none();
 }
@@ -908,20 +887,7 @@ fn a_pool_does_not_keep_a_borrowed_stream_its_memory_was_freed_on() {
     let destroyed = unsafe { sys::cuStreamDestroy_v2(raw_stream) };
     assert_eq!(destroyed, sys::CUresult::CUDA_SUCCESS);
     drop(pool);
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        !handles_cuda::exec::flush_disposals(Duration::from_millis(50)),
-        "the pool's destruction finished while its free on a borrowed stream was queued"
-    );
-    assert!(
-        raw_pool_answers(raw),
-        "the pool is gone while its free is queued"
-    );
-    drop(gate);
-    assert!(
-        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
-        "the pool was not destroyed after its free ran"
-    );
+    assert_destroyed_only_after(gate, raw);
     failures.assert_none();
 }
 
