@@ -278,6 +278,43 @@ pub fn gate(stream: &handles_cuda::StreamHandle) -> std::sync::Arc<std::sync::at
     open
 }
 
+/// Holds a stream back (the host function of [`gate`]) until opened or dropped: a failing test
+/// never leaves its stream blocked.
+pub struct Gate(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Gate {
+    /// Holds `stream` back from now on.
+    pub fn hold(stream: &handles_cuda::StreamHandle) -> Gate {
+        Gate(gate(stream))
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Whether the pool `raw` still answers the driver (its release threshold): a test's window on
+/// a pool whose handle is gone but which must not be destroyed yet.
+// The pool is never dereferenced here: the driver looks the handle up, as the tests intend.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn raw_pool_answers(raw: cudarc::driver::sys::CUmemoryPool) -> bool {
+    use cudarc::driver::sys;
+    let mut threshold = 0u64;
+    // SAFETY: the attribute is 64 bits, written to `threshold`. If the pool was destroyed too
+    // early (the failure a test asks about), `raw` names a dead pool: the driver answers an
+    // error (the simulator reports a dead handle), which fails the test.
+    let status = unsafe {
+        sys::cuMemPoolGetAttribute(
+            raw,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&raw mut threshold).cast(),
+        )
+    };
+    status == sys::CUresult::CUDA_SUCCESS
+}
+
 /// CPU time (user + system) of this process's threads whose names start with any of
 /// `prefixes`, from `/proc`: in all, and by thread. A thread takes its creator's name on Linux,
 /// so a thread the driver starts from a named one is counted with it.

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use handles_cuda::{
     ContextHandle, DevicePtrHandle, EventHandle, MemoryPoolHandle, PoolProps, StreamFlags,
     StreamHandle,
 };
-use handles_tests::{Failures, serial, stream};
+use handles_tests::{Failures, Gate, raw_pool_answers, serial, stream};
 
 mod simulator;
 
@@ -580,23 +580,6 @@ fn tokio_awaits_ten_thousand_event_completions_on_eight_streams_without_spinning
     failures.assert_none();
 }
 
-/// Whether the pool `raw` still answers the driver (its release threshold): the test's window
-/// on a pool whose handle is gone but which must not be destroyed yet.
-fn raw_pool_answers(raw: cudarc::driver::sys::CUmemoryPool) -> bool {
-    let mut threshold = 0u64;
-    // SAFETY: the attribute is 64 bits, written to `threshold`. If the pool was destroyed too
-    // early (the failure this asks about), `raw` names a dead pool: the driver answers an
-    // error (the simulator reports a dead handle), which fails the test.
-    let status = unsafe {
-        cudarc::driver::sys::cuMemPoolGetAttribute(
-            raw,
-            cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&raw mut threshold).cast(),
-        )
-    };
-    status == cudarc::driver::sys::CUresult::CUDA_SUCCESS
-}
-
 /// The pool `raw`, whose handle is gone, with a free of its memory held back by `gate`: its
 /// destruction does not finish while the gate is closed (the raw pool still answers), and
 /// finishes once the gate opens.
@@ -615,31 +598,6 @@ fn assert_destroyed_only_after(gate: Gate, raw: cudarc::driver::sys::CUmemoryPoo
         handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
         "the pool was not destroyed after its free ran"
     );
-}
-
-/// Holds a stream back (a host function that waits) until opened or dropped: a failing test
-/// never leaves its stream blocked.
-struct Gate(Arc<AtomicBool>);
-
-impl Gate {
-    fn hold(stream: &StreamHandle) -> Gate {
-        let open = Arc::new(AtomicBool::new(false));
-        let gate = Arc::clone(&open);
-        stream
-            .launch_host(move || {
-                while !gate.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-            .unwrap();
-        Gate(open)
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
 }
 
 /// A pool is destroyed only after the frees of its memory ran, and its last handle's drop does

@@ -14,49 +14,9 @@ use handles_cuda::memory::PoolLocation;
 use handles_cuda::{
     ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamFlags, StreamHandle,
 };
-use handles_tests::{Failures, serial, stream};
+use handles_tests::{Failures, Gate, raw_pool_answers, serial, stream};
 
 mod simulator;
-
-/// Whether the pool `raw` still answers the driver (see gpu_host.rs).
-fn raw_pool_answers(raw: sys::CUmemoryPool) -> bool {
-    let mut threshold = 0u64;
-    // SAFETY: the attribute is 64 bits, written to `threshold`; a dead pool is answered with
-    // an error (and a dead-handle report on the simulator), which fails the test.
-    let status = unsafe {
-        sys::cuMemPoolGetAttribute(
-            raw,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&raw mut threshold).cast(),
-        )
-    };
-    status == sys::CUresult::CUDA_SUCCESS
-}
-
-/// Holds a stream back until opened or dropped (see gpu_host.rs).
-struct Gate(Arc<AtomicBool>);
-
-impl Gate {
-    fn hold(stream: &StreamHandle) -> Gate {
-        let open = Arc::new(AtomicBool::new(false));
-        let gate = Arc::clone(&open);
-        stream
-            .launch_host(move || {
-                let start = Instant::now();
-                while !gate.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(30) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            })
-            .unwrap();
-        Gate(open)
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
 
 fn live_streams() -> usize {
     StreamHandle::live_count().expect("live-count")
