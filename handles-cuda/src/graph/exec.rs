@@ -192,6 +192,13 @@ fn refuse_cooperative_on_fewer_sms(needs: u32, stream: &StreamHandle) -> Result<
     }
 }
 
+/// The raw context under which a plan's notes of contexts are made once: `stream`'s, when
+/// known (see [`LaunchPlan::noted_for`]).
+#[inline(always)]
+fn noted_context(stream: &StreamHandle) -> Option<usize> {
+    stream.context().as_ref().map(|c| c.as_cu() as usize)
+}
+
 impl GraphExecHandle {
     /// Launches the graph on `stream` (`cuGraphLaunch`). Every buffer the graph references is
     /// then reported as used on `stream`, and every kernel's library notes the launch, so
@@ -258,6 +265,12 @@ impl GraphExecHandle {
         if !queued {
             return status;
         }
+        // Most launches have nothing to report: no buffer recorded per launch, and every note
+        // of a context already made for streams of this one. Then the status is returned as
+        // it is, not moved through the report's.
+        if plan.recorded.is_empty() && plan.noted_for(noted_context(stream)) {
+            return status;
+        }
         status.and(self.report_launch(plan, stream, context))
     }
 
@@ -275,7 +288,7 @@ impl GraphExecHandle {
             status = status.and(buffer.record_use(stream));
         }
         // The notes of contexts: made once for streams of one context (see the plan).
-        let noted_in = stream.context().as_ref().map(|c| c.as_cu() as usize);
+        let noted_in = noted_context(stream);
         if plan.noted_for(noted_in) {
             return status;
         }
