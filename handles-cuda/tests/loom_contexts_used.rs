@@ -117,14 +117,14 @@ fn pruning_never_lets_go_of_a_stream_before_a_free_noted_on_it() {
             let (set, issued, judge) = (set.clone(), issued.clone(), judge.clone());
             loom::thread::spawn(move || {
                 *issued.lock().unwrap() += 1;
-                let noted: Result<(), ()> = set.note_pruning(1, || Ok(10), 2, judge);
+                let noted: Result<Vec<usize>, ()> = set.note_pruning(1, || Ok(10), 2, judge);
                 assert!(noted.is_ok());
             })
         };
         let pruner = {
             let set = set.clone();
             loom::thread::spawn(move || {
-                let noted: Result<(), ()> = set.note_pruning(2, || Ok(20), 2, judge);
+                let noted: Result<Vec<usize>, ()> = set.note_pruning(2, || Ok(20), 2, judge);
                 assert!(noted.is_ok());
             })
         };

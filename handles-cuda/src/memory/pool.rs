@@ -125,8 +125,10 @@ impl FreeStreams {
             PRUNE_FROM,
             ran_everything,
         );
-        if let Err(Some(home)) = noted {
-            self.mark_now(home);
+        match noted {
+            Ok(pruned) => drop_relaxed(pruned),
+            Err(Some(home)) => self.mark_now(home),
+            Err(None) => {}
         }
     }
 
@@ -157,9 +159,12 @@ impl FreeStreams {
             let len = markers.len() + 1;
             let mut pruned = Vec::new();
             if len >= PRUNE_FROM && len.is_power_of_two() {
-                let (running, ran) = std::mem::take(&mut *markers)
-                    .into_iter()
-                    .partition(|marker: &EventHandle| !matches!(marker.query(), Ok(true)));
+                let (running, ran) =
+                    std::mem::take(&mut *markers)
+                        .into_iter()
+                        .partition(|marker: &EventHandle| {
+                            !matches!(in_relaxed_capture_mode(|| marker.query()), Ok(true))
+                        });
                 *markers = running;
                 pruned = ran;
             }
@@ -167,8 +172,26 @@ impl FreeStreams {
             pruned
         };
         // Dropped after the lock.
-        drop(pruned);
+        drop_relaxed(pruned);
     }
+}
+
+/// Drops what a free's note let go of (streams, markers), whose drops call the driver, in
+/// relaxed capture mode: the freeing thread may be inside a capture's closure, and an H100
+/// (driver 580) saw a global-mode capture invalidated when pruning ran there
+/// (`review_pool_markers.rs::pruning_inside_a_capture_closure_breaks_nothing`). If the mode
+/// cannot be changed, they are dropped all the same.
+fn drop_relaxed<T>(values: Vec<T>) {
+    if values.is_empty() {
+        return;
+    }
+    let mut values = Some(values);
+    // The error is the mode exchange's, and nothing is lost by it: dropped just below.
+    let _exchanged = in_relaxed_capture_mode(|| {
+        drop(values.take());
+        Ok(())
+    });
+    drop(values);
 }
 
 /// The number of noted streams (or token markers) from which a new one first lets go of those
@@ -179,7 +202,12 @@ const PRUNE_FROM: usize = 16;
 /// not asked (`cuStreamQuery` would invalidate the capture) and counts as busy, as does one
 /// the driver cannot answer for.
 fn ran_everything(stream: &StreamHandle) -> bool {
-    matches!(stream.is_capturing(), Ok(false)) && matches!(stream.query(), Ok(true))
+    // In relaxed capture mode: the freeing thread may be inside a capture's closure (see
+    // `drop_relaxed`).
+    let ran = in_relaxed_capture_mode(|| {
+        Ok(matches!(stream.is_capturing(), Ok(false)) && matches!(stream.query(), Ok(true)))
+    });
+    matches!(ran, Ok(true))
 }
 
 impl MemoryPool {

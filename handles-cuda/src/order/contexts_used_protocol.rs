@@ -65,9 +65,9 @@ impl<T> NotedSet<T> {
 
     /// [`Self::note`] for a set that must stay small: before a new key makes the set reach a
     /// power of two of at least `from` values, the values `done` accepts are removed (see the
-    /// module docs for why a concurrent note cannot be lost), and dropped once the lock is let
-    /// go (a value's drop may note again), so a set of keys that come and go costs amortised
-    /// O(1) per note.
+    /// module docs for why a concurrent note cannot be lost) and returned, for the caller to
+    /// drop (the lock is let go by then: a value's drop may note again), so a set of keys that
+    /// come and go costs amortised O(1) per note.
     #[inline]
     pub(crate) fn note_pruning<E>(
         &self,
@@ -75,13 +75,11 @@ impl<T> NotedSet<T> {
         make: impl FnOnce() -> Result<T, E>,
         from: usize,
         done: impl FnMut(&T) -> bool,
-    ) -> Result<(), E> {
+    ) -> Result<Vec<T>, E> {
         if self.last.load(Ordering::Relaxed) == key {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let pruned = self.note_pruning_slow(key, make, from, done)?;
-        drop(pruned);
-        Ok(())
+        self.note_pruning_slow(key, make, from, done)
     }
 
     /// Returns what it pruned, to be dropped by the caller after the lock.
