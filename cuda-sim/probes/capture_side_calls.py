@@ -7,6 +7,7 @@ closure. Also the release threshold of a pool imported in the exporting process.
 Only ctypes: no CUDA Python package is needed."""
 import ctypes
 import sys
+import threading
 
 from driver import P, checked, open_driver, primary_context
 
@@ -112,6 +113,40 @@ for mode in ["global", "thread_local"]:
                            ("event_create_destroy", event_create_destroy),
                            ("stream_destroy", stream_destroy)]:
             case(name, mode, relaxed_thread, body)
+
+def stream_sync(other, p, ptr, event):
+    return cuda.cuStreamSynchronize(other)
+
+
+def event_sync(other, p, ptr, event):
+    return cuda.cuEventSynchronize(event)
+
+
+def on_another_thread(body, relaxed):
+    """The call made by another thread (as the disposal thread makes it), which first switches
+    itself to relaxed mode when `relaxed`."""
+    def run(other, p, ptr, event):
+        result = []
+        def thread():
+            check("cuCtxSetCurrent", context)
+            if relaxed:
+                mode = ctypes.c_int(2)
+                check("cuThreadExchangeStreamCaptureMode", ctypes.byref(mode))
+            result.append(body(other, p, ptr, event))
+        t = threading.Thread(target=thread)
+        t.start()
+        t.join()
+        return result[0]
+    return run
+
+
+for mode in ["global", "thread_local"]:
+    for name, body in [("stream_sync", stream_sync), ("event_sync", event_sync),
+                       ("stream_query", stream_query), ("event_query", event_query)]:
+        case(name, mode, False, body)
+        for relaxed in [False, True]:
+            where = "another relaxed thread" if relaxed else "another thread"
+            case(f"{name} on {where}", mode, False, on_another_thread(body, relaxed))
 
 # A pool imported in the process that exported it: does it answer its release threshold?
 props = (ctypes.c_byte * 88)()

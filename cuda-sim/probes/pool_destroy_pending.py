@@ -132,17 +132,44 @@ def variant(name):
         # whose used bytes are 0, polling.
         usedwait = name.endswith("-usedwait"); name = name.removesuffix("-usedwait")
         reaped = name.endswith("-reaped"); name = name.removesuffix("-reaped")
+        # -evsynced / -evpolled: each free is followed by an event recorded on its stream, and
+        # the destroying thread synchronises with (or polls) every such event of the pool;
+        # -streamsynced: it synchronises every stream that freed into the pool; -marked: the
+        # pool goes to a reaper thread that destroys it once all its events completed (polling,
+        # as the library's disposal thread does); -marked-streamsynced: the reaper synchronises
+        # the pool's streams as well before destroying it.
+        streamsynced = name.endswith("-streamsynced"); name = name.removesuffix("-streamsynced")
+        marked = name.endswith("-marked"); name = name.removesuffix("-marked")
+        evsynced = name.endswith("-evsynced"); name = name.removesuffix("-evsynced")
+        evpolled = name.endswith("-evpolled"); name = name.removesuffix("-evpolled")
+        marks = {}; freed_on = {}
+        def wait_marks(p):
+            with lock: events = marks.pop(p.value, []); streams = freed_on.pop(p.value, set())
+            for e in events:
+                if evsynced: check("cuEventSynchronize", e)
+                else:
+                    while cu.cuEventQuery(e) != 0: pass
+                check("cuEventDestroy_v2", e)
+            if streamsynced:
+                for s in streams: check("cuStreamSynchronize", P(s))
         pending = []; pending_lock = threading.Lock(); reaper_stop = threading.Event()
         def reaper():
             check("cuCtxSetCurrent", ctx)
             while True:
                 with pending_lock: items = list(pending)
                 for p in items:
-                    if used(p) == 0:
+                    if marked:
+                        with lock: events = list(marks.get(p.value, []))
+                        if any(cu.cuEventQuery(e) != 0 for e in events): continue
+                        wait_marks(p)
+                        check("cuMemPoolDestroy", p)
+                        with pending_lock: pending.remove(p)
+                    elif used(p) == 0:
                         check("cuMemPoolDestroy", p)
                         with pending_lock: pending.remove(p)
                 if reaper_stop.is_set() and not items: return
                 time.sleep(0.0001)
+        reaped = reaped or marked
         if reaped:
             reaper_thread = threading.Thread(target=reaper); reaper_thread.start()
         # The scenario's protocol: thread A makes a new pool current and drops its reference to
@@ -161,6 +188,7 @@ def variant(name):
                 if last: del refs[p.value]
             if last:
                 if synced: check("cuCtxSynchronize")
+                if (evsynced or evpolled or streamsynced) and not marked: wait_marks(p)
                 if usedwait:
                     while used(p) != 0: pass
                 if reaped:
@@ -179,6 +207,11 @@ def variant(name):
                 check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(256), p, s)
                 check("cuMemsetD8Async", ptr, ctypes.c_ubyte(1), ctypes.c_size_t(256), s)
                 check("cuMemFreeAsync", ptr, s)
+                if evsynced or evpolled or marked or streamsynced:
+                    e = P(); check("cuEventCreate", ctypes.byref(e), 2); check("cuEventRecord", e, s)
+                    with lock:
+                        marks.setdefault(p.value, []).append(e)
+                        freed_on.setdefault(p.value, set()).add(s.value)
                 release(p); i += 1
                 if i % 128 == 0: check("cuStreamSynchronize", s)
             check("cuStreamSynchronize", s)
@@ -216,10 +249,14 @@ def variant(name):
             print(f"after the free ran: used {used(p)}")
         check("cuMemPoolDestroy", p)
     print("done")
-if len(sys.argv) > 1:
+if len(sys.argv) > 1 and sys.argv[1] != "--list":
     variant(sys.argv[1]); sys.exit(0)
-for name in ["used-counts-queued-free", "shared-current-pool-usedwait", "shared-current-pool-reaped",
-             "shared-pool-never-current-reaped", "current-pool-one-user-reaped", "shared-current-pool"]:
+names = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--list" else [
+    "shared-current-pool-marked", "shared-current-pool-evpolled", "shared-current-pool-evsynced",
+    "shared-current-pool-streamsynced", "shared-current-pool-marked-streamsynced",
+    "shared-pool-never-current-marked", "shared-pool-never-current-streamsynced",
+    "shared-current-pool"]
+for name in names:
     for attempt in range(3):
         t = time.time()
         try:
