@@ -140,8 +140,12 @@ def on_another_thread(body, relaxed):
     return run
 
 
+def context_sync(other, p, ptr, event):
+    return cuda.cuCtxSynchronize()
+
+
 for mode in ["global", "thread_local"]:
-    for name, body in [("stream_sync", stream_sync), ("event_sync", event_sync),
+    for name, body in [("context_sync", context_sync), ("stream_sync", stream_sync), ("event_sync", event_sync),
                        ("stream_query", stream_query), ("event_query", event_query)]:
         case(name, mode, False, body)
         for relaxed in [False, True]:

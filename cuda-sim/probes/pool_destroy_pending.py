@@ -138,6 +138,11 @@ def variant(name):
         # pool goes to a reaper thread that destroys it once all its events completed (polling,
         # as the library's disposal thread does); -marked-streamsynced: the reaper synchronises
         # the pool's streams as well before destroying it.
+        # -marked-ctxsynced / -marked-evsynced: the reaper, once a pool's events completed,
+        # synchronises the context (or each of those events) before destroying it.
+        ctxsynced = name.endswith("-ctxsynced"); name = name.removesuffix("-ctxsynced")
+        evsynced_after = name.endswith("-marked-evsynced")
+        if evsynced_after: name = name.removesuffix("-evsynced")
         streamsynced = name.endswith("-streamsynced"); name = name.removesuffix("-streamsynced")
         marked = name.endswith("-marked"); name = name.removesuffix("-marked")
         evsynced = name.endswith("-evsynced"); name = name.removesuffix("-evsynced")
@@ -161,6 +166,9 @@ def variant(name):
                     if marked:
                         with lock: events = list(marks.get(p.value, []))
                         if any(cu.cuEventQuery(e) != 0 for e in events): continue
+                        if evsynced_after:
+                            for e in events: check("cuEventSynchronize", e)
+                        if ctxsynced: check("cuCtxSynchronize")
                         wait_marks(p)
                         check("cuMemPoolDestroy", p)
                         with pending_lock: pending.remove(p)
@@ -254,6 +262,7 @@ if len(sys.argv) > 1 and sys.argv[1] != "--list":
 names = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--list" else [
     "shared-current-pool-marked", "shared-current-pool-evpolled", "shared-current-pool-evsynced",
     "shared-current-pool-streamsynced", "shared-current-pool-marked-streamsynced",
+    "shared-current-pool-marked-ctxsynced", "shared-current-pool-marked-evsynced",
     "shared-pool-never-current-marked", "shared-pool-never-current-streamsynced",
     "shared-current-pool"]
 for name in names:
