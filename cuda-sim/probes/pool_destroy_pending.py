@@ -141,6 +141,11 @@ def variant(name):
         # -marked-ctxsynced / -marked-evsynced: the reaper, once a pool's events completed,
         # synchronises the context (or each of those events) before destroying it.
         ctxsynced = name.endswith("-ctxsynced"); name = name.removesuffix("-ctxsynced")
+        # -marked-trimmed: the reaper trims the pool to 0 bytes (cuMemPoolTrimTo) instead,
+        # which may make the driver take in the frees that ran; -marked-queried: it asks the
+        # pool's used bytes instead (as the -reaped variant does, which ran clean).
+        trimmed = name.endswith("-trimmed"); name = name.removesuffix("-trimmed")
+        queried = name.endswith("-queried"); name = name.removesuffix("-queried")
         evsynced_after = name.endswith("-marked-evsynced")
         if evsynced_after: name = name.removesuffix("-evsynced")
         streamsynced = name.endswith("-streamsynced"); name = name.removesuffix("-streamsynced")
@@ -169,6 +174,8 @@ def variant(name):
                         if evsynced_after:
                             for e in events: check("cuEventSynchronize", e)
                         if ctxsynced: check("cuCtxSynchronize")
+                        if trimmed: check("cuMemPoolTrimTo", p, ctypes.c_size_t(0))
+                        if queried: used(p)
                         wait_marks(p)
                         check("cuMemPoolDestroy", p)
                         with pending_lock: pending.remove(p)
@@ -263,6 +270,7 @@ names = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--list" else [
     "shared-current-pool-marked", "shared-current-pool-evpolled", "shared-current-pool-evsynced",
     "shared-current-pool-streamsynced", "shared-current-pool-marked-streamsynced",
     "shared-current-pool-marked-ctxsynced", "shared-current-pool-marked-evsynced",
+    "shared-current-pool-marked-trimmed", "shared-current-pool-marked-queried",
     "shared-pool-never-current-marked", "shared-pool-never-current-streamsynced",
     "shared-current-pool"]
 for name in names:

@@ -10,6 +10,8 @@
 //! The counters live here, read by streams, free orders and graphs; the cudarc adapter only
 //! counts its loans in and out ([`lent`], [`returned`]).
 
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cudarc::driver::sys::{self, CUstream};
@@ -107,5 +109,72 @@ pub(crate) unsafe fn is_capturing(stream: CUstream) -> Result<bool> {
             Ok(true)
         }
         Err(error) => Err(error),
+    }
+}
+
+/// This thread's stream-capture mode, relaxed for as long as the guard lives: calls the crate
+/// makes behind a user's back (a release that waits, a free's bookkeeping, the disposal
+/// thread's markers) must neither be refused nor invalidate a capture because this thread is
+/// inside a capture's closure, or another thread captures in global mode. cuda.core's VMM
+/// release relaxes the mode for the same reason. The previous mode is put back by
+/// [`restore`](Self::restore), which returns the driver's error, or by the drop (a panic
+/// included), which reports one to the report hook.
+pub(crate) struct RelaxedCaptureMode {
+    previous: sys::CUstreamCaptureMode,
+    /// The mode is this thread's: the guard stays on it.
+    _thread: PhantomData<*const ()>,
+}
+
+impl RelaxedCaptureMode {
+    /// Relaxes this thread's mode; on an error the mode is unchanged.
+    pub(crate) fn enter() -> Result<Self> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid in/out pointer; the call swaps this thread's mode.
+        unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
+        Ok(RelaxedCaptureMode { previous: mode, _thread: PhantomData })
+    }
+
+    /// Puts this thread's previous mode back.
+    pub(crate) fn restore(self) -> Result<()> {
+        let guard = ManuallyDrop::new(self);
+        guard.exchange_back()
+    }
+
+    fn exchange_back(&self) -> Result<()> {
+        let mut mode = self.previous;
+        // SAFETY: as in `enter`; puts the mode `enter` took out back.
+        unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) }
+    }
+}
+
+impl Drop for RelaxedCaptureMode {
+    fn drop(&mut self) {
+        if let Err(error) = self.exchange_back() {
+            handles_core::report_release_failure("stream capture mode", 0, error);
+        }
+    }
+}
+
+/// Runs `call` with this thread's capture mode relaxed ([`RelaxedCaptureMode`]), then restores
+/// it; a failed restore is `call`'s error.
+pub(crate) fn in_relaxed_capture_mode<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
+    let relaxed = RelaxedCaptureMode::enter()?;
+    let called = call();
+    let restored = relaxed.restore();
+    called.and_then(|value| restored.map(|()| value))
+}
+
+/// A [`RelaxedCaptureMode`] entered only when first needed (a free's note that prunes, say,
+/// which is rare), and left when this is dropped.
+#[derive(Default)]
+pub(crate) struct RelaxedWhenNeeded(Option<Option<RelaxedCaptureMode>>);
+
+impl RelaxedWhenNeeded {
+    /// Relaxes the mode on the first call; whether it is relaxed (`false` when the driver
+    /// refused, and for every later call then).
+    pub(crate) fn relax(&mut self) -> bool {
+        self.0
+            .get_or_insert_with(|| RelaxedCaptureMode::enter().ok())
+            .is_some()
     }
 }

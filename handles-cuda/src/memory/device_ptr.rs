@@ -214,20 +214,18 @@ pub(crate) enum Origin {
 fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
     let status = match &allocation.release {
         Release::Nothing => Ok(()),
-        // Memory whose free is not queued stays allocated in its pool for good: an owned pool
-        // is kept too (never destroyed, so never waited for), a leak reported with this one.
-        Release::StreamOrdered { order, .. } => match (order.free(raw), &allocation.pool) {
-            (Ok(()), Some(pool)) if pool.is_owning() => {
-                // An owned pool's destruction waits for this free.
-                pool.record().frees_on.note_free(order);
-                Ok(())
-            }
-            (Err(error), Some(pool)) if pool.is_owning() => {
-                pool.record().frees_on.forget();
-                std::mem::forget(pool.clone());
-                Err(error)
-            }
-            (freed, _) => freed,
+        // An owned pool's destruction waits for this free, which its note makes possible.
+        // Memory whose free is not queued, or cannot be waited for, stays allocated in its
+        // pool for good: the pool is kept too (never destroyed), a leak reported with this one.
+        Release::StreamOrdered { order, .. } => match &allocation.pool {
+            Some(pool) if pool.is_owning() => order
+                .free(raw)
+                .and_then(|()| pool.record().frees_on.note_free(order))
+                .inspect_err(|_| {
+                    pool.record().frees_on.forget();
+                    std::mem::forget(pool.clone());
+                }),
+            _ => order.free(raw),
         },
         Release::Foreign(foreign) => foreign.release(),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),

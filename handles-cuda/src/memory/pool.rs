@@ -16,7 +16,8 @@ use crate::exec::disposal::{Deferred, defer};
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::remote;
-use crate::order::contexts_used::{ContextsUsed, in_relaxed_capture_mode};
+use crate::driver::capture::{RelaxedCaptureMode, RelaxedWhenNeeded, in_relaxed_capture_mode};
+use crate::order::contexts_used::ContextsUsed;
 use crate::order::contexts_used_protocol::NotedSet;
 use crate::order::stream_order::StreamOrder;
 use crate::sync::lock;
@@ -90,10 +91,13 @@ impl FreeStreams {
         // Set before the drain, which takes the set's lock: a note that locks after it sees
         // the flag, and one that locked before it is drained.
         self.forgotten.store(true, Ordering::Relaxed);
-        drop(self.streams.drain());
+        let streams = self.streams.drain();
         let markers = std::mem::take(&mut *lock(&self.markers));
-        drop(markers);
+        // Dropped in relaxed capture mode, as a free's note drops what it prunes.
+        let relaxed = RelaxedCaptureMode::enter();
+        drop((streams, markers));
         self.tokens.clear();
+        drop(relaxed);
     }
 
     /// Notes that a free of the pool's memory was just queued on `order`'s home: one relaxed
@@ -103,12 +107,19 @@ impl FreeStreams {
     /// every stream it was freed on). Any other stream (a token, a borrowed stream, one that
     /// may be captured elsewhere) is marked now, after the free, by the thread that queued it:
     /// later, its owner could have destroyed it, or begun a capture the marker would join.
+    /// An error means the free could not be waited for: the pool must then never be destroyed.
+    ///
+    /// The driver calls this makes (streams asked and let go of, markers recorded) run in
+    /// relaxed capture mode: the freeing thread may be inside a capture's closure, and an H100
+    /// (driver 580) saw a global-mode capture invalidated when a note pruned there
+    /// (`review_pool_markers.rs::pruning_inside_a_capture_closure_breaks_nothing`).
     #[inline]
-    pub(crate) fn note_free(&self, order: &StreamOrder) {
+    pub(crate) fn note_free(&self, order: &StreamOrder) -> Result<()> {
         let raw = order.home_raw();
         if raw == 0 {
             return self.mark_now(order.home());
         }
+        let mut relaxed = RelaxedWhenNeeded::default();
         let noted = self.streams.note_pruning(
             raw,
             // Made under the set's lock, only for a stream not noted yet.
@@ -123,48 +134,52 @@ impl FreeStreams {
                 }
             },
             PRUNE_FROM,
-            ran_everything,
+            // A stream is let go of only if the mode could be relaxed to ask it.
+            |stream| relaxed.relax() && ran_everything(stream),
         );
         match noted {
-            Ok(pruned) => drop_relaxed(pruned),
-            Err(Some(home)) => self.mark_now(home),
+            // Dropped while the mode is still relaxed (`relaxed` goes after).
+            Ok(pruned) => drop(pruned),
+            Err(Some(home)) => return self.mark_now(home),
             Err(None) => {}
         }
+        Ok(())
     }
 
     /// A free just queued on `home`, a stream the pool does not keep: a marker recorded after
     /// it, kept with the others (those already completed are let go of once the pool keeps
     /// 16, 32, 64 … of them). Without one, a token's context is noted, and its legacy stream
-    /// marked when the pool goes; another stream is kept.
+    /// marked when the pool goes; a stream this crate owns is kept; on a borrowed stream,
+    /// which its owner may destroy, the host waits for the free now.
     #[cold]
-    fn mark_now(&self, home: StreamHandle) {
+    fn mark_now(&self, home: StreamHandle) -> Result<()> {
+        // Left at the end, after the pruned markers' drops.
+        let _relaxed = RelaxedCaptureMode::enter();
         let marker = match EventHandle::marker_on(&home) {
             Ok(marker) => marker,
-            Err(_) if self.forgotten.load(Ordering::Relaxed) => return,
-            Err(_) if home.is_default_token() => return drop(self.tokens.note_stream(&home)),
-            Err(_) => {
+            Err(_) if self.forgotten.load(Ordering::Relaxed) => return Ok(()),
+            Err(_) if home.is_default_token() => return self.tokens.note_stream(&home),
+            Err(_) if home.is_owning() => {
                 let raw = home.as_cu() as usize;
                 let Ok(()) = self
                     .streams
                     .note(raw, || Ok::<_, std::convert::Infallible>(home));
-                return;
+                return Ok(());
             }
+            Err(_) => return home.synchronize(),
         };
         let pruned = {
             let mut markers = lock(&self.markers);
             // Read under the lock that `forget` takes after setting it.
             if self.forgotten.load(Ordering::Relaxed) {
-                return;
+                return Ok(());
             }
             let len = markers.len() + 1;
             let mut pruned = Vec::new();
             if len >= PRUNE_FROM && len.is_power_of_two() {
-                let (running, ran) =
-                    std::mem::take(&mut *markers)
-                        .into_iter()
-                        .partition(|marker: &EventHandle| {
-                            !matches!(in_relaxed_capture_mode(|| marker.query()), Ok(true))
-                        });
+                let (running, ran) = std::mem::take(&mut *markers)
+                    .into_iter()
+                    .partition(|marker: &EventHandle| !matches!(marker.query(), Ok(true)));
                 *markers = running;
                 pruned = ran;
             }
@@ -172,26 +187,9 @@ impl FreeStreams {
             pruned
         };
         // Dropped after the lock.
-        drop_relaxed(pruned);
-    }
-}
-
-/// Drops what a free's note let go of (streams, markers), whose drops call the driver, in
-/// relaxed capture mode: the freeing thread may be inside a capture's closure, and an H100
-/// (driver 580) saw a global-mode capture invalidated when pruning ran there
-/// (`review_pool_markers.rs::pruning_inside_a_capture_closure_breaks_nothing`). If the mode
-/// cannot be changed, they are dropped all the same.
-fn drop_relaxed<T>(values: Vec<T>) {
-    if values.is_empty() {
-        return;
-    }
-    let mut values = Some(values);
-    // The error is the mode exchange's, and nothing is lost by it: dropped just below.
-    let _exchanged = in_relaxed_capture_mode(|| {
-        drop(values.take());
+        drop(pruned);
         Ok(())
-    });
-    drop(values);
+    }
 }
 
 /// The number of noted streams (or token markers) from which a new one first lets go of those
@@ -202,12 +200,7 @@ const PRUNE_FROM: usize = 16;
 /// not asked (`cuStreamQuery` would invalidate the capture) and counts as busy, as does one
 /// the driver cannot answer for.
 fn ran_everything(stream: &StreamHandle) -> bool {
-    // In relaxed capture mode: the freeing thread may be inside a capture's closure (see
-    // `drop_relaxed`).
-    let ran = in_relaxed_capture_mode(|| {
-        Ok(matches!(stream.is_capturing(), Ok(false)) && matches!(stream.query(), Ok(true)))
-    });
-    matches!(ran, Ok(true))
+    matches!(stream.is_capturing(), Ok(false)) && matches!(stream.query(), Ok(true))
 }
 
 impl MemoryPool {

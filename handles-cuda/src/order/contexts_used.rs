@@ -11,9 +11,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cudarc::driver::sys::{self, CUcontext};
+use cudarc::driver::sys::CUcontext;
 
 use crate::driver::call::driver;
+use crate::driver::capture::in_relaxed_capture_mode;
 use crate::driver::current::in_context;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
@@ -109,17 +110,4 @@ fn synchronize_context(context: &ContextHandle) -> Result<()> {
         // SAFETY: the context is alive (the handle holds it) and current for the call.
         in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
     })
-}
-
-/// Runs `call` with this thread's stream-capture mode relaxed, then restores it: a release
-/// that synchronises must not be refused (nor invalidate the capture) because another thread
-/// is capturing in global mode, as cuda.core's VMM release does too.
-pub(crate) fn in_relaxed_capture_mode<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: `mode` is a valid in/out pointer; the call swaps this thread's mode.
-    unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
-    let called = call();
-    // SAFETY: as above; puts the thread's previous mode back.
-    let restored = unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) };
-    called.and_then(|value| restored.map(|()| value))
 }
