@@ -145,6 +145,14 @@ def variant(name):
         # which may make the driver take in the frees that ran; -marked-queried: it asks the
         # pool's used bytes instead (as the -reaped variant does, which ran clean).
         trimmed = name.endswith("-trimmed"); name = name.removesuffix("-trimmed")
+        # -latemarked: as the library does, the reaper records one event on each stream that
+        # freed into the pool when the pool is handed to it (not after each free), polls them,
+        # then destroys the pool; -getpool: each worker also asks the device's current pool
+        # (cuDeviceGetMemPool) under the lock before taking a reference, as the library's
+        # `alloc_async` does.
+        getpool = name.endswith("-getpool"); name = name.removesuffix("-getpool")
+        latemarked = name.endswith("-latemarked"); name = name.removesuffix("-latemarked")
+        late = {}
         queried = name.endswith("-queried"); name = name.removesuffix("-queried")
         evsynced_after = name.endswith("-marked-evsynced")
         if evsynced_after: name = name.removesuffix("-evsynced")
@@ -168,7 +176,19 @@ def variant(name):
             while True:
                 with pending_lock: items = list(pending)
                 for p in items:
-                    if marked:
+                    if latemarked:
+                        if p.value not in late:
+                            with lock: streams = freed_on.pop(p.value, set())
+                            evs = []
+                            for st in streams:
+                                e = P(); check("cuEventCreate", ctypes.byref(e), 2)
+                                check("cuEventRecord", e, P(st)); evs.append(e)
+                            late[p.value] = evs
+                        if any(cu.cuEventQuery(e) != 0 for e in late[p.value]): continue
+                        for e in late.pop(p.value): check("cuEventDestroy_v2", e)
+                        check("cuMemPoolDestroy", p)
+                        with pending_lock: pending.remove(p)
+                    elif marked:
                         with lock: events = list(marks.get(p.value, []))
                         if any(cu.cuEventQuery(e) != 0 for e in events): continue
                         if evsynced_after:
@@ -184,7 +204,7 @@ def variant(name):
                         with pending_lock: pending.remove(p)
                 if reaper_stop.is_set() and not items: return
                 time.sleep(0.0001)
-        reaped = reaped or marked
+        reaped = reaped or marked or latemarked
         if reaped:
             reaper_thread = threading.Thread(target=reaper); reaper_thread.start()
         # The scenario's protocol: thread A makes a new pool current and drops its reference to
@@ -196,6 +216,8 @@ def variant(name):
         current = [None]
         def take():
             with lock:
+                if getpool:
+                    q = P(); check("cuDeviceGetMemPool", ctypes.byref(q), 0)
                 p = current[0]; refs[p.value] += 1; return p
         def release(p):
             with lock:
@@ -222,6 +244,8 @@ def variant(name):
                 check("cuMemAllocFromPoolAsync", ctypes.byref(ptr), ctypes.c_size_t(256), p, s)
                 check("cuMemsetD8Async", ptr, ctypes.c_ubyte(1), ctypes.c_size_t(256), s)
                 check("cuMemFreeAsync", ptr, s)
+                if latemarked:
+                    with lock: freed_on.setdefault(p.value, set()).add(s.value)
                 if evsynced or evpolled or marked or streamsynced:
                     e = P(); check("cuEventCreate", ctypes.byref(e), 2); check("cuEventRecord", e, s)
                     with lock:
@@ -267,6 +291,8 @@ def variant(name):
 if len(sys.argv) > 1 and sys.argv[1] != "--list":
     variant(sys.argv[1]); sys.exit(0)
 names = sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "--list" else [
+    "shared-current-pool-latemarked", "shared-current-pool-latemarked-getpool",
+    "shared-current-pool-marked-getpool", "shared-current-pool-getpool-synced",
     "shared-current-pool-marked", "shared-current-pool-evpolled", "shared-current-pool-evsynced",
     "shared-current-pool-streamsynced", "shared-current-pool-marked-streamsynced",
     "shared-current-pool-marked-ctxsynced", "shared-current-pool-marked-evsynced",

@@ -131,7 +131,10 @@ impl RelaxedCaptureMode {
         let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: `mode` is a valid in/out pointer; the call swaps this thread's mode.
         unsafe { driver!(cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
-        Ok(RelaxedCaptureMode { previous: mode, _thread: PhantomData })
+        Ok(RelaxedCaptureMode {
+            previous: mode,
+            _thread: PhantomData,
+        })
     }
 
     /// Puts this thread's previous mode back.

@@ -224,6 +224,18 @@ impl EventHandle {
     /// context, or for a default-stream token bound to none, the context current now.
     pub fn record(&self, stream: &StreamHandle) -> Result<()> {
         stream.refuse_if_captured()?;
+        self.record_unrefused(stream)
+    }
+
+    /// [`Self::record`] for the crate's own markers, which go ahead inside a capture's
+    /// closure (on a stream that is not captured): a free queued there is marked as anywhere.
+    fn record_marker(&self, stream: &StreamHandle) -> Result<()> {
+        stream.refuse_foreign_capture()?;
+        self.record_unrefused(stream)
+    }
+
+    /// Records the event on `stream`, which the caller has found may be recorded on.
+    fn record_unrefused(&self, stream: &StreamHandle) -> Result<()> {
         let event = self.as_cu();
         let own = self.context().as_ref().map(ContextHandle::as_cu);
         let record = (**self).record();
@@ -273,7 +285,7 @@ impl EventHandle {
     pub(crate) fn marker_on(stream: &StreamHandle) -> Result<EventHandle> {
         let context = stream.owning_context()?;
         let marker = EventHandle::create_binding(&context, EventFlags::default(), false)?;
-        marker.record(stream)?;
+        marker.record_marker(stream)?;
         Ok(marker)
     }
 

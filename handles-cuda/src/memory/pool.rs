@@ -8,6 +8,7 @@ use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
 use handles_core::ResourceHandle;
 
 use crate::driver::call::{deleter_status, driver, out};
+use crate::driver::capture::{RelaxedCaptureMode, RelaxedWhenNeeded, in_relaxed_capture_mode};
 use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
@@ -16,7 +17,6 @@ use crate::exec::disposal::{Deferred, defer};
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::remote;
-use crate::driver::capture::{RelaxedCaptureMode, RelaxedWhenNeeded, in_relaxed_capture_mode};
 use crate::order::contexts_used::ContextsUsed;
 use crate::order::contexts_used_protocol::NotedSet;
 use crate::order::stream_order::StreamOrder;
@@ -150,7 +150,9 @@ impl FreeStreams {
     /// it, kept with the others (those already completed are let go of once the pool keeps
     /// 16, 32, 64 … of them). Without one, a token's context is noted, and its legacy stream
     /// marked when the pool goes; a stream this crate owns is kept; on a borrowed stream,
-    /// which its owner may destroy, the host waits for the free now.
+    /// which its owner may destroy, the host waits for the free now, unless the record was
+    /// refused because its owner began capturing it (a wait would invalidate that capture):
+    /// then the error keeps the pool forever.
     #[cold]
     fn mark_now(&self, home: StreamHandle) -> Result<()> {
         // Left at the end, after the pruned markers' drops.
@@ -166,6 +168,7 @@ impl FreeStreams {
                     .note(raw, || Ok::<_, std::convert::Infallible>(home));
                 return Ok(());
             }
+            Err(error) if error.is_capture_refusal() => return Err(error),
             Err(_) => return home.synchronize(),
         };
         let pruned = {

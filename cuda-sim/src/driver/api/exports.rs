@@ -353,6 +353,11 @@ export_fns! {
     fn cuStreamSynchronize(stream: Raw) {
         crate::wait_for(|sim| {
             let target = sim.stream(stream, "cuStreamSynchronize")?;
+            // Waits and queries are "potentially unsafe" calls: a capture that forbids them
+            // (this thread's, or another thread's in global mode while this thread is not
+            // relaxed) refuses them and is invalidated (measured on an H100, driver 580:
+            // probes/capture_side_calls.py).
+            sim.forbid_unsafe_call()?;
             if sim.is_busy(target.timeline) {
                 return Ok(None);
             }
@@ -363,6 +368,7 @@ export_fns! {
     fn cuStreamQuery(stream: Raw) {
         with_sim(|sim| {
             let target = sim.stream(stream, "cuStreamQuery")?;
+            sim.forbid_unsafe_call()?;
             sim.not_ready(Some(target.timeline), None)?;
             sim.synchronize_stream(stream, "cuStreamQuery")
         })
@@ -439,6 +445,7 @@ export_fns! {
 
     fn cuEventQuery(event: Raw) {
         with_sim(|sim| {
+            sim.forbid_unsafe_call()?;
             sim.not_ready(None, Some(event))?;
             sim.synchronize_event(event)
         })
@@ -446,6 +453,7 @@ export_fns! {
 
     fn cuEventSynchronize(event: Raw) {
         crate::wait_for(|sim| {
+            sim.forbid_unsafe_call()?;
             if sim.record_pending(event) {
                 return Ok(None);
             }
@@ -560,6 +568,9 @@ export_fns! {
             // As for allocations: no memory-free nodes.
             let target = sim.stream(stream, "cuMemFreeAsync")?;
             sim.forbid_capture(target)?;
+            // Outside the capture, a "potentially unsafe" call, as an allocation is (measured
+            // on an H100, driver 580: probes/capture_side_calls.py, `free_async`).
+            sim.forbid_unsafe_call()?;
             sim.free_async(ptr, stream)
         })
     }
@@ -606,6 +617,9 @@ export_fns! {
             let arena = &pool.arena;
             match attribute {
                 1..=3 => put(value.cast::<c_int>(), pool.reuse[attribute as usize - 1]),
+                // Nor does it answer its release threshold, even in the exporting process
+                // (driver 580 on an H100: probes/capture_side_calls.py).
+                POOL_ATTR_RELEASE_THRESHOLD if pool.imported => Err(INVALID_VALUE),
                 POOL_ATTR_RELEASE_THRESHOLD => put(value.cast::<u64>(), pool.release_threshold),
                 POOL_ATTR_RESERVED_MEM_CURRENT => put(value.cast::<u64>(), arena.reserved),
                 POOL_ATTR_RESERVED_MEM_HIGH => put(value.cast::<u64>(), arena.reserved_high),
