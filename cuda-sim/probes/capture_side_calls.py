@@ -4,7 +4,9 @@ capture: one line per case, `MODE[/relaxed thread] case: call's code, the captur
 (0 and 0: allowed and the capture ends well). The pool-destruction markers make such calls
 (a free's stream noted, idle streams queried and destroyed, events queried) inside a capture's
 closure. Also the release threshold of a pool imported in the exporting process.
-Only ctypes: no CUDA Python package is needed."""
+Only ctypes: no CUDA Python package is needed. `capture_side_calls.h100.txt` is its output on
+an H100 80GB HBM3 with driver 580.159.04; `cuda-sim/tests/fidelity.rs` checks that the
+simulator prints the same."""
 import ctypes
 import sys
 import threading

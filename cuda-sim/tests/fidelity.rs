@@ -21,6 +21,8 @@ const RERECORD_PROBE: &str = include_str!("../probes/event_rerecord.py");
 const RERECORD_H200: &str = include_str!("../probes/event_rerecord.h200.txt");
 const GRAPH_CONTEXT_PROBE: &str = include_str!("../probes/graph_launch_context.py");
 const GRAPH_CONTEXT_H100: &str = include_str!("../probes/graph_launch_context.h100.txt");
+const SIDE_CALLS_PROBE: &str = include_str!("../probes/capture_side_calls.py");
+const SIDE_CALLS_H100: &str = include_str!("../probes/capture_side_calls.h100.txt");
 
 /// Runs `probe` under the simulator (written with its helpers to a directory of its own) and
 /// checks that it prints what it printed on `card` with driver 580, line by line, with no
@@ -87,6 +89,16 @@ fn a_graph_launch_needs_no_current_context() {
         GRAPH_CONTEXT_H100,
         "H100",
     );
+}
+
+/// `probes/capture_side_calls.py`: which calls on a stream outside a capture (queries, waits,
+/// stream-ordered allocations and frees, context synchronisation) a global- or thread-local-
+/// mode capture refuses and is invalidated by, made by the capturing thread or another,
+/// relaxed or not, as on an H100 with driver 580 (`probes/capture_side_calls.h100.txt`), and
+/// an imported pool's release threshold in the exporting process.
+#[test]
+fn calls_beside_a_capture_are_refused_as_on_the_gpu() {
+    probe_matches_the_gpu("side_calls", SIDE_CALLS_PROBE, SIDE_CALLS_H100, "H100");
 }
 
 /// Opened by the scenario below once it has looked.

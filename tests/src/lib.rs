@@ -677,3 +677,38 @@ pub mod conditional_kernels {
         }
     }
 }
+
+/// With `HANDLES_TESTS_CRASH_TRACE` set, a crash of this process (SIGSEGV, SIGFPE, SIGBUS,
+/// SIGABRT) first writes the crashing thread's raw stack to stderr (glibc's
+/// `backtrace_symbols_fd`: `object(+offset)` per frame, resolvable with `addr2line` against the
+/// same binary), then dies of the signal as it would have: for a GPU machine without a
+/// debugger, to tell a crash inside libcuda from one in this program. Off by default.
+pub fn trace_crashes_if_asked() {
+    if std::env::var_os("HANDLES_TESTS_CRASH_TRACE").is_none() {
+        return;
+    }
+    extern "C" fn on_crash(signal: libc::c_int) {
+        let mut frames = [std::ptr::null_mut::<libc::c_void>(); 64];
+        let header = b"\n== crash: the crashing thread's frames\n";
+        // SAFETY: `write`, `backtrace` and `backtrace_symbols_fd` are given valid buffers and
+        // their lengths; none allocates (the heap may be what is broken). The handler was
+        // installed with SA_RESETHAND, so raising the signal again ends the process with it.
+        unsafe {
+            libc::write(2, header.as_ptr().cast(), header.len());
+            let count = libc::backtrace(frames.as_mut_ptr(), frames.len() as libc::c_int);
+            libc::backtrace_symbols_fd(frames.as_ptr(), count, 2);
+            libc::raise(signal);
+        }
+    }
+    for signal in [libc::SIGSEGV, libc::SIGFPE, libc::SIGBUS, libc::SIGABRT] {
+        // SAFETY: a zeroed `sigaction` is valid (empty mask, no flags); the handler is an
+        // `extern "C" fn(c_int)` that never returns into the crashing code's frame unsafely
+        // (it re-raises the signal with the default action back in place).
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_crash as extern "C" fn(libc::c_int) as usize;
+            action.sa_flags = libc::SA_RESETHAND | libc::SA_NODEFER;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}

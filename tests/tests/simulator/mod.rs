@@ -428,4 +428,5 @@ pub fn in_scenario() {
         std::env::var_os(SCENARIO).is_some(),
         "scenarios run only as children on the simulator, started by their parent test"
     );
+    handles_tests::trace_crashes_if_asked();
 }
