@@ -445,6 +445,8 @@ export_fns! {
 
     fn cuEventQuery(event: Raw) {
         with_sim(|sim| {
+            // An event recorded in the capture answers CUDA_ERROR_CAPTURED_EVENT first.
+            sim.forbid_captured_event(event, true)?;
             sim.forbid_unsafe_call()?;
             sim.not_ready(None, Some(event))?;
             sim.synchronize_event(event)
@@ -453,6 +455,7 @@ export_fns! {
 
     fn cuEventSynchronize(event: Raw) {
         crate::wait_for(|sim| {
+            sim.forbid_captured_event(event, true)?;
             sim.forbid_unsafe_call()?;
             if sim.record_pending(event) {
                 return Ok(None);
