@@ -368,7 +368,10 @@ fn a_stream_pruned_while_idle_is_noted_again_when_freed_on() {
 }
 
 /// Many threads free on many streams (some held), concurrently with pruning; pools dropped by
-/// other threads meanwhile. No held free may be lost.
+/// other threads meanwhile. No held free may be lost. Eight streams are held in all: with 24
+/// held, this test hung on an H100 (driver 580) until killed, its threads waiting in futexes,
+/// as driver 580 blocks `cuStreamCreate` once about 30 streams have a host function waiting
+/// (RELIABILITY.md, the completion rows).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn racing_frees_and_pruning_lose_no_held_free() {
@@ -391,7 +394,7 @@ fn racing_frees_and_pruning_lose_no_held_free() {
                     } else {
                         stream(&context)
                     };
-                    if (i + t) % 13 == 5 {
+                    if i % 40 == 5 + t {
                         gates.lock().unwrap().push(Gate::hold(&s));
                     }
                     let memory = DevicePtrHandle::alloc_from_pool(&shared, 256, &s).unwrap();
