@@ -21,7 +21,16 @@ to run clean 3 of 3 each, but the test suite's pool-replacement scenario crashed
 deleter that did the same). So `MemoryPoolHandle`'s deleter hands the pool to the disposal
 thread, which records a marker event after the frees on each stream they were queued on and
 destroys the pool once every marker completed (`handles-cuda/src/memory/pool.rs`,
-`destroy_pool`). Run on a GPU machine:
+`destroy_pool`).
+
+Calls 6 and 7: every way of waiting for the frees before the destroy ran clean, 3 of 3 each,
+where the same protocol without one crashed: markers after each free polled by a reaper
+(`-marked`, as the library's default-stream and borrowed-stream frees are), by the destroying
+thread (`-evpolled`) or waited for (`-evsynced`), the freeing streams synchronised
+(`-streamsynced`), and the library's own order (`-latemarked`: the reaper marks each freeing
+stream when the pool is handed to it; with `-getpool`, the device's current pool asked before
+each reference, as `alloc_async` does). So the markers suffice for the driver. Run on a GPU
+machine:
 
     python3 cuda-sim/probes/pool_destroy_pending.py              # the default list
     python3 cuda-sim/probes/pool_destroy_pending.py VARIANT      # one variant, in-process

@@ -159,12 +159,19 @@ impl Drop for RelaxedCaptureMode {
 }
 
 /// Runs `call` with this thread's capture mode relaxed ([`RelaxedCaptureMode`]), then restores
-/// it; a failed restore is `call`'s error.
+/// it. A failed restore is the error returned when `call` succeeded; when `call` failed too,
+/// its error is returned and the restore's goes to the report hook.
 pub(crate) fn in_relaxed_capture_mode<T>(call: impl FnOnce() -> Result<T>) -> Result<T> {
     let relaxed = RelaxedCaptureMode::enter()?;
     let called = call();
-    let restored = relaxed.restore();
-    called.and_then(|value| restored.map(|()| value))
+    match (called, relaxed.restore()) {
+        (Ok(value), restored) => restored.map(|()| value),
+        (Err(error), Ok(())) => Err(error),
+        (Err(error), Err(restore)) => {
+            handles_core::report_release_failure("stream capture mode", 0, restore);
+            Err(error)
+        }
+    }
 }
 
 /// A [`RelaxedCaptureMode`] entered only when first needed (a free's note that prunes, say,
