@@ -691,7 +691,8 @@ pub fn trace_crashes_if_asked() {
         let mut frames = [std::ptr::null_mut::<libc::c_void>(); 64];
         let header = b"\n== crash: the crashing thread's frames\n";
         // SAFETY: `write`, `backtrace` and `backtrace_symbols_fd` are given valid buffers and
-        // their lengths; none allocates (the heap may be what is broken). The handler was
+        // their lengths; none allocates (the heap may be what is broken: `backtrace` was
+        // called once when the handler was installed, so libgcc_s is loaded). The handler was
         // installed with SA_RESETHAND, so raising the signal again ends the process with it.
         unsafe {
             libc::write(2, header.as_ptr().cast(), header.len());
@@ -700,6 +701,10 @@ pub fn trace_crashes_if_asked() {
             libc::raise(signal);
         }
     }
+    // The first `backtrace` loads libgcc_s, which allocates: done now, not in the handler.
+    let mut warm = [std::ptr::null_mut::<libc::c_void>(); 4];
+    // SAFETY: a valid buffer and its length.
+    unsafe { libc::backtrace(warm.as_mut_ptr(), warm.len() as libc::c_int) };
     for signal in [libc::SIGSEGV, libc::SIGFPE, libc::SIGBUS, libc::SIGABRT] {
         // SAFETY: a zeroed `sigaction` is valid (empty mask, no flags); the handler is an
         // `extern "C" fn(c_int)` that never returns into the crashing code's frame unsafely
@@ -707,7 +712,8 @@ pub fn trace_crashes_if_asked() {
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_crash as extern "C" fn(libc::c_int) as usize;
-            action.sa_flags = libc::SA_RESETHAND | libc::SA_NODEFER;
+            // On the alternate stack std gives each thread, so a stack overflow is traced too.
+            action.sa_flags = libc::SA_RESETHAND | libc::SA_NODEFER | libc::SA_ONSTACK;
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
     }

@@ -158,6 +158,34 @@ impl Drop for RelaxedCaptureMode {
     }
 }
 
+/// Relaxed capture mode for a call on a stream outside any capture (a free, an allocation, a
+/// query, a wait) while a capture may run ([`foreign_capture_possible`]: two relaxed loads, and
+/// `None` when none can): driver 580 refuses such calls, and invalidates the capture, when the
+/// calling thread runs a global- or thread-local-mode capture's closure or another thread
+/// captures in global mode (an H100: `cuda-sim/probes/capture_side_calls.py`). `None` also
+/// when the driver refuses the exchange: the call is then made in the thread's own mode.
+#[inline]
+pub(crate) fn relaxed_while_capturing() -> Option<RelaxedCaptureMode> {
+    if !foreign_capture_possible() {
+        return None;
+    }
+    RelaxedCaptureMode::enter().ok()
+}
+
+/// Puts this thread in relaxed capture mode for good: for the crate's own threads (the
+/// disposal and waiter threads), whose queries, waits and frees must never be refused by, nor
+/// invalidate, a global-mode capture another thread runs. Best effort: without a driver, or if
+/// it refuses, the thread keeps the default mode, as before.
+pub(crate) fn relax_this_thread_for_good() {
+    // Unit tests start these threads with no driver to call.
+    if crate::driver::load::ensure_loaded().is_err() {
+        return;
+    }
+    if let Ok(relaxed) = RelaxedCaptureMode::enter() {
+        std::mem::forget(relaxed);
+    }
+}
+
 /// Runs `call` with this thread's capture mode relaxed ([`RelaxedCaptureMode`]), then restores
 /// it. A failed restore is the error returned when `call` succeeded; when `call` failed too,
 /// its error is returned and the restore's goes to the report hook.

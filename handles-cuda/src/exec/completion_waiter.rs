@@ -137,6 +137,7 @@ fn start() -> Option<std::thread::Thread> {
 /// primary context current and cached on this thread (an event made by the task it ran): the
 /// cache is cleared after each round, as no other code could clear it.
 fn run() {
+    crate::driver::capture::relax_this_thread_for_good();
     let mut idle_since = Instant::now();
     loop {
         ADDED.store(false, Ordering::Relaxed);

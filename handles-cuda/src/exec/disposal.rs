@@ -126,6 +126,10 @@ fn thread() -> Option<&'static Thread> {
 /// between jobs (blocking for the next job only while none waits). Ends when every sender is
 /// gone and nothing waits.
 fn serve(receiver: Receiver<Job>) {
+    // What it drops and releases calls the driver (frees, queries, markers): never refused by,
+    // nor invalidating, a global-mode capture of another thread. Miri has no driver.
+    #[cfg(not(miri))]
+    crate::driver::capture::relax_this_thread_for_good();
     let mut waiting: Vec<(u64, Box<dyn Deferred>)> = Vec::new();
     let mut pause = MIN_PAUSE;
     let mut open = true;

@@ -170,6 +170,8 @@ fn check(stream: &StreamHandle) -> Check {
     if stream.is_capturing() != Ok(false) {
         return Check::Unusable;
     }
+    // `acquire` may be called inside a capture's closure.
+    let _relaxed = crate::driver::capture::relaxed_while_capturing();
     match stream.query() {
         Ok(true) => Check::Fresh,
         Ok(false) => Check::Busy,

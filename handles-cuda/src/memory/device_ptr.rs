@@ -293,6 +293,8 @@ impl DevicePtrHandle {
             _ => None,
         };
         let mut raw = 0;
+        // On an outer stream inside a capture's closure (allowed), too.
+        let relaxed = crate::driver::capture::relaxed_while_capturing();
         let allocated = order.home_while_creating().queue(|raw_stream| {
             // SAFETY: the pool and the stream are alive; `raw` is a valid out-pointer.
             unsafe {
@@ -304,6 +306,7 @@ impl DevicePtrHandle {
                 ))
             }
         });
+        drop(relaxed);
         // Written out rather than through a closure: the record's parts are moved once.
         if !allocated.queued {
             allocated.status?;

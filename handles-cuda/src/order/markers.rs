@@ -171,6 +171,8 @@ impl Markers {
 
     /// Blocks until the work each marker covers has completed.
     pub(crate) fn host_waits(&self) -> Result<()> {
+        // A drop or a host view inside a capture's closure waits here too.
+        let _relaxed = crate::driver::capture::relaxed_while_capturing();
         self.events().try_for_each(EventHandle::synchronize)
     }
 }

@@ -215,12 +215,8 @@ impl StreamOrder {
     #[cold]
     #[inline(never)]
     fn free_ordered(&self, raw: CUdeviceptr) -> Result<()> {
-        // While a capture may run, in relaxed capture mode: driver 580 refuses a free (and a
-        // stream or event query) on a stream outside the capture, and invalidates the capture,
-        // when the freeing thread runs a global- or thread-local-mode capture's closure or
-        // another thread captures in global mode (an H100: `cuda-sim/probes/capture_side_calls.py`).
-        let _relaxed = crate::driver::capture::foreign_capture_possible()
-            .then(crate::driver::capture::RelaxedCaptureMode::enter);
+        // Left after the lock (declared first).
+        let _relaxed = crate::driver::capture::relaxed_while_capturing();
         let state = lock(&self.state);
         // A free queued on a stream that other code captures would become a graph node, run
         // once per launch of that graph (or never): leaked and reported instead.

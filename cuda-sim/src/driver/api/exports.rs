@@ -351,13 +351,17 @@ export_fns! {
     }
 
     fn cuStreamSynchronize(stream: Raw) {
+        // Waits and queries are "potentially unsafe" calls: a capture that forbids them (this
+        // thread's, or another thread's in global mode while this thread is not relaxed)
+        // refuses them and is invalidated (measured on an H100, driver 580:
+        // probes/capture_side_calls.py). Asked as the call begins: what a capture begun
+        // during a wait does to it was not measured.
+        with_sim(|sim| {
+            sim.stream(stream, "cuStreamSynchronize")?;
+            sim.forbid_unsafe_call()
+        })?;
         crate::wait_for(|sim| {
             let target = sim.stream(stream, "cuStreamSynchronize")?;
-            // Waits and queries are "potentially unsafe" calls: a capture that forbids them
-            // (this thread's, or another thread's in global mode while this thread is not
-            // relaxed) refuses them and is invalidated (measured on an H100, driver 580:
-            // probes/capture_side_calls.py).
-            sim.forbid_unsafe_call()?;
             if sim.is_busy(target.timeline) {
                 return Ok(None);
             }
@@ -454,9 +458,11 @@ export_fns! {
     }
 
     fn cuEventSynchronize(event: Raw) {
-        crate::wait_for(|sim| {
+        with_sim(|sim| {
             sim.forbid_captured_event(event, true)?;
-            sim.forbid_unsafe_call()?;
+            sim.forbid_unsafe_call()
+        })?;
+        crate::wait_for(|sim| {
             if sim.record_pending(event) {
                 return Ok(None);
             }

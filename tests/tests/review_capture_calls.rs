@@ -1,0 +1,115 @@
+//! Calls the crate makes on streams outside a capture while the capture's closure runs: driver
+//! 580 refuses a free, an allocation, a query or a wait there (and invalidates the capture)
+//! unless the calling thread is in relaxed capture mode (an H100:
+//! `cuda-sim/probes/capture_side_calls.py`). Each test makes one such call inside a closure of
+//! every capture mode; the capture must succeed and nothing may be reported or leaked.
+//! `on_the_simulator` runs them on the simulated driver, which refuses those calls as the H100
+//! did.
+
+mod simulator;
+
+use handles_cuda::exec::StreamRecycler;
+use handles_cuda::graph::{Capture, CaptureMode, GraphHandle};
+use handles_cuda::{ContextHandle, DevicePtrHandle, StreamFlags, StreamHandle};
+use handles_tests::{Failures, serial, stream};
+
+const MODES: [CaptureMode; 3] = [
+    CaptureMode::Global,
+    CaptureMode::ThreadLocal,
+    CaptureMode::Relaxed,
+];
+
+/// Captures two memsets of a buffer around `between`, in every mode, launches the graph, and
+/// checks that the capture succeeded and nothing was reported.
+fn around(
+    what: &str,
+    mut between: impl FnMut(&ContextHandle, &StreamHandle) -> handles_cuda::Result<()>,
+) {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let outer = stream(&context);
+    let target = DevicePtrHandle::alloc_async(1024, &outer).unwrap();
+    outer.synchronize().unwrap();
+    for mode in MODES {
+        let graph = GraphHandle::capture(&context, mode, |capture: &Capture| {
+            capture.memset(&target, 0, 7, 1024)?;
+            between(&context, &outer)?;
+            capture.memset(&target, 0, 9, 1024)
+        })
+        .unwrap_or_else(|error| panic!("{what}, {mode:?}: the capture failed: {error}"));
+        let exec = graph.instantiate().unwrap();
+        exec.launch(&outer).unwrap();
+        outer.synchronize().unwrap();
+    }
+    drop(target);
+    outer.synchronize().unwrap();
+    assert!(handles_cuda::exec::flush_disposals(
+        std::time::Duration::from_secs(10)
+    ));
+    failures.assert_none();
+}
+
+/// Memory allocated from a pool on an outer stream inside the closure, and freed there.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_allocation_on_an_outer_stream_inside_a_capture_breaks_nothing() {
+    around("an outer allocation", |_, outer| {
+        // Work queued on the outer stream is refused there (it would be left out of the
+        // graph); the allocation and the free are not.
+        drop(DevicePtrHandle::alloc_async(256, outer)?);
+        Ok(())
+    });
+}
+
+/// Pinned host memory used on an outer stream before the capture, dropped inside the closure:
+/// its release waits for that use.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_memory_dropped_inside_a_capture_breaks_nothing() {
+    let context = ContextHandle::primary(0).unwrap();
+    let work = stream(&context);
+    let mut pinned: Vec<_> = (0..3)
+        .map(|_| {
+            let host = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+            host.memset_async(3, 4096, &work).unwrap();
+            Some(host)
+        })
+        .collect();
+    let mut next = pinned.iter_mut();
+    around("pinned memory dropped", |_, _| {
+        drop(next.next().and_then(Option::take));
+        Ok(())
+    });
+    work.synchronize().unwrap();
+}
+
+/// A recycled stream acquired inside the closure (its cached stream is asked whether its work
+/// ran).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_recycled_stream_acquired_inside_a_capture_breaks_nothing() {
+    let context = ContextHandle::primary(0).unwrap();
+    let recycler = StreamRecycler::new(&context, StreamFlags { non_blocking: true }, 0).unwrap();
+    drop(recycler.acquire().unwrap());
+    around("a recycled stream", |_, _| {
+        let recycled = recycler.acquire()?;
+        drop(recycled);
+        Ok(())
+    });
+}
+
+const NOT_SIMULATED: &[(&str, &str)] = &[];
+
+#[test]
+fn on_the_simulator() {
+    simulator::SuiteRun {
+        label: "review_capture_calls",
+        filters: &[],
+        skips: &[],
+        not_simulated: NOT_SIMULATED,
+        devices: 1,
+        env: &[],
+    }
+    .run();
+}
