@@ -169,6 +169,13 @@ pub(crate) fn relaxed_while_capturing() -> Option<RelaxedCaptureMode> {
     if !foreign_capture_possible() {
         return None;
     }
+    relaxed_now()
+}
+
+/// [`relaxed_while_capturing`]'s exchange, off the common path.
+#[cold]
+#[inline(never)]
+fn relaxed_now() -> Option<RelaxedCaptureMode> {
     RelaxedCaptureMode::enter().ok()
 }
 
