@@ -12,6 +12,7 @@ gpu_tests=(
   test-gpu test-gpu_batch test-gpu_device test-gpu_graph_nodes test-gpu_graph_update
   test-gpu_host test-gpu_kernels test-gpu_launch test-gpu_managed test-gpu_nvrtc
   test-gpu_process test-gpu_vmm test-review22 test-review23 test-review23b test-review_pool_markers
+  test-review_capture_calls
   test-soak cudarc_app
 )
 # Simulator-only: their ignored tests are children that their own (not ignored) tests start on
