@@ -8,6 +8,7 @@
 
 mod simulator;
 
+use handles_cuda::code::LaunchConfig;
 use handles_cuda::exec::StreamRecycler;
 use handles_cuda::graph::{Capture, CaptureMode, GraphHandle};
 use handles_cuda::{ContextHandle, DevicePtrHandle, StreamFlags, StreamHandle};
@@ -82,6 +83,64 @@ fn pinned_memory_dropped_inside_a_capture_breaks_nothing() {
         Ok(())
     });
     work.synchronize().unwrap();
+}
+
+/// Synchronous device memory used on an outer stream before the capture, dropped inside the
+/// closure: its release synchronises the context it was used in, which would invalidate the
+/// capture, so it runs on the disposal thread once the capture has ended.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn synchronous_memory_dropped_inside_a_capture_breaks_nothing() {
+    let context = ContextHandle::primary(0).unwrap();
+    let work = stream(&context);
+    let (free_before, _) = context.mem_get_info().unwrap();
+    let mut buffers: Vec<_> = (0..3)
+        .map(|_| {
+            let buffer = DevicePtrHandle::alloc(&context, 64 << 20).unwrap();
+            buffer.memset_async(3, 64 << 20, &work).unwrap();
+            Some(buffer)
+        })
+        .collect();
+    let mut next = buffers.iter_mut();
+    around("synchronous memory dropped", |_, _| {
+        drop(next.next().and_then(Option::take));
+        Ok(())
+    });
+    // `around` flushed the disposal thread: every buffer is back.
+    let (free_after, _) = context.mem_get_info().unwrap();
+    assert!(
+        free_after + (32 << 20) >= free_before,
+        "the buffers were not freed: {free_before} bytes free before, {free_after} after"
+    );
+}
+
+/// A library whose kernel ran on an outer stream, unloaded inside the closure: its unload
+/// waits for that context too, after the capture.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_library_unloaded_inside_a_capture_breaks_nothing() {
+    let context = ContextHandle::primary(0).unwrap();
+    let work = stream(&context);
+    let buffer = DevicePtrHandle::alloc_async(4096, &work).unwrap();
+    let mut libraries: Vec<_> = (0..3)
+        .map(|_| {
+            let kernels = handles_tests::kernels::TestKernels::load().unwrap();
+            kernels
+                .fill
+                .launch(&work, &LaunchConfig::linear(1024, 256), (&buffer, 5, 1024))
+                .unwrap();
+            Some(kernels)
+        })
+        .collect();
+    let mut next = libraries.iter_mut();
+    around("a library unloaded", |_, _| {
+        drop(next.next().and_then(Option::take));
+        Ok(())
+    });
+    assert_eq!(
+        handles_tests::kernels::read_words(&buffer, &work),
+        vec![5; 1024]
+    );
 }
 
 /// A recycled stream acquired inside the closure (its cached stream is asked whether its work

@@ -78,11 +78,23 @@ impl Library {
 }
 
 fn unload_library(raw: CUlibrary, library: &Library) -> Result<()> {
-    library.launched_in.wait_for_all()?;
-    // SAFETY: the handle owns `raw` and this deleter runs once; every context that ran its
-    // kernels through this crate has finished all its work.
-    deleter_status(unsafe { driver!(cuLibraryUnload(raw)) })
+    let sendable = SendLibrary(raw);
+    library
+        .launched_in
+        .release_after_all("Library", raw as isize, move || {
+            // The whole wrapper is moved in (a field alone would be captured otherwise).
+            let sendable = sendable;
+            let raw = sendable.0;
+            // SAFETY: the handle owned `raw` and is gone; this release runs once; every
+            // context that ran its kernels through this crate has finished all its work.
+            deleter_status(unsafe { driver!(cuLibraryUnload(raw)) })
+        })
 }
+
+/// A library handle that may cross threads, for an unload run on the disposal thread.
+struct SendLibrary(CUlibrary);
+// SAFETY: a `CUlibrary` is an opaque driver handle, usable (and unloadable) from any thread.
+unsafe impl Send for SendLibrary {}
 
 impl LibraryHandle {
     /// Loads a library from an image in memory: PTX text, a cubin (ELF) or a fatbin. The

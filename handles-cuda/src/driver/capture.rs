@@ -17,13 +17,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use cudarc::driver::sys::{self, CUstream};
 
 use crate::driver::call::driver;
+use crate::driver::capture_sync::CaptureSync;
 use crate::error::Result;
 
 /// How many streams are lent to another library (cudarc) now.
 static LENT: AtomicUsize = AtomicUsize::new(0);
 
-/// How many `GraphHandle::capture`s run now.
-static CAPTURING: AtomicUsize = AtomicUsize::new(0);
+/// The `GraphHandle::capture`s running now, and the context synchronisations they wait for.
+#[cfg(not(handles_cuda_loom))]
+static CAPTURES: CaptureSync = CaptureSync::new();
+/// As above; loom's atomics (`--cfg handles_cuda_loom`, for the models of single files) have
+/// no `const` constructor.
+#[cfg(handles_cuda_loom)]
+static CAPTURES: std::sync::LazyLock<CaptureSync> = std::sync::LazyLock::new(CaptureSync::new);
 
 /// Counts one stream lent to another library, which can begin a capture on it unseen.
 pub(crate) fn lent() {
@@ -39,16 +45,45 @@ pub(crate) fn returned(count: usize) {
 pub(crate) struct CaptureInProgress(());
 
 impl CaptureInProgress {
+    /// Counts a capture about to begin; first waits for the crate's context synchronisations
+    /// that began before (`capture_sync.rs`): one running while the capture begins would
+    /// invalidate it. At most [`SYNC_PATIENCE`]: a synchronisation may wait for device work
+    /// that waits for this thread (a host function it is to release), so the capture then goes
+    /// ahead, and is invalidated (an error) if the synchronisation is still running.
     pub(crate) fn begin() -> CaptureInProgress {
-        CAPTURING.fetch_add(1, Ordering::Relaxed);
+        let start = std::time::Instant::now();
+        CAPTURES.begin_capture(|| {
+            std::thread::sleep(std::time::Duration::from_micros(10));
+            start.elapsed() < SYNC_PATIENCE
+        });
         CaptureInProgress(())
     }
 }
 
+/// How long a capture waits, as it begins, for context synchronisations under way.
+const SYNC_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Drop for CaptureInProgress {
     fn drop(&mut self) {
-        CAPTURING.fetch_sub(1, Ordering::Relaxed);
+        CAPTURES.end_capture();
     }
+}
+
+/// Runs `sync` (a context synchronisation) if no `GraphHandle::capture` runs, on any thread;
+/// a capture about to begin waits for it to return (up to [`SYNC_PATIENCE`]). `None`, without
+/// running it, while a capture runs.
+pub(crate) fn sync_unless_capturing<T>(sync: impl FnOnce() -> T) -> Option<T> {
+    if !CAPTURES.try_begin_sync() {
+        return None;
+    }
+    struct Ends;
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            CAPTURES.end_sync();
+        }
+    }
+    let _ends = Ends;
+    Some(sync())
 }
 
 thread_local! {
@@ -87,7 +122,7 @@ pub(crate) fn in_capture_closure() -> bool {
 /// synchronisation, which the `unsafe` lending functions make the caller's to provide.
 #[inline]
 pub(crate) fn foreign_capture_possible() -> bool {
-    LENT.load(Ordering::Relaxed) != 0 || CAPTURING.load(Ordering::Relaxed) != 0
+    LENT.load(Ordering::Relaxed) != 0 || CAPTURES.capture_possible()
 }
 
 /// Whether `stream` is being captured into a graph now (`cuStreamIsCapturing`; an invalidated

@@ -399,6 +399,7 @@ mod tests {
         "code/tensor_map_rules.rs",
         "driver/call.rs",
         "driver/capture.rs",
+        "driver/capture_sync.rs",
         "driver/current.rs",
         "driver/load.rs",
         "driver/mod.rs",

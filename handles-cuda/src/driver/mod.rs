@@ -24,6 +24,7 @@
 
 pub(crate) mod call;
 pub(crate) mod capture;
+pub(crate) mod capture_sync;
 pub(crate) mod current;
 pub(crate) mod load;
 

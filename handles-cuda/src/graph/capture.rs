@@ -164,6 +164,13 @@ impl GraphHandle {
     /// an outer stream) is refused with [`Error::OutsideCapture`]: it would run at once and be
     /// left out of the graph. Allocations and frees on outer streams go ahead, and other
     /// threads are not affected.
+    ///
+    /// Releases that must wait for whole contexts (synchronous memory, libraries, host
+    /// functions, mappings, graphs with memory nodes) dropped while any capture runs are
+    /// handed to the disposal thread, which waits and releases once no capture runs: a
+    /// context synchronisation would invalidate the capture. For the same reason the capture
+    /// begins only once such waits already under way on other threads have returned (after at
+    /// most a second it begins anyway, and fails if one still runs).
     pub fn capture(
         context: &ContextHandle,
         mode: CaptureMode,

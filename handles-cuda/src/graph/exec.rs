@@ -119,17 +119,35 @@ impl Attached {
 unsafe impl handles_core::ThreadSafe for GraphExec {}
 
 fn destroy_graph_exec(raw: CUgraphExec, exec: &GraphExec) -> Result<()> {
-    if let Some(launches) = &exec.memory_launches {
-        // If this wait fails, the executable graph and its source graph are leaked (reported):
-        // a launch may still use the graph's memory.
-        if let Err(error) = launches.wait_for_all() {
-            std::mem::forget(exec.source.clone());
-            return Err(error);
-        }
-    }
-    // SAFETY: the handle owns `raw` and this deleter runs once.
-    deleter_status(unsafe { driver!(cuGraphExecDestroy(raw)) })
+    let Some(launches) = &exec.memory_launches else {
+        // SAFETY: the handle owns `raw` and this deleter runs once.
+        return deleter_status(unsafe { driver!(cuGraphExecDestroy(raw)) });
+    };
+    // The graph's memory is freed with it, after every launch's work. The destruction may run
+    // later (on the disposal thread, once no capture runs): it keeps the source graph and what
+    // the nodes reference until then. If the wait fails, both are leaked with the executable
+    // graph (reported): a launch may still use the graph's memory.
+    let kept = (
+        exec.source.clone(),
+        Arc::clone(&lock(&exec.attachments).all),
+    );
+    let sendable = SendExec(raw);
+    launches.release_after_all("GraphExec", raw as isize, move || {
+        let _kept = kept;
+        // The whole wrapper is moved in (a field alone would be captured otherwise).
+        let sendable = sendable;
+        let raw = sendable.0;
+        // SAFETY: the handle owned `raw` and is gone; this release runs once; every context
+        // that launched it has finished that work.
+        deleter_status(unsafe { driver!(cuGraphExecDestroy(raw)) })
+    })
 }
+
+/// An executable graph that may cross threads, for a destruction run on the disposal thread.
+struct SendExec(CUgraphExec);
+// SAFETY: a `CUgraphExec` is an opaque driver handle; its destruction is the one call made
+// through it here, once no handle can launch it.
+unsafe impl Send for SendExec {}
 
 impl GraphHandle {
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`): the executable graph keeps

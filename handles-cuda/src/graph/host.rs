@@ -32,11 +32,15 @@ pub struct HostFunction {
 unsafe impl handles_core::ThreadSafe for HostFunction {}
 
 fn release_function(raw: usize, function: &HostFunction) -> Result<()> {
-    function.launched_in.wait_for_all()?;
-    // SAFETY: `raw` is the box `HostFunctionHandle::new` leaked, owned by this handle alone;
-    // every launch that could call it has finished (the wait above), and the deleter runs once.
-    drop(unsafe { Box::from_raw(raw as *mut Repeated) });
-    Ok(())
+    function
+        .launched_in
+        .release_after_all("HostFunction", raw as isize, move || {
+            // SAFETY: `raw` is the box `HostFunctionHandle::new` leaked, owned by this handle
+            // alone, which is gone; every launch that could call it has finished (the wait
+            // before this release), and the release runs once.
+            drop(unsafe { Box::from_raw(raw as *mut Repeated) });
+            Ok(())
+        })
 }
 
 /// The host function of a host node: calls the closure; unwinding stops here.

@@ -229,13 +229,19 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         },
         Release::Foreign(foreign) => foreign.release(),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
-        Release::Synchronous(used) => used.wait_for_all().and_then(|()| {
-            with_owning_context(allocation, || {
-                // SAFETY: the handle owns `raw`, allocated by `cuMemAlloc` in this context;
-                // every stream it was used on has finished that work.
-                unsafe { driver!(cuMemFree_v2(raw)) }
+        Release::Synchronous(used) => {
+            // The owning context goes with the release, which may run later (on the disposal
+            // thread, once no capture runs).
+            let owner = allocation.context.clone();
+            used.release_after_all("DevicePtr", raw as isize, move || {
+                in_context_of(owner.as_ref().map(ContextHandle::as_cu), || {
+                    // SAFETY: the handle owned `raw`, allocated by `cuMemAlloc` in this
+                    // context (kept alive by `owner`), and is gone; every context it was used
+                    // in has finished that work; this release runs once.
+                    unsafe { driver!(cuMemFree_v2(raw)) }
+                })
             })
-        }),
+        }
         Release::Managed(host) => host.wait_for_uses().and_then(|()| {
             with_owning_context(allocation, || {
                 // SAFETY: the handle owns `raw`, allocated by `cuMemAllocManaged` in this

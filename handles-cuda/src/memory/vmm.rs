@@ -133,17 +133,28 @@ pub struct Mapping {
 unsafe impl handles_core::ThreadSafe for Mapping {}
 
 fn unmap(raw: CUdeviceptr, mapping: &Mapping) -> Result<()> {
-    let unmapped = mapping.used.wait_for_all().and_then(|()| {
-        // SAFETY: the handle owns the mapping at `raw` of `size` bytes and this deleter runs
-        // once; every context that used the range has finished that work.
-        deleter_status(unsafe { driver!(cuMemUnmap(raw, mapping.size)) })
-    });
-    if unmapped.is_err() {
-        // The range stays mapped: its reservation must never be freed under it, so it is
-        // leaked with the mapping (one reference that is never dropped).
-        std::mem::forget(mapping.reservation.clone());
-    }
-    unmapped
+    // The release may run later (on the disposal thread, once no capture runs): it keeps the
+    // physical memory and the reservation until the range is unmapped. If the range cannot be
+    // unmapped, or its uses not waited for, it stays mapped, and the reservation must never be
+    // freed under it: the release leaks its reference (`release_after_all` leaks the whole
+    // release when the wait fails).
+    let (size, physical, reservation) = (
+        mapping.size,
+        mapping.physical.clone(),
+        mapping.reservation.clone(),
+    );
+    mapping
+        .used
+        .release_after_all("Mapping", raw as isize, move || {
+            // SAFETY: the handle owned the mapping at `raw` of `size` bytes and is gone; this
+            // release runs once; every context that used the range has finished that work.
+            let unmapped = deleter_status(unsafe { driver!(cuMemUnmap(raw, size)) });
+            if unmapped.is_err() {
+                std::mem::forget(reservation);
+            }
+            drop(physical);
+            unmapped
+        })
 }
 
 /// The allocation properties for `location`.

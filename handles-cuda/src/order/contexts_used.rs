@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::CUcontext;
 
-use crate::driver::call::driver;
-use crate::driver::capture::in_relaxed_capture_mode;
+use crate::driver::call::{deleter_status, driver};
+use crate::driver::capture::{in_relaxed_capture_mode, sync_unless_capturing};
 use crate::driver::current::in_context;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::disposal::{Deferred, defer};
 use crate::exec::stream::StreamHandle;
 use crate::order::contexts_used_protocol::NotedSet;
 
@@ -80,6 +81,53 @@ impl ContextsUsed {
         self.contexts.try_for_each(synchronize_context)
     }
 
+    /// Runs `release` once every noted context has finished its work: the one way a release
+    /// waits for them. While a `GraphHandle::capture` runs (on any thread), a context
+    /// synchronisation would invalidate it (driver 580 invalidates a capture on any
+    /// `cuCtxSynchronize`, relaxed mode or not: `cuda-sim/probes/capture_side_calls.py`), so
+    /// the contexts are taken and the wait and `release` are handed to the disposal thread,
+    /// which runs them once no capture runs; `Ok` then means handed over. No capture begins
+    /// while the wait and the release run (`driver/capture_sync.rs`). If a wait fails, or a
+    /// use could not be noted, `release` is never run and never dropped: what it owns is
+    /// leaked with the resource, and the error is returned (or, on the disposal thread, goes
+    /// to the report hook under `what` and `raw`, as does the release's own).
+    pub(crate) fn release_after_all(
+        &self,
+        what: &'static str,
+        raw: isize,
+        release: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let mut pending = Some(release);
+        // The release runs under the same count as the wait: no capture begins before it ends.
+        let ran = sync_unless_capturing(|| {
+            self.wait_for_all()?;
+            pending.take().map_or(Ok(()), |release| release())
+        });
+        let contexts = match ran {
+            // `pending` is still there only if the wait failed.
+            Some(result) => {
+                std::mem::forget(pending);
+                return result;
+            }
+            None => self.take(),
+        };
+        match contexts {
+            Ok(contexts) => {
+                defer(Box::new(AfterCaptures {
+                    what,
+                    raw,
+                    contexts,
+                    release: pending.map(|release| Box::new(release) as Box<_>),
+                }));
+                Ok(())
+            }
+            Err(error) => {
+                std::mem::forget(pending);
+                Err(error)
+            }
+        }
+    }
+
     /// Takes the noted contexts out, for a release that waits for them later (elsewhere); an
     /// error means some use could not be noted, and the release must not happen.
     pub(crate) fn take(&self) -> Result<Vec<ContextHandle>> {
@@ -110,4 +158,91 @@ fn synchronize_context(context: &ContextHandle) -> Result<()> {
         // SAFETY: the context is alive (the handle holds it) and current for the call.
         in_context(context.as_cu(), || unsafe { driver!(cuCtxSynchronize()) })
     })
+}
+
+/// A release handed over by [`ContextsUsed::release_after_all`] while a capture ran: the wait
+/// for its contexts and the release itself, run on the disposal thread once no capture runs.
+struct AfterCaptures {
+    what: &'static str,
+    raw: isize,
+    contexts: Vec<ContextHandle>,
+    release: Option<Box<dyn FnOnce() -> Result<()> + Send>>,
+}
+
+impl Deferred for AfterCaptures {
+    fn try_release(&mut self) -> bool {
+        let release = &mut self.release;
+        let contexts = &self.contexts;
+        let Some(released) = sync_unless_capturing(|| {
+            contexts.iter().try_for_each(synchronize_context)?;
+            release.take().map_or(Ok(()), |release| release())
+        }) else {
+            return false;
+        };
+        // Some work may still run if the wait failed: what the release would have let go of is
+        // leaked.
+        std::mem::forget(self.release.take());
+        if let Err(error) = deleter_status(released) {
+            handles_core::report_release_failure(self.what, self.raw, error);
+        }
+        true
+    }
+}
+
+impl Drop for AfterCaptures {
+    /// A release never run (the process exits first) is leaked with what it owns, never
+    /// dropped: its parts must outlive the resource.
+    fn drop(&mut self) {
+        std::mem::forget(self.release.take());
+    }
+}
+
+#[cfg(all(test, not(handles_cuda_loom)))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::ContextsUsed;
+    use crate::driver::capture::CaptureInProgress;
+    use crate::exec::disposal::flush_disposals;
+
+    /// A release made while a capture runs is handed to the disposal thread and runs once the
+    /// capture has ended; one made with no capture runs at once. (No context is noted, so no
+    /// driver is called: the hand-over alone is checked, under miri too.)
+    #[test]
+    fn a_release_waits_for_the_captures_running() {
+        let used = ContextsUsed::new();
+        let released = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&released);
+        let capture = CaptureInProgress::begin();
+        used.release_after_all("test", 0, move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            !released.load(Ordering::SeqCst),
+            "released while a capture ran"
+        );
+        drop(capture);
+        assert!(flush_disposals(Duration::from_secs(10)));
+        assert!(
+            released.load(Ordering::SeqCst),
+            "not released after the capture"
+        );
+
+        let now = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&now);
+        used.release_after_all("test", 0, move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        assert!(
+            now.load(Ordering::SeqCst),
+            "not released at once with no capture"
+        );
+    }
 }
