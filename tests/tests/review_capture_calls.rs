@@ -85,6 +85,32 @@ fn pinned_memory_dropped_inside_a_capture_breaks_nothing() {
     work.synchronize().unwrap();
 }
 
+/// Pinned host memory a launched graph used (which notes the graph's context, not a stream),
+/// dropped inside the closure: its release waits for that context after the capture.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_memory_a_graph_used_dropped_inside_a_capture_breaks_nothing() {
+    let context = ContextHandle::primary(0).unwrap();
+    let work = stream(&context);
+    let mut pinned: Vec<_> = (0..3)
+        .map(|_| {
+            let host = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
+            let graph = GraphHandle::capture(&context, CaptureMode::Global, |capture| {
+                capture.memset(&host, 0, 3, 4096)
+            })
+            .unwrap();
+            graph.instantiate().unwrap().launch(&work).unwrap();
+            Some(host)
+        })
+        .collect();
+    let mut next = pinned.iter_mut();
+    around("pinned memory a graph used dropped", |_, _| {
+        drop(next.next().and_then(Option::take));
+        Ok(())
+    });
+    work.synchronize().unwrap();
+}
+
 /// Synchronous device memory used on an outer stream before the capture, dropped inside the
 /// closure: its release synchronises the context it was used in, which would invalidate the
 /// capture, so it runs on the disposal thread once the capture has ended.

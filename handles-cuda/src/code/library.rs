@@ -81,7 +81,9 @@ fn unload_library(raw: CUlibrary, library: &Library) -> Result<()> {
     let sendable = SendLibrary(raw);
     library
         .launched_in
-        .release_after_all("Library", raw as isize, move || {
+        .release_after_all("Library", raw as isize, move |waited| {
+            // A failed wait leaves the library loaded (leaked) and returns the error.
+            waited?;
             // The whole wrapper is moved in (a field alone would be captured otherwise).
             let sendable = sendable;
             let raw = sendable.0;

@@ -52,11 +52,39 @@ impl CaptureInProgress {
     /// ahead, and is invalidated (an error) if the synchronisation is still running.
     pub(crate) fn begin() -> CaptureInProgress {
         let start = std::time::Instant::now();
+        // Releases handed over while captures ran go first (within the same patience), so that
+        // captures begun back to back on several threads cannot hold them back for ever;
+        // except inside a capture's closure, whose own capture holds them back.
+        if !in_capture_closure() {
+            while RELEASES_WAITING.load(Ordering::Relaxed) != 0 && start.elapsed() < SYNC_PATIENCE {
+                std::thread::sleep(std::time::Duration::from_micros(10));
+            }
+        }
         CAPTURES.begin_capture(|| {
             std::thread::sleep(std::time::Duration::from_micros(10));
             start.elapsed() < SYNC_PATIENCE
         });
         CaptureInProgress(())
+    }
+}
+
+/// Releases handed to the disposal thread to run once no capture runs, not run yet
+/// ([`ReleaseWaiting`]). Only a hint for fairness: exclusion is `CAPTURES`' work.
+static RELEASES_WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a release waiting for no capture to run, for as long as it lives.
+pub(crate) struct ReleaseWaiting(());
+
+impl ReleaseWaiting {
+    pub(crate) fn new() -> ReleaseWaiting {
+        RELEASES_WAITING.fetch_add(1, Ordering::Relaxed);
+        ReleaseWaiting(())
+    }
+}
+
+impl Drop for ReleaseWaiting {
+    fn drop(&mut self) {
+        RELEASES_WAITING.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

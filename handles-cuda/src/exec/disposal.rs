@@ -248,7 +248,9 @@ fn hand_over(job: Job) {
 /// Blocks until every value handed to this crate's disposal thread before the call has been
 /// dropped or released: what host functions captured (a stream's `launch_host` closure, after
 /// it ran, and its panic payload), the wakers of event completions, the contexts threads left
-/// bound when they exited, and the pools whose destruction waits for their memory's frees. A
+/// bound when they exited, the pools whose destruction waits for their memory's frees, and the
+/// releases that wait for whole contexts made while a capture ran (which wait for no capture
+/// to run: called inside a capture's closure after one, it returns `false` at the timeout). A
 /// host function ends before its captures are dropped, so after a `synchronize` they may still
 /// be alive; this waits for them. Returns `true` if the queue was
 /// flushed, `false` if `timeout` passed first (or if called on the disposal thread itself,

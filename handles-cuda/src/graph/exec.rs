@@ -124,16 +124,23 @@ fn destroy_graph_exec(raw: CUgraphExec, exec: &GraphExec) -> Result<()> {
         return deleter_status(unsafe { driver!(cuGraphExecDestroy(raw)) });
     };
     // The graph's memory is freed with it, after every launch's work. The destruction may run
-    // later (on the disposal thread, once no capture runs): it keeps the source graph and what
-    // the nodes reference until then. If the wait fails, both are leaked with the executable
-    // graph (reported): a launch may still use the graph's memory.
+    // later (on the disposal thread, once no capture runs): it keeps the source graph, what the
+    // nodes reference and the instance token (the source refuses a second executable graph
+    // while this one exists) until then. If the wait fails, the executable graph is leaked
+    // (reported) with its source and token: a launch may still use the graph's memory.
     let kept = (
         exec.source.clone(),
         Arc::clone(&lock(&exec.attachments).all),
+        exec._instance.clone(),
     );
     let sendable = SendExec(raw);
-    launches.release_after_all("GraphExec", raw as isize, move || {
-        let _kept = kept;
+    launches.release_after_all("GraphExec", raw as isize, move |waited| {
+        let (source, attached, instance) = kept;
+        if let Err(error) = waited {
+            std::mem::forget((source, instance));
+            return Err(error);
+        }
+        let _kept = (source, attached, instance);
         // The whole wrapper is moved in (a field alone would be captured otherwise).
         let sendable = sendable;
         let raw = sendable.0;

@@ -34,7 +34,9 @@ unsafe impl handles_core::ThreadSafe for HostFunction {}
 fn release_function(raw: usize, function: &HostFunction) -> Result<()> {
     function
         .launched_in
-        .release_after_all("HostFunction", raw as isize, move || {
+        .release_after_all("HostFunction", raw as isize, move |waited| {
+            // A failed wait leaks the closure (a launch may still call it).
+            waited?;
             // SAFETY: `raw` is the box `HostFunctionHandle::new` leaked, owned by this handle
             // alone, which is gone; every launch that could call it has finished (the wait
             // before this release), and the release runs once.

@@ -229,39 +229,54 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         },
         Release::Foreign(foreign) => foreign.release(),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
-        Release::Synchronous(used) => {
-            // The owning context goes with the release, which may run later (on the disposal
-            // thread, once no capture runs).
-            let owner = allocation.context.clone();
-            used.release_after_all("DevicePtr", raw as isize, move || {
-                in_context_of(owner.as_ref().map(ContextHandle::as_cu), || {
-                    // SAFETY: the handle owned `raw`, allocated by `cuMemAlloc` in this
-                    // context (kept alive by `owner`), and is gone; every context it was used
-                    // in has finished that work; this release runs once.
-                    unsafe { driver!(cuMemFree_v2(raw)) }
-                })
-            })
-        }
-        Release::Managed(host) => host.wait_for_uses().and_then(|()| {
-            with_owning_context(allocation, || {
-                // SAFETY: the handle owns `raw`, allocated by `cuMemAllocManaged` in this
-                // context; every stream it was used on has finished that work.
+        Release::Synchronous(used) => used.release_after_all(
+            "DevicePtr",
+            raw as isize,
+            in_owning_context(allocation, move || {
+                // SAFETY: the handle owned `raw`, allocated by `cuMemAlloc` in this context,
+                // and is gone; every context it was used in has finished that work; this
+                // release runs once.
                 unsafe { driver!(cuMemFree_v2(raw)) }
-            })
-        }),
-        Release::PinnedHost(host) => host.wait_for_uses().and_then(|()| {
-            with_owning_context(allocation, || {
-                // SAFETY: the handle owns the host allocation at `raw`, made by
-                // `cuMemHostAlloc`; every stream it was used on has finished that work.
+            }),
+        ),
+        Release::Managed(host) => host.release_after_uses(
+            "DevicePtr",
+            raw as isize,
+            in_owning_context(allocation, move || {
+                // SAFETY: the handle owned `raw`, allocated by `cuMemAllocManaged` in this
+                // context, and is gone; every stream and context it was used in has finished
+                // that work; this release runs once.
+                unsafe { driver!(cuMemFree_v2(raw)) }
+            }),
+        ),
+        Release::PinnedHost(host) => host.release_after_uses(
+            "DevicePtr",
+            raw as isize,
+            in_owning_context(allocation, move || {
+                // SAFETY: the handle owned the host allocation at `raw`, made by
+                // `cuMemHostAlloc` in this context, and is gone; every stream and context it
+                // was used in has finished that work; this release runs once.
                 unsafe { driver!(cuMemFreeHost(raw as usize as *mut std::ffi::c_void)) }
-            })
-        }),
+            }),
+        ),
     };
     deleter_status(status)
 }
 
-fn with_owning_context(allocation: &DevicePtr, call: impl FnOnce() -> Result<()>) -> Result<()> {
-    in_context_of(allocation.context.as_ref().map(ContextHandle::as_cu), call)
+/// `free` (a host-side free) made in the allocation's owning context, which the returned
+/// release keeps alive, once the wait for the memory's uses succeeded: it may run later, on
+/// the disposal thread, once no capture runs (`ContextsUsed::release_after_all`), after the
+/// record is gone.
+fn in_owning_context(
+    allocation: &DevicePtr,
+    free: impl FnOnce() -> Result<()> + Send + 'static,
+) -> impl FnOnce(Result<()>) -> Result<()> + Send + 'static {
+    let owner = allocation.context.clone();
+    // A failed wait leaks the memory (`free` is not run) and returns the error.
+    move |waited| {
+        waited?;
+        in_context_of(owner.as_ref().map(ContextHandle::as_cu), free)
+    }
 }
 
 pub(crate) fn check_size(size: usize) -> Result<()> {

@@ -149,6 +149,21 @@ impl HostAccess {
         self.uses.wait_for_all()
     }
 
+    /// Calls `release` (the memory's free) with the outcome of the wait for every use's work:
+    /// each stream's marker here, then each noted context as `ContextsUsed::release_after_all`
+    /// does (on the disposal thread while a capture runs).
+    pub(crate) fn release_after_uses(
+        &self,
+        what: &'static str,
+        raw: isize,
+        release: impl FnOnce(Result<()>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        if let Err(error) = lock(&self.markers).host_waits() {
+            return release(Err(error));
+        }
+        self.uses.release_after_all(what, raw, release)
+    }
+
     /// Opens a view: refuses a conflicting one, waits for uses in flight, then for every noted
     /// context (see the module docs).
     pub(crate) fn open(&self, mutable: bool) -> Result<Open<'_>> {

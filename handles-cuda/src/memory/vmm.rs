@@ -136,8 +136,7 @@ fn unmap(raw: CUdeviceptr, mapping: &Mapping) -> Result<()> {
     // The release may run later (on the disposal thread, once no capture runs): it keeps the
     // physical memory and the reservation until the range is unmapped. If the range cannot be
     // unmapped, or its uses not waited for, it stays mapped, and the reservation must never be
-    // freed under it: the release leaks its reference (`release_after_all` leaks the whole
-    // release when the wait fails).
+    // freed under it: the release leaks its reference.
     let (size, physical, reservation) = (
         mapping.size,
         mapping.physical.clone(),
@@ -145,10 +144,13 @@ fn unmap(raw: CUdeviceptr, mapping: &Mapping) -> Result<()> {
     );
     mapping
         .used
-        .release_after_all("Mapping", raw as isize, move || {
-            // SAFETY: the handle owned the mapping at `raw` of `size` bytes and is gone; this
-            // release runs once; every context that used the range has finished that work.
-            let unmapped = deleter_status(unsafe { driver!(cuMemUnmap(raw, size)) });
+        .release_after_all("Mapping", raw as isize, move |waited| {
+            let unmapped = waited.and_then(|()| {
+                // SAFETY: the handle owned the mapping at `raw` of `size` bytes and is gone;
+                // this release runs once; every context that used the range has finished that
+                // work.
+                deleter_status(unsafe { driver!(cuMemUnmap(raw, size)) })
+            });
             if unmapped.is_err() {
                 std::mem::forget(reservation);
             }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::driver::sys::CUcontext;
 
 use crate::driver::call::{deleter_status, driver};
-use crate::driver::capture::{in_relaxed_capture_mode, sync_unless_capturing};
+use crate::driver::capture::{ReleaseWaiting, in_relaxed_capture_mode, sync_unless_capturing};
 use crate::driver::current::in_context;
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
@@ -81,50 +81,46 @@ impl ContextsUsed {
         self.contexts.try_for_each(synchronize_context)
     }
 
-    /// Runs `release` once every noted context has finished its work: the one way a release
-    /// waits for them. While a `GraphHandle::capture` runs (on any thread), a context
+    /// Calls `release` with the outcome of the wait for every noted context: the one way a
+    /// release waits for them. `release` frees the resource on `Ok` and, on `Err` (some work may
+    /// still run, or a use could not be noted), leaks whatever must outlive that work and
+    /// returns the error. While a `GraphHandle::capture` runs (on any thread), a context
     /// synchronisation would invalidate it (driver 580 invalidates a capture on any
     /// `cuCtxSynchronize`, relaxed mode or not: `cuda-sim/probes/capture_side_calls.py`), so
     /// the contexts are taken and the wait and `release` are handed to the disposal thread,
-    /// which runs them once no capture runs; `Ok` then means handed over. No capture begins
-    /// while the wait and the release run (`driver/capture_sync.rs`). If a wait fails, or a
-    /// use could not be noted, `release` is never run and never dropped: what it owns is
-    /// leaked with the resource, and the error is returned (or, on the disposal thread, goes
-    /// to the report hook under `what` and `raw`, as does the release's own).
+    /// which runs them once no capture runs; `Ok` then means handed over, and `release`'s error
+    /// goes to the report hook under `what` and `raw`. No capture begins while the wait and
+    /// the release run (`driver/capture_sync.rs`).
     pub(crate) fn release_after_all(
         &self,
         what: &'static str,
         raw: isize,
-        release: impl FnOnce() -> Result<()> + Send + 'static,
+        release: impl FnOnce(Result<()>) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let mut pending = Some(release);
         // The release runs under the same count as the wait: no capture begins before it ends.
         let ran = sync_unless_capturing(|| {
-            self.wait_for_all()?;
-            pending.take().map_or(Ok(()), |release| release())
+            let waited = self.wait_for_all();
+            pending.take().map_or(Ok(()), |release| release(waited))
         });
-        let contexts = match ran {
-            // `pending` is still there only if the wait failed.
-            Some(result) => {
-                std::mem::forget(pending);
-                return result;
-            }
-            None => self.take(),
+        if let Some(result) = ran {
+            return result;
+        }
+        let Some(release) = pending else {
+            return Ok(());
         };
-        match contexts {
+        match self.take() {
             Ok(contexts) => {
                 defer(Box::new(AfterCaptures {
                     what,
                     raw,
                     contexts,
-                    release: pending.map(|release| Box::new(release) as Box<_>),
+                    release: Some(Box::new(release)),
+                    _waiting: ReleaseWaiting::new(),
                 }));
                 Ok(())
             }
-            Err(error) => {
-                std::mem::forget(pending);
-                Err(error)
-            }
+            Err(error) => release(Err(error)),
         }
     }
 
@@ -160,13 +156,19 @@ fn synchronize_context(context: &ContextHandle) -> Result<()> {
     })
 }
 
+/// A release: called with the outcome of the wait for its contexts (see
+/// [`ContextsUsed::release_after_all`]).
+type Release = Box<dyn FnOnce(Result<()>) -> Result<()> + Send>;
+
 /// A release handed over by [`ContextsUsed::release_after_all`] while a capture ran: the wait
 /// for its contexts and the release itself, run on the disposal thread once no capture runs.
 struct AfterCaptures {
     what: &'static str,
     raw: isize,
     contexts: Vec<ContextHandle>,
-    release: Option<Box<dyn FnOnce() -> Result<()> + Send>>,
+    release: Option<Release>,
+    /// Counted while it waits: captures about to begin let it go first.
+    _waiting: ReleaseWaiting,
 }
 
 impl Deferred for AfterCaptures {
@@ -174,14 +176,11 @@ impl Deferred for AfterCaptures {
         let release = &mut self.release;
         let contexts = &self.contexts;
         let Some(released) = sync_unless_capturing(|| {
-            contexts.iter().try_for_each(synchronize_context)?;
-            release.take().map_or(Ok(()), |release| release())
+            let waited = contexts.iter().try_for_each(synchronize_context);
+            release.take().map_or(Ok(()), |release| release(waited))
         }) else {
             return false;
         };
-        // Some work may still run if the wait failed: what the release would have let go of is
-        // leaked.
-        std::mem::forget(self.release.take());
         if let Err(error) = deleter_status(released) {
             handles_core::report_release_failure(self.what, self.raw, error);
         }
@@ -216,7 +215,8 @@ mod tests {
         let released = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&released);
         let capture = CaptureInProgress::begin();
-        used.release_after_all("test", 0, move || {
+        used.release_after_all("test", 0, move |waited| {
+            waited?;
             flag.store(true, Ordering::SeqCst);
             Ok(())
         })
@@ -235,7 +235,8 @@ mod tests {
 
         let now = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&now);
-        used.release_after_all("test", 0, move || {
+        used.release_after_all("test", 0, move |waited| {
+            waited?;
             flag.store(true, Ordering::SeqCst);
             Ok(())
         })
