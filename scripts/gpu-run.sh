@@ -32,7 +32,7 @@ plain=(
   test-argument_checks test-ownership test-cache test-cuda_without_driver test-exit test-model
   test-release_unwind test-runtime test-soundness test-stress
   test-loom_access_gate test-loom_cache test-loom_completion test-loom_contexts_used
-  test-loom_counted test-loom_fixed_reach test-loom_notifier_count test-loom_record_count test-loom_registry test-loom_stream_order test-loom_spin_credit test-loom_stream_generation test-loom_stream_progress test-loom_waiter_lists test-registry_adversarial
+  test-loom_capture_sync test-loom_counted test-loom_fixed_reach test-loom_notifier_count test-loom_record_count test-loom_registry test-loom_stream_order test-loom_spin_credit test-loom_stream_generation test-loom_stream_progress test-loom_waiter_lists test-registry_adversarial
   test-registry_switching test-tracing
   test-ptx_alu test-ptx_handwritten test-ptx_kernels test-ptx_more test-ptx_review
   test-ptx_review_faults test-ptx_spread test-ptx_narrow test-ptx_matrix
