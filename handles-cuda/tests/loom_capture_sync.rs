@@ -61,6 +61,7 @@ fn a_capture_and_a_synchronisation_never_overlap() {
         let syncer = loom::thread::spawn(move || synchronise(&other));
         capture(&shared);
         let synced = syncer.join().unwrap();
+        // SAFETY (model): every other thread has been joined; nothing else touches the cell.
         assert_eq!(shared.driver.with(|driver| unsafe { *driver }), 1);
         assert_eq!(shared.synced.load(Ordering::Relaxed), usize::from(synced));
         // Nothing is left counted: a capture and a synchronisation both go ahead now.
@@ -84,6 +85,7 @@ fn two_synchronisations_and_a_capture_never_overlap() {
             .into_iter()
             .map(|syncer| usize::from(syncer.join().unwrap()))
             .sum::<usize>();
+        // SAFETY (model): every other thread has been joined; nothing else touches the cell.
         assert_eq!(shared.driver.with(|driver| unsafe { *driver }), 1);
         assert_eq!(shared.synced.load(Ordering::Relaxed), ran);
         // A backed-off synchronisation goes ahead once the capture has ended.

@@ -41,6 +41,7 @@ impl LaunchConfig {
     /// A one-dimensional launch of at least `elements` threads, `block` per block (the grid
     /// is rounded up; `elements` 0 still launches one block). [`Self::for_elements`] takes a
     /// `usize`.
+    #[inline]
     pub fn linear(elements: u32, block: u32) -> Self {
         let block = block.max(1);
         LaunchConfig {
@@ -87,6 +88,7 @@ impl LaunchConfig {
     }
 
     /// The total number of threads per block.
+    #[inline]
     pub fn threads_per_block(&self) -> u64 {
         self.block.iter().map(|&d| u64::from(d)).product()
     }

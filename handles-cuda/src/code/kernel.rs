@@ -185,7 +185,23 @@ impl KernelHandle {
 
     /// The most threads per block and the most dynamic shared memory a launch of this kernel
     /// may ask for on device `ordinal`, read from the driver once and then cached.
+    #[inline]
     pub(crate) fn launch_limits(&self, ordinal: usize) -> Result<(u32, u32)> {
+        // Both cached (never 0 once read, but for a shared-memory limit of 0): no call.
+        if let Some(limits) = self.record().limits.get(ordinal) {
+            let threads = limits.max_threads_per_block.load(Ordering::Relaxed);
+            let shared = limits.max_dynamic_shared_bytes.load(Ordering::Relaxed);
+            if threads != 0 && shared != 0 {
+                return Ok((threads, shared));
+            }
+        }
+        self.launch_limits_read(ordinal)
+    }
+
+    /// [`Self::launch_limits`] with a value not cached yet: off the common path.
+    #[cold]
+    #[inline(never)]
+    fn launch_limits_read(&self, ordinal: usize) -> Result<(u32, u32)> {
         let Some(limits) = self.record().limits.get(ordinal) else {
             return Err(Error::NoSuchDevice {
                 ordinal,

@@ -294,6 +294,7 @@ macro_rules! param_tuples {
                 )+
                 launch(pointers.as_mut_ptr())
             }
+            #[inline]
             fn note_uses(args: &Self::Args<'_>, stream: &StreamHandle) -> Result<()> {
                 let mut status = Ok(());
                 $(

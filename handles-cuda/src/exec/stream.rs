@@ -382,10 +382,18 @@ impl StreamHandle {
 
     /// The ordinal of the device this stream's work runs on: from its context's record when
     /// known, else asked of the driver in that context.
+    #[inline]
     pub(crate) fn device_ordinal(&self) -> Result<usize> {
         if let Some(ordinal) = self.context().as_ref().and_then(ContextHandle::device) {
             return Ok(ordinal);
         }
+        self.device_ordinal_asked()
+    }
+
+    /// [`Self::device_ordinal`] when the stream's record does not know it: off the common path.
+    #[cold]
+    #[inline(never)]
+    fn device_ordinal_asked(&self) -> Result<usize> {
         let context = self.owning_context()?;
         if let Some(ordinal) = context.device() {
             return Ok(ordinal);

@@ -113,9 +113,19 @@ impl FreeStreams {
     /// relaxed capture mode: the freeing thread may be inside a capture's closure, and an H100
     /// (driver 580) saw a global-mode capture invalidated when a note pruned there
     /// (`review_pool_markers.rs::pruning_inside_a_capture_closure_breaks_nothing`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn note_free(&self, order: &StreamOrder) -> Result<()> {
         let raw = order.home_raw();
+        // The stream noted last (a pool used from one stream): nothing to note or prune.
+        if raw != 0 && self.streams.is_last(raw) {
+            return Ok(());
+        }
+        self.note_free_new(order, raw)
+    }
+
+    /// [`Self::note_free`] of a stream other than the one noted last.
+    #[inline(never)]
+    fn note_free_new(&self, order: &StreamOrder, raw: usize) -> Result<()> {
         if raw == 0 {
             return self.mark_now(order.home());
         }

@@ -76,10 +76,17 @@ impl<T> NotedSet<T> {
         from: usize,
         done: impl FnMut(&T) -> bool,
     ) -> Result<Vec<T>, E> {
-        if self.last.load(Ordering::Relaxed) == key {
+        if self.is_last(key) {
             return Ok(Vec::new());
         }
         self.note_pruning_slow(key, make, from, done)
+    }
+
+    /// Whether `key` was the last key noted: then [`Self::note_pruning`] would do nothing, and
+    /// a caller may skip it (and what it would prepare for it).
+    #[inline(always)]
+    pub(crate) fn is_last(&self, key: usize) -> bool {
+        self.last.load(Ordering::Relaxed) == key
     }
 
     /// Returns what it pruned, to be dropped by the caller after the lock.
