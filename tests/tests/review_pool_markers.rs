@@ -745,6 +745,67 @@ fn two_gpus_a_free_on_another_devices_legacy_stream_holds_the_pool() {
     failures.assert_none();
 }
 
+/// A dropped pool whose free is held back still holds its memory (the driver gives it back
+/// when the pool is destroyed, which waits for the free): an allocation the driver refuses for
+/// memory meanwhile is asked again as the pool goes, and succeeds once the free ran (without
+/// the retry it failed, out of memory). With nothing queued that could give memory back, a
+/// refusal is returned at once.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_allocation_refused_for_a_dropped_pools_memory_waits_for_the_pool() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
+    let (free, _) = context.run(handles_cuda::driver::mem_get_info).unwrap();
+    // More than half of what is free: two such allocations cannot be held at once.
+    let size = free / 10 * 6;
+    let (held, other) = (stream(&context), stream(&context));
+    let first = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let second = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+    let memory = DevicePtrHandle::alloc_from_pool(&first, size, &held).unwrap();
+    // Nothing queued could give memory back: refused at once.
+    let asked = Instant::now();
+    let refused = DevicePtrHandle::alloc_from_pool(&second, size, &other)
+        .expect_err("two allocations of more than half the free memory");
+    assert_eq!(
+        refused.code(),
+        Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+        "{refused}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "a refusal with nothing queued returned only after {:?}",
+        asked.elapsed()
+    );
+    let gate = Gate::hold(&held);
+    drop(memory);
+    drop(first);
+    let opened = Arc::new(Mutex::new(None));
+    let opener = {
+        let opened = Arc::clone(&opened);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            *opened.lock().unwrap() = Some(Instant::now());
+            drop(gate);
+        })
+    };
+    let memory = DevicePtrHandle::alloc_from_pool(&second, size, &other);
+    let got = Instant::now();
+    opener.join().unwrap();
+    let memory = memory.expect("the dropped pool's memory, once its free ran");
+    let opened = opened.lock().unwrap().expect("the gate was opened");
+    assert!(
+        got > opened,
+        "the memory came before the dropped pool's free could run"
+    );
+    drop(memory);
+    drop(second);
+    other.synchronize().unwrap();
+    assert!(handles_cuda::exec::flush_disposals(Duration::from_secs(10)));
+    failures.assert_none();
+}
+
 const NOT_SIMULATED: &[(&str, &str)] = &[];
 
 #[test]

@@ -25,6 +25,9 @@ use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+use cudarc::driver::sys;
+
+use crate::error::{Error, Result};
 use crate::sync::lock;
 
 /// Something to drop on the disposal thread.
@@ -56,6 +59,10 @@ const MAX_PAUSE: Duration = Duration::from_millis(2);
 #[cfg_attr(miri, allow(dead_code))]
 const AT_EXIT_PATIENCE: Duration = Duration::from_secs(10);
 
+/// How long, in all, a call the driver refused for memory waits for queued releases to give
+/// memory back ([`retry_refused_memory`]).
+const MEMORY_PATIENCE: Duration = Duration::from_secs(2);
+
 /// The disposal thread: its channel, its id, and the counts of what was queued and done.
 struct Thread {
     sender: Mutex<Sender<Job>>,
@@ -81,6 +88,11 @@ impl Counts {
     /// Whether every job numbered below `target` is done.
     fn done_below(&self, target: u64) -> bool {
         self.taken >= target && self.waiting.range(..target).next().is_none()
+    }
+
+    /// Jobs numbered below `target` and not done.
+    fn left_below(&self, target: u64) -> u64 {
+        target.saturating_sub(self.taken) + self.waiting.range(..target).count() as u64
     }
 
     /// Jobs queued and not done.
@@ -286,6 +298,71 @@ pub fn flush_disposals(timeout: Duration) -> bool {
     true
 }
 
+/// Runs `call`, which asks the driver for memory. While the driver refuses it
+/// (`CUDA_ERROR_OUT_OF_MEMORY`) and something queued here before then finishes, it is called
+/// again, for at most [`MEMORY_PATIENCE`] in all: a dropped pool gives its memory back only
+/// when the disposal thread destroys it, once the frees of its memory ran, and memory dropped
+/// while a capture ran is freed here once none runs. With nothing queued (or on the disposal
+/// thread itself), the refusal is returned at once.
+#[inline(always)]
+pub(crate) fn retry_refused_memory<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
+    match call() {
+        Err(error) => retry_after_refusal(error, call),
+        done => done,
+    }
+}
+
+/// [`retry_refused_memory`] after the first call failed with `refused`: other errors are
+/// returned at once. For a hot path that tests its own call's failure first.
+#[cold]
+#[inline(never)]
+pub(crate) fn retry_after_refusal<T>(
+    mut refused: Error,
+    mut call: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let is_out_of_memory =
+        |error: &Error| error.code() == Some(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    if !is_out_of_memory(&refused) {
+        return Err(refused);
+    }
+    let deadline = Instant::now() + MEMORY_PATIENCE;
+    while one_finished_before(deadline) {
+        match call() {
+            Err(error) if is_out_of_memory(&error) => refused = error,
+            done => return done,
+        }
+    }
+    Err(refused)
+}
+
+/// Waits until a job queued before the call is over (dropped, or its release run or given
+/// up), or `deadline` passes: `true` if one is. `false` at once when none is left, and on the
+/// disposal thread itself, which would wait for itself.
+fn one_finished_before(deadline: Instant) -> bool {
+    let Some(Some(thread)) = DISPOSAL.get() else {
+        return false;
+    };
+    if std::thread::current().id() == thread.id {
+        return false;
+    }
+    let mut counts = lock(&thread.counts);
+    let target = counts.queued;
+    let left = |counts: &Counts| counts.left_below(target);
+    let before = left(&counts);
+    while before > 0 && left(&counts) == before {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if wait.is_zero() {
+            return false;
+        }
+        counts = thread
+            .progress
+            .wait_timeout(counts, wait)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0;
+    }
+    left(&counts) < before
+}
+
 /// The `atexit` handler: flushes the queue, and reports what is still queued as a leak.
 #[cfg_attr(miri, allow(dead_code))]
 extern "C" fn flush_at_exit() {
@@ -375,6 +452,53 @@ pub(crate) mod tests {
         ready.store(true, Ordering::SeqCst);
         assert!(flush_disposals(Duration::from_secs(60)));
         assert!(released.load(Ordering::SeqCst));
+    }
+
+    /// A call refused for memory is called again once a release queued before it is over, and
+    /// not before; any other error is returned at once, from the one call.
+    #[test]
+    fn a_refusal_for_memory_is_retried_once_a_queued_release_is_over() {
+        use crate::error::Error;
+        use cudarc::driver::sys::CUresult;
+        let refusal = |code| Error::Driver {
+            call: "cuMemAllocFromPoolAsync",
+            code,
+            name: "a test's refusal",
+        };
+        let calls = AtomicUsize::new(0);
+        let other = super::retry_refused_memory(|| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>(refusal(CUresult::CUDA_ERROR_INVALID_VALUE))
+        });
+        assert_eq!(
+            other.unwrap_err().code(),
+            Some(CUresult::CUDA_ERROR_INVALID_VALUE)
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let (ready, released) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        defer(Box::new(Gated {
+            ready: Arc::clone(&ready),
+            tries: Arc::new(AtomicUsize::new(0)),
+            released: Arc::clone(&released),
+        }));
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            ready.store(true, Ordering::SeqCst);
+        });
+        calls.store(0, Ordering::SeqCst);
+        let retried = super::retry_refused_memory(|| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            match released.load(Ordering::SeqCst) {
+                true => Ok(()),
+                false => Err(refusal(CUresult::CUDA_ERROR_OUT_OF_MEMORY)),
+            }
+        });
+        opener.join().unwrap();
+        assert!(retried.is_ok(), "refused after the release: {retried:?}");
+        assert!(calls.load(Ordering::SeqCst) >= 2);
     }
 
     /// A release that panics is over: the thread goes on, and a flush does not wait for it.

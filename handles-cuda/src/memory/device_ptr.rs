@@ -15,6 +15,7 @@ use crate::driver::call::{deleter_status, driver, out};
 use crate::driver::current::{KeepCurrent, in_context, in_context_of};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
+use crate::exec::disposal::{retry_after_refusal, retry_refused_memory};
 use crate::exec::stream::StreamHandle;
 use crate::memory::fixed_reach::FixedReach;
 use crate::memory::host_access::HostAccess;
@@ -291,10 +292,25 @@ pub(crate) fn check_size(size: usize) -> Result<()> {
 impl DevicePtrHandle {
     /// Allocates `size` bytes from `pool`, ordered on `stream`. The pointer keeps the pool
     /// alive and is freed on `stream` (changeable with [`Self::set_deallocation_stream`]).
+    ///
+    /// Memory the driver refuses while pools dropped earlier still wait for their frees is
+    /// asked for again as they are destroyed (for at most 2 s): their memory is the device's
+    /// again only then.
     pub fn alloc_from_pool(
         pool: &MemoryPoolHandle,
         size: usize,
         stream: &StreamHandle,
+    ) -> Result<Self> {
+        Self::alloc_from_pool_or_retry(pool, size, stream, true)
+    }
+
+    /// [`Self::alloc_from_pool`]; with `retry`, a refusal for memory is retried (out of line).
+    #[inline(always)]
+    fn alloc_from_pool_or_retry(
+        pool: &MemoryPoolHandle,
+        size: usize,
+        stream: &StreamHandle,
+        retry: bool,
     ) -> Result<Self> {
         check_size(size)?;
         stream.refuse_foreign_capture()?;
@@ -330,10 +346,15 @@ impl DevicePtrHandle {
         drop(relaxed);
         // Written out rather than through a closure: the record's parts are moved once.
         if !allocated.queued {
-            allocated.status?;
-            return Err(Error::NothingMade {
+            let refused = allocated.status.err().unwrap_or(Error::NothingMade {
                 what: "the allocation made no pointer",
             });
+            if retry {
+                return retry_after_refusal(refused, || {
+                    Self::alloc_from_pool_or_retry(pool, size, stream, false)
+                });
+            }
+            return Err(refused);
         }
         let handle = Self::stream_ordered(
             raw,
@@ -391,13 +412,15 @@ impl DevicePtrHandle {
     }
 
     /// Allocates `size` bytes with `cuMemAlloc` in `context`, freed synchronously, after
-    /// every stream the safe methods used it on.
+    /// every stream the safe methods used it on. A refusal for memory is retried as for
+    /// [`Self::alloc_from_pool`].
     pub fn alloc(context: &ContextHandle, size: usize) -> Result<Self> {
         check_size(size)?;
         let context = &context.keep_alive()?;
         in_context(context.as_cu(), || {
             // SAFETY: the context is current; `raw` is a valid out-pointer.
-            let raw = out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) })?;
+            let raw =
+                retry_refused_memory(|| out(|raw| unsafe { driver!(cuMemAlloc_v2(raw, size)) }))?;
             let release = Release::Synchronous(ContextsUsed::new());
             Ok(Self::context_bound(raw, size, context, release))
         })

@@ -13,7 +13,7 @@ use crate::driver::current::in_context;
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
 use crate::exec::context::ContextHandle;
-use crate::exec::disposal::{Deferred, defer};
+use crate::exec::disposal::{Deferred, defer, retry_refused_memory};
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
 use crate::memory::remote;
@@ -571,12 +571,17 @@ impl MemoryPoolHandle {
         raw_props.handleTypes = handle_type;
         raw_props.location = raw_location(location);
         raw_props.maxSize = props.max_size;
-        let record = MemoryPool::owned(context.clone(), Some(location), props.ipc);
-        let pool = in_context(context.as_cu(), || {
-            // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
-            let raw = out(|raw| unsafe { driver!(cuMemPoolCreate(raw, &raw_props)) })?;
-            // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it.
-            Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+        // Refused for memory while dropped pools wait for their frees: asked again as they go.
+        let pool = retry_refused_memory(|| {
+            in_context(context.as_cu(), || {
+                // SAFETY: `raw_props` is fully initialised; `raw` is a valid out-pointer.
+                let raw = out(|raw| unsafe { driver!(cuMemPoolCreate(raw, &raw_props)) })?;
+                let record = MemoryPool::owned(context.clone(), Some(location), props.ipc);
+                // SAFETY: a fresh pool owned by nobody else; `destroy_pool` destroys it. Made
+                // inside the context's scope, so that a failure to restore the caller's
+                // context afterwards drops (destroys) it rather than leaking the raw pool.
+                Ok(unsafe { MemoryPoolHandle::from_raw(raw, record) })
+            })
         })?;
         if props.ipc {
             // Driver 580 refuses to export a pointer of a pool whose shareable handle was never

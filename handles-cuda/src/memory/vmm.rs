@@ -20,6 +20,7 @@ use handles_core::ResourceHandle;
 use crate::driver::call::{deleter_status, driver, out, out_fd};
 use crate::driver::load::{self, ensure_loaded};
 use crate::error::{Error, Result};
+use crate::exec::disposal::retry_refused_memory;
 use crate::exec::stream::StreamHandle;
 use crate::memory::pool::{PoolLocation, raw_location};
 use crate::order::contexts_used::ContextsUsed;
@@ -224,10 +225,13 @@ impl PhysicalAllocationHandle {
     pub fn create(location: PoolLocation, size: usize, sharing: Sharing) -> Result<Self> {
         let size = rounded(size, granularity(location)?)?;
         let prop = properties(location, sharing);
-        let raw = out(|raw| {
-            // SAFETY: `prop` is fully initialised and `size` a multiple of the granularity;
-            // `raw` is a valid out-pointer.
-            unsafe { driver!(cuMemCreate(raw, size, &prop, 0)) }
+        // Refused for memory while dropped pools wait for their frees: asked again as they go.
+        let raw = retry_refused_memory(|| {
+            out(|raw| {
+                // SAFETY: `prop` is fully initialised and `size` a multiple of the granularity;
+                // `raw` is a valid out-pointer.
+                unsafe { driver!(cuMemCreate(raw, size, &prop, 0)) }
+            })
         })?;
         let record = PhysicalAllocation {
             size,
