@@ -140,6 +140,60 @@ fn synchronous_memory_dropped_inside_a_capture_breaks_nothing() {
     );
 }
 
+/// Memory refused inside the closure while memory dropped there waits for the capture to end
+/// (its free synchronises a context): the refusal is returned at once, rather than after
+/// waiting for a release that only the end of this very capture lets run.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_refusal_for_memory_inside_a_capture_is_returned_at_once() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let context = ContextHandle::primary(0).unwrap();
+    let outer = stream(&context);
+    let target = DevicePtrHandle::alloc_async(1024, &outer).unwrap();
+    outer.synchronize().unwrap();
+    for mode in MODES {
+        let (free, _) = context.mem_get_info().unwrap();
+        // More than half of what is free: the second is refused while the first is held.
+        let size = free / 10 * 6;
+        let mut big = Some(DevicePtrHandle::alloc(&context, size).unwrap());
+        let mut waited = None;
+        let graph = GraphHandle::capture(&context, mode, |capture: &Capture| {
+            capture.memset(&target, 0, 7, 1024)?;
+            drop(big.take());
+            let asked = std::time::Instant::now();
+            let refused = DevicePtrHandle::alloc_async(size, &outer).map(drop);
+            waited = Some((
+                asked.elapsed(),
+                refused.err().and_then(|error| error.code()),
+            ));
+            capture.memset(&target, 0, 9, 1024)
+        })
+        .unwrap_or_else(|error| panic!("{mode:?}: the capture failed: {error}"));
+        let (waited, code) = waited.expect("the closure ran");
+        assert_eq!(
+            code,
+            Some(handles_cuda::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+            "{mode:?}: the second allocation"
+        );
+        assert!(
+            waited < std::time::Duration::from_millis(500),
+            "{mode:?}: the refusal came after {waited:?}"
+        );
+        graph.instantiate().unwrap().launch(&outer).unwrap();
+        outer.synchronize().unwrap();
+        assert!(handles_cuda::exec::flush_disposals(
+            std::time::Duration::from_secs(10)
+        ));
+    }
+    drop(target);
+    outer.synchronize().unwrap();
+    assert!(handles_cuda::exec::flush_disposals(
+        std::time::Duration::from_secs(10)
+    ));
+    failures.assert_none();
+}
+
 /// A library whose kernel ran on an outer stream, unloaded inside the closure: its unload
 /// waits for that context too, after the capture.
 #[test]

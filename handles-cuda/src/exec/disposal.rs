@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
 
+use crate::driver::capture::in_capture_closure;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
@@ -41,6 +42,13 @@ pub(crate) trait Deferred: Send + 'static {
     /// again); `false` to be tried again later. Should not block on the device: every other
     /// disposal waits meanwhile.
     fn try_release(&mut self) -> bool;
+
+    /// Whether the release gives memory back to the driver (a pool's destruction, a free that
+    /// waited for a capture to end): an allocation the driver refuses for memory waits for
+    /// these ([`retry_refused_memory`]), and for nothing else queued.
+    fn gives_memory(&self) -> bool {
+        false
+    }
 }
 
 /// What the disposal thread is handed.
@@ -82,17 +90,16 @@ struct Counts {
     taken: u64,
     /// The numbers of releases taken and not over yet.
     waiting: BTreeSet<u64>,
+    /// Releases that give memory back ([`Deferred::gives_memory`]) queued and not over.
+    memory_left: u64,
+    /// Such releases over since the thread started.
+    memory_done: u64,
 }
 
 impl Counts {
     /// Whether every job numbered below `target` is done.
     fn done_below(&self, target: u64) -> bool {
         self.taken >= target && self.waiting.range(..target).next().is_none()
-    }
-
-    /// Jobs numbered below `target` and not done.
-    fn left_below(&self, target: u64) -> u64 {
-        target.saturating_sub(self.taken) + self.waiting.range(..target).count() as u64
     }
 
     /// Jobs queued and not done.
@@ -127,6 +134,8 @@ fn thread() -> Option<&'static Thread> {
                     queued: 0,
                     taken: 0,
                     waiting: BTreeSet::new(),
+                    memory_left: 0,
+                    memory_done: 0,
                 }),
                 progress: Condvar::new(),
             })
@@ -188,8 +197,13 @@ fn serve(receiver: Receiver<Job>) {
                 .unwrap_or(true);
             if over {
                 let (number, release) = waiting.swap_remove(i);
+                let memory = u64::from(release.gives_memory());
                 caught("a release on the disposal thread", || drop(release));
-                counted(|counts| counts.waiting.remove(&number));
+                counted(|counts| {
+                    counts.memory_left = counts.memory_left.saturating_sub(memory);
+                    counts.memory_done += memory;
+                    counts.waiting.remove(&number)
+                });
             } else {
                 i += 1;
             }
@@ -232,6 +246,7 @@ pub(crate) fn defer(release: Box<dyn Deferred>) {
 }
 
 fn hand_over(job: Job) {
+    let memory = matches!(&job, Job::Release(release) if release.gives_memory());
     let refused = match thread() {
         Some(thread) => {
             // Counted before it is sent, under the lock the count is read with, so a flush
@@ -240,6 +255,7 @@ fn hand_over(job: Job) {
             match lock(&thread.sender).send(job) {
                 Ok(()) => {
                     counts.queued += 1;
+                    counts.memory_left += u64::from(memory);
                     None
                 }
                 Err(refused) => Some(refused.0),
@@ -299,11 +315,13 @@ pub fn flush_disposals(timeout: Duration) -> bool {
 }
 
 /// Runs `call`, which asks the driver for memory. While the driver refuses it
-/// (`CUDA_ERROR_OUT_OF_MEMORY`) and something queued here before then finishes, it is called
-/// again, for at most [`MEMORY_PATIENCE`] in all: a dropped pool gives its memory back only
-/// when the disposal thread destroys it, once the frees of its memory ran, and memory dropped
-/// while a capture ran is freed here once none runs. With nothing queued (or on the disposal
-/// thread itself), the refusal is returned at once.
+/// (`CUDA_ERROR_OUT_OF_MEMORY`) and a release that gives memory back ([`Deferred::gives_memory`])
+/// ends, it is called again, for at most [`MEMORY_PATIENCE`] in all: a dropped pool gives its
+/// memory back only when the disposal thread destroys it, once the frees of its memory ran,
+/// and memory dropped while a capture ran is freed there once none runs. The refusal is
+/// returned at once when no such release is pending (on any device: one pending elsewhere
+/// makes a refusal wait until it ends, at most the patience), inside a capture's closure
+/// (what it would wait for may need the capture to end), and on the disposal thread itself.
 #[inline(always)]
 pub(crate) fn retry_refused_memory<T>(mut call: impl FnMut() -> Result<T>) -> Result<T> {
     match call() {
@@ -326,7 +344,7 @@ pub(crate) fn retry_after_refusal<T>(
         return Err(refused);
     }
     let deadline = Instant::now() + MEMORY_PATIENCE;
-    while one_finished_before(deadline) {
+    while memory_given_back_before(deadline) {
         match call() {
             Err(error) if is_out_of_memory(&error) => refused = error,
             done => return done,
@@ -335,21 +353,22 @@ pub(crate) fn retry_after_refusal<T>(
     Err(refused)
 }
 
-/// Waits until a job queued before the call is over (dropped, or its release run or given
-/// up), or `deadline` passes: `true` if one is. `false` at once when none is left, and on the
-/// disposal thread itself, which would wait for itself.
-fn one_finished_before(deadline: Instant) -> bool {
+/// Waits until a release that gives memory back is over (run, or given up), or `deadline`
+/// passes: `true` if one is. `false` at once when none is pending, inside a capture's closure,
+/// and on the disposal thread itself, which would wait for itself.
+fn memory_given_back_before(deadline: Instant) -> bool {
     let Some(Some(thread)) = DISPOSAL.get() else {
         return false;
     };
-    if std::thread::current().id() == thread.id {
+    if std::thread::current().id() == thread.id || in_capture_closure() {
         return false;
     }
     let mut counts = lock(&thread.counts);
-    let target = counts.queued;
-    let left = |counts: &Counts| counts.left_below(target);
-    let before = left(&counts);
-    while before > 0 && left(&counts) == before {
+    let done = counts.memory_done;
+    if counts.memory_left == 0 {
+        return false;
+    }
+    while counts.memory_done == done {
         let wait = deadline.saturating_duration_since(Instant::now());
         if wait.is_zero() {
             return false;
@@ -360,7 +379,7 @@ fn one_finished_before(deadline: Instant) -> bool {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .0;
     }
-    left(&counts) < before
+    true
 }
 
 /// The `atexit` handler: flushes the queue, and reports what is still queued as a leak.
@@ -419,6 +438,10 @@ pub(crate) mod tests {
                 return false;
             }
             self.released.store(true, Ordering::SeqCst);
+            true
+        }
+
+        fn gives_memory(&self) -> bool {
             true
         }
     }

@@ -518,6 +518,11 @@ impl PendingDestroy {
 }
 
 impl Deferred for PendingDestroy {
+    /// A destroyed pool's memory is the driver's again.
+    fn gives_memory(&self) -> bool {
+        true
+    }
+
     fn try_release(&mut self) -> bool {
         // Relaxed: another thread's global-mode capture must neither refuse these calls nor be
         // invalidated by them.

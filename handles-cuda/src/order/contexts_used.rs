@@ -172,6 +172,11 @@ struct AfterCaptures {
 }
 
 impl Deferred for AfterCaptures {
+    /// Memory, mappings, modules and graphs freed once no capture runs.
+    fn gives_memory(&self) -> bool {
+        true
+    }
+
     fn try_release(&mut self) -> bool {
         let release = &mut self.release;
         let contexts = &self.contexts;
