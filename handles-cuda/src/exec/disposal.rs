@@ -21,7 +21,7 @@
 use std::collections::BTreeSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,32 @@ impl Counts {
     /// Jobs queued and not done.
     fn left(&self) -> u64 {
         self.queued.saturating_sub(self.taken) + self.waiting.len() as u64
+    }
+}
+
+impl Thread {
+    /// Waits, with `counts` locked, until `over` holds of them (`true`) or `deadline` passes
+    /// (`false`); no deadline waits as long as it takes.
+    fn wait_for(
+        &self,
+        mut counts: MutexGuard<'_, Counts>,
+        deadline: Option<Instant>,
+        over: impl Fn(&Counts) -> bool,
+    ) -> bool {
+        while !over(&counts) {
+            let left = deadline.map_or(Duration::from_secs(3600), |deadline| {
+                deadline.saturating_duration_since(Instant::now())
+            });
+            if left.is_zero() {
+                return false;
+            }
+            counts = self
+                .progress
+                .wait_timeout(counts, left)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+        true
     }
 }
 
@@ -296,22 +322,9 @@ pub fn flush_disposals(timeout: Duration) -> bool {
     }
     // A timeout too long to add to now waits without a deadline.
     let deadline = Instant::now().checked_add(timeout);
-    let mut counts = lock(&thread.counts);
+    let counts = lock(&thread.counts);
     let target = counts.queued;
-    while !counts.done_below(target) {
-        let left = deadline.map_or(Duration::from_secs(3600), |deadline| {
-            deadline.saturating_duration_since(Instant::now())
-        });
-        if left.is_zero() {
-            return false;
-        }
-        counts = thread
-            .progress
-            .wait_timeout(counts, left)
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .0;
-    }
-    true
+    thread.wait_for(counts, deadline, |counts| counts.done_below(target))
 }
 
 /// Runs `call`, which asks the driver for memory. While the driver refuses it
@@ -363,23 +376,12 @@ fn memory_given_back_before(deadline: Instant) -> bool {
     if std::thread::current().id() == thread.id || in_capture_closure() {
         return false;
     }
-    let mut counts = lock(&thread.counts);
+    let counts = lock(&thread.counts);
     let done = counts.memory_done;
     if counts.memory_left == 0 {
         return false;
     }
-    while counts.memory_done == done {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        if wait.is_zero() {
-            return false;
-        }
-        counts = thread
-            .progress
-            .wait_timeout(counts, wait)
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .0;
-    }
-    true
+    thread.wait_for(counts, Some(deadline), |counts| counts.memory_done != done)
 }
 
 /// The `atexit` handler: flushes the queue, and reports what is still queued as a leak.

@@ -171,6 +171,28 @@ fn graph_launches(
         // SAFETY: the executable graph and the stream live as long as the process.
         move || unsafe { ok(sys::cuGraphLaunch(keep(exec), on)) }
     };
+    // What the layers add around the call: cudarc asks for the current context first
+    // (`bind_to_thread`); handles-cuda holds the graph's lock (the driver's serialization).
+    let asked_first = |exec: sys::CUgraphExec, on: sys::CUstream| {
+        move || {
+            let mut current = std::ptr::null_mut();
+            // SAFETY: an out-pointer; the executable graph and the stream live as long as the
+            // process.
+            unsafe {
+                ok(sys::cuCtxGetCurrent(keep(&mut current)));
+                ok(sys::cuGraphLaunch(keep(exec), on));
+            }
+        }
+    };
+    let lock = std::sync::Mutex::new(());
+    let locked = |exec: sys::CUgraphExec, on: sys::CUstream| {
+        let lock = &lock;
+        move || {
+            let _held = keep(lock).lock().unwrap();
+            // SAFETY: the executable graph and the stream live as long as the process.
+            unsafe { ok(sys::cuGraphLaunch(keep(exec), on)) }
+        }
+    };
     interleave(
         &mut [
             Variant::new(
@@ -192,6 +214,14 @@ fn graph_launches(
             Variant::new(
                 "module function, captured on cudarc's stream, our stream",
                 graph(function_here, ours),
+            ),
+            Variant::new(
+                "library kernel, captured elsewhere, our stream, cuCtxGetCurrent first",
+                asked_first(kernel_elsewhere, ours),
+            ),
+            Variant::new(
+                "library kernel, captured elsewhere, our stream, a mutex held",
+                locked(kernel_elsewhere, ours),
             ),
         ],
         super::ROUNDS,
@@ -232,6 +262,15 @@ fn allocations(
             }
         }
     };
+    let asked_first = |pool: sys::CUmemoryPool, on: sys::CUstream| {
+        let alloc_free = from_pool(pool, on);
+        move || {
+            let mut current = std::ptr::null_mut();
+            // SAFETY: an out-pointer.
+            unsafe { ok(sys::cuCtxGetCurrent(keep(&mut current))) };
+            alloc_free();
+        }
+    };
     interleave(
         &mut [
             Variant::new(
@@ -250,6 +289,10 @@ fn allocations(
             Variant::new(
                 "FromPoolAsync, a made pool, cudarc's stream",
                 from_pool(made, theirs),
+            ),
+            Variant::new(
+                "FromPoolAsync, a made pool, our stream, cuCtxGetCurrent first",
+                asked_first(made, ours),
             ),
         ],
         super::ROUNDS,
