@@ -26,6 +26,23 @@ fn around(
     what: &str,
     mut between: impl FnMut(&ContextHandle, &StreamHandle) -> handles_cuda::Result<()>,
 ) {
+    around_each(
+        what,
+        |_| (),
+        |(), context, outer| between(context, outer),
+        |(), _| {},
+    );
+}
+
+/// [`around`] with a state made before each mode's capture (`setup`), handed to `between`
+/// inside the closure and to `check` once that mode's graph ran and the queued releases are
+/// done.
+fn around_each<S>(
+    what: &str,
+    mut setup: impl FnMut(&ContextHandle) -> S,
+    mut between: impl FnMut(&mut S, &ContextHandle, &StreamHandle) -> handles_cuda::Result<()>,
+    mut check: impl FnMut(S, CaptureMode),
+) {
     let _serial = serial();
     let failures = Failures::watch();
     let context = ContextHandle::primary(0).unwrap();
@@ -33,15 +50,20 @@ fn around(
     let target = DevicePtrHandle::alloc_async(1024, &outer).unwrap();
     outer.synchronize().unwrap();
     for mode in MODES {
+        let mut state = setup(&context);
         let graph = GraphHandle::capture(&context, mode, |capture: &Capture| {
             capture.memset(&target, 0, 7, 1024)?;
-            between(&context, &outer)?;
+            between(&mut state, &context, &outer)?;
             capture.memset(&target, 0, 9, 1024)
         })
         .unwrap_or_else(|error| panic!("{what}, {mode:?}: the capture failed: {error}"));
         let exec = graph.instantiate().unwrap();
         exec.launch(&outer).unwrap();
         outer.synchronize().unwrap();
+        assert!(handles_cuda::exec::flush_disposals(
+            std::time::Duration::from_secs(10)
+        ));
+        check(state, mode);
     }
     drop(target);
     outer.synchronize().unwrap();
@@ -146,52 +168,46 @@ fn synchronous_memory_dropped_inside_a_capture_breaks_nothing() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_refusal_for_memory_inside_a_capture_is_returned_at_once() {
-    let _serial = serial();
-    let failures = Failures::watch();
-    let context = ContextHandle::primary(0).unwrap();
-    let outer = stream(&context);
-    let target = DevicePtrHandle::alloc_async(1024, &outer).unwrap();
-    outer.synchronize().unwrap();
-    for mode in MODES {
-        let (free, _) = context.mem_get_info().unwrap();
-        // More than half of what is free: the second is refused while the first is held.
-        let size = free / 10 * 6;
-        let mut big = Some(DevicePtrHandle::alloc(&context, size).unwrap());
-        let mut waited = None;
-        let graph = GraphHandle::capture(&context, mode, |capture: &Capture| {
-            capture.memset(&target, 0, 7, 1024)?;
-            drop(big.take());
+    struct Refusal {
+        size: usize,
+        big: Option<DevicePtrHandle>,
+        waited: Option<(std::time::Duration, Option<handles_cuda::driver::sys::CUresult>)>,
+    }
+    around_each(
+        "a refusal for memory",
+        |context| {
+            let (free, _) = context.mem_get_info().unwrap();
+            // More than half of what is free: the second is refused while the first is held.
+            let size = free / 10 * 6;
+            Refusal {
+                size,
+                big: Some(DevicePtrHandle::alloc(context, size).unwrap()),
+                waited: None,
+            }
+        },
+        |refusal, _, outer| {
+            drop(refusal.big.take());
             let asked = std::time::Instant::now();
-            let refused = DevicePtrHandle::alloc_async(size, &outer).map(drop);
-            waited = Some((
+            let refused = DevicePtrHandle::alloc_async(refusal.size, outer).map(drop);
+            refusal.waited = Some((
                 asked.elapsed(),
                 refused.err().and_then(|error| error.code()),
             ));
-            capture.memset(&target, 0, 9, 1024)
-        })
-        .unwrap_or_else(|error| panic!("{mode:?}: the capture failed: {error}"));
-        let (waited, code) = waited.expect("the closure ran");
-        assert_eq!(
-            code,
-            Some(handles_cuda::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY),
-            "{mode:?}: the second allocation"
-        );
-        assert!(
-            waited < std::time::Duration::from_millis(500),
-            "{mode:?}: the refusal came after {waited:?}"
-        );
-        graph.instantiate().unwrap().launch(&outer).unwrap();
-        outer.synchronize().unwrap();
-        assert!(handles_cuda::exec::flush_disposals(
-            std::time::Duration::from_secs(10)
-        ));
-    }
-    drop(target);
-    outer.synchronize().unwrap();
-    assert!(handles_cuda::exec::flush_disposals(
-        std::time::Duration::from_secs(10)
-    ));
-    failures.assert_none();
+            Ok(())
+        },
+        |refusal, mode| {
+            let (waited, code) = refusal.waited.expect("the closure ran");
+            assert_eq!(
+                code,
+                Some(handles_cuda::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+                "{mode:?}: the second allocation"
+            );
+            assert!(
+                waited < std::time::Duration::from_millis(500),
+                "{mode:?}: the refusal came after {waited:?}"
+            );
+        },
+    );
 }
 
 /// A library whose kernel ran on an outer stream, unloaded inside the closure: its unload
