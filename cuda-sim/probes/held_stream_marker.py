@@ -6,9 +6,12 @@ the frees is polled before the pool goes), run plainly and under compute-sanitiz
 A host function holds a stream back; behind it a pool allocation and its free are queued, then
 a marker event is recorded; after 50 ms the probe asks the marker, releases the host function
 and asks again. Cases: a non-blocking stream, the per-thread default stream, and the legacy
-stream behind a held blocking stream. Three `gpu_host`/`review_pool_markers` tests that hold a
+stream behind a held blocking stream. Four `gpu_host`/`review_pool_markers` tests that hold a
 stream this way fail only under compute-sanitizer (RELIABILITY.md's pool row); this tells
-whether the tool changes what the query answers. Run on a GPU machine:
+whether the tool changes what the query answers (it does not: `held_stream_marker.h100.txt`).
+Last, how long destroying a held stream takes, its host function released after 1 s: the
+tests' failures point at the tool waiting there (their gate opened by its limit). Run on a GPU
+machine:
 
     python3 cuda-sim/probes/held_stream_marker.py
     compute-sanitizer --tool memcheck python3 cuda-sim/probes/held_stream_marker.py
@@ -85,5 +88,21 @@ blocking = new_stream(check, 0)
 case("legacy stream behind a held blocking stream", blocking, LEGACY)
 for made in (stream, blocking):
     check("cuStreamDestroy_v2", made)
+
+# Destroying a stream whose work is held: the driver lets the work finish after the call.
+busy = new_stream(check)
+release.clear()
+check("cuLaunchHostFunc", busy, gate, None)
+opener = threading.Timer(1.0, release.set)
+opener.start()
+asked = time.monotonic()
+check("cuStreamDestroy_v2", busy)
+took = time.monotonic() - asked
+opener.join()
+check("cuCtxSynchronize")
+print(
+    f"destroying a held stream took {took * 1000:.1f} ms "
+    f"({'waited for the held work' if took >= 0.9 else 'returned at once'})"
+)
 check("cuMemPoolDestroy", pool)
 print("done")
