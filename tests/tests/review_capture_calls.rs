@@ -171,7 +171,10 @@ fn a_refusal_for_memory_inside_a_capture_is_returned_at_once() {
     struct Refusal {
         size: usize,
         big: Option<DevicePtrHandle>,
-        waited: Option<(std::time::Duration, Option<handles_cuda::driver::sys::CUresult>)>,
+        waited: Option<(
+            std::time::Duration,
+            Option<handles_cuda::driver::sys::CUresult>,
+        )>,
     }
     around_each(
         "a refusal for memory",
