@@ -171,26 +171,13 @@ fn graph_launches(
         // SAFETY: the executable graph and the stream live as long as the process.
         move || unsafe { ok(sys::cuGraphLaunch(keep(exec), on)) }
     };
-    // What the layers add around the call: cudarc asks for the current context first
-    // (`bind_to_thread`); handles-cuda holds the graph's lock (the driver's serialization).
-    let asked_first = |exec: sys::CUgraphExec, on: sys::CUstream| {
-        move || {
-            let mut current = std::ptr::null_mut();
-            // SAFETY: an out-pointer; the executable graph and the stream live as long as the
-            // process.
-            unsafe {
-                ok(sys::cuCtxGetCurrent(keep(&mut current)));
-                ok(sys::cuGraphLaunch(keep(exec), on));
-            }
-        }
-    };
+    // What handles-cuda adds around the call: the graph's lock (the driver's serialization).
     let lock = std::sync::Mutex::new(());
     let locked = |exec: sys::CUgraphExec, on: sys::CUstream| {
-        let lock = &lock;
+        let (lock, launch) = (&lock, graph(exec, on));
         move || {
             let _held = keep(lock).lock().unwrap();
-            // SAFETY: the executable graph and the stream live as long as the process.
-            unsafe { ok(sys::cuGraphLaunch(keep(exec), on)) }
+            launch();
         }
     };
     interleave(
@@ -217,7 +204,7 @@ fn graph_launches(
             ),
             Variant::new(
                 "library kernel, captured elsewhere, our stream, cuCtxGetCurrent first",
-                asked_first(kernel_elsewhere, ours),
+                asked_first(graph(kernel_elsewhere, ours)),
             ),
             Variant::new(
                 "library kernel, captured elsewhere, our stream, a mutex held",
@@ -231,6 +218,16 @@ fn graph_launches(
             cudarc_stream.synchronize().unwrap();
         },
     )
+}
+
+/// `call` after a `cuCtxGetCurrent`, as cudarc's calls ask first (`bind_to_thread`).
+fn asked_first(call: impl Fn()) -> impl Fn() {
+    move || {
+        let mut current = std::ptr::null_mut();
+        // SAFETY: an out-pointer.
+        unsafe { ok(sys::cuCtxGetCurrent(keep(&mut current))) };
+        call();
+    }
 }
 
 fn allocations(
@@ -262,15 +259,6 @@ fn allocations(
             }
         }
     };
-    let asked_first = |pool: sys::CUmemoryPool, on: sys::CUstream| {
-        let alloc_free = from_pool(pool, on);
-        move || {
-            let mut current = std::ptr::null_mut();
-            // SAFETY: an out-pointer.
-            unsafe { ok(sys::cuCtxGetCurrent(keep(&mut current))) };
-            alloc_free();
-        }
-    };
     interleave(
         &mut [
             Variant::new(
@@ -292,7 +280,7 @@ fn allocations(
             ),
             Variant::new(
                 "FromPoolAsync, a made pool, our stream, cuCtxGetCurrent first",
-                asked_first(made, ours),
+                asked_first(from_pool(made, ours)),
             ),
         ],
         super::ROUNDS,
