@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collected binaries (scripts/gpu-collect.sh) on a machine with a CUDA GPU.
-# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|serving|libs|candle|cudarc|lists]...   (default: tests tour)
+# Usage: .gpu/gpu-run.sh [tests|rules|tour|sanitizer|sanitizer-api|soak|bench|perf|serving|libs|candle|cudarc|lists]...   (default: tests tour)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -270,6 +270,20 @@ for step in "${steps[@]}"; do
         done
       fi
       python3 .gpu/cuda_core_bench.py 2>&1 | tee "$logs/cuda_core.log" || status=1
+      ;;
+    perf)
+      # The evidence of the current table in one call: `gpu_bench core` PERF_RUNS times
+      # (default 5; each run alternates raw, ours and cudarc batch by batch, ~62 s), the
+      # completion latencies (`gpu_bench latency`) and the serving benchmark. Back here,
+      # `scripts/bench-table.py core*.log` prints the table's medians and spreads.
+      for run in $(seq 1 "${PERF_RUNS:-5}"); do
+        timeout 120 .gpu/gpu_bench core >"$logs/core$run.log" 2>&1 || status=1
+        echo "core $run: $(grep -c '|' "$logs/core$run.log") rows"
+      done
+      timeout 120 .gpu/gpu_bench latency >"$logs/latency.log" 2>&1 || status=1
+      grep -E 'latency' "$logs/latency.log" | tail -n 4
+      timeout 200 .gpu/serving >"$logs/serving.log" 2>&1 || status=1
+      grep -E '^\|' "$logs/serving.log" | tail -n 12
       ;;
     serving)
       # The serving benchmark: a request loop (pool allocations, copies through pinned memory,
