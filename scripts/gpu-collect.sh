@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds every test, example and bench binary in release mode and copies the executables into
-# .gpu/ (git-ignored), ready to be carried to a machine with a GPU but no cargo.
+# .gpu/ (git-ignored), packed into .gpu-pack/ to be carried to a machine with a GPU but no cargo.
 #
 #   scripts/gpu-collect.sh
-#   # then, on the GPU machine, from the repository root:
-#   scripts/gpu-run.sh            # runs every test binary with --include-ignored, the tour
-#                                 # example and the GPU bench; logs go to $OUT or ./gpu-logs
-#   scripts/gpu-run.sh serving    # the serving benchmark (.gpu/serving), log serving.log
+#   # then, on the GPU machine, from the repository root, with .gpu-pack carried:
+#   scripts/gpu-unpacked.sh           # unpacks .gpu, then runs every test binary with
+#                                     # --include-ignored and the tour; logs go to $OUT or ./gpu-logs
+#   scripts/gpu-unpacked.sh perf      # gpu_bench core x5, the latencies and the serving benchmark
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .gpu
@@ -110,3 +110,12 @@ lists_logs=$(mktemp -d)
 OUT=$lists_logs scripts/gpu-run.sh lists
 rm -rf "$lists_logs"
 du -sh .gpu
+# The folder (about 145 MB: stripped binaries that share most of their code) is more than the
+# 64 MiB a device call carries, so it is also packed into one xz stream, with the commit it was
+# built from: carry `.gpu-pack` and run `scripts/gpu-unpacked.sh STEP...` there. candle-core's
+# own pack (.gpu/candle.tar.xz, for the candle step) is left out: it is carried on its own.
+mkdir -p .gpu-pack
+tar -cf - --exclude=.gpu/candle.tar.xz .gpu | xz -T2 -6 >.gpu-pack/gpu.tar.xz.part
+mv .gpu-pack/gpu.tar.xz.part .gpu-pack/gpu.tar.xz
+git describe --always --dirty --abbrev=7 >.gpu-pack/commit.txt
+du -sh .gpu-pack/gpu.tar.xz
