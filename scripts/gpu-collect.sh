@@ -115,7 +115,9 @@ du -sh .gpu
 # built from: carry `.gpu-pack` and run `scripts/gpu-unpacked.sh STEP...` there. candle-core's
 # own pack (.gpu/candle.tar.xz, for the candle step) is left out: it is carried on its own.
 mkdir -p .gpu-pack
+rm -f .gpu-pack/commit.txt
+git describe --always --dirty --abbrev=7 >.gpu-pack/commit.txt.part
 tar -cf - --exclude=.gpu/candle.tar.xz .gpu | xz -T2 -6 >.gpu-pack/gpu.tar.xz.part
 mv .gpu-pack/gpu.tar.xz.part .gpu-pack/gpu.tar.xz
-git describe --always --dirty --abbrev=7 >.gpu-pack/commit.txt
+mv .gpu-pack/commit.txt.part .gpu-pack/commit.txt
 du -sh .gpu-pack/gpu.tar.xz
