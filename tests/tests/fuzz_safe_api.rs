@@ -59,7 +59,8 @@ use simulator::{Scratch, say};
 const CI_CASES: usize = 2000;
 
 /// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4, N6
-/// and the simulator's S4, S6 and S7, which the fuzzer found), and programs that must stay clean.
+/// and the simulator's S4, S6 and S7, which the fuzzer found; N7, an oracle's miscount), and
+/// programs that must stay clean.
 const CORPUS: &[(&str, &str)] = &[
     (
         "f2_record_drop_panics_during_unwind",
@@ -124,6 +125,10 @@ const CORPUS: &[(&str, &str)] = &[
     (
         "n6_cudarc_slice_of_another_device",
         include_str!("../fuzz-corpus/n6_cudarc_slice_of_another_device.prog"),
+    ),
+    (
+        "n7_token_use_with_no_context_leaks_pool_memory",
+        include_str!("../fuzz-corpus/n7_token_use_with_no_context_leaks_pool_memory.prog"),
     ),
     (
         "s4_vmm_peer_mapping_touched_by_its_peer",
