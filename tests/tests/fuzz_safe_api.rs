@@ -127,8 +127,8 @@ const CORPUS: &[(&str, &str)] = &[
         include_str!("../fuzz-corpus/n6_cudarc_slice_of_another_device.prog"),
     ),
     (
-        "n7_token_use_with_no_context_leaks_pool_memory",
-        include_str!("../fuzz-corpus/n7_token_use_with_no_context_leaks_pool_memory.prog"),
+        "n7_token_use_with_no_context_is_refused",
+        include_str!("../fuzz-corpus/n7_token_use_with_no_context_is_refused.prog"),
     ),
     (
         "s4_vmm_peer_mapping_touched_by_its_peer",

@@ -342,6 +342,58 @@ fn bad_input_returns_errors_and_leaks_nothing() {
     assert_eq!(cuda_live_counts(), start);
 }
 
+/// A use reported on a default-stream token while no context is current names no stream: it
+/// is refused, and the memory is ordered, viewed and freed as before (it was once marked
+/// unorderable, its free refused and its pool kept: a leak for bad input).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_use_reported_on_a_token_with_no_context_is_refused_and_loses_nothing() {
+    let _serial = serial();
+    let failures = Failures::watch();
+    let start = cuda_live_counts();
+    // A fresh thread, on which nothing made a context current.
+    std::thread::spawn(|| {
+        assert!(ContextHandle::current().unwrap().is_none());
+        let context = ContextHandle::primary(0).unwrap();
+        let stream = stream(&context);
+        let pool = MemoryPoolHandle::create(&PoolProps::device(0)).unwrap();
+        let buffer = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+        for token in [StreamHandle::legacy(), StreamHandle::per_thread()] {
+            let refused = buffer.record_use(&token);
+            assert!(
+                matches!(refused, Err(Error::NoCurrentContext { .. })),
+                "{refused:?}"
+            );
+        }
+        assert!(ContextHandle::current().unwrap().is_none());
+        // Still ordered and usable: work on it, then its free on its stream.
+        buffer.memset_async(0x5a, 4096, &stream).unwrap();
+        let mut host = vec![0u8; 4096];
+        buffer.copy_to_host(&mut host, &stream).unwrap();
+        assert!(host.iter().all(|&byte| byte == 0x5a));
+        drop(buffer);
+        stream.synchronize().unwrap();
+        assert_eq!(pool.used_bytes().unwrap(), 0, "the free ran on the stream");
+        // Bound to a context, the same tokens are reported as uses.
+        let bound = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+        context
+            .run(|| {
+                bound.record_use(&StreamHandle::legacy())?;
+                bound.record_use(&StreamHandle::per_thread())
+            })
+            .unwrap();
+        drop(bound);
+        context.synchronize().unwrap();
+        assert_eq!(pool.used_bytes().unwrap(), 0);
+        drop((pool, stream, context));
+        handles_cuda::exec::clear_primary_cache();
+    })
+    .join()
+    .unwrap();
+    assert_eq!(cuda_live_counts(), start, "every handle destroyed");
+    failures.assert_none();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn no_leaks_device_memory_and_live_counts_return() {

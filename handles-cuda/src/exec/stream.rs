@@ -368,6 +368,18 @@ impl StreamHandle {
         self.bound_to_current()
     }
 
+    /// Refuses a default-stream token bound to no context that names no stream on this thread:
+    /// none is current, or a green context is (which has no per-thread stream). Work reported
+    /// as queued on such a token cannot be on a stream it names, so the report is refused
+    /// before anything is marked or waited for.
+    #[inline]
+    pub(crate) fn refuse_if_unresolved(&self) -> Result<()> {
+        if !self.is_default_token() || self.context().is_some() {
+            return Ok(());
+        }
+        self.bound_to_current().map(drop)
+    }
+
     /// [`Self::bound`] for an unbound default-stream token.
     #[cold]
     fn bound_to_current(&self) -> Result<StreamHandle> {

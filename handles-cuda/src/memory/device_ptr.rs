@@ -558,8 +558,15 @@ impl DevicePtrHandle {
     /// that queues work through the raw pointer (another CUDA library's call, a raw launch):
     /// the free is then ordered after that work, as after the safe methods' own work. Call it
     /// after the work was queued. Safe: it only adds ordering.
+    ///
+    /// A default-stream token bound to no context ([`StreamHandle::legacy`],
+    /// [`StreamHandle::per_thread`]) names the stream of the context current on this thread
+    /// now, which must be the context the work was queued in. With no context current it names
+    /// no stream: the report is refused with [`Error::NoCurrentContext`], and this memory's
+    /// ordering, views and free are as they were.
     #[inline]
     pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {
+        stream.refuse_if_unresolved()?;
         self.report_use(stream, true)
     }
 
