@@ -159,6 +159,21 @@ impl StreamHandle {
         })
     }
 
+    /// Blocks until the work queued on this stream so far has completed: the fallback of a use
+    /// report that no marker can be kept for. An unbound default-stream token is the stream of
+    /// the context current now, whichever it is: one that no handle here can keep alive is
+    /// waited for too (nothing outlives the call). Fails with no context current.
+    pub(crate) fn wait_now(&self) -> Result<()> {
+        if !self.is_default_token() || self.context().is_some() {
+            return self.synchronize();
+        }
+        self.refuse_with_none_current()?;
+        // SAFETY: a context is current on this thread (checked just above), in which the
+        // default-stream token names its legacy or per-thread stream; the call holds nothing
+        // after it returns.
+        unsafe { driver!(cuStreamSynchronize(self.as_cu())) }
+    }
+
     /// Refuses stream-ordered work on a stream that code outside this crate is capturing into
     /// a graph (cudarc can, on its own streams and on streams lent to it): the graph would
     /// reference memory that this crate does not know to keep alive, and an allocation or a
@@ -368,16 +383,31 @@ impl StreamHandle {
         self.bound_to_current()
     }
 
-    /// Refuses a default-stream token bound to no context that names no stream on this thread:
-    /// none is current, or a green context is (which has no per-thread stream). Work reported
-    /// as queued on such a token cannot be on a stream it names, so the report is refused
-    /// before anything is marked or waited for.
+    /// Refuses a default-stream token bound to no context while no context is current on this
+    /// thread: it names no stream, so no work can have been queued on what it names, and a
+    /// report of such work is refused before anything is marked or waited for. (Any current
+    /// context resolves it, one no handle can keep alive too: work reported there is waited
+    /// for by the host.)
     #[inline]
     pub(crate) fn refuse_if_unresolved(&self) -> Result<()> {
         if !self.is_default_token() || self.context().is_some() {
             return Ok(());
         }
-        self.bound_to_current().map(drop)
+        self.refuse_with_none_current()
+    }
+
+    /// [`Self::refuse_if_unresolved`] for an unbound token.
+    #[cold]
+    fn refuse_with_none_current(&self) -> Result<()> {
+        ensure_loaded()?;
+        if current_raw()?.is_null() {
+            return Err(crate::error::Error::NoCurrentContext {
+                what: "a use reported on a default-stream token bound to no context needs the \
+                       context the work was queued in to be current; none is current on this \
+                       thread (use `StreamHandle::legacy_in`)",
+            });
+        }
+        Ok(())
     }
 
     /// [`Self::bound`] for an unbound default-stream token.
