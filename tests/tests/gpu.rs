@@ -385,34 +385,19 @@ fn a_use_reported_on_a_token_with_no_context_is_refused_and_loses_nothing() {
         drop(bound);
         context.synchronize().unwrap();
         assert_eq!(pool.used_bytes().unwrap(), 0);
-        // With a context current that no handle can keep alive, the token names that
-        // context's stream: no marker can be kept there, so the host waits for the stream and
-        // the error says why; the memory stays freeable (it was once marked unorderable: the
-        // wait, too, asked for a context a handle could keep).
-        let foreign_use = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
-        let foreign = make_foreign_context_current();
-        let waited = foreign_use.record_use(&StreamHandle::legacy());
+        // A green context has no per-thread stream: that token names none there either.
+        let green = handles_cuda::exec::GreenContextHandle::create(0, 16).unwrap();
+        let green_context = green.context().unwrap();
+        let in_green = DevicePtrHandle::alloc_from_pool(&pool, 4096, &stream).unwrap();
+        let refused = green_context.run(|| in_green.record_use(&StreamHandle::per_thread()));
         assert!(
-            matches!(waited, Err(Error::WrongContext { .. })),
-            "{waited:?}"
+            matches!(refused, Err(Error::WrongContext { .. })),
+            "{refused:?}"
         );
-        // Pinned host memory: its views wait for the stream's work, here at once.
-        let pinned = DevicePtrHandle::alloc_host(&context, 4096).unwrap();
-        pinned.record_use(&StreamHandle::legacy()).unwrap();
-        // SAFETY: clearing the current context, then destroying our own foreign context, which
-        // nothing uses any more.
-        unsafe {
-            assert_eq!(
-                sys::cuCtxSetCurrent(std::ptr::null_mut()),
-                sys::CUresult::CUDA_SUCCESS
-            );
-            assert_eq!(sys::cuCtxDestroy_v2(foreign), sys::CUresult::CUDA_SUCCESS);
-        }
-        drop(foreign_use);
-        assert_eq!(pinned.host_view().unwrap().len(), 4096, "its views open");
-        drop(pinned);
+        drop(in_green);
         stream.synchronize().unwrap();
         assert_eq!(pool.used_bytes().unwrap(), 0, "the free ran on the stream");
+        drop((green_context, green));
         drop((pool, stream, context));
         handles_cuda::exec::clear_primary_cache();
     })

@@ -159,21 +159,6 @@ impl StreamHandle {
         })
     }
 
-    /// Blocks until the work queued on this stream so far has completed: the fallback of a use
-    /// report that no marker can be kept for. An unbound default-stream token is the stream of
-    /// the context current now, whichever it is: one that no handle here can keep alive is
-    /// waited for too (nothing outlives the call). Fails with no context current.
-    pub(crate) fn wait_now(&self) -> Result<()> {
-        if !self.is_default_token() || self.context().is_some() {
-            return self.synchronize();
-        }
-        self.refuse_with_none_current()?;
-        // SAFETY: a context is current on this thread (checked just above), in which the
-        // default-stream token names its legacy or per-thread stream; the call holds nothing
-        // after it returns.
-        unsafe { driver!(cuStreamSynchronize(self.as_cu())) }
-    }
-
     /// Refuses stream-ordered work on a stream that code outside this crate is capturing into
     /// a graph (cudarc can, on its own streams and on streams lent to it): the graph would
     /// reference memory that this crate does not know to keep alive, and an allocation or a
@@ -353,6 +338,14 @@ impl Queued {
 /// The per-thread token has no stream in a green context (driver 580 answers
 /// `CUDA_ERROR_INVALID_HANDLE` for it there), so it is refused with a typed error first.
 fn require_current_context(token: CUstream) -> Result<ContextHandle> {
+    let context = ContextHandle::owning(current_for_token()?)?;
+    refuse_green_per_thread(token, &context)?;
+    Ok(context)
+}
+
+/// The context current on this thread, which a default-stream token bound to none names: with
+/// none current, the token names no stream.
+fn current_for_token() -> Result<sys::CUcontext> {
     let current = current_raw()?;
     if current.is_null() {
         return Err(crate::error::Error::NoCurrentContext {
@@ -360,14 +353,18 @@ fn require_current_context(token: CUstream) -> Result<ContextHandle> {
                    current on this thread (use `StreamHandle::legacy_in`)",
         });
     }
-    let context = ContextHandle::owning(current)?;
+    Ok(current)
+}
+
+/// The one home of the rule that a green context has no per-thread default stream.
+fn refuse_green_per_thread(token: CUstream, context: &ContextHandle) -> Result<()> {
     if token == PER_THREAD_STREAM && context.sm_count().is_some() {
         return Err(crate::error::Error::WrongContext {
             what: "a green context has no per-thread default stream; use one of its own \
                    streams, or `StreamHandle::legacy_in`",
         });
     }
-    Ok(context)
+    Ok(())
 }
 
 impl StreamHandle {
@@ -383,29 +380,31 @@ impl StreamHandle {
         self.bound_to_current()
     }
 
-    /// Refuses a default-stream token bound to no context while no context is current on this
-    /// thread: it names no stream, so no work can have been queued on what it names, and a
-    /// report of such work is refused before anything is marked or waited for. (Any current
-    /// context resolves it, one no handle can keep alive too: work reported there is waited
-    /// for by the host.)
+    /// Refuses a default-stream token bound to no context that names no stream on this thread:
+    /// none is current, or, for the per-thread token, a green context is (which has none). No
+    /// work can have been queued on what such a token names, so a report of work on it is
+    /// refused before anything is marked or waited for. (A token in a context that no handle
+    /// can keep alive is not refused here: its report is handled as any marker that cannot be
+    /// kept, and the driver is never called in that context.)
     #[inline]
     pub(crate) fn refuse_if_unresolved(&self) -> Result<()> {
         if !self.is_default_token() || self.context().is_some() {
             return Ok(());
         }
-        self.refuse_with_none_current()
+        self.refuse_naming_no_stream()
     }
 
     /// [`Self::refuse_if_unresolved`] for an unbound token.
     #[cold]
-    fn refuse_with_none_current(&self) -> Result<()> {
+    fn refuse_naming_no_stream(&self) -> Result<()> {
         ensure_loaded()?;
-        if current_raw()?.is_null() {
-            return Err(crate::error::Error::NoCurrentContext {
-                what: "a use reported on a default-stream token bound to no context needs the \
-                       context the work was queued in to be current; none is current on this \
-                       thread (use `StreamHandle::legacy_in`)",
-            });
+        let current = current_for_token()?;
+        // Asked of the handles that know the context: nothing is asked of a context that no
+        // handle keeps alive.
+        if self.as_cu() == PER_THREAD_STREAM
+            && let Ok(context) = ContextHandle::owning(current)
+        {
+            refuse_green_per_thread(self.as_cu(), &context)?;
         }
         Ok(())
     }

@@ -562,7 +562,8 @@ impl DevicePtrHandle {
     /// A default-stream token bound to no context ([`StreamHandle::legacy`],
     /// [`StreamHandle::per_thread`]) names the stream of the context current on this thread
     /// now, which must be the context the work was queued in. With no context current it names
-    /// no stream: the report is refused with [`Error::NoCurrentContext`], and this memory's
+    /// no stream: the report is refused with [`Error::NoCurrentContext`] (the per-thread token
+    /// in a green context, which has none, with [`Error::WrongContext`]), and this memory's
     /// ordering, views and free are as they were.
     #[inline]
     pub fn record_use(&self, stream: &StreamHandle) -> Result<()> {

@@ -68,7 +68,7 @@ impl ContextsUsed {
     fn note_unknown_context(&self, stream: &StreamHandle) -> Result<()> {
         match stream.owning_context() {
             Ok(context) => self.note(context.as_cu(), || Ok(context.clone())),
-            Err(_) => stream.wait_now().inspect_err(|_| {
+            Err(_) => stream.synchronize().inspect_err(|_| {
                 self.unwaitable.store(true, Ordering::Relaxed);
             }),
         }

@@ -141,7 +141,7 @@ impl StreamOrder {
         // The work is already queued: if it cannot be marked, the host waits for it, and if
         // even that fails the free must never run.
         if let Err(error) = marked {
-            if stream.wait_now().is_err() {
+            if stream.synchronize().is_err() {
                 self.unorderable.store(true, Ordering::Relaxed);
             }
             return Err(error);
