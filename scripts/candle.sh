@@ -120,20 +120,69 @@ if [[ ! -f $src/.candle-sim-copied ]]; then
 fi
 phase "candle-core fetch"
 
-# 5. Its tests, with `--features cuda`. CUDA_COMPUTE_CAP keeps candle-kernels' build (cudaforge)
-# from asking nvidia-smi; CUDA_ROOT points cudarc's link search at the root above.
+# 5. Its tests, with `--features cuda`, and in the same cargo invocation the per-thread-stream
+# program of step 7: one workspace (candle-core unchanged, and that program) and one feature
+# resolution, so candle-core, candle-kernels' kernels and every dependency are built once (built
+# apart, the program's build resolved other features for candle's dependencies and rebuilt
+# nearly all of them, about 15 minutes on two cores). The program is a test target without
+# libtest's harness, so that `cargo test --no-run` builds it as the plain program it is.
+# CUDA_COMPUTE_CAP keeps candle-kernels' build (cudaforge) from asking nvidia-smi; CUDA_ROOT
+# points cudarc's link search at the root above.
+app="$work/per-thread-free"
+mkdir -p "$app/src" "$app/tests"
+printf '[workspace]\nresolver = "2"\nmembers = ["candle-core", "per-thread-free"]\n' >"$work/Cargo.toml"
+cat >"$app/Cargo.toml" <<'TOML'
+[package]
+name = "candle-per-thread-free"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+candle-core = { path = "../candle-core", features = ["cuda"] }
+
+[lib]
+test = false
+doctest = false
+
+[[test]]
+name = "per_thread_free"
+harness = false
+TOML
+: >"$app/src/lib.rs"
+cat >"$app/tests/per_thread_free.rs" <<'RUST'
+fn main() -> candle_core::Result<()> {
+    let device = candle_core::Device::new_cuda(0)?;
+    let worker = device.clone();
+    // Computed on the spawned thread's per-thread stream...
+    let tensor = std::thread::spawn(move || {
+        candle_core::Tensor::arange(0f32, 4096f32, &worker)?.affine(2.0, 1.0)
+    })
+    .join()
+    .expect("the computing thread")?;
+    // ...and freed on this thread's: nothing orders the kernel before the free.
+    drop(tensor);
+    device.synchronize()?;
+    Ok(())
+}
+RUST
 export CUDA_COMPUTE_CAP=$cap CUDA_ROOT="$root" CUDA_PATH="$root" CUDA_HOME="$root"
 export CUDA_TOOLKIT_ROOT_DIR="$root" CUDARC_CUDA_VERSION=13000
 export CARGO_TARGET_DIR="$work/target"
-(cd "$src" && cargo test -j"$jobs" --features cuda --no-run --message-format=json 2>"$work/build.log" |
+(cd "$work" && cargo test -j"$jobs" -p candle-core -p candle-per-thread-free --features candle-core/cuda \
+  --no-run --message-format=json 2>"$work/build.log" |
   python3 -c '
 import json, sys
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])
-' >"$work/binaries") || { tail -40 "$work/build.log"; exit 1; }
+        # The test binaries of candle-core, and the per-thread program marked as such.
+        name = m["target"]["name"]
+        print(("per-thread " if name == "per_thread_free" else "") + name, m["executable"])
+' >"$work/artifacts") || { tail -40 "$work/build.log"; exit 1; }
+grep -v '^per-thread ' "$work/artifacts" >"$work/binaries"
+per_thread_exe=$(awk '$1 == "per-thread" { print $3 }' "$work/artifacts")
 phase "candle-core test build"
 [[ $no_run == 1 ]] && exit 0
 
@@ -241,37 +290,15 @@ EOF
 )
 fi
 # 7. The per-thread-stream free (cuda-sim/README.md): a tensor computed on one thread's
-# per-thread default stream (candle's `Device::new_cuda` stream) and dropped on another. The
-# simulator must report the free as unordered after the kernel, as it does for cudarc's
-# `per_thread_stream` (tests/tests/interop.rs, beside handles-cuda's twin, which it does not
-# report). Built in candle's target with candle's lock file, so candle is not built again.
+# per-thread default stream (candle's `Device::new_cuda` stream) and dropped on another (the
+# program built in step 5). The simulator must report the free as unordered after the kernel,
+# as it does for cudarc's `per_thread_stream` (tests/tests/interop.rs, beside handles-cuda's
+# twin, which it does not report).
 if [[ -z $only && ${#filters[@]} == 0 ]]; then
-  app="$work/per-thread-free"
-  mkdir -p "$app/src"
-  manifest candle-per-thread-free 'candle-core = { path = "../candle-core", features = ["cuda"] }' \
-    >"$app/Cargo.toml"
-  cat >"$app/src/main.rs" <<'RUST'
-fn main() -> candle_core::Result<()> {
-    let device = candle_core::Device::new_cuda(0)?;
-    let worker = device.clone();
-    // Computed on the spawned thread's per-thread stream...
-    let tensor = std::thread::spawn(move || {
-        candle_core::Tensor::arange(0f32, 4096f32, &worker)?.affine(2.0, 1.0)
-    })
-    .join()
-    .expect("the computing thread")?;
-    // ...and freed on this thread's: nothing orders the kernel before the free.
-    drop(tensor);
-    device.synchronize()?;
-    Ok(())
-}
-RUST
-  cp "$src/Cargo.lock" "$app/Cargo.lock"
-  (cd "$app" && cargo build -q -j"$jobs" 2>"$work/per-thread-build.log") ||
-    { tail -40 "$work/per-thread-build.log"; exit 1; }
+  [[ -x $per_thread_exe ]] || { echo "candle.sh: the per-thread program was not built" >&2; exit 1; }
   report="$work/per-thread-report.json"
   rm -f "$report"
-  (cd "$app" && "$sim" run --report "$report" -- "$CARGO_TARGET_DIR/debug/candle-per-thread-free") \
+  (cd "$app" && "$sim" run --report "$report" -- "$per_thread_exe") \
     >"$work/logs/per-thread-free.out" 2>&1 || true
   python3 - "$report" <<'PY' || { tail -20 "$work/logs/per-thread-free.out"; exit 1; }
 import json, sys

@@ -481,11 +481,26 @@ fn launches(
     let raw_stream = stream.as_cu();
     let raw_kernel = kernel.as_cu() as sys::CUfunction;
     let raw_buffer = buffer.as_cu();
+    // cudarc's own driver objects, launched raw: its module function on its stream, over a
+    // buffer of its own (the driver charges a module's function less than a library's kernel,
+    // so each layer is also set against the raw launch of the objects it launches).
+    let (cudarc_raw_function, cudarc_raw_stream) =
+        (untracked_function.cu_function(), untracked.cu_stream());
+    let cudarc_raw_buffer = {
+        use cudarc::driver::DevicePtr;
+        // The guard records nothing on a stream without event tracking.
+        let (pointer, _guard) = untracked_slice.device_ptr(untracked);
+        pointer
+    };
     interleave(
         &mut [
             Variant::new("raw cuLaunchKernel", || {
                 calibrate::launch(raw_kernel, raw_stream, raw_buffer)
             }),
+            Variant::new(
+                "raw cuLaunchKernel, cudarc's module function and stream",
+                || calibrate::launch(cudarc_raw_function, cudarc_raw_stream, cudarc_raw_buffer),
+            ),
             Variant::new("handles-cuda TypedKernel::launch", || {
                 add_one
                     .launch(stream, &config, (keep(&buffer), ELEMENTS))
@@ -556,11 +571,18 @@ fn graph_launches(
         .end_capture(sys::CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("a captured graph");
+    // cudarc's graph (its node a module function) and stream, launched raw.
+    let (cudarc_raw_exec, cudarc_raw_stream) =
+        (cudarc_graph.cu_graph_exec(), cudarc_stream.cu_stream());
     interleave(
         &mut [
             Variant::new("raw cuGraphLaunch", || {
                 // SAFETY: the executable graph and the stream are alive.
                 unsafe { ok(sys::cuGraphLaunch(keep(raw_exec), raw_stream)) }
+            }),
+            Variant::new("raw cuGraphLaunch, cudarc's graph and stream", || {
+                // SAFETY: cudarc's executable graph and its stream live until this function returns.
+                unsafe { ok(sys::cuGraphLaunch(keep(cudarc_raw_exec), cudarc_raw_stream)) }
             }),
             Variant::new("handles-cuda GraphExecHandle::launch", || {
                 keep(&exec).launch(stream).unwrap();

@@ -17,8 +17,10 @@
 //! affect it.
 //!
 //! **How completion is known without asking the driver at every release.** A released event
-//! that was never recorded since it was handed out is still complete: it is *ready* at once. One
-//! that was recorded is *pending*: the release costs no driver call, and an acquire that finds
+//! that was never recorded since it was handed out is still complete: it is *ready* at once, and
+//! so is one whose last record the host saw complete through [`RecycledEvent::synchronize`] or
+//! [`RecycledEvent::query`] (a request's event, waited for and dropped). One that was recorded
+//! otherwise is *pending*: the release costs no driver call, and an acquire that finds
 //! no ready event settles pending ones. Records made *by one thread on one stream* complete in
 //! the order they were made (a stream runs its work in the order it was queued, and one
 //! thread's calls are queued in program order), so when one of them is complete, every earlier
@@ -375,12 +377,29 @@ impl RecycledEvent {
 
     /// Whether the event's last record completed ([`EventHandle::query`]).
     pub fn query(&self) -> Result<bool> {
-        self.event().query()
+        let completed = self.event().query()?;
+        if completed {
+            self.known_complete();
+        }
+        Ok(completed)
     }
 
     /// Blocks until the event's last record completed ([`EventHandle::synchronize`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.event().synchronize()
+        self.event().synchronize()?;
+        self.known_complete();
+        Ok(())
+    }
+
+    /// The host saw the event's last record complete: unless the event may have been recorded
+    /// some other way (reached through `Deref`), it is back in the state it was handed out in,
+    /// and its release makes it ready with no query. Nothing else records it meanwhile: this
+    /// handle is not `Sync`, and its methods other than [`Self::record`] record nothing.
+    fn known_complete(&self) {
+        let mut last_record = self.last_record.borrow_mut();
+        if matches!(*last_record, LastRecord::Followed(_)) {
+            *last_record = LastRecord::None;
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! (`CUfunction`, from `cuModuleLoadData`); it captures graphs on a stream of its own and
 //! launches them on another, where cudarc captures and launches on one stream; and it
 //! allocates from a pool it made (`cuMemAllocFromPoolAsync`) where cudarc allocates from the
-//! device's current pool (`cuMemAllocAsync`). Every row here is raw driver calls only.
+//! device's current pool (`cuMemAllocAsync`); and it copies with `cuMemcpyAsync` (unified
+//! addresses) where cudarc and the raw serving loop name the direction (`cuMemcpyHtoDAsync`
+//! and its kin). Every row here is raw driver calls only.
 
 use std::sync::Arc;
 
@@ -34,6 +36,10 @@ pub fn report_all(
     report(
         "calibration: raw stream-ordered alloc+free 1 KiB by entry point and pool",
         &allocations(stream, pool, cudarc_stream),
+    );
+    report(
+        "calibration: raw 4 KiB async copy by entry point (pinned host, device)",
+        &copies(context, stream, pool),
     );
 }
 
@@ -289,5 +295,59 @@ fn allocations(
             stream.synchronize().unwrap();
             cudarc_stream.synchronize().unwrap();
         },
+    )
+}
+
+/// A 4 KiB copy queued on `stream` by each entry point: the unified `cuMemcpyAsync` against
+/// the direction-named calls, from and to pinned host memory (`cuMemHostAlloc`) and between
+/// two pool allocations.
+fn copies(context: &ContextHandle, stream: &StreamHandle, pool: &MemoryPoolHandle) -> Measured {
+    const BYTES: usize = 4096;
+    let pinned_buffer = DevicePtrHandle::alloc_host(context, BYTES).unwrap();
+    let (first, second) = (
+        DevicePtrHandle::alloc_from_pool(pool, BYTES, stream).unwrap(),
+        DevicePtrHandle::alloc_from_pool(pool, BYTES, stream).unwrap(),
+    );
+    stream.synchronize().unwrap();
+    // The three buffers stay alive for the measurement (their handles are dropped when this
+    // function returns, after the last batch was waited for), each `BYTES` long; only this
+    // stream touches them, in order.
+    let (on, host, a, b) = (
+        stream.as_cu(),
+        pinned_buffer.as_cu(),
+        first.as_cu(),
+        second.as_cu(),
+    );
+    let pinned = host as usize as *mut std::ffi::c_void;
+    interleave(
+        &mut [
+            Variant::new("host to device: cuMemcpyAsync", || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok(sys::cuMemcpyAsync(keep(a), host, BYTES, on)) }
+            }),
+            Variant::new("host to device: cuMemcpyHtoDAsync", || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok(sys::cuMemcpyHtoDAsync_v2(keep(a), pinned, BYTES, on)) }
+            }),
+            Variant::new("device to host: cuMemcpyAsync", || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok(sys::cuMemcpyAsync(keep(host), a, BYTES, on)) }
+            }),
+            Variant::new("device to host: cuMemcpyDtoHAsync", || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok(sys::cuMemcpyDtoHAsync_v2(keep(pinned), a, BYTES, on)) }
+            }),
+            Variant::new("device to device: cuMemcpyAsync", || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok(sys::cuMemcpyAsync(keep(b), a, BYTES, on)) }
+            }),
+            Variant::new("device to device: cuMemcpyDtoDAsync", || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok(sys::cuMemcpyDtoDAsync_v2(keep(b), a, BYTES, on)) }
+            }),
+        ],
+        super::ROUNDS,
+        200,
+        || stream.synchronize().unwrap(),
     )
 }
