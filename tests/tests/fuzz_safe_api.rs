@@ -58,8 +58,8 @@ use simulator::{Scratch, say};
 /// mutation table was found within its first 60 programs.
 const CI_CASES: usize = 2000;
 
-/// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4, N6
-/// and the simulator's S4, S6 and S7, which the fuzzer found; N7, an oracle's miscount), and
+/// The kept corpus: each defect's minimal program (F2, F5-F10 and F12 of issue 37; N1-N4, N6,
+/// N8 and the simulator's S4, S6 and S7, which the fuzzer found; N7, an oracle's miscount), and
 /// programs that must stay clean.
 const CORPUS: &[(&str, &str)] = &[
     (
@@ -125,6 +125,10 @@ const CORPUS: &[(&str, &str)] = &[
     (
         "n6_cudarc_slice_of_another_device",
         include_str!("../fuzz-corpus/n6_cudarc_slice_of_another_device.prog"),
+    ),
+    (
+        "n8_cudarc_slice_dropped_in_a_capture",
+        include_str!("../fuzz-corpus/n8_cudarc_slice_dropped_in_a_capture.prog"),
     ),
     (
         "n7_token_use_with_no_context_is_refused",

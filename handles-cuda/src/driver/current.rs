@@ -202,7 +202,13 @@ pub(crate) fn device_of(context: CUcontext) -> Result<CUdevice> {
 
 /// A value whose drop may change the calling thread's current context (a cudarc object binds
 /// its own context when it is dropped): dropped with the caller's context made current again
-/// afterwards, so dropping a handle never leaves another context current.
+/// afterwards, so dropping a handle never leaves another context current. The drop also runs
+/// in relaxed capture mode while a capture may run
+/// ([`relaxed_while_capturing`](crate::driver::capture::relaxed_while_capturing)): another
+/// library's drop frees memory or waits on a stream outside any capture (a cudarc slice's
+/// `cuMemFreeAsync`), which driver 580 refuses inside a global-mode capture's closure, and
+/// that library swallows the error, a silent leak (found by the safe-API fuzzer: a cudarc
+/// slice dropped in a capture's closure).
 pub(crate) struct KeepCurrent<T>(Option<T>);
 
 impl<T> KeepCurrent<T> {
@@ -214,7 +220,9 @@ impl<T> KeepCurrent<T> {
 impl<T> Drop for KeepCurrent<T> {
     fn drop(&mut self) {
         let previous = ensure_loaded().and_then(|()| current_raw());
+        let relaxed = crate::driver::capture::relaxed_while_capturing();
         drop(self.0.take());
+        drop(relaxed);
         if let Ok(previous) = previous {
             // A failed restore cannot be reported from here; the context the value bound
             // stays current, as it would have without this wrapper.
