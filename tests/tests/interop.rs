@@ -374,10 +374,7 @@ fn scenario_handles_per_thread_token_buffer_dropped_on_another_thread() {
 /// allocation leaked unreported (fuzz corpus N8).
 #[test]
 fn a_cudarc_slice_dropped_in_a_capture_is_freed() {
-    let name = "a_cudarc_slice_dropped_in_a_capture_is_freed";
-    let env = [("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", "2")];
-    let report = simulator::run_scenario(name, &[], &env);
-    assert_clean(name, &report);
+    simulator::strict_clean("a_cudarc_slice_dropped_in_a_capture_is_freed", "2");
 }
 
 #[test]

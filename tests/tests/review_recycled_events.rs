@@ -47,16 +47,47 @@ fn acquire_fresh(recycler: &EventRecycler, what: &str) -> RecycledEvent {
     event
 }
 
-fn setup() -> (ContextHandle, StreamHandle, StreamHandle, EventRecycler) {
+/// An event acquired, recorded on `open` and waited for (so seen complete), with its raw name.
+fn seen_complete(recycler: &EventRecycler, open: &StreamHandle) -> (RecycledEvent, String) {
+    let event = recycler.acquire().unwrap();
+    let first = raw(&event);
+    event.record(open).unwrap();
+    event.synchronize().unwrap();
+    (event, first)
+}
+
+/// Every scenario's start: a context, an open stream, a stream held back (with its gate) and a
+/// recycler.
+fn setup() -> (
+    ContextHandle,
+    StreamHandle,
+    StreamHandle,
+    EventRecycler,
+    Gate,
+) {
     in_scenario();
     let context = ContextHandle::primary(0).unwrap();
     let open = stream(&context);
     let held = stream(&context);
+    let gate = Gate::hold(&held);
     let recycler = EventRecycler::new(&context, EventFlags::default()).unwrap();
-    (context, open, held, recycler)
+    (context, open, held, recycler, gate)
+}
+
+/// Every scenario's end: the held stream let go and drained, then the last acquired event, the
+/// recycler and the recycled events.
+fn finish(gate: Gate, held: &StreamHandle, next: RecycledEvent, recycler: EventRecycler) {
+    drop(gate);
+    held.synchronize().unwrap();
+    drop(next);
+    drop(recycler);
+    handles_cuda::exec::clear_recycled_events();
 }
 
 macro_rules! scenario {
+    ($parent:ident, $child:ident, $body:block) => {
+        scenario!($parent, $child, &[], &[], $body);
+    };
     ($parent:ident, $child:ident, $fail:expr, $env:expr, $body:block) => {
         #[test]
         fn $parent() {
@@ -73,26 +104,16 @@ macro_rules! scenario {
 scenario!(
     a1_sync_then_rerecord_pending,
     scenario_a1_sync_then_rerecord_pending,
-    &[],
-    &[],
     {
-        let (_c, open, held, recycler) = setup();
-        let gate = Gate::hold(&held);
-        let event = recycler.acquire().unwrap();
-        let first = raw(&event);
-        event.record(&open).unwrap();
-        event.synchronize().unwrap();
+        let (_c, open, held, recycler, gate) = setup();
+        let (event, first) = seen_complete(&recycler, &open);
         event.record(&held).unwrap();
         assert!(!event.query().unwrap());
         drop(event);
         let next = acquire_fresh(&recycler, "A1");
         say(format!("A1 first {first} next {}", raw(&next)));
         assert_ne!(first, raw(&next));
-        drop(gate);
-        held.synchronize().unwrap();
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+        finish(gate, &held, next, recycler);
     }
 );
 
@@ -100,11 +121,8 @@ scenario!(
 scenario!(
     a2_query_then_rerecord_pending,
     scenario_a2_query_then_rerecord_pending,
-    &[],
-    &[],
     {
-        let (_c, open, held, recycler) = setup();
-        let gate = Gate::hold(&held);
+        let (_c, open, held, recycler, gate) = setup();
         let event = recycler.acquire().unwrap();
         let first = raw(&event);
         event.record(&open).unwrap();
@@ -114,11 +132,7 @@ scenario!(
         drop(event);
         let next = acquire_fresh(&recycler, "A2");
         assert_ne!(first, raw(&next));
-        drop(gate);
-        held.synchronize().unwrap();
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+        finish(gate, &held, next, recycler);
     }
 );
 
@@ -126,15 +140,9 @@ scenario!(
 scenario!(
     a3_sync_then_clone_records,
     scenario_a3_sync_then_clone_records,
-    &[],
-    &[],
     {
-        let (_c, open, held, recycler) = setup();
-        let gate = Gate::hold(&held);
-        let event = recycler.acquire().unwrap();
-        let first = raw(&event);
-        event.record(&open).unwrap();
-        event.synchronize().unwrap();
+        let (_c, open, held, recycler, gate) = setup();
+        let (event, first) = seen_complete(&recycler, &open);
         let clone: EventHandle = (*event).clone();
         event.synchronize().unwrap(); // Unknown must stay Unknown
         drop(event);
@@ -142,11 +150,7 @@ scenario!(
         let next = acquire_fresh(&recycler, "A3");
         assert_ne!(first, raw(&next));
         drop(clone);
-        drop(gate);
-        held.synchronize().unwrap();
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+        finish(gate, &held, next, recycler);
     }
 );
 
@@ -155,14 +159,9 @@ scenario!(
 scenario!(
     a4_sync_then_deref_record,
     scenario_a4_sync_then_deref_record,
-    &[],
-    &[],
     {
-        let (_c, open, held, recycler) = setup();
-        let gate = Gate::hold(&held);
-        let event = recycler.acquire().unwrap();
-        event.record(&open).unwrap();
-        event.synchronize().unwrap();
+        let (_c, open, held, recycler, gate) = setup();
+        let (event, _) = seen_complete(&recycler, &open);
         {
             let handle: &EventHandle = &event;
             handle.record(&held).unwrap();
@@ -171,18 +170,13 @@ scenario!(
         assert!(!event.query().unwrap());
         drop(event);
         let next = acquire_fresh(&recycler, "A4");
-        drop(gate);
-        held.synchronize().unwrap();
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+        finish(gate, &held, next, recycler);
     }
 );
 
 // A5: moved to another thread between the record and the release; then back.
-scenario!(a5_moved_threads, scenario_a5_moved_threads, &[], &[], {
-    let (_c, open, held, recycler) = setup();
-    let gate = Gate::hold(&held);
+scenario!(a5_moved_threads, scenario_a5_moved_threads, {
+    let (_c, open, held, recycler, gate) = setup();
     let event = recycler.acquire().unwrap();
     event.record(&open).unwrap();
     let (event, recycler2) = std::thread::scope(|scope| {
@@ -211,12 +205,8 @@ scenario!(a5_moved_threads, scenario_a5_moved_threads, &[], &[], {
             handles_cuda::exec::clear_recycled_events();
         });
     });
-    drop(gate);
-    held.synchronize().unwrap();
-    drop(next);
-    drop(recycler);
     drop(recycler2);
-    handles_cuda::exec::clear_recycled_events();
+    finish(gate, &held, next, recycler);
 });
 
 // A6: synchronize fails (injected): the state must stay Followed (pending, queried).
@@ -226,8 +216,7 @@ scenario!(
     &[("cuEventSynchronize", 1, "CUDA_ERROR_LAUNCH_FAILED")],
     &[],
     {
-        let (_c, _open, held, recycler) = setup();
-        let gate = Gate::hold(&held);
+        let (_c, _open, held, recycler, gate) = setup();
         let event = recycler.acquire().unwrap();
         let first = raw(&event);
         event.record(&held).unwrap();
@@ -237,11 +226,7 @@ scenario!(
         drop(event);
         let next = acquire_fresh(&recycler, "A6");
         assert_ne!(first, raw(&next));
-        drop(gate);
-        held.synchronize().unwrap();
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+        finish(gate, &held, next, recycler);
     }
 );
 
@@ -252,88 +237,60 @@ scenario!(
     &[],
     &[("CUDA_SIM_DEVICES", "2")],
     {
-        let (_c, open, _held, recycler) = setup();
+        let (_c, open, held, recycler, gate) = setup();
         let other = ContextHandle::primary(1).unwrap();
         let foreign = stream(&other);
-        let event = recycler.acquire().unwrap();
-        event.record(&open).unwrap();
-        event.synchronize().unwrap();
+        let (event, _) = seen_complete(&recycler, &open);
         let result = event.record(&foreign);
         say(format!("A7 record on another context's stream: {result:?}"));
         assert!(result.is_err());
         drop(event);
         let next = acquire_fresh(&recycler, "A7");
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+        finish(gate, &held, next, recycler);
     }
 );
 
 // A8: seen complete, then recorded on default-stream tokens held back behind a host function.
-scenario!(
-    a8_tokens_after_sync,
-    scenario_a8_tokens_after_sync,
-    &[],
-    &[],
-    {
-        let (context, open, _held, recycler) = setup();
-        for (name, token) in [
-            ("legacy_in", StreamHandle::legacy_in(&context).unwrap()),
-            ("per_thread", StreamHandle::per_thread()),
-            ("legacy", StreamHandle::legacy()),
-        ] {
-            let gate = Gate::hold(&token);
-            let event = recycler.acquire().unwrap();
-            let first = raw(&event);
-            event.record(&open).unwrap();
-            event.synchronize().unwrap();
-            let recorded = event.record(&token);
-            say(format!("A8 {name}: record {recorded:?}"));
-            drop(event);
-            let next = acquire_fresh(&recycler, name);
-            say(format!("A8 {name}: first {first} next {}", raw(&next)));
-            drop(gate);
-            token.synchronize().unwrap();
-            drop(next);
-        }
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
+scenario!(a8_tokens_after_sync, scenario_a8_tokens_after_sync, {
+    let (context, open, held, recycler, held_gate) = setup();
+    for (name, token) in [
+        ("legacy_in", StreamHandle::legacy_in(&context).unwrap()),
+        ("per_thread", StreamHandle::per_thread()),
+        ("legacy", StreamHandle::legacy()),
+    ] {
+        let gate = Gate::hold(&token);
+        let (event, first) = seen_complete(&recycler, &open);
+        let recorded = event.record(&token);
+        say(format!("A8 {name}: record {recorded:?}"));
+        drop(event);
+        let next = acquire_fresh(&recycler, name);
+        say(format!("A8 {name}: first {first} next {}", raw(&next)));
+        drop(gate);
+        token.synchronize().unwrap();
+        drop(next);
     }
-);
+    let next = acquire_fresh(&recycler, "A8 last");
+    finish(held_gate, &held, next, recycler);
+});
 
 // A9: wait_on after synchronize (a wait records nothing): reused, with no query.
-scenario!(
-    a9_wait_on_after_sync,
-    scenario_a9_wait_on_after_sync,
-    &[],
-    &[],
-    {
-        let (_c, open, held, recycler) = setup();
-        let gate = Gate::hold(&held);
-        let event = recycler.acquire().unwrap();
-        let first = raw(&event);
-        event.record(&open).unwrap();
-        event.synchronize().unwrap();
-        event.wait_on(&held).unwrap();
-        drop(event);
-        let next = acquire_fresh(&recycler, "A9");
-        say(format!(
-            "A9 first {first} next {} (same = reused)",
-            raw(&next)
-        ));
-        drop(gate);
-        held.synchronize().unwrap();
-        drop(next);
-        drop(recycler);
-        handles_cuda::exec::clear_recycled_events();
-    }
-);
+scenario!(a9_wait_on_after_sync, scenario_a9_wait_on_after_sync, {
+    let (_c, open, held, recycler, gate) = setup();
+    let (event, first) = seen_complete(&recycler, &open);
+    event.wait_on(&held).unwrap();
+    drop(event);
+    let next = acquire_fresh(&recycler, "A9");
+    say(format!(
+        "A9 first {first} next {} (same = reused)",
+        raw(&next)
+    ));
+    finish(gate, &held, next, recycler);
+});
 
 // A10: shared through a Mutex (Sync wrapper): another thread records behind the held stream
 // between this thread's synchronize and the drop.
-scenario!(a10_mutex_shared, scenario_a10_mutex_shared, &[], &[], {
-    let (_c, open, held, recycler) = setup();
-    let gate = Gate::hold(&held);
+scenario!(a10_mutex_shared, scenario_a10_mutex_shared, {
+    let (_c, open, held, recycler, gate) = setup();
     let shared = std::sync::Mutex::new(recycler.acquire().unwrap());
     shared.lock().unwrap().record(&open).unwrap();
     shared.lock().unwrap().synchronize().unwrap();
@@ -342,21 +299,14 @@ scenario!(a10_mutex_shared, scenario_a10_mutex_shared, &[], &[], {
     });
     drop(shared.into_inner().unwrap());
     let next = acquire_fresh(&recycler, "A10");
-    drop(gate);
-    held.synchronize().unwrap();
-    drop(next);
-    drop(recycler);
-    handles_cuda::exec::clear_recycled_events();
+    finish(gate, &held, next, recycler);
 });
 
 // A11: moved into a host function's closure after being seen complete (dropped on a thread
 // of the crate), and recorded behind the gate before the move.
-scenario!(a11_into_host_fn, scenario_a11_into_host_fn, &[], &[], {
-    let (_c, open, held, recycler) = setup();
-    let gate = Gate::hold(&held);
-    let event = recycler.acquire().unwrap();
-    event.record(&open).unwrap();
-    event.synchronize().unwrap();
+scenario!(a11_into_host_fn, scenario_a11_into_host_fn, {
+    let (_c, open, held, recycler, gate) = setup();
+    let (event, _) = seen_complete(&recycler, &open);
     event.record(&held).unwrap();
     let mut slot = Some(event);
     open.launch_host(move || {
@@ -365,9 +315,5 @@ scenario!(a11_into_host_fn, scenario_a11_into_host_fn, &[], &[], {
     .unwrap();
     open.synchronize().unwrap();
     let next = acquire_fresh(&recycler, "A11");
-    drop(gate);
-    held.synchronize().unwrap();
-    drop(next);
-    drop(recycler);
-    handles_cuda::exec::clear_recycled_events();
+    finish(gate, &held, next, recycler);
 });

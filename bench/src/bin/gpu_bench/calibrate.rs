@@ -319,32 +319,23 @@ fn copies(context: &ContextHandle, stream: &StreamHandle, pool: &MemoryPoolHandl
         second.as_cu(),
     );
     let pinned = host as usize as *mut std::ffi::c_void;
+    // One variant per entry point, each the same call shape on the buffers above.
+    macro_rules! copies {
+        ($($name:literal => $call:expr,)*) => {
+            [$(Variant::new($name, || {
+                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
+                unsafe { ok($call) }
+            })),*]
+        };
+    }
     interleave(
-        &mut [
-            Variant::new("host to device: cuMemcpyAsync", || {
-                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
-                unsafe { ok(sys::cuMemcpyAsync(keep(a), host, BYTES, on)) }
-            }),
-            Variant::new("host to device: cuMemcpyHtoDAsync", || {
-                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
-                unsafe { ok(sys::cuMemcpyHtoDAsync_v2(keep(a), pinned, BYTES, on)) }
-            }),
-            Variant::new("device to host: cuMemcpyAsync", || {
-                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
-                unsafe { ok(sys::cuMemcpyAsync(keep(host), a, BYTES, on)) }
-            }),
-            Variant::new("device to host: cuMemcpyDtoHAsync", || {
-                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
-                unsafe { ok(sys::cuMemcpyDtoHAsync_v2(keep(pinned), a, BYTES, on)) }
-            }),
-            Variant::new("device to device: cuMemcpyAsync", || {
-                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
-                unsafe { ok(sys::cuMemcpyAsync(keep(b), a, BYTES, on)) }
-            }),
-            Variant::new("device to device: cuMemcpyDtoDAsync", || {
-                // SAFETY: live buffers of `BYTES` bytes, used on this stream only (above).
-                unsafe { ok(sys::cuMemcpyDtoDAsync_v2(keep(b), a, BYTES, on)) }
-            }),
+        &mut copies![
+            "host to device: cuMemcpyAsync" => sys::cuMemcpyAsync(keep(a), host, BYTES, on),
+            "host to device: cuMemcpyHtoDAsync" => sys::cuMemcpyHtoDAsync_v2(keep(a), pinned, BYTES, on),
+            "device to host: cuMemcpyAsync" => sys::cuMemcpyAsync(keep(host), a, BYTES, on),
+            "device to host: cuMemcpyDtoHAsync" => sys::cuMemcpyDtoHAsync_v2(keep(pinned), a, BYTES, on),
+            "device to device: cuMemcpyAsync" => sys::cuMemcpyAsync(keep(b), a, BYTES, on),
+            "device to device: cuMemcpyDtoDAsync" => sys::cuMemcpyDtoDAsync_v2(keep(b), a, BYTES, on),
         ],
         super::ROUNDS,
         200,
