@@ -236,12 +236,15 @@ impl StreamOrder {
                 what: "a use of this memory on another stream could not be ordered",
             });
         }
+        let state = lock(&self.state);
+        // Another library's free on a stream that is being captured would become a graph node,
+        // or be refused (invalidating the capture) with the error swallowed: checked whether or
+        // not the memory crossed streams, as the legacy stream joins the capture of a blocking
+        // stream of its context (found by review: a silent leak before).
+        state.home.refuse_foreign_capture()?;
         if !self.crossed.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let state = lock(&self.state);
-        // Another library's free on a stream that is being captured would become a graph node.
-        state.home.refuse_foreign_capture()?;
         Self::order_home(&state, |_| Ok(()))
     }
 
