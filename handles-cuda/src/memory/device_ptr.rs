@@ -144,15 +144,18 @@ pub(crate) enum Release {
 
 /// Memory that another library owns and frees on its own stream when its owner value drops (a
 /// cudarc slice). The safe methods still report every stream they use, and the handle's
-/// deleter makes the owner's stream ("home") wait for all of them before the owner value is
-/// dropped with the record, so the other library's free is ordered after that work too. If
-/// home cannot be ordered, the deleter leaks the owner value rather than let it be freed
-/// unordered, and returns the error, which the report hook receives like any failed release.
+/// deleter makes the owner's stream ("home") wait for all of them before it drops the owner
+/// value, so the other library's free is ordered after that work too. If home cannot be
+/// ordered, the deleter leaks the owner value rather than let it be freed unordered, and
+/// returns the error, which the report hook receives like any failed release.
 pub(crate) struct ForeignFree {
     order: StreamOrder,
     /// Dropped with the caller's context restored: cudarc's slice binds its own.
-    owner: std::sync::Mutex<Option<KeepCurrent<Box<dyn std::any::Any + Send + Sync>>>>,
+    owner: std::sync::Mutex<Option<Owner>>,
 }
+
+/// Another library's value that owns memory, dropped with the caller's context restored.
+type Owner = KeepCurrent<Box<dyn std::any::Any + Send + Sync>>;
 
 impl ForeignFree {
     pub(crate) fn new(order: StreamOrder, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
@@ -162,19 +165,21 @@ impl ForeignFree {
         }
     }
 
-    /// Orders home after every use; on failure leaks the owner value (it is never dropped, so
-    /// the other library never frees the memory) and returns the error. (The owner value is
-    /// dropped with the record, in home's context: see the `Drop` below.)
-    fn release(&self) -> Result<()> {
-        let ordered = self.order.order_home_after_uses();
-        if ordered.is_err() {
-            std::mem::forget(lock(&self.owner).take());
-        }
-        ordered
+    /// Orders home after every use, then drops the owner value in home's context (the other
+    /// library frees the memory): at once, or, when home is another thread's per-thread stream
+    /// and a capture runs, on the disposal thread once none runs
+    /// ([`StreamOrder::order_home_after_uses`]). If home cannot be ordered, the owner value is
+    /// leaked (never dropped, so the other library never frees the memory) and the error
+    /// returned.
+    fn release(&self, raw: CUdeviceptr) -> Result<()> {
+        let owner = OwnerRelease {
+            owner: lock(&self.owner).take(),
+            context: self.order.home().context().clone(),
+        };
+        self.order
+            .order_home_after_uses(raw as isize, move || owner.release())
     }
-}
 
-impl ForeignFree {
     /// The stream the other library frees the memory on.
     pub(crate) fn home(&self) -> StreamHandle {
         self.order.home()
@@ -182,25 +187,51 @@ impl ForeignFree {
 }
 
 impl Drop for ForeignFree {
-    /// Drops the owner value with home's context current: cudarc 0.19's slice frees on its
-    /// stream without binding its context, so on a thread with no context current, or another
-    /// one, its free would fail (a silent leak) or run in the wrong context (found by the
-    /// safe-API fuzzer, open finding N3). The caller's context is current again afterwards.
+    /// The owner value of a record whose release never ran, dropped as a release would.
     fn drop(&mut self) {
-        let Some(owner) = lock(&self.owner).take() else {
-            return;
-        };
-        match self.order.home().context() {
-            // If the context cannot be made current, the closure (and the owner in it) is
-            // dropped unrun, as before this scope existed.
-            Some(context) => {
-                let _ = in_context(context.as_cu(), move || {
-                    drop(owner);
-                    Ok::<(), Error>(())
-                });
-            }
-            None => drop(owner),
+        if let Some(owner) = lock(&self.owner).take() {
+            drop_owner_in(owner, self.order.home().context().clone());
         }
+    }
+}
+
+/// Drops `owner` with home's `context` current: cudarc 0.19's slice frees on its stream without
+/// binding its context, so on a thread with no context current, or another one, its free would
+/// fail (a silent leak) or run in the wrong context (found by the safe-API fuzzer, open finding
+/// N3). The caller's context is current again afterwards.
+fn drop_owner_in(owner: Owner, context: Option<ContextHandle>) {
+    match context {
+        // If the context cannot be made current, the closure (and the owner in it) is dropped
+        // unrun, as before this scope existed.
+        Some(context) => {
+            let _ = in_context(context.as_cu(), move || {
+                drop(owner);
+                Ok::<(), Error>(())
+            });
+        }
+        None => drop(owner),
+    }
+}
+
+/// The owner value on its way to its free: [`OwnerRelease::release`] drops it in home's
+/// context; dropped unreleased (home could not be ordered), it leaks the value, never dropped,
+/// so the other library never frees memory that work may still use.
+struct OwnerRelease {
+    owner: Option<Owner>,
+    context: Option<ContextHandle>,
+}
+
+impl OwnerRelease {
+    fn release(mut self) {
+        if let Some(owner) = self.owner.take() {
+            drop_owner_in(owner, self.context.take());
+        }
+    }
+}
+
+impl Drop for OwnerRelease {
+    fn drop(&mut self) {
+        std::mem::forget(self.owner.take());
     }
 }
 
@@ -218,17 +249,19 @@ fn free_allocation(raw: CUdeviceptr, allocation: &DevicePtr) -> Result<()> {
         // An owned pool's destruction waits for this free, which its note makes possible.
         // Memory whose free is not queued, or cannot be waited for, stays allocated in its
         // pool for good: the pool is kept too (never destroyed), a leak reported with this one.
+        // A free handed to the disposal thread (a capture runs: `StreamOrder::free`) keeps
+        // the pool until it is done.
         Release::StreamOrdered { order, .. } => match &allocation.pool {
             Some(pool) if pool.is_owning() => order
-                .free(raw)
+                .free(raw, || pool.clone())
                 .and_then(|()| pool.record().frees_on.note_free(order))
                 .inspect_err(|_| {
                     pool.record().frees_on.forget();
                     std::mem::forget(pool.clone());
                 }),
-            _ => order.free(raw),
+            _ => order.free(raw, || allocation.pool.clone()),
         },
-        Release::Foreign(foreign) => foreign.release(),
+        Release::Foreign(foreign) => foreign.release(raw),
         Release::View(_) | Release::Mapped(_) | Release::GraphOwned { .. } => Ok(()),
         Release::Synchronous(used) => used.release_after_all(
             "DevicePtr",

@@ -22,7 +22,8 @@
 //! A per-thread default stream means a different stream on every thread, so work on one is
 //! identified together with the thread that queued it, and a free from another thread than the
 //! one that bound a per-thread home synchronises the home's context first (the free's thread
-//! cannot record an event on another thread's per-thread stream).
+//! cannot record an event on another thread's per-thread stream); while a capture runs, which
+//! that would invalidate, the disposal thread does it, and the free, once none runs.
 //!
 //! Work that the host already waited for (the synchronous copies) needs no marker.
 //!
@@ -40,9 +41,12 @@ use std::thread;
 use cudarc::driver::sys::{self, CUdeviceptr};
 
 use crate::driver::call::driver;
+use crate::driver::capture::sync_unless_capturing;
 use crate::error::{Error, Result};
+use crate::exec::context::ContextHandle;
 use crate::exec::event::EventHandle;
 use crate::exec::stream::StreamHandle;
+use crate::order::contexts_used::ContextsUsed;
 use crate::order::markers::{Markers, StreamKey};
 use crate::order::stream_order_protocol::HomeMirror;
 use crate::sync::lock;
@@ -165,11 +169,15 @@ impl StreamOrder {
         let on_another_thread = old_key.thread.is_some_and(|t| t != thread::current().id());
         let ordered = if on_another_thread {
             // The old home is another thread's per-thread stream, which this thread cannot
-            // record on: wait for everything in its context instead.
-            state
-                .home
-                .owning_context()
-                .and_then(|context| context.synchronize())
+            // record on: wait for everything in its context instead, unless a capture runs,
+            // which that would invalidate (the move is refused then).
+            state.home.owning_context().and_then(|context| {
+                sync_unless_capturing(|| context.synchronize()).unwrap_or(Err(Error::Unordered {
+                    what: "the free stays on another thread's per-thread stream: only a \
+                           synchronisation of its context could order the move, and a capture \
+                           runs, which that would invalidate",
+                }))
+            })
         } else {
             EventHandle::marker_on(&state.home).map(|marker| {
                 let old_home = state.home.clone();
@@ -188,9 +196,15 @@ impl StreamOrder {
     }
 
     /// Queues the free of `raw` on home after every other stream's marker. Runs once, in the
-    /// deleter, when no other handle can use the memory any more.
+    /// deleter, when no other handle can use the memory any more. `keep` makes what the free
+    /// needs alive (the pool), kept until the free is done when it is handed to the disposal
+    /// thread ([`Self::order_home`]); `Ok` then means handed over.
     #[inline]
-    pub(crate) fn free(&self, raw: CUdeviceptr) -> Result<()> {
+    pub(crate) fn free<K: Send + 'static>(
+        &self,
+        raw: CUdeviceptr,
+        keep: impl FnOnce() -> K,
+    ) -> Result<()> {
         // The deleter runs on the thread that dropped the last handle, after every other use
         // (the handle's drop synchronised with them), so relaxed loads see the final values.
         let home_raw = self.home_raw();
@@ -208,29 +222,40 @@ impl StreamOrder {
             // SAFETY: the handle owns `raw`; home is alive (the locked state holds its handle).
             return unsafe { driver!(cuMemFreeAsync(raw, home_raw as sys::CUstream)) };
         }
-        self.free_ordered(raw)
+        self.free_ordered(raw, keep)
     }
 
     /// The free of memory that crossed streams, or whose home is a default-stream token.
     #[cold]
     #[inline(never)]
-    fn free_ordered(&self, raw: CUdeviceptr) -> Result<()> {
+    fn free_ordered<K: Send + 'static>(
+        &self,
+        raw: CUdeviceptr,
+        keep: impl FnOnce() -> K,
+    ) -> Result<()> {
         // Left after the lock (declared first).
         let _relaxed = crate::driver::capture::relaxed_while_capturing();
         let state = lock(&self.state);
         // A free queued on a stream that other code captures would become a graph node, run
         // once per launch of that graph (or never): leaked and reported instead.
         state.home.refuse_foreign_capture()?;
-        Self::order_home(&state, |home| {
-            // SAFETY: the handle owns `raw`; home is alive and now ordered after every use.
+        Self::order_home(&state, raw as isize, keep, move |home| {
+            // SAFETY: the handle owns `raw`, and no handle can use it any more; home is alive
+            // (the caller's state, or the handed-over release, holds its handle) and ordered
+            // after every use.
             unsafe { driver!(cuMemFreeAsync(raw, home)) }
         })
     }
 
-    /// Makes home wait for every other stream the memory was used on, for a free that another
-    /// library queues on home next (a cudarc slice's). An error means home could not be
-    /// ordered, and that free must not happen.
-    pub(crate) fn order_home_after_uses(&self) -> Result<()> {
+    /// Makes home wait for every other stream the memory was used on, then runs `free`, which
+    /// queues another library's free on home (a cudarc slice's drop): at once, or on the
+    /// disposal thread ([`Self::order_home`]). An error means home could not be ordered:
+    /// `free` is dropped unrun, and must then leak what it owns.
+    pub(crate) fn order_home_after_uses(
+        &self,
+        raw: isize,
+        free: impl FnOnce() + Send + 'static,
+    ) -> Result<()> {
         if self.unorderable.load(Ordering::Relaxed) {
             return Err(Error::Unordered {
                 what: "a use of this memory on another stream could not be ordered",
@@ -243,28 +268,87 @@ impl StreamOrder {
         // stream of its context (found by review: a silent leak before).
         state.home.refuse_foreign_capture()?;
         if !self.crossed.load(Ordering::Relaxed) {
+            drop(state);
+            free();
             return Ok(());
         }
-        Self::order_home(&state, |_| Ok(()))
+        Self::order_home(
+            &state,
+            raw,
+            || (),
+            move |_| {
+                free();
+                Ok(())
+            },
+        )
     }
 
     /// Orders home after every marker (or the host after each marker it cannot wait for), then
-    /// runs `then` on home.
-    fn order_home(
+    /// runs `then` on home. A per-thread home of another thread cannot be ordered by this
+    /// thread, whose per-thread stream is another stream: the home's context is waited for
+    /// first. While a `GraphHandle::capture` runs, on any thread, that synchronisation would
+    /// invalidate it (driver 580: `cuda-sim/probes/capture_side_calls.py`), so the wait, the
+    /// markers and `then` are handed to the disposal thread, which runs them once none runs
+    /// ([`ContextsUsed::release_after_all`]) with what `keep` returns alive until `then`'s work
+    /// is done; a failure there goes to the report hook under `raw`.
+    fn order_home<K: Send + 'static>(
         state: &OrderState,
-        then: impl FnOnce(sys::CUstream) -> Result<()>,
+        raw: isize,
+        keep: impl FnOnce() -> K,
+        then: impl FnOnce(sys::CUstream) -> Result<()> + Send + 'static,
     ) -> Result<()> {
         let foreign = state
             .home_key
             .thread
             .is_some_and(|t| t != thread::current().id());
         if foreign {
-            // A per-thread home of another thread: this thread's per-thread stream is not
-            // ordered after it, so wait for the whole context first.
-            state.home.owning_context()?.synchronize()?;
+            let context = state.home.owning_context()?;
+            match sync_unless_capturing(|| context.synchronize()) {
+                Some(waited) => waited?,
+                None => return Self::order_after_captures(state, raw, context, keep(), then),
+            }
         }
-        state.home.run(|home| {
-            for marker in state.others.events() {
+        Self::wait_markers_then(&state.home, state.others.events(), then)
+    }
+
+    /// [`Self::order_home`] for another thread's per-thread home while a capture runs.
+    #[cold]
+    #[inline(never)]
+    fn order_after_captures<K: Send + 'static>(
+        state: &OrderState,
+        raw: isize,
+        context: ContextHandle,
+        kept: K,
+        then: impl FnOnce(sys::CUstream) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let home_context = ContextsUsed::new();
+        home_context.note(context.as_cu(), || Ok(context.clone()))?;
+        // The disposal thread's per-thread stream, in home's context: after the context's
+        // work, it is ordered after everything home ran.
+        let home = state.home.clone();
+        let markers: Vec<EventHandle> = state.others.events().cloned().collect();
+        home_context.release_after_all("DevicePtr", raw, move |waited| {
+            let done = waited
+                .and_then(|()| Self::wait_markers_then(&home, markers.iter(), then))
+                .and_then(|()| home.synchronize());
+            // What the free needs goes once it is done; if that is not known, never.
+            match done {
+                Ok(()) => drop(kept),
+                Err(_) => std::mem::forget(kept),
+            }
+            done
+        })
+    }
+
+    /// Makes `home` wait for each marker (the host waits for one it cannot queue a wait for; if
+    /// even that fails, `then` is not run), then runs `then` on it.
+    fn wait_markers_then<'a>(
+        home: &StreamHandle,
+        markers: impl Iterator<Item = &'a EventHandle>,
+        then: impl FnOnce(sys::CUstream) -> Result<()>,
+    ) -> Result<()> {
+        home.run(|home| {
+            for marker in markers {
                 // SAFETY: `home` and the marker are alive (the marker's handle is held here).
                 let waited = unsafe { driver!(cuStreamWaitEvent(home, marker.as_cu(), 0)) };
                 if waited.is_err() {
