@@ -90,7 +90,8 @@ impl ContextsUsed {
     /// the contexts are taken and the wait and `release` are handed to the disposal thread,
     /// which runs them once no capture runs; `Ok` then means handed over, and `release`'s error
     /// goes to the report hook under `what` and `raw`. No capture begins while the wait and
-    /// the release run (`driver/capture_sync.rs`).
+    /// the release run (`driver/capture_sync.rs`), unless it waited longer than a capture's
+    /// patience: a wait the driver then refuses is tried again, there, once none runs.
     pub(crate) fn release_after_all(
         &self,
         what: &'static str,
@@ -101,8 +102,12 @@ impl ContextsUsed {
         // The release runs under the same count as the wait: no capture begins before it ends.
         let ran = sync_unless_capturing(|| {
             let waited = self.wait_for_all();
-            pending.take().map_or(Ok(()), |release| release(waited))
-        });
+            if refused_for_a_capture(&waited) {
+                return None;
+            }
+            Some(pending.take().map_or(Ok(()), |release| release(waited)))
+        })
+        .flatten();
         if let Some(result) = ran {
             return result;
         }
@@ -147,6 +152,22 @@ impl ContextsUsed {
     }
 }
 
+/// Whether a wait failed only because a capture began while it ran (a capture waits for a
+/// synchronisation under way only so long: `CaptureInProgress::begin`, and the driver refuses
+/// the synchronisation): the wait is tried again once no capture runs, on the disposal thread,
+/// rather than the release given up (found by review: the memory was leaked, reported).
+fn refused_for_a_capture(waited: &Result<()>) -> bool {
+    use cudarc::driver::sys::CUresult::{
+        CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    };
+    waited.as_ref().is_err_and(|error| {
+        matches!(
+            error.code(),
+            Some(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED | CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+        )
+    })
+}
+
 /// Blocks until `context` has finished all its work (`cuCtxSynchronize`, in relaxed capture
 /// mode).
 fn synchronize_context(context: &ContextHandle) -> Result<()> {
@@ -182,8 +203,12 @@ impl Deferred for AfterCaptures {
         let contexts = &self.contexts;
         let Some(released) = sync_unless_capturing(|| {
             let waited = contexts.iter().try_for_each(synchronize_context);
-            release.take().map_or(Ok(()), |release| release(waited))
-        }) else {
+            if refused_for_a_capture(&waited) {
+                return None;
+            }
+            Some(release.take().map_or(Ok(()), |release| release(waited)))
+        })
+        .flatten() else {
             return false;
         };
         if let Err(error) = deleter_status(released) {
