@@ -231,6 +231,22 @@ impl Failures {
     }
 }
 
+/// The end of a program that captured in `capturing`: the disposal thread's queue drains
+/// (asserted), no deleter failure was reported, `capturing`'s work is done, and the thread's
+/// primary-context cache is let go, so that a strict simulator's exit report lists no retain.
+pub fn end_captures(failures: &Failures, capturing: handles_cuda::ContextHandle) {
+    assert!(
+        handles_cuda::exec::flush_disposals(Duration::from_secs(10)),
+        "the disposal thread's queue did not drain"
+    );
+    failures.assert_none();
+    capturing
+        .synchronize()
+        .expect("the capturing context's work failed");
+    drop(capturing);
+    handles_cuda::exec::clear_primary_cache();
+}
+
 impl Drop for Failures {
     fn drop(&mut self) {
         handles_core::reset_report_hook();

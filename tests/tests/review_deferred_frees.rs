@@ -17,43 +17,27 @@ use handles_cuda::exec::flush_disposals;
 use handles_cuda::graph::{CaptureMode, GraphHandle};
 use handles_cuda::interop::cudarc::driver::CudaContext;
 use handles_cuda::{ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamHandle};
-use handles_tests::{Failures, Gate, stream};
+use handles_tests::{Failures, Gate, end_captures, stream};
 use simulator::{assert_clean, in_scenario, say};
 
 const ENV: &[(&str, &str)] = &[("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", "2")];
 
-macro_rules! scenario {
-    ($parent:ident, $child:ident, $body:block) => {
-        #[test]
-        fn $parent() {
-            let name = stringify!($parent);
-            let (report, _) = run_and_show(name, ENV);
-            assert_clean(name, &report);
-        }
-        #[test]
-        #[ignore = "a scenario"]
-        fn $child() $body
-    };
+use simulator::clean_scenario as scenario;
+
+/// [`run_shown`]'s report (the scenarios' runner).
+fn run(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> cuda_sim::Report {
+    run_shown(name, fail, env).0
 }
 
-/// [`simulator::run_scenario`], printing the child's own lines (its verdicts and timings), and
+/// [`simulator::run_child`], printing the child's own lines (its verdicts and timings), and
 /// returning its standard error with the report.
-fn run_and_show(name: &str, env: &[(&str, &str)]) -> (cuda_sim::Report, String) {
-    let scratch = simulator::Scratch::new(name);
-    let test = format!("scenario_{name}");
-    let mut command = simulator::this_binary();
-    command
-        .args([
-            test.as_str(),
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(simulator::SCENARIO, name)
-        .envs(env.iter().copied());
+fn run_shown(
+    name: &str,
+    fail: &[(&str, u64, &str)],
+    env: &[(&str, &str)],
+) -> (cuda_sim::Report, String) {
     let started = Instant::now();
-    let (output, report) = simulator::run_with_report(&mut command, &scratch.join("report.json"));
+    let (report, output) = simulator::run_child(name, fail, env);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let shown = ["HANG", "leak", "panic", "cuda-sim"];
@@ -67,14 +51,6 @@ fn run_and_show(name: &str, env: &[(&str, &str)]) -> (cuda_sim::Report, String) 
         output.status,
         started.elapsed().as_secs_f64()
     ));
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "scenario {name} failed ({:?}):\n{}\n{}",
-        output.status,
-        simulator::tail(&stdout, 30),
-        simulator::tail(&stderr, 30)
-    );
-    let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
     (report, stderr)
 }
 
@@ -125,11 +101,48 @@ fn drop_on_other_thread<T: Send + 'static>(value: T) {
     std::thread::spawn(move || drop(value)).join().unwrap();
 }
 
-fn finish(target: DevicePtrHandle, capturing: ContextHandle) {
-    drop(target);
-    capturing.synchronize().unwrap();
-    drop(capturing);
-    handles_cuda::exec::clear_primary_cache();
+/// What every program starts with: a watchdog, the report hook watched, and the capturing
+/// context (device 0's primary) with the target of its captures' memsets.
+struct Setup {
+    _dog: Watchdog,
+    failures: Failures,
+    capturing: ContextHandle,
+    target: DevicePtrHandle,
+}
+
+fn setup(secs: u64, what: &'static str) -> Setup {
+    let _dog = watchdog(secs, what);
+    let failures = Failures::watch();
+    let capturing = ContextHandle::primary(0).unwrap();
+    let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
+    Setup {
+        _dog,
+        failures,
+        capturing,
+        target,
+    }
+}
+
+impl Setup {
+    /// Frees the target, then [`end_captures`]; the watchdog is let go last.
+    fn end(self) {
+        let Setup {
+            _dog,
+            failures,
+            capturing,
+            target,
+        } = self;
+        drop(target);
+        end_captures(&failures, capturing);
+    }
+}
+
+/// A cudarc context of `device` bound to this thread, and this thread's per-thread stream (the
+/// home of the memory whose free is deferred).
+fn bind_per_thread(device: usize) -> (Arc<CudaContext>, StreamHandle) {
+    let binder = CudaContext::new(device).unwrap();
+    binder.bind_to_thread().unwrap();
+    (binder, StreamHandle::per_thread())
 }
 
 // D1: memory on this thread's per-thread stream, memset on another stream held by a gate,
@@ -140,21 +153,17 @@ scenario!(
     scenario_d1_gated_use_deferred_free,
     {
         in_scenario();
-        let _dog = watchdog(60, "D1");
-        let failures = Failures::watch();
-        let capturing = ContextHandle::primary(0).unwrap();
-        let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-        let binder = CudaContext::new(0).unwrap();
-        binder.bind_to_thread().unwrap();
-        let per_thread = StreamHandle::per_thread();
-        let held = stream(&capturing);
+        let setup = setup(60, "D1");
+        let (capturing, target) = (&setup.capturing, &setup.target);
+        let (binder, per_thread) = bind_per_thread(0);
+        let held = stream(capturing);
         for round in 0..3 {
             let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
             data.memset_async(1, 4096, &per_thread).unwrap();
             per_thread.synchronize().unwrap();
             let gate = Gate::hold(&held);
             data.memset_async(5, 4096, &held).unwrap();
-            let ok = capture_during("D1", &capturing, &target, || drop_on_other_thread(data));
+            let ok = capture_during("D1", capturing, target, || drop_on_other_thread(data));
             assert!(ok, "D1 round {round}: the capture was invalidated");
             std::thread::sleep(Duration::from_millis(100));
             let early = flush_disposals(Duration::from_millis(20));
@@ -165,10 +174,9 @@ scenario!(
             assert!(flush_disposals(Duration::from_secs(10)), "D1: not flushed");
             held.synchronize().unwrap();
         }
-        failures.assert_none();
         drop(held);
         drop(binder);
-        finish(target, capturing);
+        setup.end();
     }
 );
 
@@ -176,18 +184,14 @@ scenario!(
 // drop, (b) X exits while the capture runs, after the drop was deferred.
 scenario!(d2_binder_thread_exits, scenario_d2_binder_thread_exits, {
     in_scenario();
-    let _dog = watchdog(60, "D2");
-    let failures = Failures::watch();
-    let capturing = ContextHandle::primary(0).unwrap();
-    let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-    let held = stream(&capturing);
+    let setup = setup(60, "D2");
+    let (capturing, target) = (&setup.capturing, &setup.target);
+    let held = stream(capturing);
     // (a)
     let gate = Gate::hold(&held);
     let held2 = held.clone();
     let data = std::thread::spawn(move || {
-        let binder = CudaContext::new(0).unwrap();
-        binder.bind_to_thread().unwrap();
-        let per_thread = StreamHandle::per_thread();
+        let (_binder, per_thread) = bind_per_thread(0);
         let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
         data.memset_async(1, 4096, &per_thread).unwrap();
         per_thread.synchronize().unwrap();
@@ -196,7 +200,7 @@ scenario!(d2_binder_thread_exits, scenario_d2_binder_thread_exits, {
     })
     .join()
     .unwrap();
-    let ok = capture_during("D2a", &capturing, &target, || drop_on_other_thread(data));
+    let ok = capture_during("D2a", capturing, target, || drop_on_other_thread(data));
     assert!(ok, "D2a: the capture was invalidated");
     std::thread::sleep(Duration::from_millis(50));
     drop(gate);
@@ -208,9 +212,7 @@ scenario!(d2_binder_thread_exits, scenario_d2_binder_thread_exits, {
     let go2 = go.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let x = std::thread::spawn(move || {
-        let binder = CudaContext::new(0).unwrap();
-        binder.bind_to_thread().unwrap();
-        let per_thread = StreamHandle::per_thread();
+        let (_binder, per_thread) = bind_per_thread(0);
         let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
         data.memset_async(1, 4096, &per_thread).unwrap();
         per_thread.synchronize().unwrap();
@@ -223,7 +225,7 @@ scenario!(d2_binder_thread_exits, scenario_d2_binder_thread_exits, {
         drop(other);
     });
     let data = rx.recv().unwrap();
-    let ok = capture_during("D2b", &capturing, &target, || {
+    let ok = capture_during("D2b", capturing, target, || {
         drop_on_other_thread(data);
         go.wait();
         x.join().unwrap();
@@ -233,9 +235,8 @@ scenario!(d2_binder_thread_exits, scenario_d2_binder_thread_exits, {
     drop(gate);
     assert!(flush_disposals(Duration::from_secs(10)), "D2b: not flushed");
     held.synchronize().unwrap();
-    failures.assert_none();
     drop(held);
-    finish(target, capturing);
+    setup.end();
 });
 
 // D3: captures begun back to back on two threads (200 in all) while the free is deferred: it
@@ -245,13 +246,9 @@ scenario!(
     scenario_d3_back_to_back_captures,
     {
         in_scenario();
-        let _dog = watchdog(90, "D3");
-        let failures = Failures::watch();
-        let capturing = ContextHandle::primary(0).unwrap();
-        let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-        let binder = CudaContext::new(0).unwrap();
-        binder.bind_to_thread().unwrap();
-        let per_thread = StreamHandle::per_thread();
+        let setup = setup(90, "D3");
+        let capturing = &setup.capturing;
+        let (binder, per_thread) = bind_per_thread(0);
         let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
         data.memset_async(1, 4096, &per_thread).unwrap();
         let done = Arc::new(AtomicUsize::new(0));
@@ -307,9 +304,8 @@ scenario!(
         ));
         assert!(flush_disposals(Duration::from_secs(10)), "D3: not flushed");
         assert_eq!(failed.load(Ordering::SeqCst), 0, "D3: captures failed");
-        failures.assert_none();
         drop(binder);
-        finish(target, capturing);
+        setup.end();
     }
 );
 
@@ -321,14 +317,10 @@ scenario!(
     scenario_d4_pool_and_context_dropped,
     {
         in_scenario();
-        let _dog = watchdog(60, "D4");
-        let failures = Failures::watch();
-        let capturing = ContextHandle::primary(0).unwrap();
-        let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-        let binder = CudaContext::new(1).unwrap();
-        binder.bind_to_thread().unwrap();
+        let setup = setup(60, "D4");
+        let (capturing, target) = (&setup.capturing, &setup.target);
+        let (binder, per_thread) = bind_per_thread(1);
         let context1 = ContextHandle::from_cudarc(&binder);
-        let per_thread = StreamHandle::per_thread();
         let held = stream(&context1);
         let pool = MemoryPoolHandle::create(&PoolProps::device(1)).unwrap();
         let data = DevicePtrHandle::alloc_from_pool(&pool, 4096, &per_thread).unwrap();
@@ -337,7 +329,7 @@ scenario!(
         let gate = Gate::hold(&held);
         data.memset_async(4, 4096, &held).unwrap();
         drop(per_thread);
-        let ok = capture_during("D4", &capturing, &target, || {
+        let ok = capture_during("D4", capturing, target, || {
             drop_on_other_thread(data);
             drop_on_other_thread((pool, binder, context1));
         });
@@ -347,8 +339,7 @@ scenario!(
         assert!(flush_disposals(Duration::from_secs(10)), "D4: not flushed");
         held.synchronize().unwrap();
         drop(held);
-        failures.assert_none();
-        finish(target, capturing);
+        setup.end();
     }
 );
 
@@ -359,18 +350,14 @@ scenario!(
     scenario_d5_move_refused_mid_capture,
     {
         in_scenario();
-        let _dog = watchdog(60, "D5");
-        let failures = Failures::watch();
-        let capturing = ContextHandle::primary(0).unwrap();
-        let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-        let binder = CudaContext::new(0).unwrap();
-        binder.bind_to_thread().unwrap();
-        let per_thread = StreamHandle::per_thread();
-        let other = stream(&capturing);
+        let setup = setup(60, "D5");
+        let (capturing, target) = (&setup.capturing, &setup.target);
+        let (binder, per_thread) = bind_per_thread(0);
+        let other = stream(capturing);
         let data = Arc::new(DevicePtrHandle::alloc_async(4096, &per_thread).unwrap());
         data.memset_async(1, 4096, &per_thread).unwrap();
         let mut results = Vec::new();
-        let ok = capture_during("D5 move", &capturing, &target, || {
+        let ok = capture_during("D5 move", capturing, target, || {
             let (d, o, b) = (data.clone(), other.clone(), binder.clone());
             results = std::thread::spawn(move || {
                 b.bind_to_thread().unwrap();
@@ -398,9 +385,7 @@ scenario!(
         per_thread.synchronize().unwrap();
         let gate = Gate::hold(&other);
         data.memset_async(7, 4096, &other).unwrap();
-        let ok = capture_during("D5 drop", &capturing, &target, || {
-            drop_on_other_thread(data)
-        });
+        let ok = capture_during("D5 drop", capturing, target, || drop_on_other_thread(data));
         assert!(ok, "D5: the capture was invalidated by the drop");
         std::thread::sleep(Duration::from_millis(50));
         drop(gate);
@@ -420,7 +405,7 @@ scenario!(
         .unwrap();
         let gate = Gate::hold(&other);
         data.memset_async(8, 4096, &other).unwrap();
-        let ok = capture_during("D5 moved drop", &capturing, &target, || {
+        let ok = capture_during("D5 moved drop", capturing, target, || {
             drop_on_other_thread(data)
         });
         assert!(ok, "D5: the capture was invalidated by the moved drop");
@@ -431,10 +416,9 @@ scenario!(
             "D5: not flushed (2)"
         );
         other.synchronize().unwrap();
-        failures.assert_none();
         drop(other);
         drop(binder);
-        finish(target, capturing);
+        setup.end();
     }
 );
 
@@ -444,7 +428,7 @@ scenario!(
 #[test]
 fn d6_exit_with_release_waiting() {
     let name = "d6_exit_with_release_waiting";
-    let (report, stderr) = run_and_show(name, ENV);
+    let (report, stderr) = run_shown(name, &[], ENV);
     assert!(
         report.violations.is_empty(),
         "{name}: {:?}",
@@ -469,9 +453,7 @@ fn scenario_d6_exit_with_release_waiting() {
     in_scenario();
     let capturing = ContextHandle::primary(0).unwrap();
     let _target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-    let binder = CudaContext::new(0).unwrap();
-    binder.bind_to_thread().unwrap();
-    let per_thread = StreamHandle::per_thread();
+    let (_binder, per_thread) = bind_per_thread(0);
     let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
     data.memset_async(1, 4096, &per_thread).unwrap();
     let inside = Arc::new(Barrier::new(2));
@@ -501,7 +483,7 @@ fn d7_oom_while_free_deferred() {
         ("CUDA_SIM_DEVICES", "2"),
         ("CUDA_SIM_MEMORY", "16777216"),
     ];
-    let (report, _) = run_and_show(name, &env);
+    let (report, _) = run_shown(name, &[], &env);
     assert_clean(name, &report);
 }
 
@@ -509,28 +491,24 @@ fn d7_oom_while_free_deferred() {
 #[ignore = "a scenario"]
 fn scenario_d7_oom_while_free_deferred() {
     in_scenario();
-    let _dog = watchdog(60, "D7");
-    let failures = Failures::watch();
     const BIG: usize = 12 << 20;
-    let capturing = ContextHandle::primary(0).unwrap();
-    let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-    let binder = CudaContext::new(0).unwrap();
-    binder.bind_to_thread().unwrap();
-    let per_thread = StreamHandle::per_thread();
+    let setup = setup(60, "D7");
+    let (capturing, target) = (&setup.capturing, &setup.target);
+    let (binder, per_thread) = bind_per_thread(0);
     let data = DevicePtrHandle::alloc_async(BIG, &per_thread).unwrap();
     data.memset_async(1, BIG, &per_thread).unwrap();
     per_thread.synchronize().unwrap();
-    let first = DevicePtrHandle::alloc(&capturing, BIG)
+    let first = DevicePtrHandle::alloc(capturing, BIG)
         .map(|_| ())
         .map_err(|e| e.to_string());
     say(format!("D7: an allocation before the drop: {first:?}"));
     let mut inner = String::new();
     let mut outer = None;
-    let graph = GraphHandle::capture(&capturing, CaptureMode::Relaxed, |capture| {
-        capture.memset(&target, 0, 1, 64)?;
+    let graph = GraphHandle::capture(capturing, CaptureMode::Relaxed, |capture| {
+        capture.memset(target, 0, 1, 64)?;
         drop_on_other_thread(data);
         let t = Instant::now();
-        let r = DevicePtrHandle::alloc(&capturing, BIG);
+        let r = DevicePtrHandle::alloc(capturing, BIG);
         inner = format!(
             "{:?} in {:?}",
             r.as_ref().map(|_| ()).map_err(|e| e.to_string()),
@@ -557,9 +535,8 @@ fn scenario_d7_oom_while_free_deferred() {
     assert!(graph.is_ok(), "D7: capture invalidated");
     drop(graph);
     assert!(flush_disposals(Duration::from_secs(10)), "D7: not flushed");
-    failures.assert_none();
     drop(binder);
-    finish(target, capturing);
+    setup.end();
 }
 
 // D8: a cudarc per-thread slice (devices 0 and 1), wrapped, memset on another of our streams
@@ -569,10 +546,8 @@ scenario!(
     scenario_d8_cudarc_per_thread_slice,
     {
         in_scenario();
-        let _dog = watchdog(60, "D8");
-        let failures = Failures::watch();
-        let capturing = ContextHandle::primary(0).unwrap();
-        let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
+        let setup = setup(60, "D8");
+        let (capturing, target) = (&setup.capturing, &setup.target);
         for device in [0, 1] {
             let cudarc = CudaContext::new(device).unwrap();
             let context = ContextHandle::from_cudarc(&cudarc);
@@ -583,7 +558,7 @@ scenario!(
             let gate = Gate::hold(&held);
             data.memset_async(5, 4096, &held).unwrap();
             drop(s);
-            let ok = capture_during(&format!("D8 device {device}"), &capturing, &target, || {
+            let ok = capture_during(&format!("D8 device {device}"), capturing, target, || {
                 drop_on_other_thread(data)
             });
             assert!(ok, "D8 device {device}: the capture was invalidated");
@@ -599,8 +574,7 @@ scenario!(
             drop(context);
             drop(cudarc);
         }
-        failures.assert_none();
-        finish(target, capturing);
+        setup.end();
     }
 );
 
@@ -612,7 +586,7 @@ scenario!(
 #[test]
 fn d9_capture_begun_while_deferred_sync_waits() {
     let name = "d9_capture_begun_while_deferred_sync_waits";
-    let (report, _) = run_and_show(name, ENV);
+    let (report, _) = run_shown(name, &[], ENV);
     assert_clean(name, &report);
 }
 
@@ -620,29 +594,23 @@ fn d9_capture_begun_while_deferred_sync_waits() {
 #[ignore = "a scenario"]
 fn scenario_d9_capture_begun_while_deferred_sync_waits() {
     in_scenario();
-    let _dog = watchdog(60, "D9");
-    let failures = Failures::watch();
-    let capturing = ContextHandle::primary(0).unwrap();
-    let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
-    let binder = CudaContext::new(0).unwrap();
-    binder.bind_to_thread().unwrap();
-    let per_thread = StreamHandle::per_thread();
-    let held = stream(&capturing);
+    let setup = setup(60, "D9");
+    let (capturing, target) = (&setup.capturing, &setup.target);
+    let (binder, per_thread) = bind_per_thread(0);
+    let held = stream(capturing);
     let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
     data.memset_async(1, 4096, &per_thread).unwrap();
     per_thread.synchronize().unwrap();
     let gate = Gate::hold(&held);
     data.memset_async(5, 4096, &held).unwrap();
-    let ok = capture_during("D9 first", &capturing, &target, || {
-        drop_on_other_thread(data)
-    });
+    let ok = capture_during("D9 first", capturing, target, || drop_on_other_thread(data));
     std::thread::sleep(Duration::from_millis(50));
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         drop(gate);
     });
     let t = Instant::now();
-    let second = capture_during("D9 second", &capturing, &target, || {
+    let second = capture_during("D9 second", capturing, target, || {
         std::thread::sleep(Duration::from_millis(1000));
     });
     say(format!(
@@ -653,8 +621,7 @@ fn scenario_d9_capture_begun_while_deferred_sync_waits() {
     assert!(ok, "D9: the first capture was invalidated");
     assert!(flush_disposals(Duration::from_secs(10)), "D9: not flushed");
     held.synchronize().unwrap();
-    failures.assert_none();
     drop(held);
     drop(binder);
-    finish(target, capturing);
+    setup.end();
 }

@@ -14,24 +14,12 @@ use std::sync::{Arc, Barrier};
 use handles_cuda::graph::{CaptureMode, GraphHandle};
 use handles_cuda::interop::cudarc::driver::{CudaContext, sys};
 use handles_cuda::{ContextHandle, DevicePtrHandle, StreamFlags, StreamHandle};
-use handles_tests::{Failures, Gate, stream};
-use simulator::{assert_clean, in_scenario, say};
+use handles_tests::{Failures, Gate, end_captures, stream};
+use simulator::{in_scenario, say};
 
 const ENV: &[(&str, &str)] = &[("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", "2")];
 
-macro_rules! scenario {
-    ($parent:ident, $child:ident, $body:block) => {
-        #[test]
-        fn $parent() {
-            let name = stringify!($parent);
-            let report = simulator::run_scenario(name, &[], ENV);
-            assert_clean(name, &report);
-        }
-        #[test]
-        #[ignore = "a scenario"]
-        fn $child() $body
-    };
-}
+use simulator::{clean_scenario as scenario, run_scenario as run};
 
 /// This thread's capture mode, read by exchanging it twice.
 fn thread_mode() -> sys::CUstreamCaptureMode {
@@ -113,11 +101,7 @@ scenario!(
                 drop(cudarc);
             }
         }
-        handles_cuda::exec::flush_disposals(std::time::Duration::from_secs(10));
-        failures.assert_none();
-        capturing.synchronize().unwrap();
-        drop(capturing);
-        handles_cuda::exec::clear_primary_cache();
+        end_captures(&failures, capturing);
     }
 );
 
@@ -148,10 +132,7 @@ scenario!(
                 assert_eq!(current(), before);
             }
         }
-        handles_cuda::exec::flush_disposals(std::time::Duration::from_secs(10));
-        failures.assert_none();
-        drop(capturing);
-        handles_cuda::exec::clear_primary_cache();
+        end_captures(&failures, capturing);
     }
 );
 
@@ -209,12 +190,8 @@ scenario!(f4_panic_after_drop, scenario_f4_panic_after_drop, {
             other.synchronize().unwrap();
         }
     }
-    handles_cuda::exec::flush_disposals(std::time::Duration::from_secs(10));
-    failures.assert_none();
     drop(other);
-    capturing.synchronize().unwrap();
-    drop(capturing);
-    handles_cuda::exec::clear_primary_cache();
+    end_captures(&failures, capturing);
 });
 
 // F5: a slice used by the capture (memset, then copied into our buffer) and dropped in the
@@ -397,10 +374,7 @@ scenario!(
             assert_eq!(thread_mode(), thread_local);
             set_mode(GLOBAL);
         }
-        handles_cuda::exec::flush_disposals(std::time::Duration::from_secs(10));
-        failures.assert_none();
-        drop(capturing);
-        handles_cuda::exec::clear_primary_cache();
+        end_captures(&failures, capturing);
     }
 );
 
@@ -440,10 +414,7 @@ scenario!(
             drop(context);
             cudarc.synchronize().unwrap();
         }
-        handles_cuda::exec::flush_disposals(std::time::Duration::from_secs(10));
-        failures.assert_none();
-        drop(capturing);
-        handles_cuda::exec::clear_primary_cache();
+        end_captures(&failures, capturing);
     }
 );
 

@@ -13,7 +13,7 @@ use handles_cuda::{
     exec::{EventFlags, EventRecycler, RecycledEvent},
 };
 use handles_tests::{Gate, stream};
-use simulator::{assert_clean, in_scenario, say};
+use simulator::{in_scenario, say};
 
 fn run(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> Report {
     let report = simulator::run_scenario(name, fail, env);
@@ -84,21 +84,10 @@ fn finish(gate: Gate, held: &StreamHandle, next: RecycledEvent, recycler: EventR
     handles_cuda::exec::clear_recycled_events();
 }
 
-macro_rules! scenario {
-    ($parent:ident, $child:ident, $body:block) => {
-        scenario!($parent, $child, &[], &[], $body);
-    };
-    ($parent:ident, $child:ident, $fail:expr, $env:expr, $body:block) => {
-        #[test]
-        fn $parent() {
-            let report = run(stringify!($parent), $fail, $env);
-            assert_clean(stringify!($parent), &report);
-        }
-        #[test]
-        #[ignore = "a scenario"]
-        fn $child() $body
-    };
-}
+use simulator::clean_scenario as scenario;
+
+/// No variable set unless a scenario names some.
+const ENV: &[(&str, &str)] = &[];
 
 // A1: seen complete, then recorded again behind a held stream, then dropped.
 scenario!(

@@ -365,6 +365,19 @@ pub const SCENARIO: &str = "HANDLES_SIM_SCENARIO";
 /// and wrote a report, prints the report's summary, and returns it. The caller asserts what
 /// the report must (or may) contain.
 pub fn run_scenario(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> Report {
+    let (report, _) = run_child(name, fail, env);
+    say(format!(
+        "scenario {name} on the simulator: {}; leaks: {}",
+        describe_violations(&report, 5),
+        describe_leaks(&report.leaks)
+    ));
+    report
+}
+
+/// [`run_scenario`]'s child run, without the summary: checks that the child passed its one
+/// test and wrote a report, and returns the report with the child's output (its own lines,
+/// for callers that show or check them).
+pub fn run_child(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -> (Report, Output) {
     let scratch = Scratch::new(name);
     let test = format!("scenario_{name}");
     let mut command = this_binary();
@@ -391,13 +404,31 @@ pub fn run_scenario(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]
         tail(&String::from_utf8_lossy(&output.stderr), 30)
     );
     let report = report.unwrap_or_else(|| panic!("scenario {name} wrote no report"));
-    say(format!(
-        "scenario {name} on the simulator: {}; leaks: {}",
-        describe_violations(&report, 5),
-        describe_leaks(&report.leaks)
-    ));
-    report
+    (report, output)
 }
+
+/// Declares a scenario: the test `$parent`, which runs `$child` (an ignored test: the program
+/// itself) as a child through the calling file's `run(name, fail, env) -> Report` and asserts
+/// its report clean. Without `fail` and `env`, none are injected and the file's `ENV` is set.
+#[allow(unused_macros)]
+macro_rules! clean_scenario {
+    ($parent:ident, $child:ident, $body:block) => {
+        $crate::simulator::clean_scenario!($parent, $child, &[], ENV, $body);
+    };
+    ($parent:ident, $child:ident, $fail:expr, $env:expr, $body:block) => {
+        #[test]
+        fn $parent() {
+            let name = stringify!($parent);
+            let report = run(name, $fail, $env);
+            $crate::simulator::assert_clean(name, &report);
+        }
+        #[test]
+        #[ignore = "a scenario"]
+        fn $child() $body
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use clean_scenario;
 
 /// Asserts a scenario's report shows no violation and no leak (primary-context retains aside,
 /// which thread caches keep until exit).
