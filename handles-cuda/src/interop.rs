@@ -24,7 +24,8 @@ use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::{Context, ContextHandle};
 use crate::exec::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
-use crate::memory::device_ptr::DevicePtrHandle;
+use crate::memory::device_ptr::{DevicePtrHandle, Owner, drop_owner_in};
+use crate::order::contexts_used::ContextsUsed;
 use crate::sync::lock;
 
 /// The cudarc this crate is built on, for matching versions in code that uses both.
@@ -256,6 +257,56 @@ impl StreamHandle {
     }
 }
 
+/// Blocks until the work cudarc queued on a slice of `stream` is done. A slice of the
+/// per-thread stream may have been made on another thread and sent here, its work queued on
+/// that thread's per-thread stream, which `CU_STREAM_PER_THREAD` does not name on this one (and
+/// cudarc orders nothing between per-thread streams): only a synchronisation of the whole
+/// context waits for it. That would invalidate a `GraphHandle::capture` running meanwhile, so
+/// it is refused then, as the move of a free off another thread's per-thread stream is.
+fn wait_for_slice_work(stream: &Arc<CudaStream>) -> Result<()> {
+    if stream.cu_stream() != PER_THREAD_STREAM {
+        // SAFETY: the caller's slice keeps its stream alive for the call.
+        return unsafe { driver!(cuStreamSynchronize(stream.cu_stream())) };
+    }
+    let context = ContextHandle::from_cudarc(stream.context());
+    capture::sync_unless_capturing(|| context.synchronize()).unwrap_or(Err(Error::Unordered {
+        what: "a slice of cudarc's per-thread stream may hold work queued by another thread, \
+               which only a synchronisation of its context waits for, and a capture runs, \
+               which that would invalidate: wrap it once no capture runs",
+    }))
+}
+
+/// Drops a slice whose work [`wait_for_slice_work`] could not wait for, once it can: its
+/// context is synchronised first (on the disposal thread once no capture runs, if one runs
+/// now), so cudarc's free, queued on whichever thread drops it, comes after that work. The
+/// drop is the one of every foreign value ([`drop_owner_in`]: its context current, relaxed). If the wait fails, the slice is
+/// leaked, and reported.
+fn drop_after_its_work<T: Send + Sync + 'static>(
+    slice: CudaSlice<T>,
+    raw: cudarc::driver::sys::CUdeviceptr,
+    stream: &Arc<CudaStream>,
+) {
+    const WHAT: &str = "cudarc slice (not wrapped)";
+    let context = ContextHandle::from_cudarc(stream.context());
+    let in_context = context.clone();
+    let used = ContextsUsed::new();
+    // Leaked unless the release runs after a successful wait: dropped unrun (the process
+    // exits with the release still waiting), or after a failed wait.
+    let slice = std::mem::ManuallyDrop::new(slice);
+    let release = move |waited: Result<()>| {
+        waited?;
+        let owner: Owner = KeepCurrent::new(Box::new(std::mem::ManuallyDrop::into_inner(slice)));
+        drop_owner_in(owner, Some(in_context));
+        Ok(())
+    };
+    let released = used
+        .note(context.as_cu(), || Ok(context.clone()))
+        .and_then(|()| used.release_after_all(WHAT, raw as isize, release));
+    if let Err(error) = released {
+        handles_core::report_release_failure(WHAT, raw as isize, error);
+    }
+}
+
 impl DevicePtrHandle {
     /// Wraps a cudarc slice, and returns the slice's stream with it: the stream cudarc orders
     /// the memory's work on and frees it on. [`StreamHandle::to_cudarc`] on the returned stream
@@ -283,7 +334,11 @@ impl DevicePtrHandle {
     /// The work cudarc queued on the slice before (its `alloc_zeros` memset, copies, kernels)
     /// is complete when this returns: the slice's stream, made to wait for the slice's pending
     /// writes, is synchronised, so the handle's first use on any stream reads what cudarc
-    /// wrote, as a use through cudarc's own API on another stream would.
+    /// wrote, as a use through cudarc's own API on another stream would. A slice of the
+    /// per-thread stream may hold work another thread queued (a slice sent between threads):
+    /// its whole context is synchronised instead. That is refused while a
+    /// [`GraphHandle::capture`](crate::graph::GraphHandle::capture) runs, which it would
+    /// invalidate: the error is [`Error::Unordered`], and the slice is dropped (cudarc frees it).
     pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Result<Self> {
         ensure_loaded()?;
         let size = slice.num_bytes();
@@ -295,8 +350,10 @@ impl DevicePtrHandle {
             raw
         };
         // cudarc's work on the slice is done before this crate's streams touch it.
-        // SAFETY: the slice keeps its stream alive for the call.
-        unsafe { driver!(cuStreamSynchronize(cudarc_stream.cu_stream())) }?;
+        if let Err(refused) = wait_for_slice_work(&cudarc_stream) {
+            drop_after_its_work(slice, raw, &cudarc_stream);
+            return Err(refused);
+        }
         // SAFETY: the home stream is used only for this crate's ordering of the slice's free
         // (a wait queued before cudarc's own free); it is checked for a capture first, and a
         // capture cudarc begins concurrently would capture cudarc's own free too, which is

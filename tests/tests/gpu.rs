@@ -165,6 +165,57 @@ fn with_owner_handles_keep_cudarc_objects_alive() {
     failures.assert_none();
 }
 
+/// A cudarc slice of one thread's per-thread stream, moved to another thread and wrapped there
+/// while its allocation and zeroing still wait behind held work of the first thread's stream
+/// (cudarc's event tracking on, then off): the wrapped handle's first use, on another stream,
+/// comes after that zeroing. `CU_STREAM_PER_THREAD` names the calling thread's stream, so a
+/// synchronisation of it on the wrapping thread would not wait for the first thread's work.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_per_thread_slice_wrapped_on_another_thread_waits_for_its_work() {
+    use std::time::Duration;
+    let _serial = serial();
+    let failures = Failures::watch();
+    let cudarc = cudarc::driver::CudaContext::new(0).unwrap();
+    let context = ContextHandle::from_cudarc(&cudarc);
+    let ours = stream(&context);
+    for tracking in [true, false] {
+        if !tracking {
+            // SAFETY: the one slice made after this is used only through this crate's handle,
+            // which orders its uses, and by cudarc's own zeroing before the wrap.
+            unsafe { cudarc.disable_event_tracking() };
+        }
+        let (sender, slices) = std::sync::mpsc::channel();
+        let maker = {
+            let cudarc = cudarc.clone();
+            std::thread::spawn(move || {
+                cudarc.bind_to_thread().unwrap();
+                let per_thread = StreamHandle::per_thread();
+                let gate = handles_tests::Gate::hold(&per_thread);
+                let slice = cudarc.per_thread_stream().alloc_zeros::<u8>(4096).unwrap();
+                sender.send(slice).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                drop(gate);
+                per_thread.synchronize().unwrap();
+            })
+        };
+        let slice = slices.recv().unwrap();
+        cudarc.bind_to_thread().unwrap();
+        let data = DevicePtrHandle::from_cudarc_slice(slice).unwrap();
+        data.memset_async(7, 4096, &ours).unwrap();
+        let mut back = vec![0u8; 4096];
+        data.copy_to_host(&mut back, &ours).unwrap();
+        maker.join().unwrap();
+        assert!(
+            back.iter().all(|&b| b == 7),
+            "tracking {tracking}: the zeroing ran after the wrapped handle's memset"
+        );
+        drop(data);
+    }
+    context.synchronize().unwrap();
+    failures.assert_none();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn deallocation_stream_can_be_read_and_replaced() {

@@ -427,3 +427,61 @@ fn scenario_a_cudarc_slice_dropped_in_a_capture_is_freed() {
     capturing.synchronize().unwrap();
     handles_cuda::exec::clear_primary_cache();
 }
+
+/// A slice of cudarc's per-thread stream wrapped while a `GraphHandle::capture` runs, in its
+/// closure and on another thread: the context synchronisation the wrap needs (the slice's work
+/// may be another thread's: `gpu.rs`) would invalidate the capture, so it is refused with
+/// `Error::Unordered`, the slice is freed (no leak) and the capture goes on.
+#[test]
+fn a_per_thread_slice_wrapped_while_a_capture_runs_is_refused() {
+    simulator::strict_clean(
+        "a_per_thread_slice_wrapped_while_a_capture_runs_is_refused",
+        "1",
+    );
+}
+
+#[test]
+#[ignore = "a scenario: runs on the simulator, started by its parent test"]
+fn scenario_a_per_thread_slice_wrapped_while_a_capture_runs_is_refused() {
+    use handles_cuda::graph::{CaptureMode, GraphHandle};
+    in_scenario();
+    let failures = handles_tests::Failures::watch();
+    let cudarc = CudaContext::new(0).unwrap();
+    let capturing = ContextHandle::from_cudarc(&cudarc);
+    let target = DevicePtrHandle::alloc(&capturing, 64).unwrap();
+    for mode in [CaptureMode::Global, CaptureMode::Relaxed] {
+        // Made before the capture: cudarc's allocation itself is refused in a global one.
+        let here = cudarc.per_thread_stream().alloc_zeros::<u8>(256).unwrap();
+        let there = cudarc.per_thread_stream().alloc_zeros::<u8>(256).unwrap();
+        let mut seen = Vec::new();
+        let graph = GraphHandle::capture(&capturing, mode, |capture| {
+            capture.memset(&target, 0, 1, 64)?;
+            seen.push(DevicePtrHandle::from_cudarc_slice(here).map(|_| ()));
+            let other = cudarc.clone();
+            seen.push(
+                std::thread::spawn(move || {
+                    other.bind_to_thread().unwrap();
+                    DevicePtrHandle::from_cudarc_slice(there).map(|_| ())
+                })
+                .join()
+                .unwrap(),
+            );
+            Ok(())
+        });
+        assert!(
+            graph.is_ok(),
+            "{mode:?}: the capture was invalidated: {graph:?}"
+        );
+        for wrapped in &seen {
+            assert!(
+                matches!(wrapped, Err(Error::Unordered { .. })),
+                "{mode:?}: {wrapped:?}"
+            );
+        }
+    }
+    // Once no capture runs, the same wrap succeeds.
+    let slice = cudarc.per_thread_stream().alloc_zeros::<u8>(256).unwrap();
+    DevicePtrHandle::from_cudarc_slice(slice).unwrap();
+    drop(target);
+    handles_tests::end_captures(&failures, capturing);
+}

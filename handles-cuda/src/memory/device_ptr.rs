@@ -155,7 +155,7 @@ pub(crate) struct ForeignFree {
 }
 
 /// Another library's value that owns memory, dropped with the caller's context restored.
-type Owner = KeepCurrent<Box<dyn std::any::Any + Send + Sync>>;
+pub(crate) type Owner = KeepCurrent<Box<dyn std::any::Any + Send + Sync>>;
 
 impl ForeignFree {
     pub(crate) fn new(order: StreamOrder, owner: Box<dyn std::any::Any + Send + Sync>) -> Self {
@@ -199,7 +199,7 @@ impl Drop for ForeignFree {
 /// binding its context, so on a thread with no context current, or another one, its free would
 /// fail (a silent leak) or run in the wrong context (found by the safe-API fuzzer, open finding
 /// N3). The caller's context is current again afterwards.
-fn drop_owner_in(owner: Owner, context: Option<ContextHandle>) {
+pub(crate) fn drop_owner_in(owner: Owner, context: Option<ContextHandle>) {
     match context {
         // If the context cannot be made current, the closure (and the owner in it) is dropped
         // unrun, as before this scope existed.
