@@ -23,7 +23,7 @@ simulator_only=(
   test-capabilities test-cuda_attacks test-cuda_conditional_rules test-cuda_rules
   test-cuda_soundness test-fault_sweep test-fd_passing test-fuzz_safe_api test-interop
   test-review24 test-review25 test-review26 test-review27 test-review28 test-review29 test-review30 test-races test-sanitizer_classes test-shared_races test-review_views
-  test-review_recycled_events test-review_foreign_drops test-review_deferred_frees
+  test-review_recycled_events test-review_foreign_drops test-review_deferred_frees test-review_slice_wrap
   test-libraries test-cuda_runtime
 )
 # No ignored tests at all (the `lists` step checks that): tests that run as they are.

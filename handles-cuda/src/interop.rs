@@ -15,14 +15,16 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
+use cudarc::driver::sys::CUstream;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 
 use crate::driver::call::{driver, driver_error};
 use crate::driver::capture;
-use crate::driver::current::{KeepCurrent, current_raw, restore_current};
+use crate::driver::current::{KeepCurrent, current_raw, in_context, restore_current};
 use crate::driver::load::ensure_loaded;
 use crate::error::{Error, Result};
 use crate::exec::context::{Context, ContextHandle};
+use crate::exec::event::EventHandle;
 use crate::exec::stream::{PER_THREAD_STREAM, Stream, StreamHandle};
 use crate::memory::device_ptr::{DevicePtrHandle, Owner, drop_owner_in};
 use crate::order::contexts_used::ContextsUsed;
@@ -257,23 +259,67 @@ impl StreamHandle {
     }
 }
 
-/// Blocks until the work cudarc queued on a slice of `stream` is done. A slice of the
-/// per-thread stream may have been made on another thread and sent here, its work queued on
-/// that thread's per-thread stream, which `CU_STREAM_PER_THREAD` does not name on this one (and
-/// cudarc orders nothing between per-thread streams): only a synchronisation of the whole
-/// context waits for it. That would invalidate a `GraphHandle::capture` running meanwhile, so
-/// it is refused then, as the move of a free off another thread's per-thread stream is.
+/// Blocks until the work cudarc queued on a slice of `stream` is done, in relaxed capture mode
+/// (a capture's closure, or another thread's global capture, must neither refuse these calls nor
+/// be invalidated by them), and never on a stream being captured (the wait would invalidate
+/// that capture: refused then, with [`Error::Unordered`]).
+///
+/// A slice of the per-thread stream may have been made on another thread and sent here, its
+/// work queued on that thread's per-thread stream, which `CU_STREAM_PER_THREAD` does not name
+/// on this one (and cudarc orders nothing between per-thread streams). The context's legacy
+/// stream follows every blocking stream of it, per-thread ones included, so a marker recorded
+/// there completes after that work; a context synchronisation would invalidate every capture
+/// in the context, the legacy marker only one on a blocking stream, which it is asked about
+/// first. While a `GraphHandle::capture` runs (which may begin on a blocking stream between
+/// the question and the record) the wrap is refused, as the move of a free off another
+/// thread's per-thread stream is.
 fn wait_for_slice_work(stream: &Arc<CudaStream>) -> Result<()> {
-    if stream.cu_stream() != PER_THREAD_STREAM {
-        // SAFETY: the caller's slice keeps its stream alive for the call.
-        return unsafe { driver!(cuStreamSynchronize(stream.cu_stream())) };
-    }
     let context = ContextHandle::from_cudarc(stream.context());
-    capture::sync_unless_capturing(|| context.synchronize()).unwrap_or(Err(Error::Unordered {
-        what: "a slice of cudarc's per-thread stream may hold work queued by another thread, \
-               which only a synchronisation of its context waits for, and a capture runs, \
-               which that would invalidate: wrap it once no capture runs",
-    }))
+    let relaxed = capture::relaxed_while_capturing();
+    let waited = if stream.cu_stream() == PER_THREAD_STREAM {
+        let legacy = StreamHandle::legacy_in(&context)?;
+        capture::sync_unless_capturing(|| {
+            refuse_if_capturing(&context, legacy.as_cu())?;
+            EventHandle::marker_on(&legacy)?.synchronize()
+        })
+        .unwrap_or(Err(Error::Unordered {
+            what: "a slice of cudarc's per-thread stream may hold work queued by another \
+                   thread, which only a marker on its context's legacy stream waits for, and a \
+                   capture runs, which a capture of a blocking stream could make that marker \
+                   join: wrap it once no capture runs",
+        }))
+    } else {
+        let raw = stream.cu_stream();
+        refuse_if_capturing(&context, raw).and_then(|()| {
+            in_context(context.as_cu(), || {
+                // SAFETY: the caller's slice keeps its stream alive for the call (a default
+                // token names `context`'s stream, current for the call).
+                unsafe { driver!(cuStreamSynchronize(raw)) }
+            })
+        })
+    };
+    drop(relaxed);
+    waited
+}
+
+/// Refuses a wait for `raw` (a stream of `context`, or a default-stream token of it) while it
+/// is being captured (the legacy stream: while a blocking stream of the context is), which the
+/// wait would invalidate.
+fn refuse_if_capturing(context: &ContextHandle, raw: CUstream) -> Result<()> {
+    let capturing = in_context(context.as_cu(), || {
+        // SAFETY: `raw` is a live stream of `context` (the caller's slice keeps it) or a
+        // default-stream token, with `context` current for the call; the driver is loaded (the
+        // caller asked it).
+        unsafe { capture::is_capturing(raw) }
+    })?;
+    if capturing {
+        return Err(Error::Unordered {
+            what: "the slice's work cannot be waited for while its stream (or, for a per-thread \
+                   slice, a blocking stream of its context) is being captured: wrap it once the \
+                   capture ended",
+        });
+    }
+    Ok(())
 }
 
 /// Drops a slice whose work [`wait_for_slice_work`] could not wait for, once it can: its
@@ -336,9 +382,11 @@ impl DevicePtrHandle {
     /// writes, is synchronised, so the handle's first use on any stream reads what cudarc
     /// wrote, as a use through cudarc's own API on another stream would. A slice of the
     /// per-thread stream may hold work another thread queued (a slice sent between threads):
-    /// its whole context is synchronised instead. That is refused while a
-    /// [`GraphHandle::capture`](crate::graph::GraphHandle::capture) runs, which it would
-    /// invalidate: the error is [`Error::Unordered`], and the slice is dropped (cudarc frees it).
+    /// a marker on its context's legacy stream, which follows every per-thread stream, is
+    /// waited for instead. The wait is refused with [`Error::Unordered`] while the stream it
+    /// would wait on is being captured, and for a per-thread slice while a
+    /// [`GraphHandle::capture`](crate::graph::GraphHandle::capture) runs; the slice is then
+    /// dropped (cudarc frees it) once its work is done.
     pub fn from_cudarc_slice<T: Send + Sync + 'static>(slice: CudaSlice<T>) -> Result<Self> {
         ensure_loaded()?;
         let size = slice.num_bytes();

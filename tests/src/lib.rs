@@ -231,6 +231,25 @@ impl Failures {
     }
 }
 
+/// Begins a relaxed-mode capture in `context` on a new thread and returns once its closure
+/// runs; the closure never returns, so the capture stays open until the process exits (for
+/// programs that check what an exit with a capture open leaves behind).
+pub fn capture_held_open(context: &handles_cuda::ContextHandle) {
+    use handles_cuda::graph::{CaptureMode, GraphHandle};
+    let inside = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let entered = inside.clone();
+    let context = context.clone();
+    std::thread::spawn(move || {
+        let _ = GraphHandle::capture(&context, CaptureMode::Relaxed, |_| {
+            entered.wait();
+            loop {
+                std::thread::sleep(Duration::from_secs(1000));
+            }
+        });
+    });
+    inside.wait();
+}
+
 /// The end of a program that captured in `capturing`: the disposal thread's queue drains
 /// (asserted), no deleter failure was reported, `capturing`'s work is done, and the thread's
 /// primary-context cache is let go, so that a strict simulator's exit report lists no retain.

@@ -9,7 +9,7 @@
 
 mod simulator;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use handles_cuda::graph::{CaptureMode, GraphHandle};
 use handles_cuda::interop::cudarc::driver::CudaContext;
 use handles_cuda::{ContextHandle, DevicePtrHandle, MemoryPoolHandle, PoolProps, StreamHandle};
 use handles_tests::{Failures, Gate, end_captures, stream};
-use simulator::{assert_clean, in_scenario, say};
+use simulator::{Watchdog, assert_clean, in_scenario, say, watchdog};
 
 const ENV: &[(&str, &str)] = &[("CUDA_SIM_STRICT", "1"), ("CUDA_SIM_DEVICES", "2")];
 
@@ -52,31 +52,6 @@ fn run_shown(
         started.elapsed().as_secs_f64()
     ));
     (report, stderr)
-}
-
-/// Aborts the process (a finding: a hang) unless dropped within `secs`.
-struct Watchdog(Arc<AtomicBool>);
-
-fn watchdog(secs: u64, what: &'static str) -> Watchdog {
-    let done = Arc::new(AtomicBool::new(false));
-    let seen = done.clone();
-    std::thread::spawn(move || {
-        let start = Instant::now();
-        while !seen.load(Ordering::SeqCst) {
-            if start.elapsed() > Duration::from_secs(secs) {
-                say(format!("HANG: {what} still running after {secs} s"));
-                std::process::abort();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    });
-    Watchdog(done)
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
 }
 
 /// Runs a global capture on this thread (a memset of `target`), running `during` inside the
@@ -429,22 +404,7 @@ scenario!(
 fn d6_exit_with_release_waiting() {
     let name = "d6_exit_with_release_waiting";
     let (report, stderr) = run_shown(name, &[], ENV);
-    assert!(
-        report.violations.is_empty(),
-        "{name}: {:?}",
-        report.violations
-    );
-    assert_eq!(
-        report.leaks.get("allocation"),
-        Some(&1),
-        "{name}: {:?}",
-        report.leaks
-    );
-    assert!(
-        stderr.contains("at exit (leaked)"),
-        "{name}: the leak at exit is not reported:\n{}",
-        simulator::tail(&stderr, 10)
-    );
+    simulator::assert_leaked_at_exit(name, &report, &stderr);
 }
 
 #[test]
@@ -456,18 +416,7 @@ fn scenario_d6_exit_with_release_waiting() {
     let (_binder, per_thread) = bind_per_thread(0);
     let data = DevicePtrHandle::alloc_async(4096, &per_thread).unwrap();
     data.memset_async(1, 4096, &per_thread).unwrap();
-    let inside = Arc::new(Barrier::new(2));
-    let inside2 = inside.clone();
-    let c = capturing.clone();
-    std::thread::spawn(move || {
-        let _ = GraphHandle::capture(&c, CaptureMode::Relaxed, |_| {
-            inside2.wait();
-            loop {
-                std::thread::sleep(Duration::from_secs(1000));
-            }
-        });
-    });
-    inside.wait();
+    handles_tests::capture_held_open(&capturing);
     drop_on_other_thread(data);
     say("D6: returning with the release waiting");
 }

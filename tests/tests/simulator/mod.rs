@@ -407,6 +407,55 @@ pub fn run_child(name: &str, fail: &[(&str, u64, &str)], env: &[(&str, &str)]) -
     (report, output)
 }
 
+/// Aborts the process (a finding: a hang) unless dropped within `secs`: a scenario child's
+/// guard, so that a program that hangs fails its parent instead of stalling the suite.
+pub struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+/// Starts a [`Watchdog`] for `what`.
+pub fn watchdog(secs: u64, what: &'static str) -> Watchdog {
+    use std::sync::atomic::Ordering;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = done.clone();
+    std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while !seen.load(Ordering::SeqCst) {
+            if start.elapsed() > std::time::Duration::from_secs(secs) {
+                say(format!("HANG: {what} still running after {secs} s"));
+                std::process::abort();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    Watchdog(done)
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Asserts what a child that exited with a release still waiting must show: no violation, the
+/// one allocation leaked, and the leak reported at exit on its standard error.
+pub fn assert_leaked_at_exit(name: &str, report: &Report, stderr: &str) {
+    assert!(
+        report.violations.is_empty(),
+        "{name}: {:?}",
+        report.violations
+    );
+    assert_eq!(
+        report.leaks.get("allocation"),
+        Some(&1),
+        "{name}: {:?}",
+        report.leaks
+    );
+    assert!(
+        stderr.contains("at exit (leaked)"),
+        "{name}: the leak at exit is not reported:\n{}",
+        tail(stderr, 10)
+    );
+}
+
 /// Declares a scenario: the test `$parent`, which runs `$child` (an ignored test: the program
 /// itself) as a child through the calling file's `run(name, fail, env) -> Report` and asserts
 /// its report clean. Without `fail` and `env`, none are injected and the file's `ENV` is set.
